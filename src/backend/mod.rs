@@ -1,0 +1,1 @@
+//! backend (to be written).

@@ -1,0 +1,1 @@
+//! client (to be written).

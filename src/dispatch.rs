@@ -1,0 +1,1 @@
+//! dispatch (to be written).

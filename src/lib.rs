@@ -1,0 +1,41 @@
+//! slotbridge: a Redis-protocol proxy in front of a Redis Cluster.
+//!
+//! # Layout
+//!
+//! One command flows one way through these modules:
+//!
+//! ```text
+//! client::session ──► protocol (decode, inline) ──► command (table, key positions)
+//!        ▲                                                   │
+//!        │                                                   ▼
+//!  protocol::encode ◄── rewrite (reverse) ◄── reply (merge) ◄── dispatch
+//!                                                   │            │
+//!                                        rewrite (forward) ──► route (slot, slot map, plan)
+//!                                                                │
+//!                                          backend (node connections, redirects) ◄┘
+//! ```
+//!
+//! - [`protocol`]: RESP2/RESP3 framing, check-then-parse, inline commands, limits. Pure.
+//! - [`command`]: the command table (from the backend's `COMMAND`, with a built-in
+//!   fallback) and key positions. Pure.
+//! - [`route`]: hash slots, the slot map snapshot, redirect classification. Pure.
+//! - [`rewrite`]: the legacy -> cluster:v1 key layout rules, both directions. Pure.
+//! - [`reply`]: client-visible error texts and reply builders. Pure.
+//! - [`backend`]: pipelined connections to Redis nodes (IO).
+//! - [`topology`]: keeps the slot map fresh and owns the node connections (IO).
+//! - [`dispatch`]: the only place the stages meet: one request in, one reply out.
+//! - [`client`]: one task per client connection, replies in request order (IO).
+//! - [`server`]: the accept loop and shutdown (IO).
+//! - [`config`]: YAML + CLI configuration, validated in one place.
+
+pub mod backend;
+pub mod client;
+pub mod command;
+pub mod config;
+pub mod dispatch;
+pub mod protocol;
+pub mod reply;
+pub mod rewrite;
+pub mod route;
+pub mod server;
+pub mod topology;

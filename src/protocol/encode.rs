@@ -1,0 +1,1 @@
+//! Writing replies the proxy builds itself, in the client's protocol version.

@@ -1,0 +1,1 @@
+//! Inline commands: Redis's `sdssplitargs` rules.

@@ -1,0 +1,55 @@
+//! RESP framing for both directions, with no IO.
+//!
+//! Requests: [`RequestDecoder`] turns client bytes into [`Request`]s (multibulk or inline),
+//! checking that a whole frame is buffered and within [`Limits`] before it parses anything,
+//! and keeping its scan position between calls so a large frame arriving in small reads
+//! costs linear time. Replies: [`ReplyScanner`] finds where one complete reply frame ends
+//! in a backend's byte stream, so replies can be forwarded as raw bytes. [`encode`] writes
+//! replies the proxy builds itself.
+
+pub mod encode;
+mod inline;
+mod reply_scan;
+mod request;
+
+pub use reply_scan::ReplyScanner;
+pub use request::{Request, RequestDecoder};
+
+/// Size limits on client input. Defaults are Redis's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest bulk string, as Redis's `proto-max-bulk-len` (512 MB).
+    pub max_bulk_len: usize,
+    /// Most elements in one multibulk request (Redis: 1024*1024).
+    pub max_multibulk_len: usize,
+    /// Longest inline command line (Redis: `PROTO_INLINE_MAX_SIZE`, 64 KiB).
+    pub max_inline_len: usize,
+    /// Deepest nesting of aggregate reply frames accepted from a backend.
+    pub max_nesting: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bulk_len: 512 * 1024 * 1024,
+            max_multibulk_len: 1024 * 1024,
+            max_inline_len: 64 * 1024,
+            max_nesting: 128,
+        }
+    }
+}
+
+/// A client sent something Redis would refuse with `-ERR Protocol error: ...` and then close
+/// the connection. The text is Redis's, without the `ERR ` prefix
+/// (e.g. `Protocol error: invalid multibulk length`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ProtocolError(pub String);
+
+/// Which RESP version a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Proto {
+    #[default]
+    Resp2,
+    Resp3,
+}

@@ -1,0 +1,9 @@
+//! Where a key lives: hash slots, the slot map, redirect answers. Pure, no IO.
+
+mod redirect;
+mod slot;
+mod slot_map;
+
+pub use redirect::Redirect;
+pub use slot::{key_slot, SLOT_COUNT};
+pub use slot_map::{NodeAddr, SlotMap};

@@ -1,0 +1,44 @@
+//! CRC16-XMODEM hash slots with hash tags, as Redis Cluster computes them.
+
+/// Number of hash slots in a Redis Cluster.
+pub const SLOT_COUNT: usize = 16384;
+
+/// The hash slot of `key`: CRC16-XMODEM of its hash tag (the bytes between the first `{`
+/// and the next `}`, when non-empty) or of the whole key, modulo 16384.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let hashed = hash_tag(key).unwrap_or(key);
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOT_COUNT as u16
+}
+
+/// The part of `key` that is hashed when it has a non-empty `{...}` tag.
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let rest = &key[open + 1..];
+    let close = rest.iter().position(|&b| b == b'}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_vector() {
+        assert_eq!(crc16::State::<crc16::XMODEM>::calculate(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"123456789"), 12739);
+    }
+
+    #[test]
+    fn hash_tags_follow_redis_rules() {
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+        assert_eq!(key_slot(b"mybot:{ch:25}:r:chat-1"), key_slot(b"ch:25"));
+        // Values from redis-server's CLUSTER KEYSLOT.
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"bar"), 5061);
+        assert_eq!(key_slot(b""), 0);
+    }
+}

@@ -1,0 +1,1 @@
+//! topology (to be written).
