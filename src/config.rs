@@ -1,1 +1,302 @@
-//! config (to be written).
+//! Configuration: a YAML file, overridden by command-line flags and `SLOTBRIDGE_*`
+//! environment variables, merged and validated in one place.
+//!
+//! Every struct is `#[serde(default, deny_unknown_fields)]`, so a file only names what it
+//! changes and a misspelt field is an error that names the file, line and field.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::protocol::Limits;
+
+/// The whole proxy configuration.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Client-facing address, `host:port`.
+    pub listen: String,
+    /// Admin HTTP address (metrics, health), `host:port`.
+    pub admin_listen: String,
+    /// Cluster seed nodes, `host:port` each. Exactly one of `cluster` and `standalone`.
+    pub cluster: Vec<String>,
+    /// A single non-cluster upstream (one node or an HA virtual IP), `host:port`.
+    pub standalone: Option<String>,
+    /// Credentials and timeouts for connections to the upstream.
+    pub backend: BackendConfig,
+    /// Announced node address -> reachable address, for clusters behind NAT or Docker.
+    pub address_map: HashMap<String, String>,
+    /// Redirect and retry policy.
+    pub retry: RetryConfig,
+    /// Slot-map refresh policy.
+    pub topology: TopologyConfig,
+    /// Client protocol limits.
+    pub limits: LimitsConfig,
+    /// Worker threads of the runtime (0: one per core).
+    pub threads: usize,
+    /// Log output: `text` or `json`.
+    pub log_format: LogFormat,
+    /// Log filter, as `RUST_LOG` (e.g. `info`, `slotbridge=debug`).
+    pub log_level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:6380".into(),
+            admin_listen: "127.0.0.1:9121".into(),
+            cluster: Vec::new(),
+            standalone: None,
+            backend: BackendConfig::default(),
+            address_map: HashMap::new(),
+            retry: RetryConfig::default(),
+            topology: TopologyConfig::default(),
+            limits: LimitsConfig::default(),
+            threads: 1,
+            log_format: LogFormat::Text,
+            log_level: "info".into(),
+        }
+    }
+}
+
+/// How the proxy talks to the upstream nodes.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackendConfig {
+    /// ACL user; empty means legacy `AUTH password`. Env: `REDIS_USERNAME`.
+    pub username: Option<String>,
+    /// Password; never logged. Env: `REDIS_PASSWORD`.
+    pub password: Option<String>,
+    /// TCP connect timeout, milliseconds.
+    pub connect_timeout_ms: u64,
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        BackendConfig { username: None, password: None, connect_timeout_ms: 1000 }
+    }
+}
+
+/// Redirects and retries (see DESIGN.md, "Redirects and retries").
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Attempts for TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY and unreachable nodes.
+    pub attempts: u32,
+    /// First backoff, milliseconds; doubles up to `max_backoff_ms`.
+    pub base_backoff_ms: u64,
+    /// Backoff cap, milliseconds. Defaults give 10 attempts in about 2.5 s.
+    pub max_backoff_ms: u64,
+    /// MOVED/ASK hops one command may follow.
+    pub max_redirects: u32,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig { attempts: 10, base_backoff_ms: 10, max_backoff_ms: 500, max_redirects: 5 }
+    }
+}
+
+impl RetryConfig {
+    /// The pause before retry number `attempt` (0-based).
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let ms = self.base_backoff_ms.saturating_mul(1u64 << attempt.min(20));
+        Duration::from_millis(ms.min(self.max_backoff_ms))
+    }
+}
+
+/// When the slot map is re-read.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopologyConfig {
+    /// Periodic refresh, milliseconds.
+    pub refresh_interval_ms: u64,
+    /// Least time between two refreshes, so a reshard's MOVED burst can't cause a storm.
+    pub min_refresh_interval_ms: u64,
+}
+
+impl Default for TopologyConfig {
+    fn default() -> Self {
+        TopologyConfig { refresh_interval_ms: 10_000, min_refresh_interval_ms: 200 }
+    }
+}
+
+/// Limits on client input (Redis's defaults).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// As Redis's `proto-max-bulk-len`.
+    pub proto_max_bulk_len: usize,
+    /// Most elements in one request.
+    pub max_multibulk_len: usize,
+    /// Longest inline command.
+    pub max_inline_len: usize,
+    /// Most commands of one client in flight at once (pipelining depth).
+    pub max_pipeline: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let limits = Limits::default();
+        LimitsConfig {
+            proto_max_bulk_len: limits.max_bulk_len,
+            max_multibulk_len: limits.max_multibulk_len,
+            max_inline_len: limits.max_inline_len,
+            max_pipeline: 1024,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// The codec's view of these limits.
+    pub fn protocol(&self) -> Limits {
+        Limits {
+            max_bulk_len: self.proto_max_bulk_len,
+            max_multibulk_len: self.max_multibulk_len,
+            max_inline_len: self.max_inline_len,
+            ..Limits::default()
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Where the proxy sends commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upstream {
+    Cluster(Vec<String>),
+    Standalone(String),
+}
+
+/// A configuration problem, with the file it came from when there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads a YAML file; errors name the file, and serde's message names line and field.
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Config::from_yaml(&text)
+            .map_err(|message| ConfigError::Parse { path: path.into(), message })
+    }
+
+    /// Parses YAML text (an empty document is the default config).
+    pub fn from_yaml(text: &str) -> Result<Config, String> {
+        if text.trim().is_empty() {
+            return Ok(Config::default());
+        }
+        serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// The upstream, once validated.
+    pub fn upstream(&self) -> Result<Upstream, ConfigError> {
+        match (&self.standalone, self.cluster.is_empty()) {
+            (Some(_), false) => Err(ConfigError::Invalid(
+                "set either cluster seeds or a standalone upstream, not both".into(),
+            )),
+            (Some(addr), true) => Ok(Upstream::Standalone(addr.clone())),
+            (None, false) => Ok(Upstream::Cluster(self.cluster.clone())),
+            (None, true) => Err(ConfigError::Invalid(
+                "no upstream: give --cluster HOST:PORT[,...] or --standalone HOST:PORT".into(),
+            )),
+        }
+    }
+
+    /// Checks everything that can be checked without network access.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.upstream()?;
+        let addresses = [("listen", &self.listen), ("admin_listen", &self.admin_listen)];
+        for (field, addr) in addresses {
+            check_host_port(field, addr)?;
+        }
+        for seed in self.cluster.iter().chain(self.standalone.iter()) {
+            check_host_port("upstream", seed)?;
+        }
+        if self.retry.attempts == 0 {
+            return Err(ConfigError::Invalid("retry.attempts must be at least 1".into()));
+        }
+        if self.limits.max_pipeline == 0 {
+            return Err(ConfigError::Invalid("limits.max_pipeline must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// Connect timeout for backend connections.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.backend.connect_timeout_ms)
+    }
+}
+
+fn check_host_port(field: &str, addr: &str) -> Result<(), ConfigError> {
+    let valid = addr
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if valid {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!("{field}: '{addr}' is not host:port")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_default() {
+        assert_eq!(Config::from_yaml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_field_names_field_and_line() {
+        let err = Config::from_yaml("listen: 127.0.0.1:1\nlisen: x\n").unwrap_err();
+        assert!(err.contains("lisen") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn upstream_must_be_exactly_one() {
+        let mut config = Config::default();
+        assert!(config.validate().is_err());
+        config.cluster = vec!["127.0.0.1:7001".into()];
+        assert!(config.validate().is_ok());
+        config.standalone = Some("127.0.0.1:6379".into());
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn default_backoff_spends_about_two_and_a_half_seconds() {
+        let retry = RetryConfig::default();
+        let total: Duration = (0..retry.attempts).map(|a| retry.backoff(a)).sum();
+        assert!(total >= Duration::from_millis(2000) && total <= Duration::from_millis(3000));
+    }
+
+    #[test]
+    fn every_shipped_proxy_config_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if name.starts_with("slotbridge") && name.ends_with(".yaml") {
+                let config = Config::from_file(&path).unwrap();
+                config.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        }
+    }
+}

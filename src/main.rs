@@ -1,1 +1,15 @@
-fn main() {}
+//! The `slotbridge` command: run the proxy (default), or check a configuration file.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cli.command.unwrap_or(cli::Command::Run(cli.run)) {
+        cli::Command::Run(args) => cli::run(args),
+        cli::Command::CheckConfig { file } => cli::check_config(&file),
+    }
+}

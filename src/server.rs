@@ -1,1 +1,96 @@
-//! server (to be written).
+//! Start-up and the accept loop: load the slot map and command table, bind, serve clients
+//! until a shutdown signal.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::net::TcpListener;
+
+use crate::client::{self, Registry};
+use crate::command::CommandTable;
+use crate::config::Config;
+use crate::dispatch::Proxy;
+use crate::protocol::Proto;
+use crate::topology::Topology;
+
+/// How long start-up waits for a first complete slot map before serving anyway.
+const STARTUP_MAP_WAIT: Duration = Duration::from_secs(10);
+
+/// Builds the proxy for `config`: connects to the upstream, reads its slot map and command
+/// table (falling back to the built-in table), and binds the client listener.
+pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> {
+    let topology = Topology::new(&config)?;
+    let deadline = Instant::now() + STARTUP_MAP_WAIT;
+    loop {
+        match topology.refresh().await {
+            Ok(()) if topology.routing().map.is_complete() => break,
+            Ok(()) => tracing::warn!(
+                slots = topology.routing().map.slots_covered(),
+                "slot map incomplete, waiting"
+            ),
+            Err(e) => tracing::warn!(error = %e, "no seed node answered yet"),
+        }
+        if Instant::now() >= deadline {
+            tracing::warn!("starting without a complete slot map; commands on uncovered slots fail");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let commands = load_command_table(&topology).await;
+    let listener = TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let listen_addr = listener.local_addr().map(|a| a.to_string()).unwrap_or(config.listen.clone());
+    let proxy = Proxy { config, topology, commands, listen_addr, started: Instant::now() };
+    Ok((Arc::new(proxy), listener))
+}
+
+/// The backend's own command table, so every command of its version routes right.
+async fn load_command_table(topology: &Topology) -> CommandTable {
+    if let Some(conn) = topology.any_master(Proto::Resp2) {
+        let call = conn.call(Bytes::from_static(b"*1\r\n$7\r\nCOMMAND\r\n"), false);
+        if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(5), call).await {
+            match CommandTable::from_command_reply(&reply) {
+                Ok(table) => return table,
+                Err(e) => tracing::warn!(error = %e, "backend COMMAND reply unusable; using built-in table"),
+            }
+        }
+    }
+    tracing::warn!("backend command table unavailable; using the built-in Redis 7 table");
+    CommandTable::builtin()
+}
+
+/// Serves clients until `shutdown` completes.
+pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, shutdown: impl std::future::Future<Output = ()>) {
+    let registry = Arc::new(Registry::default());
+    let refresher = tokio::spawn(proxy.topology.clone().run_refresher());
+    {
+        let routing = proxy.topology.routing();
+        tracing::info!(
+            listen = %proxy.listen_addr,
+            slots_covered = routing.map.slots_covered(),
+            masters = routing.map.masters().len(),
+            upstream = if proxy.topology.is_standalone() { "standalone" } else { "cluster" },
+            "slotbridge ready"
+        );
+    }
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(client::serve(stream, proxy.clone(), registry.clone()));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: pause instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    refresher.abort();
+    tracing::info!("slotbridge stopped");
+}

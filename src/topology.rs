@@ -1,1 +1,273 @@
-//! topology (to be written).
+//! The live view of the upstream: the current slot map snapshot and the node connections.
+//!
+//! Readers load an immutable [`Routing`] snapshot (arc-swap: no lock on the command path).
+//! A refresher task re-reads `CLUSTER SHARDS` (or `CLUSTER SLOTS`) from any known node
+//! periodically and on request (MOVED, connection failure), never more often than
+//! `min_refresh_interval`, so a reshard's burst of MOVED replies can't cause a storm.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use crate::backend::{ConnOptions, NodeConn};
+use crate::config::{Config, Upstream};
+use crate::protocol::Proto;
+use crate::route::{NodeAddr, SlotMap};
+
+/// One node's shared connections, one per protocol version, so replies pass byte-exact.
+#[derive(Clone)]
+pub struct NodeConns {
+    resp2: NodeConn,
+    resp3: NodeConn,
+}
+
+impl NodeConns {
+    /// The connection that speaks `proto`.
+    pub fn get(&self, proto: Proto) -> &NodeConn {
+        match proto {
+            Proto::Resp2 => &self.resp2,
+            Proto::Resp3 => &self.resp3,
+        }
+    }
+}
+
+/// An immutable routing snapshot: the slot map and a connection handle per master.
+pub struct Routing {
+    /// The slot map this snapshot was built from.
+    pub map: SlotMap,
+    /// Connections of `map.masters()`, same order.
+    masters: Vec<NodeConns>,
+}
+
+impl Routing {
+    /// The master serving `slot`, if the slot is covered.
+    pub fn master_for_slot(&self, slot: u16) -> Option<&NodeConns> {
+        self.map.master_index(slot).and_then(|i| self.masters.get(i))
+    }
+
+    /// Every master's connections.
+    pub fn masters(&self) -> &[NodeConns] {
+        &self.masters
+    }
+}
+
+/// Connection settings shared by every node connection.
+struct ConnSettings {
+    username: Option<String>,
+    password: Option<String>,
+    connect_timeout: Duration,
+    limits: crate::protocol::Limits,
+}
+
+/// The upstream: slot map, node connections, refresh policy.
+pub struct Topology {
+    routing: ArcSwap<Routing>,
+    pool: Mutex<HashMap<NodeAddr, NodeConns>>,
+    seeds: Vec<String>,
+    standalone: bool,
+    remap: HashMap<String, String>,
+    settings: ConnSettings,
+    refresh_wanted: Notify,
+    refresh_interval: Duration,
+    min_refresh_interval: Duration,
+    last_refresh: Mutex<Option<Instant>>,
+    round_robin: AtomicUsize,
+}
+
+impl Topology {
+    /// A topology for `config`'s upstream. Nothing is connected until first use; call
+    /// [`Topology::refresh`] to load the slot map.
+    pub fn new(config: &Config) -> Result<Arc<Topology>, String> {
+        let upstream = config.upstream().map_err(|e| e.to_string())?;
+        let (seeds, standalone) = match upstream {
+            Upstream::Cluster(seeds) => (seeds, false),
+            Upstream::Standalone(addr) => (vec![addr], true),
+        };
+        let settings = ConnSettings {
+            username: config.backend.username.clone().filter(|u| !u.is_empty()),
+            password: config.backend.password.clone(),
+            connect_timeout: config.connect_timeout(),
+            limits: config.limits.protocol(),
+        };
+        let empty = SlotMap::empty();
+        let topology = Topology {
+            routing: ArcSwap::from_pointee(Routing { map: empty, masters: Vec::new() }),
+            pool: Mutex::new(HashMap::new()),
+            seeds,
+            standalone,
+            remap: config.address_map.clone(),
+            settings,
+            refresh_wanted: Notify::new(),
+            refresh_interval: Duration::from_millis(config.topology.refresh_interval_ms),
+            min_refresh_interval: Duration::from_millis(config.topology.min_refresh_interval_ms),
+            last_refresh: Mutex::new(None),
+            round_robin: AtomicUsize::new(0),
+        };
+        if topology.standalone {
+            let addr: NodeAddr = topology.remapped(&topology.seeds[0]);
+            topology.install(SlotMap::single(addr));
+        }
+        Ok(Arc::new(topology))
+    }
+
+    /// The current routing snapshot.
+    pub fn routing(&self) -> arc_swap::Guard<Arc<Routing>> {
+        self.routing.load()
+    }
+
+    /// Whether the upstream is a single non-cluster node.
+    pub fn is_standalone(&self) -> bool {
+        self.standalone
+    }
+
+    /// The connection to the master of `slot`, if covered.
+    pub fn master_for_slot(&self, slot: u16, proto: Proto) -> Option<NodeConn> {
+        self.routing.load().master_for_slot(slot).map(|n| n.get(proto).clone())
+    }
+
+    /// Some master, in turn, for keyless commands.
+    pub fn any_master(&self, proto: Proto) -> Option<NodeConn> {
+        let routing = self.routing.load();
+        let masters = routing.masters();
+        if masters.is_empty() {
+            return None;
+        }
+        let i = self.round_robin.fetch_add(1, Ordering::Relaxed) % masters.len();
+        Some(masters[i].get(proto).clone())
+    }
+
+    /// The shared connection to `addr` (creating it when the node is new).
+    pub fn node(&self, addr: &str, proto: Proto) -> NodeConn {
+        self.node_conns(addr).get(proto).clone()
+    }
+
+    /// A new connection to `addr` for one client's exclusive use (blocking commands,
+    /// transactions, subscriptions). Closed when the last handle is dropped.
+    pub fn dedicated(&self, addr: &NodeAddr, proto: Proto) -> NodeConn {
+        NodeConn::spawn(addr.clone(), self.conn_options(proto))
+    }
+
+    fn conn_options(&self, proto: Proto) -> ConnOptions {
+        ConnOptions {
+            proto,
+            username: self.settings.username.clone(),
+            password: self.settings.password.clone(),
+            connect_timeout: self.settings.connect_timeout,
+            limits: self.settings.limits,
+        }
+    }
+
+    fn node_conns(&self, addr: &str) -> NodeConns {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(conns) = pool.get(addr) {
+            return conns.clone();
+        }
+        let key: NodeAddr = addr.into();
+        let conns = NodeConns {
+            resp2: NodeConn::spawn(key.clone(), self.conn_options(Proto::Resp2)),
+            resp3: NodeConn::spawn(key.clone(), self.conn_options(Proto::Resp3)),
+        };
+        pool.insert(key, conns.clone());
+        conns
+    }
+
+    fn remapped(&self, addr: &str) -> NodeAddr {
+        self.remap.get(addr).map(String::as_str).unwrap_or(addr).into()
+    }
+
+    /// Makes `map` the current snapshot.
+    fn install(&self, map: SlotMap) {
+        let masters = map.masters().iter().map(|addr| self.node_conns(addr)).collect();
+        self.routing.store(Arc::new(Routing { map, masters }));
+    }
+
+    /// A MOVED reply said `slot` now lives at `addr`: patch the snapshot at once (so the
+    /// retry goes to the right node) and ask for a full refresh.
+    pub fn on_moved(&self, slot: u16, addr: &str) {
+        let addr = self.remapped(addr);
+        let current = self.routing.load();
+        if current.map.master_addr(slot).map(|a| &**a) != Some(&*addr) {
+            self.install(current.map.with_slot_moved(slot, addr));
+        }
+        self.request_refresh();
+    }
+
+    /// Asks the refresher for a new slot map soon (rate-limited by the refresher).
+    pub fn request_refresh(&self) {
+        if !self.standalone {
+            self.refresh_wanted.notify_one();
+        }
+    }
+
+    /// Reads the slot map from the first known node that answers and installs it.
+    pub async fn refresh(&self) -> Result<(), String> {
+        if self.standalone {
+            return Ok(());
+        }
+        *self.last_refresh.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        let mut candidates: Vec<NodeAddr> = self.routing.load().map.nodes().to_vec();
+        for seed in &self.seeds {
+            let seed = self.remapped(seed);
+            if !candidates.contains(&seed) {
+                candidates.push(seed);
+            }
+        }
+        let mut last_error = String::from("no seed nodes");
+        for addr in candidates {
+            match self.read_slot_map(&addr).await {
+                Ok(map) => {
+                    self.install(map);
+                    return Ok(());
+                }
+                Err(e) => last_error = format!("{addr}: {e}"),
+            }
+        }
+        Err(last_error)
+    }
+
+    async fn read_slot_map(&self, addr: &str) -> Result<SlotMap, String> {
+        let conn = self.node(addr, Proto::Resp2);
+        let shards = call_with_timeout(&conn, "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n").await?;
+        if !shards.starts_with(b"-") {
+            return SlotMap::from_cluster_shards(&shards, &self.remap);
+        }
+        let slots = call_with_timeout(&conn, "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n").await?;
+        if slots.starts_with(b"-") {
+            return Err(String::from_utf8_lossy(&slots[1..]).trim_end().to_string());
+        }
+        SlotMap::from_cluster_slots(&slots, &self.remap)
+    }
+
+    /// Runs forever: refreshes periodically and whenever asked, rate-limited.
+    pub async fn run_refresher(self: Arc<Self>) {
+        if self.standalone {
+            return;
+        }
+        loop {
+            let _ = tokio::time::timeout(self.refresh_interval, self.refresh_wanted.notified()).await;
+            let since = self.last_refresh.lock().unwrap_or_else(|e| e.into_inner()).map(|t| t.elapsed());
+            if let Some(since) = since {
+                if since < self.min_refresh_interval {
+                    tokio::time::sleep(self.min_refresh_interval - since).await;
+                }
+            }
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "slot map refresh failed");
+            }
+        }
+    }
+}
+
+async fn call_with_timeout(conn: &NodeConn, request: &'static str) -> Result<Bytes, String> {
+    let call = conn.call(Bytes::from_static(request.as_bytes()), false);
+    match tokio::time::timeout(Duration::from_secs(2), call).await {
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("timed out".into()),
+    }
+}

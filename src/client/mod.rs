@@ -1,1 +1,12 @@
-//! client (to be written).
+//! Client connections: one task per client, replies leave in request order.
+//!
+//! [`session`] runs the connection loop (read, decode, dispatch, write in order);
+//! [`local`] answers what belongs to the connection itself (HELLO, CLIENT, SELECT, AUTH,
+//! PING, ...); [`registry`] lists the connected clients for CLIENT LIST.
+
+mod local;
+pub mod registry;
+pub mod session;
+
+pub use registry::Registry;
+pub use session::serve;

@@ -1,0 +1,214 @@
+//! Commands about the connection itself, answered by the proxy as a single Redis would:
+//! PING, ECHO, QUIT, SELECT, HELLO, AUTH, RESET, READONLY/READWRITE and CLIENT's
+//! connection subcommands. Everything else goes to the dispatcher.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::protocol::{Proto, Request};
+use crate::reply;
+
+use super::registry::Registry;
+
+/// What a single Redis keeps per connection, as far as the proxy emulates it.
+#[derive(Debug)]
+pub struct ConnState {
+    pub id: u64,
+    pub proto: Proto,
+    pub name: Option<Bytes>,
+}
+
+/// A locally answered command: the reply, and whether the connection closes after it.
+pub struct Answer {
+    pub reply: Bytes,
+    pub close: bool,
+}
+
+impl Answer {
+    fn reply(reply: Bytes) -> Option<Answer> {
+        Some(Answer { reply, close: false })
+    }
+}
+
+/// The server version reported by HELLO.
+const REDIS_VERSION: &str = "7.0.0";
+
+/// Answers `request` if it is about the connection; `None` sends it on to the dispatcher.
+pub fn answer(state: &mut ConnState, registry: &Registry, request: &Request) -> Option<Answer> {
+    let args = &request.args;
+    let mut name = [0u8; 16];
+    let len = args[0].len();
+    if len > name.len() {
+        return None;
+    }
+    for (dst, src) in name.iter_mut().zip(args[0].iter()) {
+        *dst = src.to_ascii_lowercase();
+    }
+    match &name[..len] {
+        b"ping" => match args.len() {
+            1 => Answer::reply(Bytes::from_static(b"+PONG\r\n")),
+            2 => Answer::reply(bulk(&args[1])),
+            _ => Answer::reply(reply::wrong_arity("ping")),
+        },
+        b"echo" if args.len() == 2 => Answer::reply(bulk(&args[1])),
+        b"echo" => Answer::reply(reply::wrong_arity("echo")),
+        b"quit" => Some(Answer { reply: Bytes::from_static(b"+OK\r\n"), close: true }),
+        b"select" if args.len() == 2 => Answer::reply(match std::str::from_utf8(&args[1]).ok().and_then(|s| s.parse::<i64>().ok()) {
+            Some(0) => ok(),
+            Some(_) => reply::error(reply::text::SELECT_RANGE),
+            None => reply::error("ERR value is not an integer or out of range"),
+        }),
+        b"select" => Answer::reply(reply::wrong_arity("select")),
+        b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
+        b"auth" => Answer::reply(auth(args)),
+        b"hello" => Answer::reply(hello(state, registry, args)),
+        b"reset" if args.len() == 1 => {
+            state.proto = Proto::Resp2;
+            state.name = None;
+            registry.update(state.id, |e| {
+                e.name.clear();
+                e.resp = 2;
+            });
+            Answer::reply(Bytes::from_static(b"+RESET\r\n"))
+        }
+        b"client" if args.len() >= 2 => client(state, registry, args),
+        _ => None,
+    }
+}
+
+fn auth(args: &[Bytes]) -> Bytes {
+    match args.len() {
+        2 => reply::error(reply::text::AUTH_NOT_CONFIGURED),
+        // With no password configured, the default user takes any password, as in Redis.
+        3 if args[1].eq_ignore_ascii_case(b"default") => ok(),
+        3 => reply::error("WRONGPASS invalid username-password pair or user is disabled."),
+        _ => reply::error(reply::text::SYNTAX),
+    }
+}
+
+fn hello(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Bytes {
+    let mut proto = state.proto;
+    let mut name = None;
+    if let Some(version) = args.get(1) {
+        proto = match std::str::from_utf8(version).ok().and_then(|s| s.parse::<i64>().ok()) {
+            Some(2) => Proto::Resp2,
+            Some(3) => Proto::Resp3,
+            Some(_) => return reply::error(reply::text::NO_PROTO),
+            None => return reply::error("ERR Protocol version is not an integer or out of range"),
+        };
+        let mut i = 2;
+        while i < args.len() {
+            let more = args.len() - i - 1;
+            if args[i].eq_ignore_ascii_case(b"AUTH") && more >= 2 {
+                let answer = auth(&[args[i].clone(), args[i + 1].clone(), args[i + 2].clone()]);
+                if answer.first() == Some(&b'-') {
+                    return answer;
+                }
+                i += 3;
+            } else if args[i].eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
+                if !valid_name(&args[i + 1]) {
+                    return reply::error(BAD_NAME);
+                }
+                name = Some(args[i + 1].clone());
+                i += 2;
+            } else {
+                return reply::error(&format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(&args[i])
+                ));
+            }
+        }
+    }
+    state.proto = proto;
+    if let Some(name) = name {
+        set_name(state, registry, name);
+    }
+    registry.update(state.id, |e| e.resp = if proto == Proto::Resp3 { 3 } else { 2 });
+    let mut out = BytesMut::new();
+    let fields: [(&str, HelloValue); 7] = [
+        ("server", HelloValue::Text("redis")),
+        ("version", HelloValue::Text(REDIS_VERSION)),
+        ("proto", HelloValue::Int(if proto == Proto::Resp3 { 3 } else { 2 })),
+        ("id", HelloValue::Int(state.id as i64)),
+        ("mode", HelloValue::Text("standalone")),
+        ("role", HelloValue::Text("master")),
+        ("modules", HelloValue::EmptyArray),
+    ];
+    match proto {
+        Proto::Resp2 => out.put_slice(format!("*{}\r\n", fields.len() * 2).as_bytes()),
+        Proto::Resp3 => out.put_slice(format!("%{}\r\n", fields.len()).as_bytes()),
+    }
+    for (key, value) in fields {
+        out.put_slice(&bulk(key.as_bytes()));
+        match value {
+            HelloValue::Text(text) => out.put_slice(&bulk(text.as_bytes())),
+            HelloValue::Int(n) => out.put_slice(format!(":{n}\r\n").as_bytes()),
+            HelloValue::EmptyArray => out.put_slice(b"*0\r\n"),
+        }
+    }
+    out.freeze()
+}
+
+enum HelloValue {
+    Text(&'static str),
+    Int(i64),
+    EmptyArray,
+}
+
+const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
+
+fn valid_name(name: &[u8]) -> bool {
+    name.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+fn set_name(state: &mut ConnState, registry: &Registry, name: Bytes) {
+    let shown = String::from_utf8_lossy(&name).into_owned();
+    state.name = (!name.is_empty()).then_some(name);
+    registry.update(state.id, |e| e.name = shown);
+}
+
+fn client(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Option<Answer> {
+    let sub = args[1].to_ascii_lowercase();
+    let reply = match (sub.as_slice(), args.len()) {
+        (b"setname", 3) => {
+            if !valid_name(&args[2]) {
+                reply::error(BAD_NAME)
+            } else {
+                set_name(state, registry, args[2].clone());
+                ok()
+            }
+        }
+        (b"getname", 2) => match &state.name {
+            Some(name) => bulk(name),
+            None => null(state.proto),
+        },
+        (b"id", 2) => Bytes::from(format!(":{}\r\n", state.id)),
+        (b"setinfo", 4) => ok(),
+        (b"info", 2) => bulk(registry.line(state.id).unwrap_or_default().as_bytes()),
+        (b"list", 2) => bulk(registry.list().as_bytes()),
+        (b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"list", _) => {
+            reply::wrong_arity(&format!("client|{}", String::from_utf8_lossy(&sub)))
+        }
+        (b"no-evict" | b"no-touch", 3) => ok(),
+        _ => reply::unknown_subcommand("client", &args[1]),
+    };
+    Answer::reply(reply)
+}
+
+fn ok() -> Bytes {
+    Bytes::from_static(b"+OK\r\n")
+}
+
+fn null(proto: Proto) -> Bytes {
+    match proto {
+        Proto::Resp2 => Bytes::from_static(b"$-1\r\n"),
+        Proto::Resp3 => Bytes::from_static(b"_\r\n"),
+    }
+}
+
+fn bulk(data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(data.len() + 16);
+    out.put_slice(format!("${}\r\n", data.len()).as_bytes());
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+    out.freeze()
+}

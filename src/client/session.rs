@@ -1,0 +1,96 @@
+//! One client connection: read, decode, dispatch, and write replies in request order.
+//!
+//! Requests are dispatched as soon as they are decoded, so a pipeline runs in parallel
+//! across masters; their replies are collected in a `FuturesOrdered`, which yields them in
+//! request order. Replies that are ready together leave in one write. At most
+//! `max_pipeline` commands of one client are in flight; past that the session stops
+//! reading (TCP back-pressure) until replies drain.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use futures_util::future::{ready, Either};
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use futures_util::FutureExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::dispatch::Proxy;
+use crate::protocol::{Proto, RequestDecoder};
+use crate::reply;
+
+use super::local::{self, ConnState};
+use super::registry::Registry;
+
+const READ_BUFFER: usize = 16 * 1024;
+
+/// Serves one client until it disconnects, sends QUIT, or breaks the protocol.
+pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>) {
+    let peer = stream.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let local_addr = stream.local_addr().unwrap_or(peer);
+    let _ = stream.set_nodelay(true);
+    let guard = registry.register(peer, local_addr);
+    let mut state = ConnState { id: guard.id, proto: Proto::Resp2, name: None };
+    let (mut reader, mut writer) = stream.into_split();
+    let max_pipeline = proxy.config.limits.max_pipeline;
+    let mut decoder = RequestDecoder::new(proxy.config.limits.protocol());
+    let mut input = BytesMut::with_capacity(READ_BUFFER);
+    let mut output = BytesMut::new();
+    let mut in_flight = FuturesOrdered::new();
+    // Set once the connection must end after the replies already queued (QUIT, bad input).
+    let mut closing = false;
+
+    loop {
+        // Turn buffered bytes into dispatched requests, as far as the pipeline limit allows.
+        while !closing && in_flight.len() < max_pipeline {
+            match decoder.decode(&mut input) {
+                Ok(Some(request)) => match local::answer(&mut state, &registry, &request) {
+                    Some(answer) => {
+                        closing |= answer.close;
+                        in_flight.push_back(Either::Left(ready(answer.reply)));
+                    }
+                    None => {
+                        let run = proxy.clone().execute(request, state.proto);
+                        in_flight.push_back(Either::Right(run));
+                    }
+                },
+                Ok(None) => break,
+                Err(error) => {
+                    tracing::debug!(client = %peer, %error, "closing client after protocol error");
+                    in_flight.push_back(Either::Left(ready(reply::error(&format!("ERR {error}")))));
+                    closing = true;
+                }
+            }
+        }
+        if closing && in_flight.is_empty() {
+            break;
+        }
+        let can_read = !closing && in_flight.len() < max_pipeline;
+        tokio::select! {
+            biased;
+            Some(first) = in_flight.next(), if !in_flight.is_empty() => {
+                output.extend_from_slice(&first);
+                // Everything else already answered leaves in the same write.
+                while let Some(Some(more)) = in_flight.next().now_or_never() {
+                    output.extend_from_slice(&more);
+                }
+                if writer.write_all(&output).await.is_err() {
+                    break;
+                }
+                output.clear();
+            }
+            read = reader.read_buf(&mut input), if can_read => {
+                match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                if input.capacity() - input.len() < 1024 {
+                    input.reserve(READ_BUFFER);
+                }
+            }
+        }
+    }
+    let _ = writer.shutdown().await;
+    drop(guard);
+}

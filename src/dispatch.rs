@@ -1,1 +1,0 @@
-//! dispatch (to be written).

@@ -1,0 +1,83 @@
+//! Merging the replies of a command that was split by slot back into the one reply a
+//! single Redis would have given. Pure functions over raw reply frames.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::protocol::{Limits, ReplyScanner};
+
+/// The element frames of an array (`*`), set (`~`) or push (`>`) reply, as slices of it.
+/// `None` when `frame` is not such an aggregate (an error, a null array...).
+pub fn array_elements(frame: &Bytes) -> Option<Vec<Bytes>> {
+    if !matches!(frame.first(), Some(b'*' | b'~' | b'>')) {
+        return None;
+    }
+    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
+    let count: i64 = std::str::from_utf8(&frame[1..header_end]).ok()?.parse().ok()?;
+    if count < 0 {
+        return None;
+    }
+    let mut elements = Vec::with_capacity(count as usize);
+    let mut offset = header_end + 2;
+    for _ in 0..count {
+        let mut scanner = ReplyScanner::new(Limits::default());
+        let len = scanner.next_frame_len(&frame[offset..]).ok()??;
+        elements.push(frame.slice(offset..offset + len));
+        offset += len;
+    }
+    Some(elements)
+}
+
+/// The integer of a `:n` reply.
+pub fn integer(frame: &[u8]) -> Option<i64> {
+    let body = frame.strip_prefix(b":")?.strip_suffix(b"\r\n")?;
+    std::str::from_utf8(body).ok()?.parse().ok()
+}
+
+/// A `:n` reply.
+pub fn integer_frame(n: i64) -> Bytes {
+    Bytes::from(format!(":{n}\r\n"))
+}
+
+/// An array reply made of `elements` (complete frames).
+pub fn array_frame<'a>(count: usize, elements: impl Iterator<Item = &'a Bytes>) -> Bytes {
+    let mut out = BytesMut::new();
+    out.put_slice(format!("*{count}\r\n").as_bytes());
+    for element in elements {
+        out.put_slice(element);
+    }
+    out.freeze()
+}
+
+/// The first error among `parts`, in request order: what Redis would have answered.
+pub fn first_error(parts: &[Bytes]) -> Option<&Bytes> {
+    parts.iter().find(|p| p.first() == Some(&b'-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_array_of_bulks_and_nulls() {
+        let frame = Bytes::from_static(b"*3\r\n$1\r\na\r\n$-1\r\n$2\r\nbc\r\n");
+        let elements = array_elements(&frame).unwrap();
+        assert_eq!(elements, vec![
+            Bytes::from_static(b"$1\r\na\r\n"),
+            Bytes::from_static(b"$-1\r\n"),
+            Bytes::from_static(b"$2\r\nbc\r\n")
+        ]);
+    }
+
+    #[test]
+    fn not_an_array() {
+        assert!(array_elements(&Bytes::from_static(b"-ERR x\r\n")).is_none());
+        assert!(array_elements(&Bytes::from_static(b"*-1\r\n")).is_none());
+    }
+
+    #[test]
+    fn integers() {
+        assert_eq!(integer(b":42\r\n"), Some(42));
+        assert_eq!(integer(b"+OK\r\n"), None);
+        assert_eq!(integer_frame(-3), Bytes::from_static(b":-3\r\n"));
+    }
+}

@@ -1,0 +1,223 @@
+//! The core proxy against a real 3-master cluster: plain (non-cluster) clients, the
+//! commands the proxy answers itself, RESP3, inline commands, and protocol errors compared
+//! byte for byte with a real redis-server.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::{shared_cluster, Proxy};
+
+fn proxy() -> &'static Proxy {
+    static PROXY: OnceLock<Proxy> = OnceLock::new();
+    PROXY.get_or_init(|| Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]))
+}
+
+/// Sends raw bytes and reads until the peer closes or `timeout` passes without data.
+fn exchange(addr: &str, input: &[u8], timeout: Duration) -> (Vec<u8>, bool) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(timeout)).unwrap();
+    stream.write_all(input).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+                return (out, false)
+            }
+            Err(_) => return (out, true),
+        }
+    }
+}
+
+#[test]
+fn ten_thousand_keys_through_a_plain_client() {
+    let mut con = proxy().client().get_connection().expect("connect to proxy");
+    let mut pipe = redis::pipe();
+    for i in 0..10_000 {
+        pipe.cmd("SET").arg(format!("core:key:{i}")).arg(format!("value-{i}")).ignore();
+    }
+    pipe.query::<()>(&mut con).expect("10,000 SETs");
+    let mut get = redis::pipe();
+    for i in 0..10_000 {
+        get.cmd("GET").arg(format!("core:key:{i}"));
+    }
+    let values: Vec<String> = get.query(&mut con).expect("10,000 GETs");
+    for (i, value) in values.iter().enumerate() {
+        assert_eq!(value, &format!("value-{i}"), "key core:key:{i}");
+    }
+    // The keys really are spread over every master.
+    for master in shared_cluster().masters() {
+        let count: usize = common::query(&master, redis::cmd("DBSIZE").arg(&[] as &[&str])).unwrap();
+        assert!(count > 2000, "{master} holds only {count} keys");
+    }
+}
+
+#[test]
+fn redis_cli_without_cluster_mode() {
+    let port = proxy().addr().rsplit_once(':').unwrap().1.to_string();
+    for i in 0..20 {
+        let set = Command::new("redis-cli")
+            .args(["-p", &port, "SET", &format!("cli:{i}"), &format!("v{i}")])
+            .output()
+            .expect("redis-cli runs");
+        assert_eq!(String::from_utf8_lossy(&set.stdout).trim(), "OK");
+        let get = Command::new("redis-cli")
+            .args(["-p", &port, "GET", &format!("cli:{i}")])
+            .output()
+            .expect("redis-cli runs");
+        assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), format!("v{i}"));
+    }
+}
+
+#[test]
+fn hello_3_then_hgetall_is_a_map() {
+    let addr = proxy().addr();
+    let (reply, _) = exchange(
+        addr,
+        b"*4\r\n$4\r\nHSET\r\n$7\r\ncore:h3\r\n$1\r\nf\r\n$1\r\nv\r\n*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n*2\r\n$7\r\nHGETALL\r\n$7\r\ncore:h3\r\n",
+        Duration::from_millis(500),
+    );
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.starts_with(":"), "HSET reply first: {text}");
+    assert!(text.contains("%7\r\n"), "HELLO 3 answers a map: {text}");
+    assert!(text.ends_with("%1\r\n$1\r\nf\r\n$1\r\nv\r\n"), "HGETALL in RESP3 is a map: {text}");
+}
+
+#[test]
+fn inline_commands_with_quotes() {
+    let (reply, _) = exchange(
+        proxy().addr(),
+        b"SET \"core:a b\" 'c d'\r\nGET \"core:a b\"\r\n\r\nPING\r\n",
+        Duration::from_millis(500),
+    );
+    assert_eq!(String::from_utf8_lossy(&reply), "+OK\r\n$3\r\nc d\r\n+PONG\r\n");
+}
+
+#[test]
+fn empty_multibulk_requests_are_ignored_like_redis() {
+    let input = b"*0\r\n*-5\r\n*1\r\n$4\r\nPING\r\n";
+    let (from_proxy, _) = exchange(proxy().addr(), input, Duration::from_millis(300));
+    let (from_redis, _) = exchange(&shared_cluster().masters()[0], input, Duration::from_millis(300));
+    assert_eq!(from_proxy, from_redis);
+    assert_eq!(from_proxy, b"+PONG\r\n");
+}
+
+#[test]
+fn protocol_errors_match_redis_and_close_only_that_client() {
+    let bystander = &mut proxy().client().get_connection().unwrap();
+    let cases: [&[u8]; 5] = [
+        b"*abc\r\n",
+        b"*1\r\n$99999999999\r\n",
+        b"SET \"unbalanced\r\n",
+        b"*1\r\nfoo\r\n",
+        b"*2\r\n$3\r\nGET\r\n$-3\r\n",
+    ];
+    let node = &shared_cluster().masters()[0];
+    for input in cases {
+        let (from_redis, redis_closed) = exchange(node, input, Duration::from_secs(2));
+        let (from_proxy, proxy_closed) = exchange(proxy().addr(), input, Duration::from_secs(2));
+        assert!(from_redis.starts_with(b"-ERR Protocol error"), "redis said {:?}", String::from_utf8_lossy(&from_redis));
+        assert_eq!(
+            String::from_utf8_lossy(&from_proxy),
+            String::from_utf8_lossy(&from_redis),
+            "input {:?}",
+            String::from_utf8_lossy(input)
+        );
+        assert!(redis_closed && proxy_closed, "both close after {:?}", String::from_utf8_lossy(input));
+        let pong: String = redis::cmd("PING").query(bystander).expect("other clients go on");
+        assert_eq!(pong, "PONG");
+    }
+}
+
+#[test]
+fn local_answers_as_a_single_redis() {
+    let mut con = proxy().client().get_connection().unwrap();
+    let echo: String = redis::cmd("ECHO").arg("hi").query(&mut con).unwrap();
+    assert_eq!(echo, "hi");
+    let ok: String = redis::cmd("SELECT").arg(0).query(&mut con).unwrap();
+    assert_eq!(ok, "OK");
+    let err = redis::cmd("SELECT").arg(1).query::<String>(&mut con).unwrap_err();
+    assert!(err.to_string().contains("DB index is out of range"), "{err}");
+    let _: () = redis::cmd("CLIENT").arg("SETNAME").arg("bot-1").query(&mut con).unwrap();
+    let name: String = redis::cmd("CLIENT").arg("GETNAME").query(&mut con).unwrap();
+    assert_eq!(name, "bot-1");
+    let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut con).unwrap();
+    assert!(id > 0);
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
+    assert!(list.contains(&format!("id={id} ")) && list.contains("name=bot-1"), "{list}");
+    let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg("foo").query(&mut con).unwrap();
+    assert_eq!(slot, 12182);
+    let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
+    assert!(info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:1"), "{info}");
+    let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con).unwrap();
+    let port: i64 = proxy().addr().rsplit_once(':').unwrap().1.parse().unwrap();
+    let text = format!("{slots:?}");
+    assert!(text.contains(&format!("Int({port})")), "CLUSTER SLOTS points at the proxy: {text}");
+    let info: String = redis::cmd("INFO").query(&mut con).unwrap();
+    assert!(info.contains("cluster_enabled:0"), "{info}");
+    assert!(info.contains("# Proxy") && info.contains("proxy_slots_covered:16384"), "{info}");
+    let time: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
+    assert_eq!(time.len(), 2);
+}
+
+#[test]
+fn errors_name_what_is_wrong() {
+    let mut con = proxy().client().get_connection().unwrap();
+    let err = redis::cmd("NOSUCHCMD").arg("x").query::<String>(&mut con).unwrap_err();
+    assert!(err.to_string().contains("unknown command 'NOSUCHCMD'"), "{err}");
+    let err = redis::cmd("GET").query::<String>(&mut con).unwrap_err();
+    assert!(err.to_string().contains("wrong number of arguments for 'get' command"), "{err}");
+    // "a" and "b" hash to different slots: a script over both is refused, naming them.
+    let err = redis::cmd("EVAL")
+        .arg("return 1")
+        .arg(2)
+        .arg("a")
+        .arg("b")
+        .query::<i64>(&mut con)
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("CROSSSLOT") && text.contains("'a'") && text.contains("'b'"), "{text}");
+    let one: i64 = redis::cmd("EVAL").arg("return 1").arg(0).query(&mut con).unwrap();
+    assert_eq!(one, 1);
+    let same: String = redis::cmd("EVAL")
+        .arg("redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[2])")
+        .arg(2)
+        .arg("{core}:x")
+        .arg("{core}:x")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(same, "v");
+}
+
+#[test]
+fn multi_key_commands_split_by_slot() {
+    let mut con = proxy().client().get_connection().unwrap();
+    let keys: Vec<String> = (0..50).map(|i| format!("core:mk:{i}")).collect();
+    let mut mset = redis::cmd("MSET");
+    for key in &keys {
+        mset.arg(key).arg(format!("{key}=v"));
+    }
+    let _: () = mset.query(&mut con).unwrap();
+    let mut mget = redis::cmd("MGET");
+    mget.arg(&keys).arg("core:mk:missing");
+    let values: Vec<Option<String>> = mget.query(&mut con).unwrap();
+    assert_eq!(values.len(), 51);
+    for (key, value) in keys.iter().zip(&values) {
+        assert_eq!(value.as_deref(), Some(format!("{key}=v").as_str()));
+    }
+    assert_eq!(values[50], None);
+    let exists: i64 = redis::cmd("EXISTS").arg(&keys).arg("core:mk:missing").query(&mut con).unwrap();
+    assert_eq!(exists, 50);
+    let deleted: i64 = redis::cmd("DEL").arg(&keys[..10]).query(&mut con).unwrap();
+    assert_eq!(deleted, 10);
+    let err = redis::cmd("MSETNX").arg("a").arg(1).arg("b").arg(2).query::<i64>(&mut con).unwrap_err();
+    assert!(err.to_string().contains("CROSSSLOT"), "{err}");
+}
