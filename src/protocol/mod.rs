@@ -9,6 +9,7 @@
 
 pub mod encode;
 mod inline;
+mod number;
 mod reply_scan;
 mod request;
 
