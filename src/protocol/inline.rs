@@ -1,1 +1,297 @@
 //! Inline commands: Redis's `sdssplitargs` rules.
+//!
+//! An inline command is one line (ended by `\n`, an optional `\r` before it is dropped)
+//! split into arguments the way `redis-cli` and `telnet` users expect: blanks separate
+//! arguments, `"..."` understands `\n \r \t \b \a \xHH` and `\<any>` escapes, `'...'`
+//! understands only `\'`, and a closing quote must be followed by a blank or the end of
+//! the line. The rules, the 64 KiB limit and the error texts are those of Redis 7's
+//! `processInlineBuffer`, so the proxy refuses exactly what a Redis server refuses.
+//!
+//! Redis finds the line end with `strchr`, which stops at a NUL byte: a NUL before the
+//! `\n` hides the line end, and Redis then waits for more input until the line limit is
+//! exceeded. This module does the same, so both behave alike on such input.
+
+use bytes::{BufMut, BytesMut};
+use smallvec::SmallVec;
+
+use super::request::Request;
+use super::{Limits, ProtocolError};
+
+/// Redis: `Protocol error: too big inline request`.
+const TOO_BIG_INLINE: &str = "Protocol error: too big inline request";
+/// Redis: `Protocol error: unbalanced quotes in request`.
+const UNBALANCED_QUOTES: &str = "Protocol error: unbalanced quotes in request";
+
+/// What one attempt to take an inline command off the buffer found.
+#[derive(Debug)]
+pub(crate) enum InlineOutcome {
+    /// No line end yet; resume the search for `\n` at this offset next time.
+    Incomplete { resume_at: usize },
+    /// A blank line of this many bytes (with its line end): Redis ignores it.
+    Blank { consumed: usize },
+    /// A command; `consumed` bytes of the buffer were its line.
+    Command { request: Request, consumed: usize },
+}
+
+/// Looks for a complete inline command at the front of `buf`, searching for the line end
+/// from `search_from` (bytes before it are known to hold neither `\n` nor NUL).
+pub(crate) fn decode_inline(
+    buf: &[u8],
+    search_from: usize,
+    limits: &Limits,
+) -> Result<InlineOutcome, ProtocolError> {
+    let tail = buf.get(search_from..).unwrap_or_default();
+    let stop = tail
+        .iter()
+        .position(|&byte| byte == b'\n' || byte == 0)
+        .map(|offset| search_from + offset);
+    let newline = match stop {
+        Some(at) if buf[at] == b'\n' => at,
+        // Stuck on a NUL (see module doc) or no line end yet: only the size can end this.
+        other => {
+            if buf.len() > limits.max_inline_len {
+                return Err(ProtocolError(TOO_BIG_INLINE.to_owned()));
+            }
+            return Ok(InlineOutcome::Incomplete {
+                resume_at: other.unwrap_or(buf.len()),
+            });
+        }
+    };
+    let consumed = newline + 1;
+    let line_end = if newline > 0 && buf[newline - 1] == b'\r' {
+        newline - 1
+    } else {
+        newline
+    };
+    let args =
+        split_args(&buf[..line_end]).ok_or_else(|| ProtocolError(UNBALANCED_QUOTES.to_owned()))?;
+    if args.is_empty() {
+        return Ok(InlineOutcome::Blank { consumed });
+    }
+    Ok(InlineOutcome::Command {
+        request: request_from_args(&args),
+        consumed,
+    })
+}
+
+/// Builds a [`Request`] whose `raw` is the multibulk encoding of `args` and whose
+/// `args` are slices of that `raw`.
+fn request_from_args(args: &[Vec<u8>]) -> Request {
+    let payload: usize = args.iter().map(|arg| arg.len() + 32).sum();
+    let mut raw = BytesMut::with_capacity(payload + 16);
+    let mut spans: SmallVec<[(usize, usize); 4]> = SmallVec::with_capacity(args.len());
+    raw.put_u8(b'*');
+    raw.extend_from_slice(args.len().to_string().as_bytes());
+    raw.extend_from_slice(b"\r\n");
+    for arg in args {
+        raw.put_u8(b'$');
+        raw.extend_from_slice(arg.len().to_string().as_bytes());
+        raw.extend_from_slice(b"\r\n");
+        spans.push((raw.len(), arg.len()));
+        raw.extend_from_slice(arg);
+        raw.extend_from_slice(b"\r\n");
+    }
+    let raw = raw.freeze();
+    let args = spans
+        .iter()
+        .map(|&(start, len)| raw.slice(start..start + len))
+        .collect();
+    Request { raw, args }
+}
+
+/// C's `isspace` in the "C" locale.
+fn is_c_space(byte: u8) -> bool {
+    matches!(byte, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+fn hex_value(byte: u8) -> Option<u8> {
+    match byte {
+        b'0'..=b'9' => Some(byte - b'0'),
+        b'a'..=b'f' => Some(byte - b'a' + 10),
+        b'A'..=b'F' => Some(byte - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Splits one line into arguments as Redis's `sdssplitargs` does; `None` for unbalanced
+/// quotes or a closing quote followed by something other than a blank.
+///
+/// The line is read as a C string: the slice end, or a NUL byte, ends it.
+pub(crate) fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let line = match line.iter().position(|&byte| byte == 0) {
+        Some(nul) => &line[..nul],
+        None => line,
+    };
+    // Reading past the end yields 0, standing for the C string's terminator.
+    let at = |index: usize| line.get(index).copied().unwrap_or(0);
+    let mut args = Vec::new();
+    let mut pos = 0;
+    loop {
+        while at(pos) != 0 && is_c_space(at(pos)) {
+            pos += 1;
+        }
+        if at(pos) == 0 {
+            return Some(args);
+        }
+        let mut current = Vec::new();
+        let mut in_double = false;
+        let mut in_single = false;
+        loop {
+            let byte = at(pos);
+            if in_double {
+                if byte == b'\\' && at(pos + 1) == b'x' {
+                    if let (Some(high), Some(low)) =
+                        (hex_value(at(pos + 2)), hex_value(at(pos + 3)))
+                    {
+                        current.push(high * 16 + low);
+                        pos += 4;
+                        continue;
+                    }
+                }
+                if byte == b'\\' && at(pos + 1) != 0 {
+                    pos += 1;
+                    current.push(match at(pos) {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 0x08,
+                        b'a' => 0x07,
+                        other => other,
+                    });
+                } else if byte == b'"' {
+                    if at(pos + 1) != 0 && !is_c_space(at(pos + 1)) {
+                        return None;
+                    }
+                    pos += 1;
+                    break;
+                } else if byte == 0 {
+                    return None;
+                } else {
+                    current.push(byte);
+                }
+            } else if in_single {
+                if byte == b'\\' && at(pos + 1) == b'\'' {
+                    pos += 1;
+                    current.push(b'\'');
+                } else if byte == b'\'' {
+                    if at(pos + 1) != 0 && !is_c_space(at(pos + 1)) {
+                        return None;
+                    }
+                    pos += 1;
+                    break;
+                } else if byte == 0 {
+                    return None;
+                } else {
+                    current.push(byte);
+                }
+            } else {
+                match byte {
+                    // Unlike the blank skipping above, only these four end a bare word.
+                    b' ' | b'\n' | b'\r' | b'\t' => {
+                        pos += 1;
+                        break;
+                    }
+                    0 => break,
+                    b'"' => in_double = true,
+                    b'\'' => in_single = true,
+                    other => current.push(other),
+                }
+            }
+            pos += 1;
+        }
+        args.push(current);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(line: &str) -> Option<Vec<String>> {
+        split_args(line.as_bytes()).map(|args| {
+            args.into_iter()
+                .map(|arg| String::from_utf8_lossy(&arg).into_owned())
+                .collect()
+        })
+    }
+
+    #[test]
+    fn bare_words_split_on_blanks() {
+        assert_eq!(
+            split("  SET  a\tb "),
+            Some(vec!["SET".into(), "a".into(), "b".into()])
+        );
+        assert_eq!(split(""), Some(vec![]));
+        assert_eq!(split(" \t "), Some(vec![]));
+    }
+
+    #[test]
+    fn double_quotes_understand_c_escapes() {
+        assert_eq!(
+            split(r#""a\n\r\t\b\a\\\"\x41\x4a\q""#),
+            Some(vec!["a\n\r\t\u{8}\u{7}\\\"AJq".into()])
+        );
+        // `\x` without two hex digits is an escaped `x`.
+        assert_eq!(split(r#""\xZ1""#), Some(vec!["xZ1".into()]));
+        assert_eq!(split(r#""""#), Some(vec!["".into()]));
+    }
+
+    #[test]
+    fn single_quotes_understand_only_escaped_quote() {
+        assert_eq!(split(r"'a\'b\n'"), Some(vec![r"a'b\n".into()]));
+    }
+
+    #[test]
+    fn quotes_may_start_inside_a_word() {
+        assert_eq!(split(r#"a"b c"d"#), None);
+        assert_eq!(split(r#"a"b c""#), Some(vec!["ab c".into()]));
+    }
+
+    #[test]
+    fn unbalanced_or_glued_quotes_are_errors() {
+        assert_eq!(split(r#"SET "a b"#), None);
+        assert_eq!(split(r#""a"b"#), None);
+        assert_eq!(split("'a'b"), None);
+        assert_eq!(split(r#""abc\"#), None);
+    }
+
+    #[test]
+    fn vertical_tab_is_skipped_between_words_but_kept_inside_one() {
+        assert_eq!(
+            split("\u{b}x y\u{b}z"),
+            Some(vec!["x".into(), "y\u{b}z".into()])
+        );
+    }
+
+    #[test]
+    fn decode_inline_reencodes_as_multibulk() {
+        let limits = Limits::default();
+        match decode_inline(b"ECHO \"a b\"\r\nrest", 0, &limits) {
+            Ok(InlineOutcome::Command { request, consumed }) => {
+                assert_eq!(consumed, 12);
+                assert_eq!(&request.raw[..], b"*2\r\n$4\r\nECHO\r\n$3\r\na b\r\n");
+                assert_eq!(request.args.len(), 2);
+                assert_eq!(&request.args[1][..], b"a b");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn nul_hides_the_line_end_until_the_limit() {
+        let limits = Limits {
+            max_inline_len: 8,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            decode_inline(b"PI\0NG\r\n", 0, &limits),
+            Ok(InlineOutcome::Incomplete { resume_at: 2 })
+        ));
+        assert_eq!(
+            decode_inline(b"PI\0NG\r\nPING\r\n", 2, &limits)
+                .unwrap_err()
+                .0,
+            TOO_BIG_INLINE
+        );
+    }
+}

@@ -4,14 +4,21 @@
 //! checking that a whole frame is buffered and within [`Limits`] before it parses anything,
 //! and keeping its scan position between calls so a large frame arriving in small reads
 //! costs linear time. Replies: [`ReplyScanner`] finds where one complete reply frame ends
-//! in a backend's byte stream, so replies can be forwarded as raw bytes. [`encode`] writes
+//! in a backend's byte stream, so replies can be forwarded as raw bytes; [`parse_frame`]
+//! reads one such frame into a value when a caller must look inside. [`encode`] writes
 //! replies the proxy builds itself.
+//!
+//! Nothing here does IO or panics on any input: malformed bytes become a [`ProtocolError`]
+//! whose text is the one Redis 7 would reply.
 
 pub mod encode;
+mod frame;
 mod inline;
+mod number;
 mod reply_scan;
 mod request;
 
+pub use frame::{parse_frame, BytesFrame};
 pub use reply_scan::ReplyScanner;
 pub use request::{Request, RequestDecoder};
 
@@ -20,7 +27,8 @@ pub use request::{Request, RequestDecoder};
 pub struct Limits {
     /// Largest bulk string, as Redis's `proto-max-bulk-len` (512 MB).
     pub max_bulk_len: usize,
-    /// Most elements in one multibulk request (Redis: 1024*1024).
+    /// Most elements in one multibulk request (Redis 6: 1024*1024; Redis 7 accepts up to
+    /// 2^31-1). A larger count is `Protocol error: invalid multibulk length`.
     pub max_multibulk_len: usize,
     /// Longest inline command line (Redis: `PROTO_INLINE_MAX_SIZE`, 64 KiB).
     pub max_inline_len: usize,
@@ -49,7 +57,9 @@ pub struct ProtocolError(pub String);
 /// Which RESP version a connection speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Proto {
+    /// RESP2, the default until a client sends `HELLO 3`.
     #[default]
     Resp2,
+    /// RESP3, after `HELLO 3`.
     Resp3,
 }

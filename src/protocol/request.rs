@@ -1,9 +1,36 @@
 //! Client request decoding: multibulk (`*N\r\n$len\r\n...`) and inline commands.
+//!
+//! Check, then parse: the decoder first walks the buffered bytes to learn whether a whole
+//! request is there and within [`Limits`], remembering where each argument lies, and only
+//! when the request is complete splits it off the buffer and slices the arguments out of
+//! it. Its progress (header read, arguments seen, current offset) is kept between calls,
+//! so a request arriving in many small reads is scanned once, in linear time.
+//!
+//! The accepted syntax, the limits and the error texts follow Redis 7's
+//! `processMultibulkBuffer`: count and length lines end at the first `\r` (the byte after
+//! it is skipped unchecked), numbers are read by `string2ll`, and the two bytes after a
+//! bulk's payload are skipped unchecked. Forwarding the raw bytes to a Redis backend is
+//! therefore read by the backend exactly as the decoder read it.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use smallvec::SmallVec;
 
+use super::inline::{decode_inline, InlineOutcome};
+use super::number::parse_i64;
 use super::{Limits, ProtocolError};
+
+/// Redis: `Protocol error: invalid multibulk length`.
+const INVALID_MULTIBULK_LEN: &str = "Protocol error: invalid multibulk length";
+/// Redis: `Protocol error: too big mbulk count string`.
+const TOO_BIG_MBULK_COUNT: &str = "Protocol error: too big mbulk count string";
+/// Redis: `Protocol error: invalid bulk length`.
+const INVALID_BULK_LEN: &str = "Protocol error: invalid bulk length";
+/// Redis: `Protocol error: too big bulk count string`.
+const TOO_BIG_BULK_COUNT: &str = "Protocol error: too big bulk count string";
+
+/// Argument slots reserved up front, whatever count the client announces: a huge count
+/// must not allocate before the arguments actually arrive (Redis caps it at 1024 too).
+const MAX_PREALLOCATED_ARGS: usize = 1024;
 
 /// One command as the client sent it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,6 +39,7 @@ pub struct Request {
     /// (re-encoded for inline commands), so an untouched command is forwarded as is.
     pub raw: Bytes,
     /// The arguments, command name first; each a slice of `raw` (no copy).
+    /// Never empty: empty requests are skipped by the decoder.
     pub args: SmallVec<[Bytes; 4]>,
 }
 
@@ -22,15 +50,62 @@ impl Request {
     }
 }
 
+/// Where the decoder stands in the request at the front of the buffer.
+#[derive(Debug, Default)]
+enum Progress {
+    /// Nothing is known about the bytes at the front of the buffer.
+    #[default]
+    Start,
+    /// An inline command whose line end has been searched for up to `searched`.
+    Inline { searched: usize },
+    /// A multibulk request whose `*N` line has been searched for `\r` up to `searched`.
+    Header { searched: usize },
+    /// A multibulk request whose header has been read.
+    Arguments(ArgumentScan),
+}
+
+/// Progress through the arguments of a multibulk request; offsets are from the buffer start.
+#[derive(Debug)]
+struct ArgumentScan {
+    /// Arguments announced by the header.
+    expected: usize,
+    /// `(offset, length)` of each complete argument so far.
+    spans: Vec<(usize, usize)>,
+    /// Start of the next unread `$len` line or payload.
+    pos: usize,
+    /// Where the search for the `$len` line's `\r` resumes.
+    searched: usize,
+    /// The current argument's length, once its `$len` line has been read.
+    bulk_len: Option<usize>,
+}
+
+/// Result of one step over the buffered bytes.
+enum Step {
+    /// More bytes are needed.
+    NeedMore,
+    /// An empty request of this many bytes was found and must be skipped.
+    Skip(usize),
+    /// A whole request is ready.
+    Ready(Request),
+}
+
 /// Incremental request decoder; one per client connection.
+///
+/// Between a call that returns `Ok(None)` and the next one, the caller may only append
+/// to the buffer: the decoder remembers offsets into it.
 #[derive(Debug, Default)]
 pub struct RequestDecoder {
     limits: Limits,
+    progress: Progress,
 }
 
 impl RequestDecoder {
+    /// A decoder enforcing `limits`.
     pub fn new(limits: Limits) -> Self {
-        RequestDecoder { limits }
+        RequestDecoder {
+            limits,
+            progress: Progress::Start,
+        }
     }
 
     /// Takes the next whole request off the front of `buf`.
@@ -39,7 +114,374 @@ impl RequestDecoder {
     /// (`*0`, negative counts, blank inline lines) are consumed silently, as Redis does.
     /// `Err`: the connection must be answered `-ERR <text>` and closed.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Request>, ProtocolError> {
-        let _ = (buf, &self.limits);
-        unimplemented!("protocol::request")
+        loop {
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            let step = match self.step(buf) {
+                Ok(step) => step,
+                Err(error) => {
+                    self.progress = Progress::Start;
+                    return Err(error);
+                }
+            };
+            match step {
+                Step::NeedMore => return Ok(None),
+                Step::Skip(consumed) => {
+                    buf.advance(consumed);
+                    self.progress = Progress::Start;
+                }
+                Step::Ready(request) => {
+                    self.progress = Progress::Start;
+                    return Ok(Some(request));
+                }
+            }
+        }
+    }
+
+    /// Advances over `buf` as far as the buffered bytes allow.
+    fn step(&mut self, buf: &mut BytesMut) -> Result<Step, ProtocolError> {
+        if let Progress::Start = self.progress {
+            self.progress = if buf[0] == b'*' {
+                Progress::Header { searched: 1 }
+            } else {
+                Progress::Inline { searched: 0 }
+            };
+        }
+        match &mut self.progress {
+            Progress::Start => Ok(Step::NeedMore),
+            Progress::Inline { searched } => match decode_inline(buf, *searched, &self.limits)? {
+                InlineOutcome::Incomplete { resume_at } => {
+                    *searched = resume_at;
+                    Ok(Step::NeedMore)
+                }
+                InlineOutcome::Blank { consumed } => Ok(Step::Skip(consumed)),
+                InlineOutcome::Command { request, consumed } => {
+                    buf.advance(consumed);
+                    Ok(Step::Ready(request))
+                }
+            },
+            Progress::Header { searched } => {
+                let Some(line_end) = find_line_end(buf, 0, searched) else {
+                    return if buf.len() > self.limits.max_inline_len {
+                        Err(ProtocolError(TOO_BIG_MBULK_COUNT.to_owned()))
+                    } else {
+                        Ok(Step::NeedMore)
+                    };
+                };
+                let count = parse_i64(&buf[1..line_end])
+                    .ok_or_else(|| ProtocolError(INVALID_MULTIBULK_LEN.to_owned()))?;
+                let header_len = line_end + 2;
+                if count <= 0 {
+                    return Ok(Step::Skip(header_len));
+                }
+                let expected = usize::try_from(count)
+                    .ok()
+                    .filter(|&count| count <= self.limits.max_multibulk_len)
+                    .ok_or_else(|| ProtocolError(INVALID_MULTIBULK_LEN.to_owned()))?;
+                let mut scan = ArgumentScan {
+                    expected,
+                    spans: Vec::with_capacity(expected.min(MAX_PREALLOCATED_ARGS)),
+                    pos: header_len,
+                    searched: header_len,
+                    bulk_len: None,
+                };
+                let step = scan_arguments(&mut scan, buf, &self.limits)?;
+                self.progress = Progress::Arguments(scan);
+                Ok(step)
+            }
+            Progress::Arguments(scan) => scan_arguments(scan, buf, &self.limits),
+        }
+    }
+}
+
+/// Finds the `\r` ending the line that starts at `line_start`, resuming the search at
+/// `*searched`. Returns its offset once the byte after it is buffered too (Redis skips
+/// that byte without checking it is `\n`).
+///
+/// Redis searches with `strchr`, which stops at a NUL byte: a NUL before the `\r` hides
+/// the line end for good, and only the size limit can then end the request.
+fn find_line_end(buf: &[u8], line_start: usize, searched: &mut usize) -> Option<usize> {
+    let from = (*searched).max(line_start);
+    let tail = buf.get(from..).unwrap_or_default();
+    match tail.iter().position(|&byte| byte == b'\r' || byte == 0) {
+        Some(offset) => {
+            let at = from + offset;
+            *searched = at;
+            (buf[at] == b'\r' && at + 2 <= buf.len()).then_some(at)
+        }
+        None => {
+            *searched = buf.len();
+            None
+        }
+    }
+}
+
+/// Walks the arguments of a multibulk request from where `scan` stopped.
+fn scan_arguments(
+    scan: &mut ArgumentScan,
+    buf: &mut BytesMut,
+    limits: &Limits,
+) -> Result<Step, ProtocolError> {
+    while scan.spans.len() < scan.expected {
+        let bulk_len = match scan.bulk_len {
+            Some(len) => len,
+            None => {
+                let Some(line_end) = find_line_end(buf, scan.pos, &mut scan.searched) else {
+                    return if buf.len() - scan.pos > limits.max_inline_len {
+                        Err(ProtocolError(TOO_BIG_BULK_COUNT.to_owned()))
+                    } else {
+                        Ok(Step::NeedMore)
+                    };
+                };
+                let marker = buf[scan.pos];
+                if marker != b'$' {
+                    return Err(expected_dollar(marker));
+                }
+                let len = parse_i64(&buf[scan.pos + 1..line_end])
+                    .and_then(|len| usize::try_from(len).ok())
+                    .filter(|&len| len <= limits.max_bulk_len)
+                    .ok_or_else(|| ProtocolError(INVALID_BULK_LEN.to_owned()))?;
+                scan.pos = line_end + 2;
+                scan.bulk_len = Some(len);
+                len
+            }
+        };
+        // The payload plus the two bytes that end it must be buffered.
+        if buf.len() - scan.pos < bulk_len.saturating_add(2) {
+            return Ok(Step::NeedMore);
+        }
+        scan.spans.push((scan.pos, bulk_len));
+        scan.pos += bulk_len + 2;
+        scan.searched = scan.pos;
+        scan.bulk_len = None;
+    }
+    let raw = buf.split_to(scan.pos).freeze();
+    let args = scan
+        .spans
+        .iter()
+        .map(|&(start, len)| raw.slice(start..start + len))
+        .collect();
+    Ok(Step::Ready(Request { raw, args }))
+}
+
+/// Redis's `expected '$', got 'X'` error. Redis replaces `\r` and `\n` in error texts
+/// with spaces; a byte above 0x7f is shown as the Latin-1 character of that value.
+fn expected_dollar(marker: u8) -> ProtocolError {
+    let shown = match marker {
+        b'\r' | b'\n' => ' ',
+        other => char::from(other),
+    };
+    ProtocolError(format!("Protocol error: expected '$', got '{shown}'"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn multibulk(args: &[&[u8]]) -> Vec<u8> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            out.extend_from_slice(arg);
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    }
+
+    fn decode_all(decoder: &mut RequestDecoder, buf: &mut BytesMut) -> Vec<Request> {
+        let mut requests = Vec::new();
+        while let Some(request) = decoder.decode(buf).expect("valid input") {
+            requests.push(request);
+        }
+        requests
+    }
+
+    fn error_of(input: &[u8], limits: Limits) -> String {
+        let mut decoder = RequestDecoder::new(limits);
+        let mut buf = BytesMut::from(input);
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("no error for {:?}", String::from_utf8_lossy(input)),
+                Err(error) => return error.0,
+            }
+        }
+    }
+
+    #[test]
+    fn multibulk_args_are_slices_of_raw() {
+        let frame = multibulk(&[b"SET", b"key", b"va\r\nlue"]);
+        let mut buf = BytesMut::from(&frame[..]);
+        buf.extend_from_slice(b"*1\r\n$4\r\nPING\r\n");
+        let mut decoder = RequestDecoder::default();
+        let request = decoder.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(&request.raw[..], &frame[..]);
+        assert_eq!(request.name(), b"SET");
+        assert_eq!(&request.args[2][..], b"va\r\nlue");
+        let raw_range = request.raw.as_ptr_range();
+        for arg in &request.args {
+            assert!(
+                raw_range.contains(&arg.as_ptr()),
+                "argument copied out of raw"
+            );
+        }
+        let ping = decoder.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(&ping.args[..], &[Bytes::from_static(b"PING")]);
+        assert!(buf.is_empty());
+        assert_eq!(decoder.decode(&mut buf), Ok(None));
+    }
+
+    #[test]
+    fn empty_and_negative_counts_are_skipped() {
+        let mut buf = BytesMut::from(&b"*0\r\n*-5\r\n\r\n  \r\n*1\r\n$4\r\nPING\r\n"[..]);
+        let requests = decode_all(&mut RequestDecoder::default(), &mut buf);
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].name(), b"PING");
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn inline_commands_decode_between_multibulk_ones() {
+        let mut buf = BytesMut::from(&b"PING\n*1\r\n$4\r\nPING\r\nECHO 'x y'\r\n"[..]);
+        let requests = decode_all(&mut RequestDecoder::default(), &mut buf);
+        let names: Vec<&[u8]> = requests.iter().map(|r| r.name()).collect();
+        assert_eq!(names, [&b"PING"[..], b"PING", b"ECHO"]);
+        assert_eq!(&requests[0].raw[..], b"*1\r\n$4\r\nPING\r\n");
+        assert_eq!(&requests[2].args[1][..], b"x y");
+    }
+
+    #[test]
+    fn bytes_after_count_and_payload_are_skipped_unchecked_like_redis() {
+        // Redis 7 reads `*1\rX` as a count line and skips the two bytes after a payload.
+        let mut buf = BytesMut::from(&b"*1\rX$4\r\nPINGXY"[..]);
+        let requests = decode_all(&mut RequestDecoder::default(), &mut buf);
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].name(), b"PING");
+    }
+
+    #[test]
+    fn limits_are_applied_as_redis_applies_them() {
+        let small = Limits {
+            max_bulk_len: 10,
+            max_multibulk_len: 3,
+            max_inline_len: 16,
+            max_nesting: 4,
+        };
+        assert_eq!(error_of(b"*4\r\n", small), INVALID_MULTIBULK_LEN);
+        assert_eq!(error_of(b"*1\r\n$11\r\n", small), INVALID_BULK_LEN);
+        assert_eq!(error_of(b"*123456789012345678", small), TOO_BIG_MBULK_COUNT);
+        assert_eq!(
+            error_of(b"*1\r\n$12345678901234567", small),
+            TOO_BIG_BULK_COUNT
+        );
+        assert_eq!(
+            error_of(b"PING PING PING PING", small),
+            "Protocol error: too big inline request"
+        );
+        // Exactly at the limits is fine.
+        let mut buf = BytesMut::from(&multibulk(&[b"a", b"b", b"0123456789"])[..]);
+        assert_eq!(
+            decode_all(&mut RequestDecoder::new(small), &mut buf).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn malformed_headers_get_redis_texts() {
+        let limits = Limits::default();
+        assert_eq!(error_of(b"*abc\r\n", limits), INVALID_MULTIBULK_LEN);
+        assert_eq!(error_of(b"*01\r\n", limits), INVALID_MULTIBULK_LEN);
+        assert_eq!(error_of(b"*1\r\n$-1\r\n", limits), INVALID_BULK_LEN);
+        assert_eq!(
+            error_of(b"*1\r\nfoo\r\n", limits),
+            "Protocol error: expected '$', got 'f'"
+        );
+        assert_eq!(
+            error_of(b"*1\r\n\r\n", limits),
+            "Protocol error: expected '$', got ' '"
+        );
+    }
+
+    #[test]
+    fn large_frame_in_small_chunks_is_scanned_in_linear_time() {
+        let value = vec![b'v'; 200];
+        let mut args: Vec<Vec<u8>> = vec![b"MSET".to_vec()];
+        for index in 0..4_999 {
+            args.push(format!("key:{index:06}").into_bytes());
+            args.push(value.clone());
+        }
+        args.push(b"last".to_vec());
+        let arg_refs: Vec<&[u8]> = args.iter().map(|arg| &arg[..]).collect();
+        let frame = multibulk(&arg_refs);
+        assert_eq!(args.len(), 10_000);
+        assert!(frame.len() > 1_000_000, "frame is {} bytes", frame.len());
+
+        let started = std::time::Instant::now();
+        let mut decoder = RequestDecoder::default();
+        let mut buf = BytesMut::new();
+        let mut decoded = None;
+        for chunk in frame.chunks(16) {
+            assert!(decoded.is_none(), "decoded before the last chunk");
+            buf.extend_from_slice(chunk);
+            decoded = decoder.decode(&mut buf).unwrap();
+        }
+        // Rescanning from byte 0 on each of the ~65,000 calls would read ~35 GB.
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let request = decoded.expect("whole frame decoded");
+        assert_eq!(request.args.len(), 10_000);
+        assert_eq!(&request.raw[..], &frame[..]);
+        assert!(request
+            .args
+            .iter()
+            .zip(&args)
+            .all(|(got, want)| got[..] == want[..]));
+    }
+
+    fn arbitrary_request() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 1..6)
+    }
+
+    proptest! {
+        #[test]
+        fn frames_split_at_every_byte_decode_the_same(
+            requests in prop::collection::vec(arbitrary_request(), 1..4)
+        ) {
+            let mut stream = Vec::new();
+            for request in &requests {
+                let refs: Vec<&[u8]> = request.iter().map(|arg| &arg[..]).collect();
+                stream.extend_from_slice(&multibulk(&refs));
+            }
+            for split in 0..=stream.len() {
+                let mut decoder = RequestDecoder::default();
+                let mut buf = BytesMut::from(&stream[..split]);
+                let mut decoded = decode_all(&mut decoder, &mut buf);
+                buf.extend_from_slice(&stream[split..]);
+                decoded.extend(decode_all(&mut decoder, &mut buf));
+                prop_assert!(buf.is_empty());
+                let decoded_args: Vec<Vec<Vec<u8>>> = decoded
+                    .iter()
+                    .map(|r| r.args.iter().map(|a| a.to_vec()).collect())
+                    .collect();
+                prop_assert_eq!(&decoded_args, &requests);
+            }
+            // One byte at a time.
+            let mut decoder = RequestDecoder::default();
+            let mut buf = BytesMut::new();
+            let mut decoded = Vec::new();
+            for &byte in &stream {
+                buf.extend_from_slice(&[byte]);
+                decoded.extend(decode_all(&mut decoder, &mut buf));
+            }
+            prop_assert_eq!(decoded.len(), requests.len());
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(input in prop::collection::vec(any::<u8>(), 0..200)) {
+            let mut decoder = RequestDecoder::default();
+            let mut buf = BytesMut::from(&input[..]);
+            while let Ok(Some(_)) = decoder.decode(&mut buf) {}
+        }
     }
 }
