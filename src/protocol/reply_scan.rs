@@ -10,8 +10,6 @@
 //! frame it annotates, at whatever depth it appears. Streamed RESP3 strings and
 //! aggregates (`$?`, `*?`) are refused: Redis never sends them.
 
-
-
 use super::number::parse_i64;
 use super::{Limits, ProtocolError};
 
