@@ -163,3 +163,92 @@ fn standalone_is_not_a_cluster_and_restarts_empty() {
         "nothing is persisted"
     );
 }
+
+#[test]
+fn fewer_than_three_masters_are_built_by_hand() {
+    // redis-cli refuses this size, so the harness assigns slots and replicas itself.
+    let cluster = Cluster::start(1, 1);
+    let master = cluster.masters();
+    assert_eq!(master.len(), 1);
+    assert_eq!(cluster.replicas_of(&master[0]).len(), 1);
+    let covered = covered_slots(&master[0]);
+    assert!(covered.iter().all(|seen| *seen));
+}
+
+#[test]
+fn ports_are_distinct_and_free_with_their_bus_port() {
+    let ports: Vec<u16> = (0..50).map(|_| common::free_cluster_port()).collect();
+    let mut unique = ports.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), ports.len(), "{ports:?}");
+    for port in ports {
+        for p in [port, port + 10000] {
+            assert!(
+                std::net::TcpListener::bind(("127.0.0.1", p)).is_ok(),
+                "{p} in use"
+            );
+        }
+    }
+}
+
+/// The `CLUSTER NODES` example of the Redis documentation (cluster-nodes command page).
+const DOCS_CLUSTER_NODES: &str = "\
+07c37dfeb235213a872192d90877d0cd55635b91 127.0.0.1:30004@31004,hostname4 slave e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 0 1426238317239 4 connected
+67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.0.0.1:30002@31002,hostname2 master - 0 1426238316232 2 connected 5461-10922
+292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f 127.0.0.1:30003@31003,hostname3 master - 0 1426238318243 3 connected 10923-16383
+6ec23923021cf3ffec47632106199cb7f496ce01 127.0.0.1:30005@31005,hostname5 slave 67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 0 1426238316232 5 connected
+824fe116063bc5fcf9f4ffd895bc17aee7731ac3 127.0.0.1:30006@31006,hostname6 slave 292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f 0 1426238317741 6 connected
+e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001,hostname1 myself,master - 0 0 1 connected 0-5460
+";
+
+#[test]
+fn cluster_nodes_docs_example_parses_to_its_layout() {
+    let lines = common::parse_cluster_nodes(DOCS_CLUSTER_NODES).unwrap();
+    let live = (30001..=30006).map(|p| format!("127.0.0.1:{p}")).collect();
+    let layout = common::layout_of(&lines, &live).unwrap();
+    layout.check_full_coverage().unwrap();
+    assert_eq!(layout.owner_of(0), Some("127.0.0.1:30001"));
+    assert_eq!(layout.owner_of(5461), Some("127.0.0.1:30002"));
+    assert_eq!(layout.owner_of(16383), Some("127.0.0.1:30003"));
+    assert_eq!(
+        layout.replicas_of("127.0.0.1:30001"),
+        vec!["127.0.0.1:30004"]
+    );
+    assert_eq!(
+        layout.replicas_of("127.0.0.1:30003"),
+        vec!["127.0.0.1:30006"]
+    );
+
+    // A live node seen as failing makes the view unusable, and a dead owner leaves a hole.
+    let failing = DOCS_CLUSTER_NODES.replace("myself,master", "myself,master,fail?");
+    let lines = common::parse_cluster_nodes(&failing).unwrap();
+    assert!(common::layout_of(&lines, &live).is_err());
+    let mut without_owner = live.clone();
+    without_owner.remove("127.0.0.1:30002");
+    let lines = common::parse_cluster_nodes(DOCS_CLUSTER_NODES).unwrap();
+    assert!(common::layout_of(&lines, &without_owner).is_err());
+}
+
+#[test]
+fn killing_a_master_promotes_its_replica_and_it_returns_as_replica() {
+    let cluster = Cluster::start(3, 1);
+    let victim = cluster.masters().remove(0);
+    let heir = cluster
+        .replicas_of(&victim)
+        .pop()
+        .expect("victim has a replica");
+    cluster.kill_node(&victim);
+    let layout = cluster.wait_stable();
+    assert_eq!(layout.roles.get(&heir), Some(&Role::Master));
+    assert!(
+        !layout.roles.contains_key(&victim),
+        "a dead node has no role"
+    );
+    cluster.restart_node(&victim);
+    let layout = cluster.layout();
+    assert_eq!(
+        layout.roles.get(&victim),
+        Some(&Role::ReplicaOf(heir.clone()))
+    );
+}

@@ -24,7 +24,9 @@ mod standalone;
 use std::sync::OnceLock;
 
 pub use cluster::Cluster;
-pub use layout::{ClusterLayout, Role, SlotRange, SLOT_COUNT};
+pub use layout::{
+    layout_of, parse_cluster_nodes, ClusterLayout, NodeLine, Role, SlotRange, SLOT_COUNT,
+};
 pub use node::{connect, query, redis_client, try_connect};
 pub use ports::{free_cluster_port, free_port};
 pub use proxy::Proxy;
