@@ -1,9 +1,13 @@
 //! Checks the harness itself against a real cluster: that it starts, covers every slot, routes
-//! keys where Redis says they live, and that slot moves and failovers really happen.
+//! keys where Redis says they live, and that slot moves and failovers really happen. The proxy
+//! handle is checked with stand-in programs, since it must work before the proxy does.
 
 mod common;
 
-use common::{connect, query, shared_cluster, Cluster, Role, Standalone, SLOT_COUNT};
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use common::{connect, query, shared_cluster, Cluster, Proxy, Role, Standalone, SLOT_COUNT};
 
 fn set(addr: &str, key: &str, value: &str) {
     let mut con = connect(addr);
@@ -251,4 +255,53 @@ fn killing_a_master_promotes_its_replica_and_it_returns_as_replica() {
         layout.roles.get(&victim),
         Some(&Role::ReplicaOf(heir.clone()))
     );
+}
+
+/// Writes an executable shell script that stands in for the proxy binary.
+fn stand_in(body: &str) -> String {
+    let path = common::new_dir("stand-in").join("stand-in.sh");
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn proxy_handle_waits_for_ping_signals_and_reaps() {
+    // A redis-server on the proxy's listen port behaves like a proxy that is up.
+    let script = stand_in(
+        "#!/bin/sh\n\
+         # $1 is --listen, $2 is 127.0.0.1:<port>.\n\
+         exec redis-server --port \"${2##*:}\" --bind 127.0.0.1 --save '' --appendonly no\n",
+    );
+    let mut proxy = Proxy::start_program(&script, &[], &[]);
+    assert_ne!(proxy.addr(), proxy.admin_addr());
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut proxy.connect())
+        .unwrap();
+    let own_pid = format!("process_id:{}", proxy.pid());
+    assert!(info.lines().any(|l| l.trim() == own_pid), "{info}");
+    assert!(proxy.wait_exit(Duration::from_millis(200)).is_none());
+    // redis-server shuts down cleanly, exit code 0, on SIGTERM.
+    proxy.send_signal("TERM");
+    let status = proxy
+        .wait_exit(Duration::from_secs(10))
+        .expect("exit after SIGTERM");
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn proxy_start_failure_reports_the_programs_stderr() {
+    let script = stand_in("#!/bin/sh\necho \"refusing: $*\" >&2\nexit 3\n");
+    let panic =
+        std::panic::catch_unwind(|| Proxy::start_program(&script, &["--cluster", "x"], &[]))
+            .err()
+            .expect("start must fail");
+    let message = panic.downcast_ref::<String>().expect("formatted panic");
+    assert!(
+        message.contains("refusing: --listen 127.0.0.1:"),
+        "{message}"
+    );
+    assert!(message.contains("--cluster x"), "{message}");
+    assert!(message.contains("exit status: 3"), "{message}");
 }

@@ -40,9 +40,15 @@ impl Proxy {
 
     /// Like [`Proxy::start`], with extra environment variables (e.g. `REDIS_PASSWORD`).
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Proxy {
+        Proxy::start_program(env!("CARGO_BIN_EXE_slotbridge"), args, env)
+    }
+
+    /// Like [`Proxy::start_with_env`] with another program in the proxy's place: it gets the
+    /// same `--listen <addr> --admin-listen <addr>` first arguments. For testing the harness.
+    pub fn start_program(program: &str, args: &[&str], env: &[(&str, &str)]) -> Proxy {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
-            let mut proxy = Proxy::spawn(args, env);
+            let mut proxy = Proxy::spawn(program, args, env);
             match proxy.wait_ready() {
                 Ok(()) => return proxy,
                 Err(e) => {
@@ -57,12 +63,12 @@ impl Proxy {
             }
         }
         panic!(
-            "slotbridge did not start (args {args:?}):\n{}",
+            "{program} did not start (args {args:?}):\n{}",
             failures.join("\n")
         );
     }
 
-    fn spawn(args: &[&str], env: &[(&str, &str)]) -> Proxy {
+    fn spawn(program: &str, args: &[&str], env: &[(&str, &str)]) -> Proxy {
         let addr = format!("127.0.0.1:{}", free_port());
         let admin_addr = format!("127.0.0.1:{}", free_port());
         let dir = new_dir("proxy");
@@ -71,7 +77,7 @@ impl Proxy {
             fs::File::create(&path)
                 .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()))
         };
-        let mut command = Command::new(env!("CARGO_BIN_EXE_slotbridge"));
+        let mut command = Command::new(program);
         command
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .args(["--listen", &addr, "--admin-listen", &admin_addr])
@@ -80,7 +86,7 @@ impl Proxy {
             .stdout(Stdio::from(open("stdout.log")))
             .stderr(Stdio::from(open("stderr.log")));
         let process = ManagedProcess::spawn(&mut command, &dir)
-            .unwrap_or_else(|e| panic!("cannot spawn slotbridge: {e}"));
+            .unwrap_or_else(|e| panic!("cannot spawn {program}: {e}"));
         Proxy {
             addr,
             admin_addr,
@@ -93,7 +99,7 @@ impl Proxy {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Some(status) = self.process.try_exit_status() {
-                return Err(format!("slotbridge exited before serving ({status})"));
+                return Err(format!("exited before serving ({status})"));
             }
             if let Some(reply) = ping(&self.addr) {
                 if reply.starts_with("+PONG") || reply.starts_with("-NOAUTH") {
@@ -102,7 +108,7 @@ impl Proxy {
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "slotbridge did not answer PING on {} within {READY_TIMEOUT:?}",
+                    "no answer to PING on {} within {READY_TIMEOUT:?}",
                     self.addr
                 ));
             }
