@@ -1,0 +1,49 @@
+//! The harness every integration test shares (`mod common;`): real `redis-server` processes on
+//! loopback (a cluster, or one standalone server), and the slotbridge binary in front of them.
+//!
+//! Invariants: every process a test starts is killed and its directory removed when its handle
+//! drops, also on panic; processes behind `'static` handles ([`shared_cluster`]) are killed by a
+//! watchdog shell once the test binary has exited, however it exited. Ports are free loopback
+//! ports, never fixed ones, so tests and test binaries can run at the same time. A missing
+//! `redis-server` or `redis-cli` fails the test with the install command; nothing is skipped.
+//!
+//! Tests that move slots, fail over or kill nodes start their own [`Cluster`]; the rest can
+//! share one per test binary through [`shared_cluster`].
+
+// Each test binary uses a different part of the harness.
+#![allow(dead_code, unused_imports)]
+
+mod cluster;
+mod layout;
+mod node;
+mod ports;
+mod process;
+mod proxy;
+mod standalone;
+
+use std::sync::OnceLock;
+
+pub use cluster::Cluster;
+pub use layout::{
+    layout_of, parse_cluster_nodes, ClusterLayout, NodeLine, Role, SlotRange, SLOT_COUNT,
+};
+pub use node::{connect, query, redis_client, try_connect};
+pub use ports::{free_cluster_port, free_port};
+pub use process::new_dir;
+pub use proxy::Proxy;
+pub use standalone::Standalone;
+
+/// A 3-master cluster without replicas, started on first use and shared by every test of this
+/// binary. Do not move slots, fail over or kill nodes on it; start a [`Cluster`] for that.
+pub fn shared_cluster() -> &'static Cluster {
+    static SHARED: OnceLock<Cluster> = OnceLock::new();
+    SHARED.get_or_init(|| Cluster::start(3, 0))
+}
+
+/// A multiplexed async connection to `addr` (a node or the proxy).
+pub async fn async_connect(addr: &str) -> redis::aio::MultiplexedConnection {
+    redis_client(addr)
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"))
+}
