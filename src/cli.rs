@@ -9,7 +9,12 @@ use slotbridge::config::{Config, LogFormat};
 
 /// A Redis-protocol proxy for Redis Cluster that rewrites legacy key layouts on the fly.
 #[derive(Debug, Parser)]
-#[command(name = "slotbridge", version, about, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "slotbridge",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -39,10 +44,20 @@ pub struct RunArgs {
     #[arg(long, env = "SLOTBRIDGE_LISTEN", value_name = "HOST:PORT")]
     pub listen: Option<String>,
     /// Cluster seed nodes, comma-separated.
-    #[arg(long, env = "SLOTBRIDGE_CLUSTER", value_delimiter = ',', value_name = "HOST:PORT,...")]
+    #[arg(
+        long,
+        env = "SLOTBRIDGE_CLUSTER",
+        value_delimiter = ',',
+        value_name = "HOST:PORT,..."
+    )]
     pub cluster: Vec<String>,
     /// A single non-cluster upstream node.
-    #[arg(long, env = "SLOTBRIDGE_STANDALONE", conflicts_with = "cluster", value_name = "HOST:PORT")]
+    #[arg(
+        long,
+        env = "SLOTBRIDGE_STANDALONE",
+        conflicts_with = "cluster",
+        value_name = "HOST:PORT"
+    )]
     pub standalone: Option<String>,
     /// Admin HTTP address (metrics and health).
     #[arg(long, env = "SLOTBRIDGE_ADMIN_LISTEN", value_name = "HOST:PORT")]
@@ -103,7 +118,9 @@ impl RunArgs {
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -159,8 +176,15 @@ async fn shutdown_signal() {
 pub fn check_config(file: &Path) -> ExitCode {
     match Config::from_file(file).and_then(|c| c.validate().map(|()| c)) {
         Ok(config) => {
-            let upstream = config.upstream().map(|u| format!("{u:?}")).unwrap_or_default();
-            println!("{}: ok (listen {}, upstream {upstream})", file.display(), config.listen);
+            let upstream = config
+                .upstream()
+                .map(|u| format!("{u:?}"))
+                .unwrap_or_default();
+            println!(
+                "{}: ok (listen {}, upstream {upstream})",
+                file.display(),
+                config.listen
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

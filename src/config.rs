@@ -75,7 +75,11 @@ pub struct BackendConfig {
 
 impl Default for BackendConfig {
     fn default() -> Self {
-        BackendConfig { username: None, password: None, connect_timeout_ms: 1000 }
+        BackendConfig {
+            username: None,
+            password: None,
+            connect_timeout_ms: 1000,
+        }
     }
 }
 
@@ -95,7 +99,12 @@ pub struct RetryConfig {
 
 impl Default for RetryConfig {
     fn default() -> Self {
-        RetryConfig { attempts: 10, base_backoff_ms: 10, max_backoff_ms: 500, max_redirects: 5 }
+        RetryConfig {
+            attempts: 10,
+            base_backoff_ms: 10,
+            max_backoff_ms: 500,
+            max_redirects: 5,
+        }
     }
 }
 
@@ -119,7 +128,10 @@ pub struct TopologyConfig {
 
 impl Default for TopologyConfig {
     fn default() -> Self {
-        TopologyConfig { refresh_interval_ms: 10_000, min_refresh_interval_ms: 200 }
+        TopologyConfig {
+            refresh_interval_ms: 10_000,
+            min_refresh_interval_ms: 200,
+        }
     }
 }
 
@@ -181,7 +193,10 @@ pub enum Upstream {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("{0}")]
@@ -191,10 +206,14 @@ pub enum ConfigError {
 impl Config {
     /// Reads a YAML file; errors name the file, and serde's message names line and field.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        Config::from_yaml(&text)
-            .map_err(|message| ConfigError::Parse { path: path.into(), message })
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        Config::from_yaml(&text).map_err(|message| ConfigError::Parse {
+            path: path.into(),
+            message,
+        })
     }
 
     /// Parses YAML text (an empty document is the default config).
@@ -222,7 +241,10 @@ impl Config {
     /// Checks everything that can be checked without network access.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.upstream()?;
-        let addresses = [("listen", &self.listen), ("admin_listen", &self.admin_listen)];
+        let addresses = [
+            ("listen", &self.listen),
+            ("admin_listen", &self.admin_listen),
+        ];
         for (field, addr) in addresses {
             check_host_port(field, addr)?;
         }
@@ -230,10 +252,14 @@ impl Config {
             check_host_port("upstream", seed)?;
         }
         if self.retry.attempts == 0 {
-            return Err(ConfigError::Invalid("retry.attempts must be at least 1".into()));
+            return Err(ConfigError::Invalid(
+                "retry.attempts must be at least 1".into(),
+            ));
         }
         if self.limits.max_pipeline == 0 {
-            return Err(ConfigError::Invalid("limits.max_pipeline must be at least 1".into()));
+            return Err(ConfigError::Invalid(
+                "limits.max_pipeline must be at least 1".into(),
+            ));
         }
         Ok(())
     }
@@ -251,7 +277,9 @@ fn check_host_port(field: &str, addr: &str) -> Result<(), ConfigError> {
     if valid {
         Ok(())
     } else {
-        Err(ConfigError::Invalid(format!("{field}: '{addr}' is not host:port")))
+        Err(ConfigError::Invalid(format!(
+            "{field}: '{addr}' is not host:port"
+        )))
     }
 }
 

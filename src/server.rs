@@ -32,7 +32,9 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
             Err(e) => tracing::warn!(error = %e, "no seed node answered yet"),
         }
         if Instant::now() >= deadline {
-            tracing::warn!("starting without a complete slot map; commands on uncovered slots fail");
+            tracing::warn!(
+                "starting without a complete slot map; commands on uncovered slots fail"
+            );
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -41,8 +43,17 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
     let listener = TcpListener::bind(&config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    let listen_addr = listener.local_addr().map(|a| a.to_string()).unwrap_or(config.listen.clone());
-    let proxy = Proxy { config, topology, commands, listen_addr, started: Instant::now() };
+    let listen_addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or(config.listen.clone());
+    let proxy = Proxy {
+        config,
+        topology,
+        commands,
+        listen_addr,
+        started: Instant::now(),
+    };
     Ok((Arc::new(proxy), listener))
 }
 
@@ -53,7 +64,9 @@ async fn load_command_table(topology: &Topology) -> CommandTable {
         if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(5), call).await {
             match CommandTable::from_command_reply(&reply) {
                 Ok(table) => return table,
-                Err(e) => tracing::warn!(error = %e, "backend COMMAND reply unusable; using built-in table"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "backend COMMAND reply unusable; using built-in table")
+                }
             }
         }
     }
@@ -62,7 +75,11 @@ async fn load_command_table(topology: &Topology) -> CommandTable {
 }
 
 /// Serves clients until `shutdown` completes.
-pub async fn serve(proxy: Arc<Proxy>, listener: TcpListener, shutdown: impl std::future::Future<Output = ()>) {
+pub async fn serve(
+    proxy: Arc<Proxy>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     let registry = Arc::new(Registry::default());
     let refresher = tokio::spawn(proxy.topology.clone().run_refresher());
     {

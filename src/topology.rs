@@ -47,7 +47,9 @@ pub struct Routing {
 impl Routing {
     /// The master serving `slot`, if the slot is covered.
     pub fn master_for_slot(&self, slot: u16) -> Option<&NodeConns> {
-        self.map.master_index(slot).and_then(|i| self.masters.get(i))
+        self.map
+            .master_index(slot)
+            .and_then(|i| self.masters.get(i))
     }
 
     /// Every master's connections.
@@ -96,7 +98,10 @@ impl Topology {
         };
         let empty = SlotMap::empty();
         let topology = Topology {
-            routing: ArcSwap::from_pointee(Routing { map: empty, masters: Vec::new() }),
+            routing: ArcSwap::from_pointee(Routing {
+                map: empty,
+                masters: Vec::new(),
+            }),
             pool: Mutex::new(HashMap::new()),
             seeds,
             standalone,
@@ -127,7 +132,10 @@ impl Topology {
 
     /// The connection to the master of `slot`, if covered.
     pub fn master_for_slot(&self, slot: u16, proto: Proto) -> Option<NodeConn> {
-        self.routing.load().master_for_slot(slot).map(|n| n.get(proto).clone())
+        self.routing
+            .load()
+            .master_for_slot(slot)
+            .map(|n| n.get(proto).clone())
     }
 
     /// Some master, in turn, for keyless commands.
@@ -177,12 +185,20 @@ impl Topology {
     }
 
     fn remapped(&self, addr: &str) -> NodeAddr {
-        self.remap.get(addr).map(String::as_str).unwrap_or(addr).into()
+        self.remap
+            .get(addr)
+            .map(String::as_str)
+            .unwrap_or(addr)
+            .into()
     }
 
     /// Makes `map` the current snapshot.
     fn install(&self, map: SlotMap) {
-        let masters = map.masters().iter().map(|addr| self.node_conns(addr)).collect();
+        let masters = map
+            .masters()
+            .iter()
+            .map(|addr| self.node_conns(addr))
+            .collect();
         self.routing.store(Arc::new(Routing { map, masters }));
     }
 
@@ -249,8 +265,13 @@ impl Topology {
             return;
         }
         loop {
-            let _ = tokio::time::timeout(self.refresh_interval, self.refresh_wanted.notified()).await;
-            let since = self.last_refresh.lock().unwrap_or_else(|e| e.into_inner()).map(|t| t.elapsed());
+            let _ =
+                tokio::time::timeout(self.refresh_interval, self.refresh_wanted.notified()).await;
+            let since = self
+                .last_refresh
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .map(|t| t.elapsed());
             if let Some(since) = since {
                 if since < self.min_refresh_interval {
                     tokio::time::sleep(self.min_refresh_interval - since).await;

@@ -12,11 +12,32 @@ const TESTS: &str = "ping_inline,ping_mbulk,set,get,incr,lpush,rpush,lpop,rpop,s
 fn run_benchmark(port: &str, pipeline: &str) -> String {
     common::require_tool("redis-benchmark");
     let output = Command::new("redis-benchmark")
-        .args(["-h", "127.0.0.1", "-p", port, "-t", TESTS, "-n", "20000", "-c", "50", "-P", pipeline, "-q"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-t",
+            TESTS,
+            "-n",
+            "20000",
+            "-c",
+            "50",
+            "-P",
+            pipeline,
+            "-q",
+        ])
         .output()
         .expect("redis-benchmark runs");
-    assert!(output.status.success(), "redis-benchmark failed: {output:?}");
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+    assert!(
+        output.status.success(),
+        "redis-benchmark failed: {output:?}"
+    );
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
 
 #[test]
@@ -27,10 +48,16 @@ fn redis_benchmark_runs_clean_through_the_proxy() {
         let text = run_benchmark(&port, pipeline);
         for line in text.lines() {
             let lower = line.to_ascii_lowercase();
-            assert!(!lower.contains("error") && !lower.contains("warning"), "-P {pipeline}: {line}");
+            assert!(
+                !lower.contains("error") && !lower.contains("warning"),
+                "-P {pipeline}: {line}"
+            );
         }
         for test in ["PING_INLINE", "SET", "GET", "LRANGE_100", "MSET"] {
-            assert!(text.contains(test), "-P {pipeline}: no result for {test}:\n{text}");
+            assert!(
+                text.contains(test),
+                "-P {pipeline}: no result for {test}:\n{text}"
+            );
         }
     }
 }

@@ -28,7 +28,10 @@ fn exchange(addr: &str, input: &[u8], timeout: Duration) -> (Vec<u8>, bool) {
         match stream.read(&mut buf) {
             Ok(0) => return (out, true),
             Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
                 return (out, false)
             }
             Err(_) => return (out, true),
@@ -41,7 +44,10 @@ fn ten_thousand_keys_through_a_plain_client() {
     let mut con = proxy().client().get_connection().expect("connect to proxy");
     let mut pipe = redis::pipe();
     for i in 0..10_000 {
-        pipe.cmd("SET").arg(format!("core:key:{i}")).arg(format!("value-{i}")).ignore();
+        pipe.cmd("SET")
+            .arg(format!("core:key:{i}"))
+            .arg(format!("value-{i}"))
+            .ignore();
     }
     pipe.query::<()>(&mut con).expect("10,000 SETs");
     let mut get = redis::pipe();
@@ -54,7 +60,8 @@ fn ten_thousand_keys_through_a_plain_client() {
     }
     // The keys really are spread over every master.
     for master in shared_cluster().masters() {
-        let count: usize = common::query(&master, redis::cmd("DBSIZE").arg(&[] as &[&str])).unwrap();
+        let count: usize =
+            common::query(&master, redis::cmd("DBSIZE").arg(&[] as &[&str])).unwrap();
         assert!(count > 2000, "{master} holds only {count} keys");
     }
 }
@@ -87,7 +94,10 @@ fn hello_3_then_hgetall_is_a_map() {
     let text = String::from_utf8_lossy(&reply);
     assert!(text.starts_with(":"), "HSET reply first: {text}");
     assert!(text.contains("%7\r\n"), "HELLO 3 answers a map: {text}");
-    assert!(text.ends_with("%1\r\n$1\r\nf\r\n$1\r\nv\r\n"), "HGETALL in RESP3 is a map: {text}");
+    assert!(
+        text.ends_with("%1\r\n$1\r\nf\r\n$1\r\nv\r\n"),
+        "HGETALL in RESP3 is a map: {text}"
+    );
 }
 
 #[test]
@@ -97,14 +107,21 @@ fn inline_commands_with_quotes() {
         b"SET \"core:a b\" 'c d'\r\nGET \"core:a b\"\r\n\r\nPING\r\n",
         Duration::from_millis(500),
     );
-    assert_eq!(String::from_utf8_lossy(&reply), "+OK\r\n$3\r\nc d\r\n+PONG\r\n");
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "+OK\r\n$3\r\nc d\r\n+PONG\r\n"
+    );
 }
 
 #[test]
 fn empty_multibulk_requests_are_ignored_like_redis() {
     let input = b"*0\r\n*-5\r\n*1\r\n$4\r\nPING\r\n";
     let (from_proxy, _) = exchange(proxy().addr(), input, Duration::from_millis(300));
-    let (from_redis, _) = exchange(&shared_cluster().masters()[0], input, Duration::from_millis(300));
+    let (from_redis, _) = exchange(
+        &shared_cluster().masters()[0],
+        input,
+        Duration::from_millis(300),
+    );
     assert_eq!(from_proxy, from_redis);
     assert_eq!(from_proxy, b"+PONG\r\n");
 }
@@ -123,15 +140,25 @@ fn protocol_errors_match_redis_and_close_only_that_client() {
     for input in cases {
         let (from_redis, redis_closed) = exchange(node, input, Duration::from_secs(2));
         let (from_proxy, proxy_closed) = exchange(proxy().addr(), input, Duration::from_secs(2));
-        assert!(from_redis.starts_with(b"-ERR Protocol error"), "redis said {:?}", String::from_utf8_lossy(&from_redis));
+        assert!(
+            from_redis.starts_with(b"-ERR Protocol error"),
+            "redis said {:?}",
+            String::from_utf8_lossy(&from_redis)
+        );
         assert_eq!(
             String::from_utf8_lossy(&from_proxy),
             String::from_utf8_lossy(&from_redis),
             "input {:?}",
             String::from_utf8_lossy(input)
         );
-        assert!(redis_closed && proxy_closed, "both close after {:?}", String::from_utf8_lossy(input));
-        let pong: String = redis::cmd("PING").query(bystander).expect("other clients go on");
+        assert!(
+            redis_closed && proxy_closed,
+            "both close after {:?}",
+            String::from_utf8_lossy(input)
+        );
+        let pong: String = redis::cmd("PING")
+            .query(bystander)
+            .expect("other clients go on");
         assert_eq!(pong, "PONG");
     }
 }
@@ -143,26 +170,52 @@ fn local_answers_as_a_single_redis() {
     assert_eq!(echo, "hi");
     let ok: String = redis::cmd("SELECT").arg(0).query(&mut con).unwrap();
     assert_eq!(ok, "OK");
-    let err = redis::cmd("SELECT").arg(1).query::<String>(&mut con).unwrap_err();
-    assert!(err.to_string().contains("DB index is out of range"), "{err}");
-    let _: () = redis::cmd("CLIENT").arg("SETNAME").arg("bot-1").query(&mut con).unwrap();
+    let err = redis::cmd("SELECT")
+        .arg(1)
+        .query::<String>(&mut con)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("DB index is out of range"),
+        "{err}"
+    );
+    let _: () = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("bot-1")
+        .query(&mut con)
+        .unwrap();
     let name: String = redis::cmd("CLIENT").arg("GETNAME").query(&mut con).unwrap();
     assert_eq!(name, "bot-1");
     let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut con).unwrap();
     assert!(id > 0);
     let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
-    assert!(list.contains(&format!("id={id} ")) && list.contains("name=bot-1"), "{list}");
-    let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg("foo").query(&mut con).unwrap();
+    assert!(
+        list.contains(&format!("id={id} ")) && list.contains("name=bot-1"),
+        "{list}"
+    );
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("foo")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(slot, 12182);
     let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
-    assert!(info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:1"), "{info}");
+    assert!(
+        info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:1"),
+        "{info}"
+    );
     let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut con).unwrap();
     let port: i64 = proxy().addr().rsplit_once(':').unwrap().1.parse().unwrap();
     let text = format!("{slots:?}");
-    assert!(text.contains(&format!("Int({port})")), "CLUSTER SLOTS points at the proxy: {text}");
+    assert!(
+        text.contains(&format!("Int({port})")),
+        "CLUSTER SLOTS points at the proxy: {text}"
+    );
     let info: String = redis::cmd("INFO").query(&mut con).unwrap();
     assert!(info.contains("cluster_enabled:0"), "{info}");
-    assert!(info.contains("# Proxy") && info.contains("proxy_slots_covered:16384"), "{info}");
+    assert!(
+        info.contains("# Proxy") && info.contains("proxy_slots_covered:16384"),
+        "{info}"
+    );
     let time: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
     assert_eq!(time.len(), 2);
 }
@@ -170,10 +223,20 @@ fn local_answers_as_a_single_redis() {
 #[test]
 fn errors_name_what_is_wrong() {
     let mut con = proxy().client().get_connection().unwrap();
-    let err = redis::cmd("NOSUCHCMD").arg("x").query::<String>(&mut con).unwrap_err();
-    assert!(err.to_string().contains("unknown command 'NOSUCHCMD'"), "{err}");
+    let err = redis::cmd("NOSUCHCMD")
+        .arg("x")
+        .query::<String>(&mut con)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("unknown command 'NOSUCHCMD'"),
+        "{err}"
+    );
     let err = redis::cmd("GET").query::<String>(&mut con).unwrap_err();
-    assert!(err.to_string().contains("wrong number of arguments for 'get' command"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("wrong number of arguments for 'get' command"),
+        "{err}"
+    );
     // "a" and "b" hash to different slots: a script over both is refused, naming them.
     let err = redis::cmd("EVAL")
         .arg("return 1")
@@ -183,8 +246,15 @@ fn errors_name_what_is_wrong() {
         .query::<i64>(&mut con)
         .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains("CROSSSLOT") && text.contains("'a'") && text.contains("'b'"), "{text}");
-    let one: i64 = redis::cmd("EVAL").arg("return 1").arg(0).query(&mut con).unwrap();
+    assert!(
+        text.contains("CROSSSLOT") && text.contains("'a'") && text.contains("'b'"),
+        "{text}"
+    );
+    let one: i64 = redis::cmd("EVAL")
+        .arg("return 1")
+        .arg(0)
+        .query(&mut con)
+        .unwrap();
     assert_eq!(one, 1);
     let same: String = redis::cmd("EVAL")
         .arg("redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[2])")
@@ -214,10 +284,20 @@ fn multi_key_commands_split_by_slot() {
         assert_eq!(value.as_deref(), Some(format!("{key}=v").as_str()));
     }
     assert_eq!(values[50], None);
-    let exists: i64 = redis::cmd("EXISTS").arg(&keys).arg("core:mk:missing").query(&mut con).unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&keys)
+        .arg("core:mk:missing")
+        .query(&mut con)
+        .unwrap();
     assert_eq!(exists, 50);
     let deleted: i64 = redis::cmd("DEL").arg(&keys[..10]).query(&mut con).unwrap();
     assert_eq!(deleted, 10);
-    let err = redis::cmd("MSETNX").arg("a").arg(1).arg("b").arg(2).query::<i64>(&mut con).unwrap_err();
+    let err = redis::cmd("MSETNX")
+        .arg("a")
+        .arg(1)
+        .arg("b")
+        .arg(2)
+        .query::<i64>(&mut con)
+        .unwrap_err();
     assert!(err.to_string().contains("CROSSSLOT"), "{err}");
 }

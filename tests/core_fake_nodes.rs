@@ -40,12 +40,21 @@ impl FakeNode {
         let (req, rd) = (requests.clone(), reads.clone());
         thread::spawn(move || {
             for stream in listener.incoming().flatten() {
-                let (owner, handler, req, rd, counter) =
-                    (owner.clone(), handler.clone(), req.clone(), rd.clone(), counter.clone());
+                let (owner, handler, req, rd, counter) = (
+                    owner.clone(),
+                    handler.clone(),
+                    req.clone(),
+                    rd.clone(),
+                    counter.clone(),
+                );
                 thread::spawn(move || serve(stream, owner, handler, req, rd, counter));
             }
         });
-        FakeNode { port, requests, reads }
+        FakeNode {
+            port,
+            requests,
+            reads,
+        }
     }
 
     fn addr(&self) -> String {
@@ -55,7 +64,11 @@ impl FakeNode {
     /// The requests named `name` this node received.
     fn received(&self, name: &str) -> Vec<Vec<Vec<u8>>> {
         let requests = self.requests.lock().unwrap();
-        requests.iter().filter(|r| r[0].eq_ignore_ascii_case(name.as_bytes())).cloned().collect()
+        requests
+            .iter()
+            .filter(|r| r[0].eq_ignore_ascii_case(name.as_bytes()))
+            .cloned()
+            .collect()
     }
 }
 
@@ -116,7 +129,10 @@ fn cluster_slots(port: u16) -> Vec<u8> {
 fn parse_request(buf: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
     fn line(buf: &[u8], from: usize) -> Option<(i64, usize)> {
         let end = buf[from..].windows(2).position(|w| w == b"\r\n")? + from;
-        let n = std::str::from_utf8(&buf[from + 1..end]).ok()?.parse().ok()?;
+        let n = std::str::from_utf8(&buf[from + 1..end])
+            .ok()?
+            .parse()
+            .ok()?;
         Some((n, end + 2))
     }
     let (count, mut at) = line(buf, 0)?;
@@ -141,11 +157,16 @@ fn get(proxy: &Proxy, key: &str) -> redis::RedisResult<String> {
 #[test]
 fn ask_sends_asking_then_the_command_to_the_target() {
     let owner = Arc::new(Mutex::new(0));
-    let target = FakeNode::start(owner.clone(), Arc::new(|_args: &[Vec<u8>], _| Action::Reply(b"$6\r\nmoved!\r\n".to_vec())));
+    let target = FakeNode::start(
+        owner.clone(),
+        Arc::new(|_args: &[Vec<u8>], _| Action::Reply(b"$6\r\nmoved!\r\n".to_vec())),
+    );
     let target_addr = target.addr();
     let source = FakeNode::start(
         owner.clone(),
-        Arc::new(move |_args: &[Vec<u8>], _| Action::Reply(format!("-ASK 1234 {target_addr}\r\n").into_bytes())),
+        Arc::new(move |_args: &[Vec<u8>], _| {
+            Action::Reply(format!("-ASK 1234 {target_addr}\r\n").into_bytes())
+        }),
     );
     *owner.lock().unwrap() = source.port;
     let proxy = Proxy::start(&["--cluster", &source.addr()]);
@@ -170,12 +191,16 @@ fn redirect_loops_are_capped() {
     let o = other.clone();
     let a = FakeNode::start(
         owner.clone(),
-        Arc::new(move |_args: &[Vec<u8>], _| Action::Reply(format!("-MOVED 7 {}\r\n", o.lock().unwrap()).into_bytes())),
+        Arc::new(move |_args: &[Vec<u8>], _| {
+            Action::Reply(format!("-MOVED 7 {}\r\n", o.lock().unwrap()).into_bytes())
+        }),
     );
     let a_addr = a.addr();
     let b = FakeNode::start(
         owner.clone(),
-        Arc::new(move |_args: &[Vec<u8>], _| Action::Reply(format!("-MOVED 7 {a_addr}\r\n").into_bytes())),
+        Arc::new(move |_args: &[Vec<u8>], _| {
+            Action::Reply(format!("-MOVED 7 {a_addr}\r\n").into_bytes())
+        }),
     );
     *other.lock().unwrap() = b.addr();
     *owner.lock().unwrap() = a.port;
@@ -208,14 +233,25 @@ fn clusterdown_is_retried_until_it_clears() {
 #[test]
 fn a_reply_lost_after_sending_is_never_resent() {
     let owner = Arc::new(Mutex::new(0));
-    let node = FakeNode::start(owner.clone(), Arc::new(|_args: &[Vec<u8>], _| Action::Close));
+    let node = FakeNode::start(
+        owner.clone(),
+        Arc::new(|_args: &[Vec<u8>], _| Action::Close),
+    );
     *owner.lock().unwrap() = node.port;
     let proxy = Proxy::start(&["--cluster", &node.addr()]);
     let mut con = proxy.client().get_connection().unwrap();
-    let err = redis::cmd("INCR").arg("k").query::<i64>(&mut con).unwrap_err().to_string();
+    let err = redis::cmd("INCR")
+        .arg("k")
+        .query::<i64>(&mut con)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("outcome is unknown"), "{err}");
     thread::sleep(Duration::from_millis(500));
-    assert_eq!(node.received("INCR").len(), 1, "INCR must reach the node exactly once");
+    assert_eq!(
+        node.received("INCR").len(),
+        1,
+        "INCR must reach the node exactly once"
+    );
     // The client's connection is still usable.
     let pong: String = redis::cmd("PING").query(&mut con).unwrap();
     assert_eq!(pong, "PONG");

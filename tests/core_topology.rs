@@ -24,10 +24,18 @@ fn slot_migration_is_invisible_to_a_plain_client() {
     let (slot, keys) = keys_in_one_slot(&cluster, 200);
     let mut con = proxy.client().get_connection().unwrap();
     for key in &keys {
-        let _: () = redis::cmd("SET").arg(key).arg(format!("{key}:0")).query(&mut con).unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(format!("{key}:0"))
+            .query(&mut con)
+            .unwrap();
     }
     let source = cluster.node_for_slot(slot);
-    let target = cluster.masters().into_iter().find(|m| *m != source).unwrap();
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|m| *m != source)
+        .unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
     let seen_errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -46,10 +54,14 @@ fn slot_migration_is_invisible_to_a_plain_client() {
                         let value = format!("{key}:{round}");
                         let set: redis::RedisResult<()> =
                             redis::cmd("SET").arg(key).arg(&value).query(&mut con);
-                        let get: redis::RedisResult<String> = redis::cmd("GET").arg(key).query(&mut con);
+                        let get: redis::RedisResult<String> =
+                            redis::cmd("GET").arg(key).query(&mut con);
                         match (set, get) {
                             (Ok(()), Ok(got)) if got == value => {}
-                            (set, get) => errors.lock().unwrap().push(format!("{key}: {set:?} {get:?}")),
+                            (set, get) => errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("{key}: {set:?} {get:?}")),
                         }
                     }
                 }
@@ -68,7 +80,8 @@ fn slot_migration_is_invisible_to_a_plain_client() {
     let mget = thread::spawn(move || {
         let mut con = mget_client.get_connection().unwrap();
         let started = Instant::now();
-        let values: redis::RedisResult<Vec<Option<String>>> = redis::cmd("MGET").arg(&mget_keys).query(&mut con);
+        let values: redis::RedisResult<Vec<Option<String>>> =
+            redis::cmd("MGET").arg(&mget_keys).query(&mut con);
         (values, started.elapsed())
     });
     thread::sleep(Duration::from_millis(300));
@@ -81,10 +94,17 @@ fn slot_migration_is_invisible_to_a_plain_client() {
         assert!(rounds > 0);
     }
     let errors = seen_errors.lock().unwrap();
-    assert!(errors.is_empty(), "client saw errors or wrong values during the move: {:?}", &errors[..errors.len().min(5)]);
+    assert!(
+        errors.is_empty(),
+        "client saw errors or wrong values during the move: {:?}",
+        &errors[..errors.len().min(5)]
+    );
     let (values, _took) = mget.join().unwrap();
     let values = values.expect("MGET across the moving slot succeeds");
-    assert!(values.iter().all(Option::is_some), "every key still has a value");
+    assert!(
+        values.iter().all(Option::is_some),
+        "every key still has a value"
+    );
     assert_eq!(cluster.node_for_slot(slot), target);
 }
 
@@ -95,7 +115,11 @@ fn failover_is_followed_without_client_changes() {
     let key = "{failover}:counter";
     let slot = cluster.keyslot(key);
     let master = cluster.node_for_slot(slot);
-    let replica = cluster.replicas_of(&master).into_iter().next().expect("a replica");
+    let replica = cluster
+        .replicas_of(&master)
+        .into_iter()
+        .next()
+        .expect("a replica");
 
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -118,13 +142,23 @@ fn failover_is_followed_without_client_changes() {
     thread::sleep(Duration::from_millis(1000));
     stop.store(true, Ordering::Relaxed);
     let (ok, errors) = writer.join().unwrap();
-    println!("failover: {ok} INCRs acknowledged, client saw {} errors: {:?}", errors.len(), errors);
+    println!(
+        "failover: {ok} INCRs acknowledged, client saw {} errors: {:?}",
+        errors.len(),
+        errors
+    );
     assert!(ok > 0);
     for error in &errors {
-        assert!(error.contains("outcome is unknown"), "only lost-reply errors are acceptable, got: {error}");
+        assert!(
+            error.contains("outcome is unknown"),
+            "only lost-reply errors are acceptable, got: {error}"
+        );
     }
     // After the failover the proxy writes to the new master.
     let mut con = proxy.client().get_connection().unwrap();
-    let _: i64 = redis::cmd("INCR").arg(key).query(&mut con).expect("write after failover");
+    let _: i64 = redis::cmd("INCR")
+        .arg(key)
+        .query(&mut con)
+        .expect("write after failover");
     assert_eq!(cluster.node_for_slot(slot), replica);
 }

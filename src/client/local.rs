@@ -25,7 +25,10 @@ pub struct Answer {
 
 impl Answer {
     fn reply(reply: Bytes) -> Option<Answer> {
-        Some(Answer { reply, close: false })
+        Some(Answer {
+            reply,
+            close: false,
+        })
     }
 }
 
@@ -51,12 +54,20 @@ pub fn answer(state: &mut ConnState, registry: &Registry, request: &Request) -> 
         },
         b"echo" if args.len() == 2 => Answer::reply(bulk(&args[1])),
         b"echo" => Answer::reply(reply::wrong_arity("echo")),
-        b"quit" => Some(Answer { reply: Bytes::from_static(b"+OK\r\n"), close: true }),
-        b"select" if args.len() == 2 => Answer::reply(match std::str::from_utf8(&args[1]).ok().and_then(|s| s.parse::<i64>().ok()) {
-            Some(0) => ok(),
-            Some(_) => reply::error(reply::text::SELECT_RANGE),
-            None => reply::error("ERR value is not an integer or out of range"),
+        b"quit" => Some(Answer {
+            reply: Bytes::from_static(b"+OK\r\n"),
+            close: true,
         }),
+        b"select" if args.len() == 2 => Answer::reply(
+            match std::str::from_utf8(&args[1])
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+            {
+                Some(0) => ok(),
+                Some(_) => reply::error(reply::text::SELECT_RANGE),
+                None => reply::error("ERR value is not an integer or out of range"),
+            },
+        ),
         b"select" => Answer::reply(reply::wrong_arity("select")),
         b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
         b"auth" => Answer::reply(auth(args)),
@@ -89,7 +100,10 @@ fn hello(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Bytes {
     let mut proto = state.proto;
     let mut name = None;
     if let Some(version) = args.get(1) {
-        proto = match std::str::from_utf8(version).ok().and_then(|s| s.parse::<i64>().ok()) {
+        proto = match std::str::from_utf8(version)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+        {
             Some(2) => Proto::Resp2,
             Some(3) => Proto::Resp3,
             Some(_) => return reply::error(reply::text::NO_PROTO),
@@ -122,12 +136,17 @@ fn hello(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Bytes {
     if let Some(name) = name {
         set_name(state, registry, name);
     }
-    registry.update(state.id, |e| e.resp = if proto == Proto::Resp3 { 3 } else { 2 });
+    registry.update(state.id, |e| {
+        e.resp = if proto == Proto::Resp3 { 3 } else { 2 }
+    });
     let mut out = BytesMut::new();
     let fields: [(&str, HelloValue); 7] = [
         ("server", HelloValue::Text("redis")),
         ("version", HelloValue::Text(REDIS_VERSION)),
-        ("proto", HelloValue::Int(if proto == Proto::Resp3 { 3 } else { 2 })),
+        (
+            "proto",
+            HelloValue::Int(if proto == Proto::Resp3 { 3 } else { 2 }),
+        ),
         ("id", HelloValue::Int(state.id as i64)),
         ("mode", HelloValue::Text("standalone")),
         ("role", HelloValue::Text("master")),

@@ -27,9 +27,18 @@ impl Registry {
     /// Registers a client; it is removed when the returned guard is dropped.
     pub fn register(self: &Arc<Self>, addr: SocketAddr, laddr: SocketAddr) -> ClientGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let entry = ClientEntry { addr, laddr, name: String::new(), created: Instant::now(), resp: 2 };
+        let entry = ClientEntry {
+            addr,
+            laddr,
+            name: String::new(),
+            created: Instant::now(),
+            resp: 2,
+        };
         self.lock().insert(id, entry);
-        ClientGuard { id, registry: self.clone() }
+        ClientGuard {
+            id,
+            registry: self.clone(),
+        }
     }
 
     /// Number of connected clients.
@@ -56,7 +65,10 @@ impl Registry {
 
     /// CLIENT LIST: one line per client, oldest first.
     pub fn list(&self) -> String {
-        self.lock().iter().map(|(id, entry)| format_line(*id, entry)).collect()
+        self.lock()
+            .iter()
+            .map(|(id, entry)| format_line(*id, entry))
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ClientEntry>> {

@@ -27,11 +27,17 @@ const READ_BUFFER: usize = 16 * 1024;
 
 /// Serves one client until it disconnects, sends QUIT, or breaks the protocol.
 pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>) {
-    let peer = stream.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let peer = stream
+        .peer_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let local_addr = stream.local_addr().unwrap_or(peer);
     let _ = stream.set_nodelay(true);
     let guard = registry.register(peer, local_addr);
-    let mut state = ConnState { id: guard.id, proto: Proto::Resp2, name: None };
+    let mut state = ConnState {
+        id: guard.id,
+        proto: Proto::Resp2,
+        name: None,
+    };
     let (mut reader, mut writer) = stream.into_split();
     let max_pipeline = proxy.config.limits.max_pipeline;
     let mut decoder = RequestDecoder::new(proxy.config.limits.protocol());

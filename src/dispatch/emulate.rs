@@ -45,8 +45,16 @@ impl Local {
 }
 
 impl Proxy {
-    pub(super) async fn emulate(&self, local: Local, request: &crate::protocol::Request, proto: Proto) -> Bytes {
-        let (host, port) = self.listen_addr.rsplit_once(':').unwrap_or(("127.0.0.1", "6380"));
+    pub(super) async fn emulate(
+        &self,
+        local: Local,
+        request: &crate::protocol::Request,
+        proto: Proto,
+    ) -> Bytes {
+        let (host, port) = self
+            .listen_addr
+            .rsplit_once(':')
+            .unwrap_or(("127.0.0.1", "6380"));
         let port: u16 = port.parse().unwrap_or(0);
         let id = self.node_id();
         match local {
@@ -152,7 +160,10 @@ impl Proxy {
 /// The text of a bulk (`$`) or verbatim (`=`, after its `txt:` tag) string reply.
 fn info_text(frame: &[u8]) -> Option<String> {
     let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
-    let len: usize = std::str::from_utf8(&frame[1..header_end]).ok()?.parse().ok()?;
+    let len: usize = std::str::from_utf8(&frame[1..header_end])
+        .ok()?
+        .parse()
+        .ok()?;
     let body = frame.get(header_end + 2..header_end + 2 + len)?;
     let body = match frame.first()? {
         b'$' => body,
@@ -198,13 +209,22 @@ mod tests {
     #[test]
     fn info_text_reads_bulk_and_verbatim() {
         assert_eq!(info_text(b"$5\r\na:1\r\n\r\n").as_deref(), Some("a:1\r\n"));
-        assert_eq!(info_text(b"=9\r\ntxt:a:1\r\n\r\n").as_deref(), Some("a:1\r\n"));
+        assert_eq!(
+            info_text(b"=9\r\ntxt:a:1\r\n\r\n").as_deref(),
+            Some("a:1\r\n")
+        );
         assert_eq!(info_text(b"-ERR x\r\n"), None);
     }
 
     #[test]
     fn verbatim_by_protocol() {
-        assert_eq!(verbatim(b"ab", Proto::Resp2), Bytes::from_static(b"$2\r\nab\r\n"));
-        assert_eq!(verbatim(b"ab", Proto::Resp3), Bytes::from_static(b"=6\r\ntxt:ab\r\n"));
+        assert_eq!(
+            verbatim(b"ab", Proto::Resp2),
+            Bytes::from_static(b"$2\r\nab\r\n")
+        );
+        assert_eq!(
+            verbatim(b"ab", Proto::Resp3),
+            Bytes::from_static(b"=6\r\ntxt:ab\r\n")
+        );
     }
 }

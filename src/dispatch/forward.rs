@@ -32,10 +32,13 @@ impl Proxy {
         loop {
             let (conn, asking) = match redirected.take() {
                 Some((conn, asking)) => (Some(conn), asking),
-                None => (match target {
-                    Target::Slot(slot) => self.topology.master_for_slot(slot, proto),
-                    Target::AnyMaster => self.topology.any_master(proto),
-                }, false),
+                None => (
+                    match target {
+                        Target::Slot(slot) => self.topology.master_for_slot(slot, proto),
+                        Target::AnyMaster => self.topology.any_master(proto),
+                    },
+                    false,
+                ),
             };
             let Some(conn) = conn else {
                 // The slot map does not cover the slot (yet): wait for a refresh.

@@ -80,10 +80,12 @@ impl Proxy {
         let target = match common_slot(args, &keys) {
             Ok(Some(slot)) => Target::Slot(slot),
             Ok(None) => Target::AnyMaster,
-            Err(()) => return match multikey::Kind::of(spec) {
-                Some(kind) => Plan::Split(kind),
-                None => Plan::Answer(cross_slot_error(args, &keys)),
-            },
+            Err(()) => {
+                return match multikey::Kind::of(spec) {
+                    Some(kind) => Plan::Split(kind),
+                    None => Plan::Answer(cross_slot_error(args, &keys)),
+                }
+            }
         };
         if spec.blocks(args) {
             Plan::Blocking(target)
@@ -135,8 +137,10 @@ fn common_slot(args: &[Bytes], keys: &[KeyPos]) -> Result<Option<u16>, ()> {
 }
 
 fn cross_slot_error(args: &[Bytes], keys: &[KeyPos]) -> Bytes {
-    let named: Vec<(&[u8], u16)> =
-        keys.iter().map(|k| (&args[k.index][..], key_slot(&args[k.index]))).collect();
+    let named: Vec<(&[u8], u16)> = keys
+        .iter()
+        .map(|k| (&args[k.index][..], key_slot(&args[k.index])))
+        .collect();
     reply::cross_slot(&named)
 }
 

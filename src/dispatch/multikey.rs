@@ -56,7 +56,12 @@ struct Part {
 
 impl Proxy {
     /// Splits a multi-key request by slot, runs the parts in parallel, merges the replies.
-    pub(super) async fn split(&self, kind: Kind, request: &crate::protocol::Request, proto: Proto) -> Bytes {
+    pub(super) async fn split(
+        &self,
+        kind: Kind,
+        request: &crate::protocol::Request,
+        proto: Proto,
+    ) -> Bytes {
         let args = &request.args;
         let stride = kind.stride();
         let mut parts: Vec<Part> = Vec::new();
@@ -64,7 +69,12 @@ impl Proxy {
         for (key_number, first) in (1..args.len()).step_by(stride).enumerate() {
             let slot = key_slot(&args[first]);
             let index = *part_of_slot.entry(slot).or_insert_with(|| {
-                parts.push(Part { slot, key_order: Vec::new(), request: BytesMut::new(), argc: 1 });
+                parts.push(Part {
+                    slot,
+                    key_order: Vec::new(),
+                    request: BytesMut::new(),
+                    argc: 1,
+                });
                 parts.len() - 1
             });
             let part = &mut parts[index];
@@ -86,7 +96,10 @@ impl Proxy {
             return error.clone();
         }
         match kind {
-            Kind::Mset => replies.into_iter().next().unwrap_or_else(|| Bytes::from_static(b"+OK\r\n")),
+            Kind::Mset => replies
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| Bytes::from_static(b"+OK\r\n")),
             Kind::Count => {
                 let mut total = 0i64;
                 for reply in &replies {

@@ -12,7 +12,10 @@ pub fn array_elements(frame: &Bytes) -> Option<Vec<Bytes>> {
         return None;
     }
     let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
-    let count: i64 = std::str::from_utf8(&frame[1..header_end]).ok()?.parse().ok()?;
+    let count: i64 = std::str::from_utf8(&frame[1..header_end])
+        .ok()?
+        .parse()
+        .ok()?;
     if count < 0 {
         return None;
     }
@@ -61,11 +64,14 @@ mod tests {
     fn splits_array_of_bulks_and_nulls() {
         let frame = Bytes::from_static(b"*3\r\n$1\r\na\r\n$-1\r\n$2\r\nbc\r\n");
         let elements = array_elements(&frame).unwrap();
-        assert_eq!(elements, vec![
-            Bytes::from_static(b"$1\r\na\r\n"),
-            Bytes::from_static(b"$-1\r\n"),
-            Bytes::from_static(b"$2\r\nbc\r\n")
-        ]);
+        assert_eq!(
+            elements,
+            vec![
+                Bytes::from_static(b"$1\r\na\r\n"),
+                Bytes::from_static(b"$-1\r\n"),
+                Bytes::from_static(b"$2\r\nbc\r\n")
+            ]
+        );
     }
 
     #[test]

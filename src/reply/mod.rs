@@ -32,7 +32,10 @@ pub fn error(text: &str) -> Bytes {
 
 /// `-ERR unknown command 'name', with args beginning with: 'a' 'b' ` exactly as Redis 7.
 pub fn unknown_command(args: &[Bytes]) -> Bytes {
-    let mut text = format!("ERR unknown command '{}', with args beginning with: ", lossy(&args[0], 128));
+    let mut text = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        lossy(&args[0], 128)
+    );
     for arg in args.iter().skip(1) {
         if text.len() >= 128 * 4 {
             break;
@@ -53,7 +56,9 @@ pub fn unknown_subcommand(command: &str, sub: &[u8]) -> Bytes {
 
 /// `-ERR wrong number of arguments for 'get' command` as Redis 7.
 pub fn wrong_arity(name: &str) -> Bytes {
-    error(&format!("ERR wrong number of arguments for '{name}' command"))
+    error(&format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
 }
 
 /// `-CROSSSLOT` naming the keys and their slots, so the user sees exactly why.
@@ -82,7 +87,9 @@ pub fn outcome_unknown(node: &str, detail: &str) -> Bytes {
 
 /// The reply for a command that could not be delivered within the retry budget.
 pub fn unavailable(node: &str, detail: &str) -> Bytes {
-    error(&format!("CLUSTERDOWN proxy: node {node} unavailable ({detail})"))
+    error(&format!(
+        "CLUSTERDOWN proxy: node {node} unavailable ({detail})"
+    ))
 }
 
 /// Client input rendered for an error message: lossy UTF-8, control bytes hidden, capped.

@@ -24,7 +24,10 @@ mod tests {
 
     #[test]
     fn reference_vector() {
-        assert_eq!(crc16::State::<crc16::XMODEM>::calculate(b"123456789"), 0x31C3);
+        assert_eq!(
+            crc16::State::<crc16::XMODEM>::calculate(b"123456789"),
+            0x31C3
+        );
         assert_eq!(key_slot(b"123456789"), 12739);
     }
 

@@ -30,6 +30,7 @@ pub use layout::{
 pub use node::{connect, query, redis_client, try_connect};
 pub use ports::{free_cluster_port, free_port};
 pub use process::new_dir;
+pub use process::require_tool;
 pub use proxy::Proxy;
 pub use standalone::Standalone;
 
