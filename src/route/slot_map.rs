@@ -307,7 +307,7 @@ fn slots_node_addr(
 }
 
 /// `host:port`, with an IPv6 host in brackets so sockets can parse it.
-fn join_host_port(host: &str, port: u16) -> String {
+pub(crate) fn join_host_port(host: &str, port: u16) -> String {
     if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
     } else {
