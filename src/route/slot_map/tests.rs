@@ -234,7 +234,8 @@ fn shard_node_fields_follow_redis_docs() {
 fn cluster_slots_null_or_empty_endpoint_means_the_asked_host() {
     let reply = b"*2\r\n\
         *3\r\n:0\r\n:8191\r\n*3\r\n$-1\r\n:7000\r\n$2\r\nid\r\n\
-        *5\r\n:8192\r\n:16383\r\n*3\r\n$0\r\n\r\n:7001\r\n$2\r\nid\r\n*3\r\n$1\r\n?\r\n:7002\r\n$2\r\nid\r\n\
+        *5\r\n:8192\r\n:16383\r\n*3\r\n$0\r\n\r\n:7001\r\n$2\r\nid\r\n\
+        *3\r\n$1\r\n?\r\n:7002\r\n$2\r\nid\r\n\
         *3\r\n$8\r\n10.9.9.9\r\n:7003\r\n$2\r\nid\r\n";
     let map = SlotMap::from_cluster_slots(reply, "10.1.2.3:7000", &no_remap()).unwrap();
     assert_eq!(owner(&map, 0), Some("10.1.2.3:7000"));
