@@ -1,1 +1,70 @@
-//! backend (to be written).
+//! Pipelined connections to Redis nodes: the proxy's hot path to the backend.
+//!
+//! A [`NodeConn`] is one TCP connection to one node, shared by every client that talks to
+//! that node. Requests are raw RESP bytes; replies come back as the raw bytes of one frame,
+//! split off the read buffer without copying. Invariants: replies are matched to requests
+//! strictly in the order the requests were written; a request that was never written fails
+//! with [`BackendError::NotSent`] (safe to retry), one that was written and then lost its
+//! connection fails with [`BackendError::Lost`] (never retried); handshake replies (`AUTH`,
+//! `HELLO`, `ASKING`) and RESP3 pushes never reach callers.
+
+mod conn;
+mod fifo;
+mod handshake;
+
+use std::time::Duration;
+
+pub use conn::NodeConn;
+
+use crate::protocol::{Limits, Proto};
+
+/// How a [`NodeConn`] connects and authenticates.
+#[derive(Clone)]
+pub struct ConnOptions {
+    /// RESP version: for RESP3 the connection sends `HELLO 3` right after connecting.
+    pub proto: Proto,
+    /// ACL user for `AUTH user password`; `None` or empty sends the legacy `AUTH password`.
+    pub username: Option<String>,
+    /// Password for `AUTH`; `None` skips authentication. Never logged.
+    pub password: Option<String>,
+    /// Longest wait for TCP connect plus handshake.
+    pub connect_timeout: Duration,
+    /// Limits applied to reply frames read from the node.
+    pub limits: Limits,
+}
+
+impl Default for ConnOptions {
+    fn default() -> Self {
+        ConnOptions {
+            proto: Proto::Resp2,
+            username: None,
+            password: None,
+            connect_timeout: Duration::from_secs(1),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ConnOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnOptions")
+            .field("proto", &self.proto)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// Why a call to a node failed, and whether retrying it is safe.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The request was never written to the node: safe to retry, here or elsewhere.
+    #[error("not sent: {0}")]
+    NotSent(String),
+    /// The request was written but the connection failed before its reply arrived: it may
+    /// or may not have run, so it must not be retried.
+    #[error("reply lost: {0}")]
+    Lost(String),
+}

@@ -1,8 +1,474 @@
 //! The slot map: which master serves each of the 16384 slots. An immutable snapshot.
+//!
+//! Built from a node's `CLUSTER SHARDS` reply (Redis 7) or, on older servers, from
+//! `CLUSTER SLOTS`, in either RESP2 or RESP3 form. Invariants: every slot owner is an index
+//! into [`SlotMap::masters`]; every address is in canonical `host:port` form (IPv6 hosts in
+//! brackets) after address remapping; failed nodes are left out. A change (a `MOVED`)
+//! produces a new map, so readers can share one snapshot without locks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use redis_protocol::resp2::types::OwnedFrame as Resp2Frame;
+use redis_protocol::resp3::types::OwnedFrame;
+
+use super::SLOT_COUNT;
 
 /// A node address as `host:port` (after any address remapping).
 pub type NodeAddr = std::sync::Arc<str>;
 
+/// Marks a slot that no reachable master serves.
+const NO_OWNER: u16 = u16::MAX;
+
 /// Which master owns each slot, plus every node known (masters and replicas) as seeds.
 #[derive(Debug, Clone)]
-pub struct SlotMap {}
+pub struct SlotMap {
+    /// For each slot, the index of its master in `masters`, or [`NO_OWNER`].
+    owner: Vec<u16>,
+    masters: Vec<NodeAddr>,
+    nodes: Vec<NodeAddr>,
+    covered: usize,
+}
+
+impl SlotMap {
+    /// A map for a standalone (non-cluster) upstream: every slot lives on `addr`.
+    pub fn single(addr: NodeAddr) -> SlotMap {
+        SlotMap {
+            owner: vec![0; SLOT_COUNT],
+            masters: vec![addr.clone()],
+            nodes: vec![addr],
+            covered: SLOT_COUNT,
+        }
+    }
+
+    /// Builds the map from the raw reply to `CLUSTER SHARDS` (RESP2 or RESP3).
+    ///
+    /// Node addresses use the `ip` field, or `endpoint` when `ip` is absent; `?` endpoints
+    /// and nodes whose health is `fail` are skipped. Every address is looked up in `remap`
+    /// (announced `host:port` -> reachable `host:port`). An error reply, or a reply that
+    /// is not shaped like `CLUSTER SHARDS`, is an error naming what was wrong.
+    pub fn from_cluster_shards(
+        frame: &[u8],
+        remap: &HashMap<String, String>,
+    ) -> Result<SlotMap, String> {
+        let mut builder = Builder::new();
+        for shard in decode_reply(frame)?.list("CLUSTER SHARDS reply")? {
+            let fields = shard.fields("shard")?;
+            let slots = field(&fields, "slots")?.list("shard slots")?;
+            let mut master = None;
+            for node in field(&fields, "nodes")?.list("shard nodes")? {
+                let node = node.fields("shard node")?;
+                let healthy = optional_text(&node, "health")
+                    .is_none_or(|health| health != "fail" && health != "failed");
+                let Some(addr) = shard_node_addr(&node, remap)? else {
+                    continue;
+                };
+                if !healthy {
+                    continue;
+                }
+                builder.add_node(&addr);
+                let is_master = optional_text(&node, "role").is_some_and(|r| r == "master");
+                if is_master && master.is_none() {
+                    master = Some(addr);
+                }
+            }
+            let Some(master) = master else { continue };
+            if slots.len() % 2 != 0 {
+                return Err("shard slots: odd number of range bounds".to_string());
+            }
+            for range in slots.chunks(2) {
+                let start = range[0].slot("slot range start")?;
+                let end = range[1].slot("slot range end")?;
+                builder.assign(start, end, &master)?;
+            }
+        }
+        Ok(builder.finish())
+    }
+
+    /// Builds the map from the raw reply to `CLUSTER SLOTS` (RESP2 or RESP3).
+    ///
+    /// `from` is the `host:port` of the node that answered: an empty or null endpoint
+    /// means "the host you asked", as Redis documents. `?` endpoints are skipped.
+    /// Every address is looked up in `remap` as in [`SlotMap::from_cluster_shards`].
+    pub fn from_cluster_slots(
+        frame: &[u8],
+        from: &str,
+        remap: &HashMap<String, String>,
+    ) -> Result<SlotMap, String> {
+        let from_host = split_host_port(from).map(|(host, _)| host).unwrap_or("");
+        let mut builder = Builder::new();
+        for entry in decode_reply(frame)?.list("CLUSTER SLOTS reply")? {
+            let entry = entry.list("slot range")?;
+            if entry.len() < 3 {
+                return Err("slot range: fewer than 3 elements".to_string());
+            }
+            let start = entry[0].slot("slot range start")?;
+            let end = entry[1].slot("slot range end")?;
+            let mut master = None;
+            for (position, node) in entry[2..].iter().enumerate() {
+                let Some(addr) = slots_node_addr(node, from_host, remap)? else {
+                    continue;
+                };
+                builder.add_node(&addr);
+                if position == 0 {
+                    master = Some(addr);
+                }
+            }
+            if let Some(master) = master {
+                builder.assign(start, end, &master)?;
+            }
+        }
+        Ok(builder.finish())
+    }
+
+    /// Canonical form of `addr` (`host:port`, IPv6 hosts in brackets) after `remap`.
+    /// Use it on addresses taken from redirects before [`SlotMap::with_slot_moved`].
+    pub fn remap_addr(addr: &str, remap: &HashMap<String, String>) -> NodeAddr {
+        let canonical = match split_host_port(addr) {
+            Some((host, port)) => join_host_port(host, port),
+            None => addr.to_string(),
+        };
+        match remap.get(&canonical).or_else(|| remap.get(addr)) {
+            Some(reachable) => Arc::from(reachable.as_str()),
+            None => Arc::from(canonical),
+        }
+    }
+
+    /// Index into [`SlotMap::masters`] of the master serving `slot`, if any.
+    pub fn master_index(&self, slot: u16) -> Option<usize> {
+        match self.owner.get(usize::from(slot)) {
+            Some(&index) if index != NO_OWNER => Some(usize::from(index)),
+            _ => None,
+        }
+    }
+
+    /// Address of the master serving `slot`, if any.
+    pub fn master_addr(&self, slot: u16) -> Option<&NodeAddr> {
+        self.master_index(slot).and_then(|i| self.masters.get(i))
+    }
+
+    /// Index into [`SlotMap::masters`] of the master at `addr`, if it is one.
+    pub fn master_index_of(&self, addr: &str) -> Option<usize> {
+        self.masters.iter().position(|m| &**m == addr)
+    }
+
+    /// Masters that served at least one slot when the map was built, plus `MOVED` targets.
+    pub fn masters(&self) -> &[NodeAddr] {
+        &self.masters
+    }
+
+    /// Every healthy node seen (masters and replicas): seeds for the next refresh.
+    pub fn nodes(&self) -> &[NodeAddr] {
+        &self.nodes
+    }
+
+    /// How many of the 16384 slots have a master.
+    pub fn slots_covered(&self) -> usize {
+        self.covered
+    }
+
+    /// Whether every slot has a master.
+    pub fn is_complete(&self) -> bool {
+        self.covered == SLOT_COUNT
+    }
+
+    /// A copy of this map with `slot` served by `addr` (already remapped), as a `MOVED`
+    /// reply says, to use until the next full refresh. An out-of-range slot is ignored.
+    pub fn with_slot_moved(&self, slot: u16, addr: NodeAddr) -> SlotMap {
+        let mut moved = self.clone();
+        if usize::from(slot) >= SLOT_COUNT {
+            return moved;
+        }
+        let index = match moved.master_index_of(&addr) {
+            Some(index) => index,
+            None => {
+                moved.masters.push(addr.clone());
+                moved.masters.len() - 1
+            }
+        };
+        if !moved.nodes.contains(&addr) {
+            moved.nodes.push(addr);
+        }
+        let owner = &mut moved.owner[usize::from(slot)];
+        if *owner == NO_OWNER {
+            moved.covered += 1;
+        }
+        // A map never holds more masters than slots, so the index fits.
+        *owner = u16::try_from(index).unwrap_or(NO_OWNER);
+        moved
+    }
+}
+
+/// Collects nodes and slot owners while a reply is walked.
+struct Builder {
+    owner: Vec<u16>,
+    masters: Vec<NodeAddr>,
+    nodes: Vec<NodeAddr>,
+}
+
+impl Builder {
+    fn new() -> Builder {
+        Builder {
+            owner: vec![NO_OWNER; SLOT_COUNT],
+            masters: Vec::new(),
+            nodes: Vec::new(),
+        }
+    }
+
+    fn add_node(&mut self, addr: &NodeAddr) {
+        if !self.nodes.contains(addr) {
+            self.nodes.push(addr.clone());
+        }
+    }
+
+    fn assign(&mut self, start: u16, end: u16, master: &NodeAddr) -> Result<(), String> {
+        if start > end {
+            return Err(format!("slot range {start}-{end} is reversed"));
+        }
+        let index = match self.masters.iter().position(|m| m == master) {
+            Some(index) => index,
+            None => {
+                self.masters.push(master.clone());
+                self.masters.len() - 1
+            }
+        };
+        let index = u16::try_from(index).map_err(|_| "too many masters".to_string())?;
+        for owner in &mut self.owner[usize::from(start)..=usize::from(end)] {
+            *owner = index;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> SlotMap {
+        let covered = self.owner.iter().filter(|&&o| o != NO_OWNER).count();
+        SlotMap {
+            owner: self.owner,
+            masters: self.masters,
+            nodes: self.nodes,
+            covered,
+        }
+    }
+}
+
+/// The address of one node of a `CLUSTER SHARDS` shard, or None when it has no usable one.
+fn shard_node_addr(
+    node: &[(String, &Value)],
+    remap: &HashMap<String, String>,
+) -> Result<Option<NodeAddr>, String> {
+    let host = match optional_text(node, "ip").filter(|ip| !ip.is_empty()) {
+        Some(ip) => ip,
+        None => match optional_text(node, "endpoint") {
+            Some(endpoint) if !endpoint.is_empty() && endpoint != "?" => endpoint,
+            _ => return Ok(None),
+        },
+    };
+    let Some(port) = node
+        .iter()
+        .find(|(name, _)| name == "port")
+        .map(|(_, value)| value.port("node port"))
+        .transpose()?
+    else {
+        // A node announcing only a TLS port cannot be reached over plain TCP.
+        return Ok(None);
+    };
+    Ok(Some(SlotMap::remap_addr(
+        &join_host_port(&host, port),
+        remap,
+    )))
+}
+
+/// The address of one `[endpoint, port, id, ...]` node of a `CLUSTER SLOTS` range.
+fn slots_node_addr(
+    node: &Value,
+    from_host: &str,
+    remap: &HashMap<String, String>,
+) -> Result<Option<NodeAddr>, String> {
+    let node = node.list("slot range node")?;
+    if node.len() < 2 {
+        return Err("slot range node: fewer than 2 elements".to_string());
+    }
+    let host = match &node[0] {
+        Value::Null => from_host.to_string(),
+        other => other.text("node endpoint")?,
+    };
+    let host = if host.is_empty() {
+        from_host.to_string()
+    } else {
+        host
+    };
+    if host == "?" || host.is_empty() {
+        return Ok(None);
+    }
+    let port = node[1].port("node port")?;
+    Ok(Some(SlotMap::remap_addr(
+        &join_host_port(&host, port),
+        remap,
+    )))
+}
+
+/// `host:port`, with an IPv6 host in brackets so sockets can parse it.
+pub(crate) fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Splits `host:port`, `[v6]:port` or a bare `v6:port` (as Redis writes in redirects).
+pub(crate) fn split_host_port(addr: &str) -> Option<(&str, u16)> {
+    let (host, port) = match addr.strip_prefix('[') {
+        Some(rest) => {
+            let (host, port) = rest.split_once("]:")?;
+            (host, port)
+        }
+        None => addr.rsplit_once(':')?,
+    };
+    let port = port.parse::<u16>().ok().filter(|&p| p != 0)?;
+    Some((host, port))
+}
+
+/// A reply reduced to what slot map parsing needs. RESP3 maps become flat key/value lists,
+/// the same shape RESP2 uses, so one walker reads both.
+#[derive(Debug)]
+enum Value {
+    Text(Vec<u8>),
+    Int(i64),
+    List(Vec<Value>),
+    Null,
+    Error(String),
+    Other,
+}
+
+/// Decodes a RESP3 reply, or a RESP2 one: RESP3 has no `$-1`/`*-1` nulls, so a RESP2
+/// reply holding one only parses as RESP2.
+fn decode_reply(frame: &[u8]) -> Result<Value, String> {
+    let value = match redis_protocol::resp3::decode::complete::decode(frame) {
+        Ok(Some((frame, _))) => Value::from_frame(frame),
+        Ok(None) => return Err("incomplete reply".to_string()),
+        Err(resp3_error) => match redis_protocol::resp2::decode::decode(frame) {
+            Ok(Some((frame, _))) => Value::from_resp2(frame),
+            Ok(None) => return Err("incomplete reply".to_string()),
+            Err(_) => return Err(format!("unparsable reply: {resp3_error:?}")),
+        },
+    };
+    match value {
+        Value::Error(text) => Err(text),
+        value => Ok(value),
+    }
+}
+
+impl Value {
+    fn from_resp2(frame: Resp2Frame) -> Value {
+        match frame {
+            Resp2Frame::SimpleString(data) | Resp2Frame::BulkString(data) => Value::Text(data),
+            Resp2Frame::Integer(n) => Value::Int(n),
+            Resp2Frame::Array(items) => {
+                Value::List(items.into_iter().map(Value::from_resp2).collect())
+            }
+            Resp2Frame::Null => Value::Null,
+            Resp2Frame::Error(text) => Value::Error(text),
+        }
+    }
+
+    fn from_frame(frame: OwnedFrame) -> Value {
+        match frame {
+            OwnedFrame::BlobString { data, .. }
+            | OwnedFrame::SimpleString { data, .. }
+            | OwnedFrame::VerbatimString { data, .. }
+            | OwnedFrame::BigNumber { data, .. } => Value::Text(data),
+            OwnedFrame::Number { data, .. } => Value::Int(data),
+            OwnedFrame::Array { data, .. } | OwnedFrame::Push { data, .. } => {
+                Value::List(data.into_iter().map(Value::from_frame).collect())
+            }
+            OwnedFrame::Set { data, .. } => {
+                Value::List(data.into_iter().map(Value::from_frame).collect())
+            }
+            OwnedFrame::Map { data, .. } => Value::List(
+                data.into_iter()
+                    .flat_map(|(k, v)| [Value::from_frame(k), Value::from_frame(v)])
+                    .collect(),
+            ),
+            OwnedFrame::Null => Value::Null,
+            OwnedFrame::SimpleError { data, .. } => Value::Error(data),
+            OwnedFrame::BlobError { data, .. } => {
+                Value::Error(String::from_utf8_lossy(&data).into_owned())
+            }
+            _ => Value::Other,
+        }
+    }
+
+    fn list(&self, what: &str) -> Result<&[Value], String> {
+        match self {
+            Value::List(items) => Ok(items),
+            other => Err(format!("{what}: expected an array, got {other:?}")),
+        }
+    }
+
+    /// A flat `name, value, name, value...` list as (name, value) pairs.
+    fn fields(&self, what: &str) -> Result<Vec<(String, &Value)>, String> {
+        let items = self.list(what)?;
+        if items.len() % 2 != 0 {
+            return Err(format!("{what}: odd number of map elements"));
+        }
+        items
+            .chunks(2)
+            .map(|pair| Ok((pair[0].text(what)?, &pair[1])))
+            .collect()
+    }
+
+    fn text(&self, what: &str) -> Result<String, String> {
+        match self {
+            Value::Text(bytes) => {
+                String::from_utf8(bytes.clone()).map_err(|_| format!("{what}: not valid UTF-8"))
+            }
+            Value::Int(n) => Ok(n.to_string()),
+            other => Err(format!("{what}: expected a string, got {other:?}")),
+        }
+    }
+
+    fn int(&self, what: &str) -> Result<i64, String> {
+        match self {
+            Value::Int(n) => Ok(*n),
+            Value::Text(bytes) => std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| format!("{what}: not an integer")),
+            other => Err(format!("{what}: expected an integer, got {other:?}")),
+        }
+    }
+
+    fn slot(&self, what: &str) -> Result<u16, String> {
+        let n = self.int(what)?;
+        u16::try_from(n)
+            .ok()
+            .filter(|&slot| usize::from(slot) < SLOT_COUNT)
+            .ok_or_else(|| format!("{what}: slot {n} out of range"))
+    }
+
+    fn port(&self, what: &str) -> Result<u16, String> {
+        let n = self.int(what)?;
+        u16::try_from(n)
+            .ok()
+            .filter(|&port| port != 0)
+            .ok_or_else(|| format!("{what}: port {n} out of range"))
+    }
+}
+
+fn field<'a>(fields: &[(String, &'a Value)], name: &str) -> Result<&'a Value, String> {
+    fields
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, value)| *value)
+        .ok_or_else(|| format!("missing field {name:?}"))
+}
+
+fn optional_text(fields: &[(String, &Value)], name: &str) -> Option<String> {
+    fields
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, value)| value.text(name).ok())
+}
+
+#[cfg(test)]
+mod tests;

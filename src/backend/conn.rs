@@ -1,0 +1,345 @@
+//! One pipelined connection to one node, shared by many callers.
+//!
+//! A bounded queue feeds a writer task that takes everything waiting, records the expected
+//! replies in the in-flight FIFO, then writes the whole batch with one write. A reader task
+//! per TCP connection cuts complete reply frames off its read buffer and hands them to the
+//! FIFO's entries in order. The writer connects lazily, and after a failed connect it fails
+//! requests fast (`NotSent`) until a capped backoff has passed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::fifo::{InFlight, Pending, ReplySender};
+use super::{handshake, BackendError, ConnOptions};
+use crate::protocol::{Limits, ReplyScanner};
+use crate::route::NodeAddr;
+
+/// Requests that may wait for the writer before callers are slowed down.
+const QUEUE_DEPTH: usize = 4096;
+/// Most requests written in one batch (one write).
+const MAX_BATCH: usize = 512;
+/// Written just before a request sent with `asking`.
+const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
+/// Wait before the first reconnect attempt after a failure; doubles up to the maximum.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// The read buffer grows by this much when less than a quarter of it is free.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// A cheap-to-clone handle to one pipelined connection to a node. Dropping every handle
+/// stops the connection's tasks and closes the socket.
+#[derive(Clone)]
+pub struct NodeConn {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    addr: NodeAddr,
+    queue: mpsc::Sender<Outbound>,
+    connected: Arc<AtomicBool>,
+}
+
+/// A request waiting for the writer.
+struct Outbound {
+    request: Bytes,
+    asking: bool,
+    reply: ReplySender,
+}
+
+impl std::fmt::Debug for NodeConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConn")
+            .field("addr", &self.shared.addr)
+            .field("connected", &self.is_connected())
+            .finish()
+    }
+}
+
+impl NodeConn {
+    /// Starts the connection's writer task (it connects on first use). Must be called
+    /// from within a Tokio runtime.
+    pub fn spawn(addr: NodeAddr, opts: ConnOptions) -> NodeConn {
+        let (queue, requests) = mpsc::channel(QUEUE_DEPTH);
+        let connected = Arc::new(AtomicBool::new(false));
+        let writer = Writer {
+            addr: addr.clone(),
+            opts,
+            requests,
+            connected: connected.clone(),
+            live: None,
+            backoff: BACKOFF_MIN,
+            retry_at: None,
+            last_error: String::new(),
+        };
+        tokio::spawn(writer.run());
+        NodeConn {
+            shared: Arc::new(Shared {
+                addr,
+                queue,
+                connected,
+            }),
+        }
+    }
+
+    /// Sends one complete RESP request (raw bytes) and returns the raw bytes of its reply
+    /// frame. With `asking`, `ASKING` is written right before it in the same write and its
+    /// reply is consumed here. Error replies from the node are replies, not errors.
+    pub async fn call(&self, request: Bytes, asking: bool) -> Result<Bytes, BackendError> {
+        let (reply, answer) = oneshot::channel();
+        let outbound = Outbound {
+            request,
+            asking,
+            reply,
+        };
+        if self.shared.queue.send(outbound).await.is_err() {
+            return Err(BackendError::NotSent(format!(
+                "{}: connection task stopped",
+                self.shared.addr
+            )));
+        }
+        // Every path in the writer and reader answers explicitly; a dropped sender means
+        // the connection went away with the request possibly written.
+        answer.await.unwrap_or_else(|_| {
+            Err(BackendError::Lost(format!(
+                "{}: connection closed before the reply",
+                self.shared.addr
+            )))
+        })
+    }
+
+    /// Whether a connection to the node is currently established and authenticated.
+    pub fn is_connected(&self) -> bool {
+        self.shared.connected.load(Ordering::Relaxed)
+    }
+
+    /// The node this handle talks to.
+    pub fn addr(&self) -> &NodeAddr {
+        &self.shared.addr
+    }
+}
+
+/// An established connection: its write half, its FIFO and its reader task.
+struct Live {
+    write: OwnedWriteHalf,
+    in_flight: Arc<InFlight>,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.in_flight
+            .close_and_fail("connection closed before the reply");
+    }
+}
+
+/// Owns the request queue and the current connection.
+struct Writer {
+    addr: NodeAddr,
+    opts: ConnOptions,
+    requests: mpsc::Receiver<Outbound>,
+    connected: Arc<AtomicBool>,
+    live: Option<Live>,
+    backoff: Duration,
+    retry_at: Option<Instant>,
+    last_error: String,
+}
+
+impl Writer {
+    async fn run(mut self) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        let mut out = BytesMut::with_capacity(READ_CHUNK);
+        // Ends when every handle is gone; dropping `self.live` then closes the socket.
+        while self.requests.recv_many(&mut batch, MAX_BATCH).await > 0 {
+            // A caller that gave up before its request was written needs no write.
+            batch.retain(|item: &Outbound| !item.reply.is_closed());
+            if !batch.is_empty() {
+                self.write_batch(&mut batch, &mut out).await;
+            }
+            batch.clear();
+        }
+    }
+
+    /// Writes `batch` (emptying it) on the live connection, connecting first if needed.
+    async fn write_batch(&mut self, batch: &mut Vec<Outbound>, out: &mut BytesMut) {
+        out.clear();
+        for item in batch.iter() {
+            if item.asking {
+                out.extend_from_slice(ASKING);
+            }
+            out.extend_from_slice(&item.request);
+        }
+        // A connection found dead before anything was written gets one replacement.
+        for _ in 0..2 {
+            if self
+                .live
+                .as_ref()
+                .is_none_or(|live| live.in_flight.is_closed())
+            {
+                self.live = None;
+                if let Err(reason) = self.connect().await {
+                    let reason = format!("{}: {reason}", self.addr);
+                    fail_not_sent(batch.drain(..), &reason);
+                    // Everyone already queued would meet the same failure: answer now.
+                    while let Ok(item) = self.requests.try_recv() {
+                        fail_not_sent(std::iter::once(item), &reason);
+                    }
+                    return;
+                }
+            }
+            let Some(live) = self.live.as_mut() else {
+                continue;
+            };
+            let recorded = live.in_flight.push_with(|pending| {
+                for item in batch.drain(..) {
+                    if item.asking {
+                        pending.push_back(Pending::AskingAck);
+                    }
+                    pending.push_back(Pending::Reply(item.reply));
+                }
+            });
+            if !recorded {
+                continue;
+            }
+            if let Err(error) = live.write.write_all(out).await {
+                tracing::warn!(addr = %self.addr, %error, "backend write failed");
+                live.in_flight
+                    .close_and_fail(&format!("{}: write failed: {error}", self.addr));
+                self.connected.store(false, Ordering::Relaxed);
+                self.live = None;
+            }
+            return;
+        }
+        fail_not_sent(
+            batch.drain(..),
+            &format!("{}: connection unusable", self.addr),
+        );
+    }
+
+    /// Opens a new connection unless a recent failure is still backing off.
+    async fn connect(&mut self) -> Result<(), String> {
+        if self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return Err(format!("{} (reconnect backing off)", self.last_error));
+        }
+        match handshake::connect(&self.addr, &self.opts).await {
+            Ok((stream, leftover)) => {
+                let (read, write) = stream.into_split();
+                let in_flight = Arc::new(InFlight::default());
+                let reader = tokio::spawn(read_replies(
+                    read,
+                    leftover,
+                    in_flight.clone(),
+                    self.connected.clone(),
+                    self.addr.clone(),
+                    self.opts.limits,
+                ));
+                self.connected.store(true, Ordering::Relaxed);
+                self.backoff = BACKOFF_MIN;
+                self.retry_at = None;
+                self.live = Some(Live {
+                    write,
+                    in_flight,
+                    reader,
+                });
+                Ok(())
+            }
+            Err(reason) => {
+                tracing::warn!(addr = %self.addr, error = %reason, "backend connect failed");
+                self.connected.store(false, Ordering::Relaxed);
+                self.retry_at = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                self.last_error.clone_from(&reason);
+                Err(reason)
+            }
+        }
+    }
+}
+
+fn fail_not_sent(items: impl Iterator<Item = Outbound>, reason: &str) {
+    for item in items {
+        let _ = item
+            .reply
+            .send(Err(BackendError::NotSent(reason.to_string())));
+    }
+}
+
+/// Reads replies until the connection fails, then fails whatever is still in flight.
+async fn read_replies(
+    read: OwnedReadHalf,
+    buf: BytesMut,
+    in_flight: Arc<InFlight>,
+    connected: Arc<AtomicBool>,
+    addr: NodeAddr,
+    limits: Limits,
+) {
+    let reason = read_loop(read, buf, &in_flight, &addr, limits).await;
+    connected.store(false, Ordering::Relaxed);
+    tracing::warn!(addr = %addr, error = %reason, "backend connection lost");
+    in_flight.close_and_fail(&format!("{addr}: {reason}"));
+}
+
+/// Returns why reading stopped.
+async fn read_loop(
+    mut read: OwnedReadHalf,
+    mut buf: BytesMut,
+    in_flight: &InFlight,
+    addr: &NodeAddr,
+    limits: Limits,
+) -> String {
+    let mut scanner = ReplyScanner::new(limits);
+    let mut frames: Vec<Bytes> = Vec::new();
+    let mut owners: Vec<Pending> = Vec::new();
+    loop {
+        loop {
+            match scanner.next_frame_len(&buf) {
+                Ok(Some(len)) => {
+                    let frame = buf.split_to(len).freeze();
+                    if frame.first() == Some(&b'>') {
+                        // RESP3 push (e.g. invalidation): not the reply to any request.
+                        tracing::debug!(addr = %addr, "skipped push frame");
+                        continue;
+                    }
+                    frames.push(frame);
+                }
+                Ok(None) => break,
+                Err(error) => return format!("unreadable reply: {error}"),
+            }
+        }
+        if !frames.is_empty() {
+            in_flight.pop_into(frames.len(), &mut owners);
+            let unexpected = frames.len() > owners.len();
+            for (frame, owner) in frames.drain(..).zip(owners.drain(..)) {
+                match owner {
+                    Pending::Reply(sender) => {
+                        // The caller may have given up; its reply is simply dropped.
+                        let _ = sender.send(Ok(frame));
+                    }
+                    Pending::AskingAck => {
+                        if !frame.starts_with(b"+OK") {
+                            tracing::debug!(addr = %addr, "ASKING not acknowledged");
+                        }
+                    }
+                }
+            }
+            if unexpected {
+                return "reply without a request".to_string();
+            }
+        }
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        match read.read_buf(&mut buf).await {
+            Ok(0) => return "connection closed by the node".to_string(),
+            Ok(_) => {}
+            Err(error) => return format!("read failed: {error}"),
+        }
+    }
+}

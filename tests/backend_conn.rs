@@ -1,0 +1,434 @@
+//! `NodeConn` against real `redis-server` processes on loopback and against scripted fake
+//! nodes for the cases a real server cannot be made to produce on demand.
+
+use std::net::TcpListener as StdListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use slotbridge::backend::{BackendError, ConnOptions, NodeConn};
+use slotbridge::protocol::Proto;
+use slotbridge::route::NodeAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// A `redis-server` child on a free loopback port, killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let port = free_port();
+        let dir = TempDir::new(port);
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--dir", dir.path.to_str().expect("utf-8 temp path")])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn addr(&self) -> NodeAddr {
+        NodeAddr::from(format!("127.0.0.1:{}", self.port))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A scratch directory for a server's files, removed on drop.
+struct TempDir {
+    path: std::path::PathBuf,
+}
+
+impl TempDir {
+    fn new(tag: u16) -> TempDir {
+        let path = std::env::temp_dir().join(format!(
+            "slotbridge-backend-test-{}-{tag}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir { path }
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = StdListener::bind("127.0.0.1:0").expect("bind loopback");
+    listener.local_addr().expect("local addr").port()
+}
+
+fn command(args: &[&str]) -> Bytes {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+    }
+    Bytes::from(out)
+}
+
+fn bulk(value: &str) -> Bytes {
+    Bytes::from(format!("${}\r\n{value}\r\n", value.len()))
+}
+
+async fn call(conn: &NodeConn, args: &[&str]) -> Bytes {
+    conn.call(command(args), false)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// The text of a bulk string reply.
+fn bulk_text(reply: &[u8]) -> String {
+    let text = std::str::from_utf8(reply).expect("utf-8 reply");
+    let (_, body) = text.split_once("\r\n").expect("bulk header");
+    body.trim_end_matches("\r\n").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_calls_from_many_tasks_get_their_own_replies() {
+    let server = Server::start(&[]);
+    let conn = NodeConn::spawn(server.addr(), ConnOptions::default());
+    const TASKS: usize = 50;
+    const KEYS_PER_TASK: usize = 100;
+    let tasks = (0..TASKS).map(|task| {
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            let keys: Vec<String> = (0..KEYS_PER_TASK)
+                .map(|i| format!("k:{task}:{i}"))
+                .collect();
+            let sets = join_all(keys.iter().map(|key| {
+                let value = format!("v:{key}");
+                let conn = conn.clone();
+                async move { conn.call(command(&["SET", key, &value]), false).await }
+            }))
+            .await;
+            for reply in sets {
+                assert_eq!(reply.unwrap(), Bytes::from_static(b"+OK\r\n"));
+            }
+            let gets = join_all(
+                keys.iter()
+                    .map(|key| conn.call(command(&["GET", key]), false)),
+            )
+            .await;
+            for (key, reply) in keys.iter().zip(gets) {
+                assert_eq!(reply.unwrap(), bulk(&format!("v:{key}")), "{key}");
+            }
+        })
+    });
+    for task in join_all(tasks).await {
+        task.expect("task panicked");
+    }
+    assert!(conn.is_connected());
+    let dbsize = call(&conn, &["DBSIZE"]).await;
+    assert_eq!(
+        dbsize,
+        Bytes::from(format!(":{}\r\n", TASKS * KEYS_PER_TASK))
+    );
+}
+
+#[tokio::test]
+async fn auth_with_right_and_wrong_password() {
+    let server = Server::start(&["--requirepass", "s3cret"]);
+    let right = NodeConn::spawn(
+        server.addr(),
+        ConnOptions {
+            password: Some("s3cret".into()),
+            ..ConnOptions::default()
+        },
+    );
+    assert_eq!(
+        call(&right, &["PING"]).await,
+        Bytes::from_static(b"+PONG\r\n")
+    );
+    assert!(right.is_connected());
+
+    let wrong = NodeConn::spawn(
+        server.addr(),
+        ConnOptions {
+            password: Some("wrong".into()),
+            ..ConnOptions::default()
+        },
+    );
+    match wrong.call(command(&["PING"]), false).await {
+        Err(BackendError::NotSent(text)) => {
+            assert!(text.contains("WRONGPASS"), "{text}");
+            assert!(!text.contains("wrong\""), "{text}");
+        }
+        other => panic!("expected NotSent, got {other:?}"),
+    }
+    assert!(!wrong.is_connected());
+
+    // Without a password the server's refusal is an ordinary reply.
+    let anonymous = NodeConn::spawn(server.addr(), ConnOptions::default());
+    let reply = call(&anonymous, &["PING"]).await;
+    assert!(reply.starts_with(b"-NOAUTH"), "{reply:?}");
+}
+
+#[tokio::test]
+async fn acl_user_and_resp3_handshake() {
+    let server = Server::start(&[]);
+    let admin = NodeConn::spawn(server.addr(), ConnOptions::default());
+    let created = call(
+        &admin,
+        &["ACL", "SETUSER", "alice", "on", ">pw", "~*", "&*", "+@all"],
+    )
+    .await;
+    assert_eq!(created, Bytes::from_static(b"+OK\r\n"));
+    let conn = NodeConn::spawn(
+        server.addr(),
+        ConnOptions {
+            proto: Proto::Resp3,
+            username: Some("alice".into()),
+            password: Some("pw".into()),
+            ..ConnOptions::default()
+        },
+    );
+    assert_eq!(
+        call(&conn, &["ACL", "WHOAMI"]).await,
+        Bytes::from_static(b"$5\r\nalice\r\n")
+    );
+    call(&conn, &["HSET", "h", "f", "v"]).await;
+    // A RESP3 connection answers HGETALL with a map frame.
+    assert_eq!(
+        call(&conn, &["HGETALL", "h"]).await,
+        Bytes::from_static(b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n")
+    );
+
+    let wrong_user = NodeConn::spawn(
+        server.addr(),
+        ConnOptions {
+            proto: Proto::Resp3,
+            username: Some("bob".into()),
+            password: Some("pw".into()),
+            ..ConnOptions::default()
+        },
+    );
+    let result = wrong_user.call(command(&["PING"]), false).await;
+    assert!(
+        matches!(&result, Err(BackendError::NotSent(text)) if text.contains("WRONGPASS")),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn resp2_connection_gets_flat_arrays() {
+    let server = Server::start(&[]);
+    let conn = NodeConn::spawn(server.addr(), ConnOptions::default());
+    call(&conn, &["HSET", "h", "f", "v"]).await;
+    assert_eq!(
+        call(&conn, &["HGETALL", "h"]).await,
+        Bytes::from_static(b"*2\r\n$1\r\nf\r\n$1\r\nv\r\n")
+    );
+}
+
+/// Polls `args` on `conn` until the reply contains `needle`, for at most 15 s.
+async fn wait_for(conn: &NodeConn, args: &[&str], needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let reply = call(conn, args).await;
+        if String::from_utf8_lossy(&reply).contains(needle) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{args:?} never contained {needle}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn asking_reaches_an_importing_cluster_node() {
+    // A standalone server refuses ASKING ("cluster support disabled"), so this needs two
+    // cluster nodes: `owner` serves slot 12182 ("foo"), `importer` is importing it.
+    let cluster_args = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-require-full-coverage",
+        "no",
+    ];
+    let owner = Server::start(&cluster_args);
+    let importer = Server::start(&cluster_args);
+    let owner_conn = NodeConn::spawn(owner.addr(), ConnOptions::default());
+    let importer_conn = NodeConn::spawn(importer.addr(), ConnOptions::default());
+    call(&owner_conn, &["CLUSTER", "ADDSLOTSRANGE", "101", "16383"]).await;
+    call(&importer_conn, &["CLUSTER", "ADDSLOTSRANGE", "0", "100"]).await;
+    let owner_id = bulk_text(&call(&owner_conn, &["CLUSTER", "MYID"]).await);
+    let port = owner.port.to_string();
+    call(&importer_conn, &["CLUSTER", "MEET", "127.0.0.1", &port]).await;
+    wait_for(&importer_conn, &["CLUSTER", "NODES"], &owner_id).await;
+    wait_for(&importer_conn, &["CLUSTER", "INFO"], "cluster_state:ok").await;
+    let importing = call(
+        &importer_conn,
+        &["CLUSTER", "SETSLOT", "12182", "IMPORTING", &owner_id],
+    )
+    .await;
+    assert_eq!(importing, Bytes::from_static(b"+OK\r\n"));
+
+    let plain = call(&importer_conn, &["GET", "foo"]).await;
+    assert!(plain.starts_with(b"-"), "without ASKING: {plain:?}");
+
+    // ASKING replies are swallowed, so each caller still gets its own reply, in order.
+    let replies = join_all([
+        importer_conn.call(command(&["SET", "foo", "bar"]), true),
+        importer_conn.call(command(&["GET", "foo"]), true),
+        importer_conn.call(command(&["GET", "foo"]), false),
+        importer_conn.call(command(&["GET", "foo"]), true),
+    ])
+    .await;
+    let replies: Vec<Bytes> = replies.into_iter().map(Result::unwrap).collect();
+    assert_eq!(replies[0], Bytes::from_static(b"+OK\r\n"));
+    assert_eq!(replies[1], bulk("bar"));
+    assert!(replies[2].starts_with(b"-"), "{:?}", replies[2]);
+    assert_eq!(replies[3], bulk("bar"));
+}
+
+/// A fake node: accepts on a free loopback port, runs `script` per accepted connection.
+async fn fake_node() -> (TcpListener, NodeAddr) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = NodeAddr::from(listener.local_addr().expect("addr").to_string());
+    (listener, addr)
+}
+
+async fn read_exactly(stream: &mut tokio::net::TcpStream, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    stream.read_exact(&mut buf).await.expect("fake read");
+    buf
+}
+
+#[tokio::test]
+async fn lost_reply_is_reported_and_never_resent() {
+    let (listener, addr) = fake_node().await;
+    let conn = NodeConn::spawn(addr, ConnOptions::default());
+    let request = command(&["INCR", "counter"]);
+    let ping = command(&["PING"]);
+    let expected_len = request.len();
+    let fake = tokio::spawn(async move {
+        // First connection: take the request, close without answering.
+        let (mut first, _) = listener.accept().await.expect("accept");
+        let seen = read_exactly(&mut first, expected_len).await;
+        drop(first);
+        // Second connection: the first bytes must be the next request, not a resend.
+        let (mut second, _) = listener.accept().await.expect("accept");
+        let next = read_exactly(&mut second, command(&["PING"]).len()).await;
+        second.write_all(b"+PONG\r\n").await.expect("fake write");
+        (seen, next)
+    });
+    let result = conn.call(request.clone(), false).await;
+    assert!(matches!(result, Err(BackendError::Lost(_))), "{result:?}");
+    assert_eq!(
+        conn.call(ping.clone(), false).await.unwrap(),
+        Bytes::from_static(b"+PONG\r\n")
+    );
+    let (seen, next) = fake.await.expect("fake");
+    assert_eq!(seen, request.to_vec());
+    assert_eq!(next, ping.to_vec());
+}
+
+#[tokio::test]
+async fn asking_is_written_before_the_request_and_its_ok_swallowed() {
+    let (listener, addr) = fake_node().await;
+    let conn = NodeConn::spawn(addr, ConnOptions::default());
+    let request = command(&["GET", "k"]);
+    let mut expected = b"*1\r\n$6\r\nASKING\r\n".to_vec();
+    expected.extend_from_slice(&request);
+    let expected_len = expected.len();
+    let fake = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let seen = read_exactly(&mut stream, expected_len).await;
+        // A RESP3 push between replies belongs to nobody.
+        stream
+            .write_all(b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n$1\r\nv\r\n")
+            .await
+            .expect("fake write");
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest).await;
+        seen
+    });
+    let reply = conn.call(request, true).await.unwrap();
+    assert_eq!(reply, bulk("v"));
+    drop(conn);
+    // Dropping the last handle closes the connection (the fake sees EOF).
+    let seen = tokio::time::timeout(Duration::from_secs(5), fake)
+        .await
+        .expect("connection not closed after the last handle was dropped")
+        .expect("fake");
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn connection_refused_fails_fast_as_not_sent() {
+    let addr = NodeAddr::from(format!("127.0.0.1:{}", free_port()));
+    let conn = NodeConn::spawn(addr, ConnOptions::default());
+    let started = Instant::now();
+    for _ in 0..3 {
+        let result = conn.call(command(&["PING"]), false).await;
+        assert!(
+            matches!(result, Err(BackendError::NotSent(_))),
+            "{result:?}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert!(!conn.is_connected());
+}
+
+#[tokio::test]
+async fn reconnects_after_backoff_when_the_node_comes_up() {
+    let port = free_port();
+    let addr: NodeAddr = Arc::from(format!("127.0.0.1:{port}"));
+    let conn = NodeConn::spawn(addr, ConnOptions::default());
+    let refused = conn.call(command(&["PING"]), false).await;
+    assert!(
+        matches!(refused, Err(BackendError::NotSent(_))),
+        "{refused:?}"
+    );
+    let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
+    let fake = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let _ = read_exactly(&mut stream, command(&["PING"]).len()).await;
+        stream.write_all(b"+PONG\r\n").await.expect("fake write");
+        stream
+    });
+    // The first retry window is short; keep asking within a bounded time.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let reply = loop {
+        match conn.call(command(&["PING"]), false).await {
+            Ok(reply) => break reply,
+            Err(BackendError::NotSent(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(reply, Bytes::from_static(b"+PONG\r\n"));
+    assert!(conn.is_connected());
+    drop(fake.await.expect("fake"));
+}
