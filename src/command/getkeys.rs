@@ -22,7 +22,7 @@ pub enum GetKeysProc {
     Migrate,
     /// SET: one key, read-write with `GET`, overwrite otherwise.
     Set,
-    /// BITFIELD: one key, read-only when a `GET` is given.
+    /// BITFIELD: one key, read-only when it only GETs.
     Bitfield,
     /// GEORADIUS / GEORADIUSBYMEMBER: the key and the last `STORE`/`STOREDIST` target.
     Georadius,
@@ -146,16 +146,30 @@ fn sort_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
 
 fn migrate_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
     let flags = KeyFlags::RW | KeyFlags::ACCESS | KeyFlags::DELETE;
-    let mut first = 3;
-    let mut end = 4;
-    let key_is_empty = args.get(3).is_some_and(|key| key.is_empty());
-    if args.len() > 6 && key_is_empty {
-        if let Some(keys_at) = (6..args.len()).find(|&i| is(&args[i], "keys")) {
-            first = keys_at + 1;
-            end = args.len();
+    let mut keys = 3..4;
+    let mut i = 6;
+    while i < args.len() {
+        let arg = &args[i];
+        if is(arg, "keys") {
+            // i >= 6, so args[3] exists.
+            keys = if args[3].is_empty() {
+                i + 1..args.len()
+            } else {
+                // KEYS with a non-empty key argument is a syntax error: no keys.
+                0..0
+            };
+            break;
         }
+        // Option values are skipped so that a password spelled "keys" is not taken
+        // for the option.
+        if is(arg, "auth") {
+            i += 1;
+        } else if is(arg, "auth2") {
+            i += 2;
+        }
+        i += 1;
     }
-    for index in first..end {
+    for index in keys {
         push(out, args, index, flags);
     }
 }
@@ -171,10 +185,25 @@ fn set_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
 }
 
 fn bitfield_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
-    // Redis calls it read-only as soon as one GET has its two arguments after it.
+    // Read-only only when every operation is a complete GET (OVERFLOW aside); anything
+    // else, a syntax error included, is taken as a write.
     let argc = args.len();
-    let reads = (2..argc).any(|i| is(&args[i], "get") && argc - i > 2);
-    let flags = if reads {
+    let mut read_only = true;
+    let mut i = 2;
+    while i < argc {
+        let remaining = argc - i - 1;
+        let arg = &args[i];
+        if is(arg, "get") && remaining >= 2 {
+            i += 2;
+        } else if is(arg, "overflow") && remaining >= 1 {
+            i += 1;
+        } else {
+            read_only = false;
+            break;
+        }
+        i += 1;
+    }
+    let flags = if read_only {
         KeyFlags::RO | KeyFlags::ACCESS
     } else {
         KeyFlags::RW | KeyFlags::ACCESS | KeyFlags::UPDATE
