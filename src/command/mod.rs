@@ -13,6 +13,7 @@ mod getkeys;
 mod keys;
 mod parse;
 mod table;
+mod value;
 
 pub use getkeys::GetKeysProc;
 pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyPos, KeySpec};

@@ -1,118 +1,20 @@
 //! Reading a `COMMAND` reply (RESP2 or RESP3 bytes) into [`CommandSpec`]s.
 //!
-//! The frame is decoded with redis-protocol's RESP3 decoder, which also reads every
-//! RESP2 frame; both shapes are then folded into one small [`Value`] tree, where a RESP3
-//! map and a RESP2 flat key/value array read the same. Missing optional parts (tips,
+//! The frame is decoded into one small [`Value`] tree (see `value`), where a RESP3 map
+//! and a RESP2 flat key/value array read the same. Missing optional parts (tips,
 //! key specs, subcommands: Redis 6 sends only 7 fields) are accepted; anything that is
 //! not a command entry is an error naming what was wrong.
 
 use bytes::Bytes;
-use redis_protocol::resp3::decode::complete::decode;
-use redis_protocol::resp3::types::OwnedFrame;
 
 use super::getkeys::GetKeysProc;
 use super::keys::{BeginSearch, FindKeys, KeyFlags, KeySpec};
 use super::table::{acl_category_bit, CommandFlags, CommandSpec};
-
-/// A decoded reply element, the same for RESP2 and RESP3.
-enum Value {
-    Text(Vec<u8>),
-    Int(i64),
-    List(Vec<Value>),
-    Map(Vec<(Value, Value)>),
-    Null,
-}
-
-impl Value {
-    fn text(&self) -> Option<&[u8]> {
-        match self {
-            Value::Text(text) => Some(text),
-            _ => None,
-        }
-    }
-
-    fn int(&self) -> Option<i64> {
-        match self {
-            Value::Int(n) => Some(*n),
-            // A RESP3 client may see numbers as strings after a proxy re-encodes them.
-            Value::Text(text) => std::str::from_utf8(text).ok()?.parse().ok(),
-            _ => None,
-        }
-    }
-
-    fn list(&self) -> Option<&[Value]> {
-        match self {
-            Value::List(items) => Some(items),
-            Value::Null => Some(&[]),
-            _ => None,
-        }
-    }
-
-    /// A map's entry by (case-insensitive) name: a RESP3 map or a RESP2 flat array.
-    fn field(&self, name: &str) -> Option<&Value> {
-        match self {
-            Value::Map(pairs) => pairs
-                .iter()
-                .find(|(key, _)| {
-                    key.text()
-                        .is_some_and(|k| k.eq_ignore_ascii_case(name.as_bytes()))
-                })
-                .map(|(_, value)| value),
-            Value::List(items) => items
-                .chunks_exact(2)
-                .find(|pair| {
-                    pair[0]
-                        .text()
-                        .is_some_and(|k| k.eq_ignore_ascii_case(name.as_bytes()))
-                })
-                .map(|pair| &pair[1]),
-            _ => None,
-        }
-    }
-}
-
-fn from_frame(frame: OwnedFrame) -> Result<Value, String> {
-    Ok(match frame {
-        OwnedFrame::BlobString { data, .. }
-        | OwnedFrame::SimpleString { data, .. }
-        | OwnedFrame::VerbatimString { data, .. }
-        | OwnedFrame::BigNumber { data, .. }
-        | OwnedFrame::ChunkedString(data) => Value::Text(data),
-        OwnedFrame::Number { data, .. } => Value::Int(data),
-        OwnedFrame::Array { data, .. } | OwnedFrame::Push { data, .. } => {
-            Value::List(data.into_iter().map(from_frame).collect::<Result<_, _>>()?)
-        }
-        OwnedFrame::Set { data, .. } => {
-            Value::List(data.into_iter().map(from_frame).collect::<Result<_, _>>()?)
-        }
-        OwnedFrame::Map { data, .. } => Value::Map(
-            data.into_iter()
-                .map(|(k, v)| Ok((from_frame(k)?, from_frame(v)?)))
-                .collect::<Result<_, String>>()?,
-        ),
-        OwnedFrame::Null => Value::Null,
-        OwnedFrame::SimpleError { data, .. } => return Err(format!("server error: {data}")),
-        OwnedFrame::BlobError { data, .. } => {
-            return Err(format!("server error: {}", String::from_utf8_lossy(&data)))
-        }
-        OwnedFrame::Boolean { .. } | OwnedFrame::Double { .. } | OwnedFrame::Hello { .. } => {
-            return Err("unexpected frame type in COMMAND reply".into())
-        }
-    })
-}
+use super::value::{decode_reply, Value};
 
 /// Every command (top-level first, then its subcommands) of a `COMMAND` reply.
 pub(crate) fn parse_command_reply(frame: &[u8]) -> Result<Vec<CommandSpec>, String> {
-    let (decoded, used) = decode(frame)
-        .map_err(|e| format!("COMMAND reply does not decode: {e}"))?
-        .ok_or("COMMAND reply is incomplete")?;
-    if used != frame.len() {
-        return Err(format!(
-            "COMMAND reply has {} bytes after the frame",
-            frame.len() - used
-        ));
-    }
-    let reply = from_frame(decoded)?;
+    let reply = decode_reply(frame).map_err(|e| format!("COMMAND reply: {e}"))?;
     let entries = reply.list().ok_or("COMMAND reply is not an array")?;
     let mut specs = Vec::with_capacity(entries.len() * 2);
     for entry in entries {

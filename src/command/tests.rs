@@ -243,13 +243,14 @@ fn key_positions_from_specs_and_routines() {
     assert_eq!(out[0].flags, KeyFlags(KeyFlags::OW | KeyFlags::UPDATE));
 }
 
-/// GET's entry as Redis 7 sends it after `HELLO 3`: a set of flags, maps for specs.
+/// GET's entry as Redis 7.0 sends it after `HELLO 3`: sets for flags, tips, key specs
+/// and subcommands; maps inside key specs.
 const GET_RESP3: &[u8] = b"*1\r\n*10\r\n$3\r\nget\r\n:2\r\n~2\r\n+readonly\r\n+fast\r\n\
-:1\r\n:1\r\n:1\r\n~3\r\n+@read\r\n+@string\r\n+@fast\r\n*0\r\n\
-*1\r\n%3\r\n$5\r\nflags\r\n~2\r\n+RO\r\n+access\r\n\
+:1\r\n:1\r\n:1\r\n~3\r\n+@read\r\n+@string\r\n+@fast\r\n~0\r\n\
+~1\r\n%3\r\n$5\r\nflags\r\n~2\r\n+RO\r\n+access\r\n\
 $12\r\nbegin_search\r\n%2\r\n$4\r\ntype\r\n$5\r\nindex\r\n$4\r\nspec\r\n%1\r\n$5\r\nindex\r\n:1\r\n\
 $9\r\nfind_keys\r\n%2\r\n$4\r\ntype\r\n$5\r\nrange\r\n$4\r\nspec\r\n\
-%3\r\n$7\r\nlastkey\r\n:0\r\n$7\r\nkeystep\r\n:1\r\n$5\r\nlimit\r\n:0\r\n*0\r\n";
+%3\r\n$7\r\nlastkey\r\n:0\r\n$7\r\nkeystep\r\n:1\r\n$5\r\nlimit\r\n:0\r\n~0\r\n";
 
 #[test]
 fn resp3_reply_reads_like_resp2() {
