@@ -306,3 +306,32 @@ fn bad_replies_are_errors_not_panics() {
         .expect("empty")
         .is_empty());
 }
+
+#[test]
+fn every_command_survives_short_and_odd_arguments() {
+    let table = CommandTable::builtin();
+    let words = ["1", "-1", "0", "STORE", "KEYS", "STREAMS", "GET", "", "x"];
+    let mut out = SmallVec::new();
+    for spec in table.iter() {
+        // The command's own name words first, as a client sends them.
+        let head: Vec<Bytes> = spec
+            .name
+            .split('|')
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect();
+        for len in 0..=3u32 {
+            for mut code in 0..(words.len() as u32).pow(len) {
+                let mut argv = head.clone();
+                for _ in 0..len {
+                    argv.push(Bytes::from_static(words[(code % 9) as usize].as_bytes()));
+                    code /= 9;
+                }
+                spec.keys(&argv, &mut out);
+                assert!(out.iter().all(|k| k.index < argv.len()), "{argv:?}");
+                let _ = spec.blocks(&argv);
+            }
+        }
+        spec.keys(&[], &mut out);
+        assert!(out.is_empty() || spec.key_specs.is_empty());
+    }
+}
