@@ -3,10 +3,23 @@
 //! The table is read from the backend's own `COMMAND` reply at start-up (Redis 7 key
 //! specs), so every command of the server's version routes right, module commands
 //! included. When no backend answers, a built-in copy of a Redis 7 `COMMAND` reply is
-//! parsed by the same code. Lookups upper/lower-case into a stack buffer: no allocation.
+//! parsed by the same code. Lookups lower-case into a stack buffer: no allocation.
+//!
+//! Key positions follow Redis's own rules exactly (key specs, then the command's own
+//! routine where the specs are incomplete), so the proxy routes a command to the slot
+//! the server will check.
 
+mod getkeys;
 mod keys;
+mod parse;
 mod table;
+mod value;
 
-pub use keys::{KeyFlags, KeyPos};
-pub use table::{CommandFlags, CommandSpec, CommandTable};
+pub use getkeys::GetKeysProc;
+pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyPos, KeySpec};
+pub use table::{
+    acl_category_bit, CommandFlags, CommandSpec, CommandTable, ACL_CATEGORIES, MAX_NAME_LEN,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Reading a `COMMAND` reply (RESP2 or RESP3 bytes) into [`CommandSpec`]s.
+//!
+//! The frame is decoded into one small [`Value`] tree (see `value`), where a RESP3 map
+//! and a RESP2 flat key/value array read the same. Missing optional parts (tips,
+//! key specs, subcommands: Redis 6 sends only 7 fields) are accepted; anything that is
+//! not a command entry is an error naming what was wrong.
+
+use bytes::Bytes;
+
+use super::getkeys::GetKeysProc;
+use super::keys::{BeginSearch, FindKeys, KeyFlags, KeySpec};
+use super::table::{acl_category_bit, CommandFlags, CommandSpec};
+use super::value::{decode_reply, Value};
+
+/// Every command (top-level first, then its subcommands) of a `COMMAND` reply.
+pub(crate) fn parse_command_reply(frame: &[u8]) -> Result<Vec<CommandSpec>, String> {
+    let reply = decode_reply(frame).map_err(|e| format!("COMMAND reply: {e}"))?;
+    let entries = reply.list().ok_or("COMMAND reply is not an array")?;
+    let mut specs = Vec::with_capacity(entries.len() * 2);
+    for entry in entries {
+        parse_entry(entry, &mut specs)?;
+    }
+    Ok(specs)
+}
+
+/// One command entry, pushed to `specs` followed by its subcommands.
+fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String> {
+    let fields = entry.list().ok_or("command entry is not an array")?;
+    // A nil entry is what COMMAND INFO gives for an unknown name: skip it.
+    if fields.is_empty() {
+        return Ok(());
+    }
+    if fields.len() < 6 {
+        return Err(format!(
+            "command entry has {} fields, at least 6 expected",
+            fields.len()
+        ));
+    }
+    let name = fields[0].text().ok_or("command name is not a string")?;
+    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+    let context = |what: &str| format!("command {name}: {what}");
+
+    let int_field = |index: usize, what: &str| -> Result<i32, String> {
+        fields[index]
+            .int()
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| context(what))
+    };
+    let arity = int_field(1, "arity is not a small integer")?;
+    let first_key = int_field(3, "first key is not a small integer")?;
+    let last_key = int_field(4, "last key is not a small integer")?;
+    let step = int_field(5, "key step is not a small integer")?;
+
+    let mut flags = CommandFlags::default();
+    for flag in fields[2]
+        .list()
+        .ok_or_else(|| context("flags are not a list"))?
+    {
+        let flag = flag
+            .text()
+            .ok_or_else(|| context("a flag is not a string"))?;
+        flags.0 |= CommandFlags::from_name(flag).unwrap_or(0);
+    }
+
+    let mut acl_categories = 0u64;
+    if let Some(categories) = fields.get(6) {
+        for category in categories
+            .list()
+            .ok_or_else(|| context("ACL categories are not a list"))?
+        {
+            let category = category
+                .text()
+                .ok_or_else(|| context("an ACL category is not a string"))?;
+            acl_categories |= acl_category_bit(category).unwrap_or(0);
+        }
+    }
+
+    let mut key_specs = Vec::new();
+    if let Some(raw_specs) = fields.get(8) {
+        for raw in raw_specs
+            .list()
+            .ok_or_else(|| context("key specs are not a list"))?
+        {
+            key_specs.push(parse_key_spec(raw).map_err(|e| context(&e))?);
+        }
+    }
+
+    let subcommands = match fields.get(9) {
+        Some(subs) => subs
+            .list()
+            .ok_or_else(|| context("subcommands are not a list"))?,
+        None => &[],
+    };
+
+    let getkeys = GetKeysProc::for_command(&name);
+    specs.push(CommandSpec {
+        name,
+        arity,
+        flags,
+        first_key,
+        last_key,
+        step,
+        acl_categories,
+        key_specs,
+        getkeys,
+        has_subcommands: !subcommands.is_empty(),
+    });
+    for sub in subcommands {
+        parse_entry(sub, specs)?;
+    }
+    Ok(())
+}
+
+fn parse_key_spec(raw: &Value) -> Result<KeySpec, String> {
+    let mut flags = KeyFlags::default();
+    if let Some(names) = raw.field("flags") {
+        for flag in names.list().ok_or("key spec flags are not a list")? {
+            let flag = flag.text().ok_or("a key spec flag is not a string")?;
+            flags.0 |= KeyFlags::from_name(flag).unwrap_or(0);
+        }
+    }
+
+    let small = |value: Option<&Value>, what: &str| -> Result<i32, String> {
+        value
+            .and_then(Value::int)
+            .and_then(|n| i32::try_from(n).ok())
+            .ok_or_else(|| format!("key spec {what} is missing or not a small integer"))
+    };
+
+    let begin = raw
+        .field("begin_search")
+        .ok_or("key spec without begin_search")?;
+    let begin_type = begin
+        .field("type")
+        .and_then(Value::text)
+        .unwrap_or(b"unknown");
+    let begin_spec = begin.field("spec");
+    let field = |name: &str| begin_spec.and_then(|s| s.field(name));
+    let begin_search = if begin_type.eq_ignore_ascii_case(b"index") {
+        BeginSearch::Index(small(field("index"), "index")?)
+    } else if begin_type.eq_ignore_ascii_case(b"keyword") {
+        let keyword = field("keyword")
+            .and_then(Value::text)
+            .ok_or("key spec keyword is missing")?;
+        BeginSearch::Keyword {
+            keyword: Bytes::copy_from_slice(keyword),
+            startfrom: small(field("startfrom"), "startfrom")?,
+        }
+    } else {
+        BeginSearch::Unknown
+    };
+
+    let find = raw.field("find_keys").ok_or("key spec without find_keys")?;
+    let find_type = find
+        .field("type")
+        .and_then(Value::text)
+        .unwrap_or(b"unknown");
+    let find_spec = find.field("spec");
+    let field = |name: &str| find_spec.and_then(|s| s.field(name));
+    let find_keys = if find_type.eq_ignore_ascii_case(b"range") {
+        FindKeys::Range {
+            lastkey: small(field("lastkey"), "lastkey")?,
+            step: small(field("keystep"), "keystep")?,
+            limit: small(field("limit"), "limit")?,
+        }
+    } else if find_type.eq_ignore_ascii_case(b"keynum") {
+        FindKeys::Keynum {
+            keynumidx: small(field("keynumidx"), "keynumidx")?,
+            firstkey: small(field("firstkey"), "firstkey")?,
+            step: small(field("keystep"), "keystep")?,
+        }
+    } else {
+        FindKeys::Unknown
+    };
+
+    Ok(KeySpec {
+        flags,
+        begin_search,
+        find_keys,
+    })
+}
