@@ -256,7 +256,7 @@ impl Topology {
         if slots.starts_with(b"-") {
             return Err(String::from_utf8_lossy(&slots[1..]).trim_end().to_string());
         }
-        SlotMap::from_cluster_slots(&slots, &self.remap)
+        SlotMap::from_cluster_slots(&slots, addr, &self.remap)
     }
 
     /// Runs forever: refreshes periodically and whenever asked, rate-limited.

@@ -31,6 +31,16 @@ pub struct SlotMap {
 }
 
 impl SlotMap {
+    /// A map that serves no slot yet (before the first refresh).
+    pub fn empty() -> SlotMap {
+        SlotMap {
+            owner: vec![NO_OWNER; SLOT_COUNT],
+            masters: Vec::new(),
+            nodes: Vec::new(),
+            covered: 0,
+        }
+    }
+
     /// A map for a standalone (non-cluster) upstream: every slot lives on `addr`.
     pub fn single(addr: NodeAddr) -> SlotMap {
         SlotMap {
