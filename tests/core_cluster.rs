@@ -207,7 +207,7 @@ fn local_answers_as_a_single_redis() {
     let port: i64 = proxy().addr().rsplit_once(':').unwrap().1.parse().unwrap();
     let text = format!("{slots:?}");
     assert!(
-        text.contains(&format!("Int({port})")),
+        text.contains(&format!("int({port})")),
         "CLUSTER SLOTS points at the proxy: {text}"
     );
     let info: String = redis::cmd("INFO").query(&mut con).unwrap();
@@ -246,10 +246,8 @@ fn errors_name_what_is_wrong() {
         .query::<i64>(&mut con)
         .unwrap_err();
     let text = err.to_string();
-    assert!(
-        text.contains("CROSSSLOT") && text.contains("'a'") && text.contains("'b'"),
-        "{text}"
-    );
+    assert_eq!(err.kind(), redis::ErrorKind::CrossSlot, "{text}");
+    assert!(text.contains("'a' -> 15495") && text.contains("'b' -> 3300"), "{text}");
     let one: i64 = redis::cmd("EVAL")
         .arg("return 1")
         .arg(0)
@@ -299,5 +297,5 @@ fn multi_key_commands_split_by_slot() {
         .arg(2)
         .query::<i64>(&mut con)
         .unwrap_err();
-    assert!(err.to_string().contains("CROSSSLOT"), "{err}");
+    assert_eq!(err.kind(), redis::ErrorKind::CrossSlot, "{err}");
 }
