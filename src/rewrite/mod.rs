@@ -44,6 +44,8 @@ mod rules;
 mod template;
 
 #[cfg(test)]
+mod glob_against_redis;
+#[cfg(test)]
 mod tests;
 
 use bytes::Bytes;
