@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""The benchmark driver behind bench/run.sh (see its header). Standard library only."""
+
+import csv
+import io
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+QUICK = "--quick" in sys.argv
+REPS = 1 if QUICK else 3
+CLIENTS = 50
+KEYSPACE = 100000
+VALUE_SIZE = 64
+N_P1 = 20000 if QUICK else 100000
+N_P16 = 100000 if QUICK else 500000
+PROXY = os.path.abspath("target/release/slotbridge")
+LAYOUT = "config/botmesh-cluster-v1.yaml"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port(cluster_bus=False):
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if not cluster_bus or port + 10000 > 65535:
+            if not cluster_bus:
+                return port
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 10000))
+            return port
+        except OSError:
+            continue
+
+
+def wait_port(port, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(64).startswith(b"+PONG"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"nothing answered PING on port {port}")
+
+
+class Processes:
+    def __init__(self):
+        self.procs = []
+        self.dir = tempfile.mkdtemp(prefix="slotbridge-bench-")
+
+    def start(self, args, name):
+        log = open(os.path.join(self.dir, name + ".log"), "w")
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_cluster(procs):
+    ports = [free_port(cluster_bus=True) for _ in range(3)]
+    for port in ports:
+        procs.start(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                     "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
+                     "--save", "", "--appendonly", "no", "--dir", procs.dir], f"redis-{port}")
+    for port in ports:
+        wait_port(port)
+    subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                    "--cluster-yes"], check=True, capture_output=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        states = [subprocess.run(["redis-cli", "-p", str(p), "cluster", "info"],
+                                 capture_output=True, text=True).stdout for p in ports]
+        if all("cluster_state:ok" in s for s in states):
+            return ports
+        time.sleep(0.2)
+    raise SystemExit("cluster did not become ok")
+
+
+def start_proxy(procs, seeds, extra, name):
+    port, admin = free_port(), free_port()
+    proc = procs.start([PROXY, "--listen", f"127.0.0.1:{port}", "--admin-listen",
+                        f"127.0.0.1:{admin}", "--cluster", ",".join(seeds), *extra], name)
+    wait_port(port)
+    return proc, port
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def benchmark(port, test, pipeline, n, cluster=False, clients=CLIENTS, command=None):
+    args = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
+            "-n", str(n), "-r", str(KEYSPACE), "-d", str(VALUE_SIZE), "-P", str(pipeline),
+            "--csv", "--precision", "3"]
+    if cluster:
+        args.append("--cluster")
+    if command:
+        args += command
+    else:
+        args += ["-t", test]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    rows = [r for r in csv.reader(io.StringIO(out.stdout)) if r and r[0] != "test"]
+    if not rows:
+        raise SystemExit(f"redis-benchmark gave no result: {args}\n{out.stdout}\n{out.stderr}")
+    row = rows[-1]
+    return {"rps": float(row[1]), "p50": float(row[4]), "p99": float(row[6])}
+
+
+def main():
+    procs = Processes()
+    try:
+        ports = start_cluster(procs)
+        seeds = [f"127.0.0.1:{p}" for p in ports]
+        plain, plain_port = start_proxy(procs, seeds, [], "proxy")
+        idle_rss = rss_mb(plain.pid)
+        layout_args = ["--layout", os.path.abspath(LAYOUT), "--prefix", "mybot"]
+        layout, layout_port = start_proxy(procs, seeds, layout_args, "proxy-layout")
+        value = "x" * VALUE_SIZE
+        inside_set = ["SET", "mybot:conv:__rand_int__", value]
+        inside_get = ["GET", "mybot:conv:__rand_int__"]
+        inside_chat = ["SET", "mybot:chat:__rand_int__", value]
+        cases = [
+            ("SET -P 1", "set", 1, N_P1, None),
+            ("GET -P 1", "get", 1, N_P1, None),
+            ("SET -P 16", "set", 16, N_P16, None),
+            ("GET -P 16", "get", 16, N_P16, None),
+            ("MSET 10 keys", "mset", 1, N_P1 // 2, None),
+            ("PING_INLINE", "ping_inline", 1, N_P1, None),
+        ]
+        targets = [
+            ("direct --cluster", ports[0], True, None),
+            ("proxy", plain_port, False, plain),
+            ("proxy + layout, keys outside prefix", layout_port, False, layout),
+        ]
+        results = {}
+        for rep in range(REPS):
+            for label, test, pipeline, n, _ in cases:
+                for target, port, cluster, proc in targets:
+                    before = cpu_seconds(proc.pid) if proc else 0
+                    r = benchmark(port, test, pipeline, n, cluster=cluster)
+                    r["cpu"] = (cpu_seconds(proc.pid) - before) if proc else 0
+                    r["n"] = n
+                    results.setdefault((label, target), []).append(r)
+            # Keys inside the layout prefix: unchanged names, and an index-backed family.
+            for label, command in [("SET inside prefix (unchanged name) -P 1", inside_set),
+                                   ("GET inside prefix (unchanged name) -P 1", inside_get),
+                                   ("SET inside prefix (indexed chat record) -P 1", inside_chat)]:
+                before = cpu_seconds(layout.pid)
+                r = benchmark(layout_port, None, 1, N_P1, command=command)
+                r["cpu"] = cpu_seconds(layout.pid) - before
+                r["n"] = N_P1
+                results.setdefault((label, "proxy + layout"), []).append(r)
+            # Latency with one client, per hop.
+            for target, port, cluster, proc in targets[:2]:
+                r = benchmark(port, "get", 1, N_P1 // 4, cluster=cluster, clients=1)
+                r["cpu"], r["n"] = 0, N_P1 // 4
+                results.setdefault(("GET 1 client (latency)", target), []).append(r)
+        print_table(results, targets)
+        print()
+        print(f"Proxy RSS: idle {idle_rss:.1f} MB, after the runs {rss_mb(plain.pid):.1f} MB; "
+              f"with 1000 idle clients {idle_clients_rss(plain_port, plain.pid):.1f} MB")
+    finally:
+        procs.stop()
+
+
+def idle_clients_rss(port, pid):
+    sockets = []
+    try:
+        for _ in range(1000):
+            s = socket.create_connection(("127.0.0.1", port))
+            sockets.append(s)
+        for s in sockets[::100]:
+            s.sendall(b"PING\r\n")
+            s.recv(16)
+        time.sleep(0.5)
+        return rss_mb(pid)
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def median(rows, key):
+    return statistics.median(r[key] for r in rows)
+
+
+def print_table(results, targets):
+    print(f"| case | target | req/s (median of {REPS}) | ratio to direct | p50 ms | p99 ms | req per proxy CPU-s |")
+    print("|---|---|---|---|---|---|---|")
+    for (label, target), rows in results.items():
+        rps = median(rows, "rps")
+        direct = results.get((label, targets[0][0]))
+        ratio = f"{rps / median(direct, 'rps'):.2f}" if direct and target != targets[0][0] else "-"
+        cpu = sum(r["cpu"] for r in rows)
+        per_cpu = f"{sum(r['n'] for r in rows) / cpu / 1000:.0f}k" if cpu > 0 else "-"
+        print(f"| {label} | {target} | {rps:,.0f} | {ratio} | {median(rows, 'p50'):.3f} | "
+              f"{median(rows, 'p99'):.3f} | {per_cpu} |")
+
+
+if __name__ == "__main__":
+    main()
