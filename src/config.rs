@@ -325,6 +325,17 @@ mod tests {
     }
 
     #[test]
+    fn cross_slot_transactions_defaults_to_refuse_and_reads_split() {
+        assert_eq!(
+            Config::default().cross_slot_transactions,
+            CrossSlotTransactions::Refuse
+        );
+        let config = Config::from_yaml("cross_slot_transactions: split\n").unwrap();
+        assert_eq!(config.cross_slot_transactions, CrossSlotTransactions::Split);
+        assert!(Config::from_yaml("cross_slot_transactions: maybe\n").is_err());
+    }
+
+    #[test]
     fn default_backoff_spends_about_two_and_a_half_seconds() {
         let retry = RetryConfig::default();
         let total: Duration = (0..retry.attempts).map(|a| retry.backoff(a)).sum();
