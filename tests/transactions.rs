@@ -339,3 +339,30 @@ fn atomic_pipeline_over_unrelated_keys_needs_split_mode() {
         .expect("split transaction");
     assert_eq!((got_a.as_str(), got_b.as_str()), ("1", "2"));
 }
+
+#[test]
+fn exec_follows_a_moved_slot_but_a_watch_on_it_fails() {
+    let cluster = common::Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let key = "txn10:{moving}";
+    let slot = cluster.keyslot(key);
+    let owner = cluster.node_for_slot(slot);
+    let target = cluster.masters().into_iter().find(|m| *m != owner).unwrap();
+    let mut con = proxy.connect();
+    redis::cmd("SET").arg(key).arg("1").exec(&mut con).unwrap();
+    let mut watcher = proxy.connect();
+    redis::cmd("WATCH").arg(key).exec(&mut watcher).unwrap();
+
+    // The slot moves behind the proxy's back; the next EXEC meets MOVED at queue time.
+    cluster.migrate_slot(slot, &target);
+    let exec: redis::Value = redis::pipe().atomic().incr(key, 1).query(&mut con).unwrap();
+    assert_eq!(exec, redis::Value::Array(vec![redis::Value::Int(2)]));
+
+    // The watched keys lived on the old owner: EXEC answers as after a watched change.
+    redis::cmd("MULTI").exec(&mut watcher).unwrap();
+    redis::cmd("INCR").arg(key).exec(&mut watcher).unwrap();
+    let exec: redis::Value = redis::cmd("EXEC").query(&mut watcher).unwrap();
+    assert_eq!(exec, redis::Value::Nil);
+    let value: i64 = query(&target, redis::cmd("GET").arg(key)).unwrap();
+    assert_eq!(value, 2, "the failed WATCH transaction did not run");
+}
