@@ -40,6 +40,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Log filter, as `RUST_LOG` (e.g. `info`, `slotbridge=debug`).
     pub log_level: String,
+    /// What MULTI/EXEC does when its keys span hash slots.
+    pub cross_slot_transactions: CrossSlotTransactions,
 }
 
 impl Default for Config {
@@ -57,6 +59,7 @@ impl Default for Config {
             threads: 1,
             log_format: LogFormat::Text,
             log_level: "info".into(),
+            cross_slot_transactions: CrossSlotTransactions::default(),
         }
     }
 }
@@ -180,6 +183,19 @@ pub enum LogFormat {
     #[default]
     Text,
     Json,
+}
+
+/// What a transaction whose keys span hash slots does.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CrossSlotTransactions {
+    /// As Redis Cluster: the command that leaves the slot gets `-CROSSSLOT` at queue time
+    /// and EXEC answers `-EXECABORT`.
+    #[default]
+    Refuse,
+    /// Each slot's commands run as a MULTI/EXEC of their own (atomic per slot, not
+    /// across slots) and the replies are put back in command order. Not with WATCH.
+    Split,
 }
 
 /// Where the proxy sends commands.
@@ -306,6 +322,17 @@ mod tests {
         assert!(config.validate().is_ok());
         config.standalone = Some("127.0.0.1:6379".into());
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn cross_slot_transactions_defaults_to_refuse_and_reads_split() {
+        assert_eq!(
+            Config::default().cross_slot_transactions,
+            CrossSlotTransactions::Refuse
+        );
+        let config = Config::from_yaml("cross_slot_transactions: split\n").unwrap();
+        assert_eq!(config.cross_slot_transactions, CrossSlotTransactions::Split);
+        assert!(Config::from_yaml("cross_slot_transactions: maybe\n").is_err());
     }
 
     #[test]

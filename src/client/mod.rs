@@ -7,6 +7,7 @@
 mod local;
 pub mod registry;
 pub mod session;
+mod transaction;
 
 pub use registry::Registry;
 pub use session::serve;

@@ -22,6 +22,7 @@ use crate::reply;
 
 use super::local::{self, ConnState};
 use super::registry::Registry;
+use super::transaction::{Step, Transaction};
 
 const READ_BUFFER: usize = 16 * 1024;
 
@@ -46,20 +47,46 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
     let mut in_flight = FuturesOrdered::new();
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
+    let mut transaction = Transaction::default();
+    // A decoded request waiting for the replies before it (a transaction sequence point),
+    // and whether a sequence point is in flight, so nothing after it may start yet.
+    let mut held = None;
+    let mut sequence_point = false;
 
     loop {
         // Turn buffered bytes into dispatched requests, as far as the pipeline limit allows.
         while !closing && in_flight.len() < max_pipeline {
-            match decoder.decode(&mut input) {
-                Ok(Some(request)) => match local::answer(&mut state, &registry, &request) {
-                    Some(answer) => {
-                        closing |= answer.close;
-                        in_flight.push_back(Either::Left(ready(answer.reply)));
+            if sequence_point && !in_flight.is_empty() {
+                break;
+            }
+            sequence_point = false;
+            let decoded = match held.take() {
+                Some(request) => Ok(Some(request)),
+                None => decoder.decode(&mut input),
+            };
+            match decoded {
+                Ok(Some(request))
+                    if !in_flight.is_empty() && Transaction::is_sequence_point(&request) =>
+                {
+                    held = Some(request);
+                    break;
+                }
+                Ok(Some(request)) => match transaction.handle(&proxy, state.proto, &request) {
+                    Step::Reply(reply) => in_flight.push_back(Either::Left(ready(reply))),
+                    Step::Run(run) => {
+                        sequence_point = true;
+                        in_flight.push_back(Either::Right(Either::Left(run)));
                     }
-                    None => {
-                        let run = proxy.clone().execute(request, state.proto);
-                        in_flight.push_back(Either::Right(run));
-                    }
+                    Step::Pass => match local::answer(&mut state, &registry, &request) {
+                        Some(answer) => {
+                            closing |= answer.close;
+                            in_flight.push_back(Either::Left(ready(answer.reply)));
+                        }
+                        None => {
+                            let run = proxy.clone().execute(request, state.proto);
+                            in_flight.push_back(Either::Right(Either::Right(run)));
+                        }
+                    },
                 },
                 Ok(None) => break,
                 Err(error) => {
@@ -72,7 +99,7 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
         if closing && in_flight.is_empty() {
             break;
         }
-        let can_read = !closing && in_flight.len() < max_pipeline;
+        let can_read = !closing && held.is_none() && in_flight.len() < max_pipeline;
         tokio::select! {
             biased;
             Some(first) = in_flight.next(), if !in_flight.is_empty() => {

@@ -8,6 +8,7 @@
 mod emulate;
 mod forward;
 mod multikey;
+mod pinned;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,6 +24,7 @@ use crate::route::key_slot;
 use crate::topology::Topology;
 
 pub use forward::Target;
+pub use pinned::{watch_failed, WatchPin};
 
 /// Everything a command needs, shared by every client session.
 pub struct Proxy {
@@ -59,7 +61,7 @@ impl Proxy {
             Plan::Answer(reply) => reply,
             Plan::Forward(target) => self.forward(target, request.raw, proto).await,
             Plan::Split(kind) => self.split(kind, &request, proto).await,
-            Plan::Blocking(target) => self.forward_blocking(target, request.raw, proto).await,
+            Plan::Blocking(target) => self.run_blocking(target, request.raw, proto).await,
             Plan::Emulate(local) => self.emulate(local, &request, proto).await,
         }
     }
@@ -93,32 +95,6 @@ impl Proxy {
             Plan::Forward(target)
         }
     }
-
-    /// A command that may block the connection it runs on gets a connection of its own,
-    /// so no other client's pipeline waits behind it. Dropping the future (the client
-    /// went away) drops the connection, which releases the server side too.
-    async fn forward_blocking(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
-        let routing = self.topology.routing();
-        let addr = match target {
-            Target::Slot(slot) => routing.map.master_addr(slot).cloned(),
-            Target::AnyMaster => routing.map.masters().first().cloned(),
-        };
-        drop(routing);
-        let Some(addr) = addr else {
-            return self.forward(target, request, proto).await;
-        };
-        let conn = self.topology.dedicated(&addr, proto);
-        match conn.call(request.clone(), false).await {
-            Ok(frame) if !is_redirect(&frame) => frame,
-            // A moved slot or a failed connect: the general path knows how to recover.
-            Ok(_) | Err(crate::backend::BackendError::NotSent(_)) => {
-                self.forward(target, request, proto).await
-            }
-            Err(crate::backend::BackendError::Lost(detail)) => {
-                reply::outcome_unknown(&addr, &detail)
-            }
-        }
-    }
 }
 
 /// The one slot every key hashes to; `Ok(None)` for a keyless command, `Err` when keys span
@@ -142,8 +118,4 @@ fn cross_slot_error(args: &[Bytes], keys: &[KeyPos]) -> Bytes {
         .map(|k| (&args[k.index][..], key_slot(&args[k.index])))
         .collect();
     reply::cross_slot(&named)
-}
-
-fn is_redirect(frame: &[u8]) -> bool {
-    frame.starts_with(b"-MOVED ") || frame.starts_with(b"-ASK ") || frame.starts_with(b"-TRYAGAIN")
 }

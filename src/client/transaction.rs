@@ -1,0 +1,491 @@
+//! One client's transaction state: MULTI/EXEC/DISCARD/WATCH/UNWATCH as a single Redis
+//! behaves, carried out through the cluster, and the slot of the client's last write
+//! (so WAIT goes to the master that took it).
+//!
+//! Invariants:
+//! - Between MULTI and EXEC/DISCARD nothing reaches a backend: commands are checked
+//!   (existence, arity, `no_multi`, slot) and answered `+QUEUED` here, and any refusal
+//!   flags the transaction so EXEC answers `-EXECABORT`, as Redis does.
+//! - Every key of a transaction (its WATCH included) hashes to one slot, unless
+//!   `cross_slot_transactions: split` lets each slot run its own MULTI/EXEC (never with
+//!   WATCH: watched keys are checked by one node only).
+//! - WATCH pins a dedicated backend connection; the EXEC goes on that connection, so the
+//!   server's own WATCH check applies. EXEC, DISCARD, UNWATCH and RESET drop the pin,
+//!   which closes the connection and with it the server-side watch.
+//! - EXEC and WATCH are sequence points: the session runs them only once every earlier
+//!   reply is in, and runs nothing later until they are answered, because they use a
+//!   different backend connection than the client's other commands.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::future::{join_all, BoxFuture};
+use futures_util::FutureExt;
+use smallvec::SmallVec;
+
+use crate::backend::NodeConn;
+use crate::command::{CommandFlags, KeyPos};
+use crate::config::CrossSlotTransactions;
+use crate::dispatch::{Proxy, Target, WatchPin};
+use crate::protocol::{Proto, Request};
+use crate::reply;
+use crate::reply::merge::array_elements;
+use crate::route::{key_slot, NodeAddr, Redirect};
+
+const OK: &[u8] = b"+OK\r\n";
+const QUEUED: &[u8] = b"+QUEUED\r\n";
+const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
+const NESTED: &str = "ERR MULTI calls can not be nested";
+const EXEC_WITHOUT_MULTI: &str = "ERR EXEC without MULTI";
+const DISCARD_WITHOUT_MULTI: &str = "ERR DISCARD without MULTI";
+const WATCH_IN_MULTI: &str = "ERR WATCH inside MULTI is not allowed";
+const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
+const SPLIT_WITH_WATCH: &str = "CROSSSLOT proxy: a transaction after WATCH must keep every key in the watched slot (cross_slot_transactions: split does not apply with WATCH)";
+
+/// Commands the proxy answers itself or that would change what the pinned backend
+/// connection is (protocol, subscriptions): they cannot run inside a backend MULTI.
+const LOCAL_ONLY: &[&str] = &[
+    "hello",
+    "auth",
+    "client",
+    "select",
+    "readonly",
+    "readwrite",
+    "cluster",
+    "subscribe",
+    "psubscribe",
+    "ssubscribe",
+    "unsubscribe",
+    "punsubscribe",
+    "sunsubscribe",
+    "monitor",
+];
+
+/// What the session does with a request after [`Transaction::handle`].
+pub enum Step {
+    /// Answered here, now.
+    Reply(Bytes),
+    /// Answered by this future; a sequence point (see the module doc).
+    Run(BoxFuture<'static, Bytes>),
+    /// Not a transaction matter: answer it the usual way.
+    Pass,
+}
+
+/// A command accepted between MULTI and EXEC.
+struct Queued {
+    raw: Bytes,
+    slot: Option<u16>,
+}
+
+/// The state between MULTI and EXEC.
+#[derive(Default)]
+struct Queue {
+    commands: Vec<Queued>,
+    /// The transaction's slot and the key that set it (for error messages).
+    slot: Option<(u16, Bytes)>,
+    /// Whether a command was refused: EXEC will answer EXECABORT.
+    failed: bool,
+}
+
+/// Keys watched since the first WATCH.
+struct Watch {
+    slot: u16,
+    first_key: Bytes,
+    /// Filled in by the WATCH's future once the backend accepted it; `None` if it did not.
+    pin: Arc<Mutex<PinState>>,
+}
+
+#[derive(Default)]
+struct PinState {
+    pin: Option<WatchPin>,
+    /// A later WATCH found the slot moved: the watch can no longer be trusted.
+    broken: bool,
+}
+
+/// One client's transaction state.
+#[derive(Default)]
+pub struct Transaction {
+    multi: Option<Queue>,
+    watch: Option<Watch>,
+    /// Dedicated connections kept for this client's next transactions, by node and protocol.
+    reusable: Vec<(NodeAddr, Proto, NodeConn)>,
+    last_write_slot: Option<u16>,
+}
+
+impl Transaction {
+    /// Whether the request must wait until every earlier reply of the client is in (and
+    /// later requests until its own reply is in). Cheap: looks at the name only.
+    pub fn is_sequence_point(request: &Request) -> bool {
+        let name = request.name();
+        name.eq_ignore_ascii_case(b"exec")
+            || name.eq_ignore_ascii_case(b"watch")
+            || name.eq_ignore_ascii_case(b"wait")
+    }
+
+    /// Leaves MULTI and drops every WATCH (RESET, and a client that goes away).
+    pub fn reset(&mut self) {
+        self.multi = None;
+        self.watch = None;
+        self.last_write_slot = None;
+    }
+
+    /// Handles `request` if it concerns the transaction; [`Step::Pass`] otherwise.
+    pub fn handle(&mut self, proxy: &Arc<Proxy>, proto: Proto, request: &Request) -> Step {
+        let args = &request.args;
+        let mut lower = [0u8; 8];
+        let name = args[0].as_ref();
+        let name = if name.len() <= lower.len() {
+            lower[..name.len()].copy_from_slice(name);
+            lower[..name.len()].make_ascii_lowercase();
+            &lower[..name.len()]
+        } else {
+            &[][..]
+        };
+        let argc = args.len();
+        match (name, self.multi.is_some()) {
+            (b"multi" | b"exec" | b"discard" | b"unwatch", _) if argc != 1 => {
+                self.flag();
+                Step::Reply(reply::wrong_arity(&String::from_utf8_lossy(name)))
+            }
+            (b"watch", _) if argc < 2 => {
+                self.flag();
+                Step::Reply(reply::wrong_arity("watch"))
+            }
+            (b"multi", true) => Step::Reply(reply::error(NESTED)),
+            (b"multi", false) => {
+                self.multi = Some(Queue::default());
+                Step::Reply(Bytes::from_static(OK))
+            }
+            (b"exec", true) => self.exec(proxy, proto),
+            (b"exec", false) => Step::Reply(reply::error(EXEC_WITHOUT_MULTI)),
+            (b"discard", true) => {
+                self.multi = None;
+                self.watch = None;
+                Step::Reply(Bytes::from_static(OK))
+            }
+            (b"discard", false) => Step::Reply(reply::error(DISCARD_WITHOUT_MULTI)),
+            (b"watch", true) => Step::Reply(reply::error(WATCH_IN_MULTI)),
+            (b"watch", false) => self.watch(proxy, proto, request),
+            (b"unwatch", false) => {
+                self.watch = None;
+                Step::Reply(Bytes::from_static(OK))
+            }
+            (b"reset", _) => {
+                self.reset();
+                Step::Pass
+            }
+            (b"quit", _) => Step::Pass,
+            (_, true) => Step::Reply(self.queue(proxy, request)),
+            (b"wait", false) => match self.last_write_slot {
+                Some(slot) => {
+                    let proxy = proxy.clone();
+                    let raw = request.raw.clone();
+                    Step::Run(
+                        async move { proxy.run_blocking(Target::Slot(slot), raw, proto).await }
+                            .boxed(),
+                    )
+                }
+                None => Step::Pass,
+            },
+            (_, false) => {
+                self.note_write(proxy, args);
+                Step::Pass
+            }
+        }
+    }
+
+    fn flag(&mut self) {
+        if let Some(queue) = &mut self.multi {
+            queue.failed = true;
+        }
+    }
+
+    /// Remembers the slot of a write, for WAIT.
+    fn note_write(&mut self, proxy: &Proxy, args: &[Bytes]) {
+        let Some(spec) = proxy.commands.lookup(args) else {
+            return;
+        };
+        if !spec.is_write() || !spec.arity_ok(args.len()) {
+            return;
+        }
+        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        spec.keys(args, &mut keys);
+        if let Some(first) = keys.first() {
+            self.last_write_slot = Some(key_slot(&args[first.index]));
+        }
+    }
+
+    /// Checks one command at queue time, as Redis does, and queues it.
+    fn queue(&mut self, proxy: &Proxy, request: &Request) -> Bytes {
+        match self.admit(proxy, request) {
+            Ok(slot) => {
+                if let Some(queue) = &mut self.multi {
+                    queue.commands.push(Queued {
+                        raw: request.raw.clone(),
+                        slot,
+                    });
+                }
+                Bytes::from_static(QUEUED)
+            }
+            Err(error) => {
+                self.flag();
+                error
+            }
+        }
+    }
+
+    /// The command's slot (`None`: keyless) if it may join the transaction.
+    fn admit(&mut self, proxy: &Proxy, request: &Request) -> Result<Option<u16>, Bytes> {
+        let args = &request.args;
+        let spec = proxy
+            .commands
+            .lookup(args)
+            .ok_or_else(|| reply::unknown_command(args))?;
+        if !spec.arity_ok(args.len()) {
+            return Err(reply::wrong_arity(&spec.name));
+        }
+        if spec.flags.has(CommandFlags::NO_MULTI) {
+            return Err(reply::error(NOT_IN_MULTI));
+        }
+        let base = spec.name.split('|').next().unwrap_or_default();
+        if LOCAL_ONLY.contains(&base) {
+            return Err(reply::error(&format!(
+                "ERR proxy: '{}' is not supported inside MULTI",
+                spec.name
+            )));
+        }
+        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        spec.keys(args, &mut keys);
+        let named: Vec<(&[u8], u16)> = keys
+            .iter()
+            .map(|k| (&args[k.index][..], key_slot(&args[k.index])))
+            .collect();
+        let Some(&(first_key, slot)) = named.first() else {
+            return Ok(None);
+        };
+        if named.iter().any(|&(_, s)| s != slot) {
+            return Err(reply::cross_slot(&named));
+        }
+        // The slot the transaction is bound to: the watched one first.
+        let bound = match (
+            &self.watch,
+            self.multi.as_ref().and_then(|q| q.slot.as_ref()),
+        ) {
+            (Some(watch), _) => Some((watch.slot, watch.first_key.clone(), true)),
+            (None, Some((s, key))) => Some((*s, key.clone(), false)),
+            (None, None) => None,
+        };
+        match bound {
+            Some((bound_slot, _, _)) if bound_slot == slot => {}
+            Some((bound_slot, bound_key, watched)) => {
+                let split = proxy.config.cross_slot_transactions == CrossSlotTransactions::Split;
+                if watched && split {
+                    return Err(reply::error(SPLIT_WITH_WATCH));
+                }
+                if !split {
+                    let mut all = vec![(&bound_key[..], bound_slot)];
+                    all.extend(named.iter().copied());
+                    return Err(reply::cross_slot(&all));
+                }
+            }
+            None => {
+                if let Some(queue) = &mut self.multi {
+                    queue.slot = Some((slot, Bytes::copy_from_slice(first_key)));
+                }
+            }
+        }
+        if spec.is_write() {
+            self.last_write_slot = Some(slot);
+        }
+        Ok(Some(slot))
+    }
+
+    /// WATCH outside MULTI: every key in one slot, the same slot as earlier WATCHes.
+    fn watch(&mut self, proxy: &Arc<Proxy>, proto: Proto, request: &Request) -> Step {
+        let keys = &request.args[1..];
+        let named: Vec<(&[u8], u16)> = keys.iter().map(|k| (&k[..], key_slot(k))).collect();
+        let slot = named[0].1;
+        if named.iter().any(|&(_, s)| s != slot) {
+            return Step::Reply(reply::cross_slot(&named));
+        }
+        if let Some(watch) = &self.watch {
+            if watch.slot != slot {
+                let mut all = vec![(&watch.first_key[..], watch.slot)];
+                all.extend(named.iter().copied());
+                return Step::Reply(reply::cross_slot(&all));
+            }
+            let cell = watch.pin.clone();
+            let existing = lock(&cell).pin.clone();
+            if let Some(pin) = existing {
+                // Later WATCHes join the same connection, so one EXEC checks them all.
+                let raw = request.raw.clone();
+                return Step::Run(
+                    async move {
+                        match pin.conn.call(raw, pin.asking).await {
+                            Ok(frame) if Redirect::classify(&frame, pin.conn.addr()).is_some() => {
+                                // The slot moved since the first WATCH: EXEC will fail,
+                                // as it would after a change to a watched key.
+                                lock(&cell).broken = true;
+                                Bytes::from_static(OK)
+                            }
+                            Ok(frame) => frame,
+                            Err(error) => {
+                                lock(&cell).broken = true;
+                                reply::error(&format!("ERR proxy: WATCH failed: {error}"))
+                            }
+                        }
+                    }
+                    .boxed(),
+                );
+            }
+        }
+        let cell = Arc::new(Mutex::new(PinState::default()));
+        self.watch = Some(Watch {
+            slot,
+            first_key: keys[0].clone(),
+            pin: cell.clone(),
+        });
+        let proxy = proxy.clone();
+        let raw = request.raw.clone();
+        Step::Run(
+            async move {
+                let (frame, pin) = proxy.watch(slot, raw, proto).await;
+                lock(&cell).pin = pin;
+                frame
+            }
+            .boxed(),
+        )
+    }
+
+    fn exec(&mut self, proxy: &Arc<Proxy>, proto: Proto) -> Step {
+        let queue = self.multi.take().unwrap_or_default();
+        // EXEC always ends the WATCH, whatever its outcome.
+        let watch = self.watch.take();
+        if queue.failed {
+            return Step::Reply(reply::error(EXECABORT));
+        }
+        let (pin, broken) = match &watch {
+            Some(watch) => {
+                let state = lock(&watch.pin);
+                (state.pin.clone(), state.broken)
+            }
+            None => (None, false),
+        };
+        if broken {
+            return Step::Reply(crate::dispatch::watch_failed(proto));
+        }
+        if queue.commands.is_empty() && pin.is_none() {
+            return Step::Reply(Bytes::from_static(b"*0\r\n"));
+        }
+        let mut slots: SmallVec<[u16; 4]> = SmallVec::new();
+        for slot in queue.commands.iter().filter_map(|c| c.slot) {
+            if !slots.contains(&slot) {
+                slots.push(slot);
+            }
+        }
+        let proxy = proxy.clone();
+        if slots.len() <= 1 {
+            let target = match (slots.first(), &watch) {
+                (Some(&slot), _) => Target::Slot(slot),
+                (None, Some(watch)) => Target::Slot(watch.slot),
+                (None, None) => Target::AnyMaster,
+            };
+            let reusable = if pin.is_none() {
+                self.reusable_conn(&proxy, target, proto)
+            } else {
+                None
+            };
+            let commands: Vec<Bytes> = queue.commands.into_iter().map(|c| c.raw).collect();
+            return Step::Run(
+                async move {
+                    proxy
+                        .exec_block(target, &commands, pin, reusable, proto)
+                        .await
+                }
+                .boxed(),
+            );
+        }
+        metrics::counter!("slotbridge_split_transactions_total").increment(1);
+        Step::Run(run_split(proxy, queue.commands, slots, proto).boxed())
+    }
+
+    /// This client's kept connection to the node serving `target`, made on first use.
+    fn reusable_conn(&mut self, proxy: &Proxy, target: Target, proto: Proto) -> Option<NodeConn> {
+        let addr = proxy.node_for(target)?;
+        if let Some((_, _, conn)) = self
+            .reusable
+            .iter()
+            .find(|(a, p, _)| *a == addr && *p == proto)
+        {
+            return Some(conn.clone());
+        }
+        let conn = proxy.topology.dedicated(&addr, proto);
+        self.reusable.push((addr, proto, conn.clone()));
+        Some(conn)
+    }
+}
+
+/// A transaction spanning slots: one MULTI/EXEC per slot (keyless commands go with the
+/// first slot), run at once, and their replies put back in command order. A slot whose
+/// block failed as a whole (`-EXECABORT`, a lost connection) shows that error in the
+/// place of each of its commands.
+async fn run_split(
+    proxy: Arc<Proxy>,
+    commands: Vec<Queued>,
+    slots: SmallVec<[u16; 4]>,
+    proto: Proto,
+) -> Bytes {
+    let total = commands.len();
+    let mut groups: Vec<(Vec<usize>, Vec<Bytes>)> = vec![(Vec::new(), Vec::new()); slots.len()];
+    for (index, command) in commands.into_iter().enumerate() {
+        let group = command
+            .slot
+            .and_then(|slot| slots.iter().position(|&s| s == slot))
+            .unwrap_or(0);
+        groups[group].0.push(index);
+        groups[group].1.push(command.raw);
+    }
+    let runs = groups.iter().zip(slots.iter()).map(|((_, raws), &slot)| {
+        let proxy = &proxy;
+        async move {
+            proxy
+                .exec_block(Target::Slot(slot), raws, None, None, proto)
+                .await
+        }
+    });
+    let replies = join_all(runs).await;
+    let mut placed: Vec<Option<Bytes>> = vec![None; total];
+    for ((indices, _), reply) in groups.iter().zip(replies) {
+        let elements = array_elements(&reply).filter(|e| e.len() == indices.len());
+        match elements {
+            Some(elements) => {
+                for (&index, element) in indices.iter().zip(elements) {
+                    placed[index] = Some(element);
+                }
+            }
+            None => {
+                let error = if reply.first() == Some(&b'-') {
+                    reply
+                } else {
+                    reply::error("ERR proxy: this slot's part of the transaction did not run")
+                };
+                for &index in indices {
+                    placed[index] = Some(error.clone());
+                }
+            }
+        }
+    }
+    let mut out = BytesMut::new();
+    out.put_slice(format!("*{total}\r\n").as_bytes());
+    for element in placed {
+        match element {
+            Some(element) => out.put_slice(&element),
+            None => out.put_slice(&reply::error("ERR proxy: no reply")),
+        }
+    }
+    out.freeze()
+}
+
+fn lock(cell: &Mutex<PinState>) -> std::sync::MutexGuard<'_, PinState> {
+    cell.lock().unwrap_or_else(|e| e.into_inner())
+}

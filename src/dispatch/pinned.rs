@@ -1,0 +1,347 @@
+//! Running a client's commands on a backend connection of its own: MULTI/EXEC blocks
+//! (optionally after a WATCH on the same connection) and blocking commands.
+//!
+//! Invariants: a MULTI block is written as `[ASKING] MULTI, commands..., EXEC` in order
+//! on one connection and only EXEC's reply reaches the client; the backend's `+QUEUED`
+//! replies are consumed here. A block is only resent when the backend refused it before
+//! anything ran (a redirect or TRYAGAIN at queue time makes the backend discard it) and
+//! never after WATCH, whose keys were watched on the node that no longer owns them. A
+//! blocking command never falls back to a shared connection, where it would stall
+//! every other client of that node.
+
+use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
+
+use crate::backend::{BackendError, NodeConn};
+use crate::protocol::{encode, Proto};
+use crate::reply;
+use crate::route::{NodeAddr, Redirect};
+
+use super::{Proxy, Target};
+
+const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
+
+/// The connection a transaction's WATCH was sent on; its EXEC must go there too.
+#[derive(Debug, Clone)]
+pub struct WatchPin {
+    /// The dedicated connection holding the client's watched keys.
+    pub conn: NodeConn,
+    /// Whether the WATCH needed `ASKING` (slot being imported), so MULTI needs it too.
+    pub asking: bool,
+}
+
+impl Proxy {
+    /// The node that serves `target` now, if the slot map knows one.
+    pub fn node_for(&self, target: Target) -> Option<NodeAddr> {
+        let routing = self.topology.routing();
+        match target {
+            Target::Slot(slot) => routing.map.master_addr(slot).cloned(),
+            Target::AnyMaster => routing.map.masters().first().cloned(),
+        }
+    }
+
+    /// Sends `request` (a WATCH) on a new dedicated connection to the master of `slot`,
+    /// following MOVED/ASK. Returns the reply and, when the keys are watched, the pin the
+    /// EXEC must use.
+    pub async fn watch(
+        &self,
+        slot: u16,
+        request: Bytes,
+        proto: Proto,
+    ) -> (Bytes, Option<WatchPin>) {
+        let retry = &self.config.retry;
+        let mut addr = self.node_for(Target::Slot(slot));
+        let mut asking = false;
+        let mut redirects = 0;
+        let mut attempts = 0;
+        loop {
+            let Some(node) = addr.clone() else {
+                self.topology.request_refresh();
+                if attempts >= retry.attempts {
+                    return (reply::error(reply::text::SLOT_UNSERVED), None);
+                }
+                tokio::time::sleep(retry.backoff(attempts)).await;
+                attempts += 1;
+                addr = self.node_for(Target::Slot(slot));
+                continue;
+            };
+            let conn = self.topology.dedicated(&node, proto);
+            let frame = match conn.call(request.clone(), asking).await {
+                Ok(frame) => frame,
+                Err(BackendError::Lost(detail)) => {
+                    return (reply::outcome_unknown(&node, &detail), None)
+                }
+                Err(BackendError::NotSent(detail)) => {
+                    self.topology.request_refresh();
+                    if attempts >= retry.attempts {
+                        return (reply::unavailable(&node, &detail), None);
+                    }
+                    tokio::time::sleep(retry.backoff(attempts)).await;
+                    attempts += 1;
+                    addr = self.node_for(Target::Slot(slot));
+                    continue;
+                }
+            };
+            match Redirect::classify(&frame, &node) {
+                None if frame.first() == Some(&b'-') => return (frame, None),
+                None => return (frame, Some(WatchPin { conn, asking })),
+                Some(Redirect::Moved { slot, addr: to }) => {
+                    redirects += 1;
+                    if redirects > retry.max_redirects {
+                        return (reply::error(reply::text::TOO_MANY_REDIRECTS), None);
+                    }
+                    self.topology.on_moved(slot, &to);
+                    addr = Some(to);
+                    asking = false;
+                }
+                Some(Redirect::Ask { addr: to, .. }) => {
+                    redirects += 1;
+                    if redirects > retry.max_redirects {
+                        return (reply::error(reply::text::TOO_MANY_REDIRECTS), None);
+                    }
+                    addr = Some(to);
+                    asking = true;
+                }
+                Some(_) => return (frame, None),
+            }
+        }
+    }
+
+    /// Runs `commands` (raw RESP requests) as one MULTI/EXEC block on the master of
+    /// `target` and returns EXEC's reply byte-exact. `reusable` is a dedicated connection
+    /// the block may use if it goes to that node. With `pin` (after WATCH) the block goes
+    /// on the pinned connection only; if that node no longer owns the slot, or the pinned
+    /// connection was lost since the WATCH, the answer is the null reply of a failed
+    /// WATCH, because the watched keys may have changed unseen.
+    pub async fn exec_block(
+        &self,
+        target: Target,
+        commands: &[Bytes],
+        pin: Option<WatchPin>,
+        reusable: Option<NodeConn>,
+        proto: Proto,
+    ) -> Bytes {
+        let retry = &self.config.retry;
+        let watched = pin.is_some();
+        let mut redirects = 0;
+        let mut attempts = 0;
+        let (mut conn, mut asking) = match pin {
+            Some(pin) => {
+                if !pin.conn.is_connected() {
+                    return watch_failed(proto);
+                }
+                (Some(pin.conn), pin.asking)
+            }
+            None => (reusable, false),
+        };
+        loop {
+            let node = match &conn {
+                Some(conn) => conn.addr().clone(),
+                None => match self.node_for(target) {
+                    Some(node) => node,
+                    None => {
+                        self.topology.request_refresh();
+                        if attempts >= retry.attempts {
+                            return reply::error(reply::text::SLOT_UNSERVED);
+                        }
+                        tokio::time::sleep(retry.backoff(attempts)).await;
+                        attempts += 1;
+                        continue;
+                    }
+                },
+            };
+            let this = conn
+                .take()
+                .unwrap_or_else(|| self.topology.dedicated(&node, proto));
+            let mut requests = Vec::with_capacity(commands.len() + 2);
+            requests.push((Bytes::from_static(MULTI), asking));
+            requests.extend(commands.iter().map(|c| (c.clone(), false)));
+            requests.push((Bytes::from_static(EXEC), false));
+            let replies = match call_in_order(&this, requests).await {
+                Ok(replies) => replies,
+                Err(BackendError::Lost(detail)) => return reply::outcome_unknown(&node, &detail),
+                Err(BackendError::NotSent(detail)) => {
+                    if watched {
+                        return watch_failed(proto);
+                    }
+                    self.topology.request_refresh();
+                    if attempts >= retry.attempts {
+                        return reply::unavailable(&node, &detail);
+                    }
+                    tokio::time::sleep(retry.backoff(attempts)).await;
+                    attempts += 1;
+                    continue;
+                }
+            };
+            let Some((exec_reply, queued)) = replies.split_last() else {
+                return reply::error("ERR proxy: no reply to EXEC");
+            };
+            // The first refusal at queue time explains the backend's EXECABORT.
+            let refusal = queued
+                .iter()
+                .find_map(|frame| Redirect::classify(frame, &node));
+            let Some(refusal) = refusal else {
+                return exec_reply.clone();
+            };
+            if watched {
+                return watch_failed(proto);
+            }
+            match refusal {
+                Redirect::Moved { slot, addr } => {
+                    redirects += 1;
+                    if redirects > retry.max_redirects {
+                        return reply::error(reply::text::TOO_MANY_REDIRECTS);
+                    }
+                    self.topology.on_moved(slot, &addr);
+                    conn = Some(self.topology.dedicated(&addr, proto));
+                    asking = false;
+                }
+                Redirect::Ask { addr, .. } => {
+                    redirects += 1;
+                    if redirects > retry.max_redirects {
+                        return reply::error(reply::text::TOO_MANY_REDIRECTS);
+                    }
+                    conn = Some(self.topology.dedicated(&addr, proto));
+                    asking = true;
+                }
+                Redirect::NoScript => return exec_reply.clone(),
+                retryable => {
+                    if matches!(
+                        retryable,
+                        Redirect::ReadOnly | Redirect::MasterDown | Redirect::ClusterDown
+                    ) {
+                        self.topology.request_refresh();
+                    }
+                    if attempts >= retry.attempts {
+                        return exec_reply.clone();
+                    }
+                    tokio::time::sleep(retry.backoff(attempts)).await;
+                    attempts += 1;
+                    asking = false;
+                }
+            }
+        }
+    }
+
+    /// Runs a blocking command on a dedicated connection to the master of `target`,
+    /// following MOVED/ASK on new dedicated connections. Dropping the future (the client
+    /// went away) drops the connection, which ends the command on the server too.
+    pub async fn run_blocking(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
+        let retry = &self.config.retry;
+        let mut redirected: Option<(NodeAddr, bool)> = None;
+        let mut redirects = 0;
+        let mut attempts = 0;
+        loop {
+            let (node, asking) = match redirected.take() {
+                Some(hop) => hop,
+                None => match self.node_for(target) {
+                    Some(node) => (node, false),
+                    None => {
+                        self.topology.request_refresh();
+                        if attempts >= retry.attempts {
+                            return reply::error(reply::text::SLOT_UNSERVED);
+                        }
+                        tokio::time::sleep(retry.backoff(attempts)).await;
+                        attempts += 1;
+                        continue;
+                    }
+                },
+            };
+            let conn = self.topology.dedicated(&node, proto);
+            let frame = match conn.call(request.clone(), asking).await {
+                Ok(frame) => frame,
+                Err(BackendError::Lost(detail)) => {
+                    self.topology.request_refresh();
+                    return reply::outcome_unknown(&node, &detail);
+                }
+                Err(BackendError::NotSent(detail)) => {
+                    self.topology.request_refresh();
+                    if attempts >= retry.attempts {
+                        return reply::unavailable(&node, &detail);
+                    }
+                    tokio::time::sleep(retry.backoff(attempts)).await;
+                    attempts += 1;
+                    continue;
+                }
+            };
+            if frame.first() != Some(&b'-') {
+                return frame;
+            }
+            match Redirect::classify(&frame, &node) {
+                None | Some(Redirect::NoScript) => return frame,
+                Some(Redirect::Moved { slot, addr }) => {
+                    redirects += 1;
+                    if redirects > retry.max_redirects {
+                        return reply::error(reply::text::TOO_MANY_REDIRECTS);
+                    }
+                    self.topology.on_moved(slot, &addr);
+                    redirected = Some((addr, false));
+                }
+                Some(Redirect::Ask { addr, .. }) => {
+                    redirects += 1;
+                    if redirects > retry.max_redirects {
+                        return reply::error(reply::text::TOO_MANY_REDIRECTS);
+                    }
+                    redirected = Some((addr, true));
+                }
+                Some(retryable) => {
+                    if matches!(
+                        retryable,
+                        Redirect::ReadOnly | Redirect::MasterDown | Redirect::ClusterDown
+                    ) {
+                        self.topology.request_refresh();
+                    }
+                    if attempts >= retry.attempts {
+                        return frame;
+                    }
+                    tokio::time::sleep(retry.backoff(attempts)).await;
+                    attempts += 1;
+                }
+            }
+        }
+    }
+}
+
+/// EXEC's answer when WATCH failed: a null array (RESP2 `*-1`, RESP3 `_`).
+pub fn watch_failed(proto: Proto) -> Bytes {
+    let mut out = BytesMut::with_capacity(5);
+    encode::null_array(&mut out, proto);
+    out.freeze()
+}
+
+/// Sends every request on `conn` in order and returns their replies in the same order.
+/// `NotSent` only when nothing was written; `Lost` when anything may have run.
+async fn call_in_order(
+    conn: &NodeConn,
+    requests: Vec<(Bytes, bool)>,
+) -> Result<Vec<Bytes>, BackendError> {
+    let mut calls: Vec<_> = requests
+        .into_iter()
+        .map(|(request, asking)| Box::pin(conn.call(request, asking)))
+        .collect();
+    // Polling each call once, in order, queues its request behind the previous one (the
+    // queue is FIFO, also when full), so the connection writes them in this order,
+    // normally in one write, before anything waits for a reply.
+    let mut early: Vec<Option<Result<Bytes, BackendError>>> = calls
+        .iter_mut()
+        .map(|call| call.as_mut().now_or_never())
+        .collect();
+    let mut replies = Vec::with_capacity(calls.len());
+    for (call, ready) in calls.iter_mut().zip(early.iter_mut()) {
+        let result = match ready.take() {
+            Some(result) => result,
+            None => call.as_mut().await,
+        };
+        match result {
+            Ok(frame) => replies.push(frame),
+            // Nothing answered yet: the first failure tells whether anything was written.
+            Err(error) if replies.is_empty() => return Err(error),
+            // Part of the block was written and answered: its outcome is unknown.
+            Err(BackendError::NotSent(detail) | BackendError::Lost(detail)) => {
+                return Err(BackendError::Lost(detail))
+            }
+        }
+    }
+    Ok(replies)
+}

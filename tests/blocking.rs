@@ -1,0 +1,199 @@
+//! Blocking commands through the proxy against real clusters: timeouts as in Redis, no
+//! stall for other clients while one blocks, wake-up by another client, the backend
+//! connection released when the client goes away, CROSSSLOT, MOVED followed, WAIT.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{async_connect, query, shared_cluster, Cluster, Proxy};
+
+fn proxy() -> &'static Proxy {
+    static PROXY: OnceLock<Proxy> = OnceLock::new();
+    PROXY.get_or_init(|| Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]))
+}
+
+/// Connections on `node` blocked in (or last running) `command`.
+fn connections_running(node: &str, command: &str) -> usize {
+    let list: String = query(node, redis::cmd("CLIENT").arg("LIST")).unwrap();
+    list.lines()
+        .filter(|line| line.contains(&format!(" cmd={command} ")))
+        .count()
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn blpop_with_timeout_returns_null_after_the_timeout() {
+    let mut con = proxy().connect();
+    let started = Instant::now();
+    let value: redis::Value = redis::cmd("BLPOP")
+        .arg("block1:{empty}")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(value, redis::Value::Nil);
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_millis(2500),
+        "{elapsed:?}"
+    );
+}
+
+#[test]
+fn blocked_client_does_not_stall_others_and_lpush_wakes_it() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let addr = proxy().addr().to_string();
+        let key = "block2:{wake}";
+        let mut blocked = async_connect(&addr).await;
+        let waiter = tokio::spawn(async move {
+            let value: (String, String) = redis::cmd("BLPOP")
+                .arg(key)
+                .arg(0)
+                .query_async(&mut blocked)
+                .await
+                .unwrap();
+            value
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = Instant::now();
+        let mut workers = Vec::new();
+        for worker in 0..50 {
+            let addr = addr.clone();
+            workers.push(tokio::spawn(async move {
+                let mut con = async_connect(&addr).await;
+                for i in 0..40 {
+                    let key = format!("block2:traffic:{worker}:{i}");
+                    let () = redis::cmd("SET")
+                        .arg(&key)
+                        .arg(i)
+                        .query_async(&mut con)
+                        .await
+                        .unwrap();
+                    let got: i64 = redis::cmd("GET")
+                        .arg(&key)
+                        .query_async(&mut con)
+                        .await
+                        .unwrap();
+                    assert_eq!(got, i);
+                }
+            }));
+        }
+        for worker in workers {
+            tokio::time::timeout(Duration::from_secs(10), worker)
+                .await
+                .expect("traffic stalled behind a blocked client")
+                .unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(!waiter.is_finished(), "BLPOP 0 returned before any push");
+
+        let mut pusher = async_connect(&addr).await;
+        let _: i64 = redis::cmd("LPUSH")
+            .arg(key)
+            .arg("hello")
+            .query_async(&mut pusher)
+            .await
+            .unwrap();
+        let woken = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("BLPOP woken by LPUSH")
+            .unwrap();
+        assert_eq!(woken, (key.to_string(), "hello".to_string()));
+    });
+}
+
+#[test]
+fn client_disconnect_releases_the_blocked_backend_connection() {
+    let key = "block3:{gone}";
+    let cluster = shared_cluster();
+    let node = cluster.node_for_slot(cluster.keyslot(key));
+    let before = connections_running(&node, "blpop");
+    let mut stream = TcpStream::connect(proxy().addr()).unwrap();
+    stream
+        .write_all(
+            format!(
+                "*3\r\n$5\r\nBLPOP\r\n${}\r\n{key}\r\n$1\r\n0\r\n",
+                key.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    wait_until(
+        "the BLPOP to block on the master",
+        Duration::from_secs(3),
+        || connections_running(&node, "blpop") == before + 1,
+    );
+    drop(stream);
+    wait_until(
+        "the blocked connection to close",
+        Duration::from_secs(2),
+        || connections_running(&node, "blpop") == before,
+    );
+}
+
+#[test]
+fn blocking_keys_in_different_slots_are_refused() {
+    let mut stream = TcpStream::connect(proxy().addr()).unwrap();
+    stream
+        .write_all(b"*4\r\n$5\r\nBLPOP\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\n1\r\n")
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = stream.read(&mut buf).unwrap();
+    let reply = String::from_utf8_lossy(&buf[..n]);
+    assert!(
+        reply.starts_with("-CROSSSLOT Keys in request don't hash to the same slot"),
+        "{reply}"
+    );
+}
+
+#[test]
+fn wait_goes_to_the_master_of_the_last_write() {
+    let mut con = proxy().connect();
+    redis::cmd("SET")
+        .arg("block4:{wait}")
+        .arg("1")
+        .exec(&mut con)
+        .unwrap();
+    // No replicas in this cluster: WAIT answers 0 once its timeout passes.
+    let acked: i64 = redis::cmd("WAIT").arg(0).arg(100).query(&mut con).unwrap();
+    assert_eq!(acked, 0);
+}
+
+#[test]
+fn blocking_command_follows_moved_on_a_dedicated_connection() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let key = "block5:{moved}";
+    let slot = cluster.keyslot(key);
+    let owner = cluster.node_for_slot(slot);
+    let mut con = proxy.connect();
+    // The proxy learns the slot map, then the slot moves behind its back.
+    redis::cmd("SET")
+        .arg("block5:{warm}")
+        .arg("1")
+        .exec(&mut con)
+        .unwrap();
+    let target = cluster.masters().into_iter().find(|m| *m != owner).unwrap();
+    cluster.migrate_slot(slot, &target);
+    let _: i64 = query(&target, redis::cmd("RPUSH").arg(key).arg("moved-value")).unwrap();
+    let value: (String, String) = redis::cmd("BLPOP").arg(key).arg(2).query(&mut con).unwrap();
+    assert_eq!(value, (key.to_string(), "moved-value".to_string()));
+}

@@ -1,0 +1,368 @@
+//! MULTI/EXEC/DISCARD/WATCH through the proxy against a real 3-master cluster: replies
+//! compared byte for byte with a single redis-server running the same transaction, the
+//! cross-slot rule compared with a cluster node, `cross_slot_transactions: split`, WATCH
+//! with and without a concurrent change, and RESET leaving MULTI.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{new_dir, query, shared_cluster, Proxy, Standalone};
+
+fn proxy() -> &'static Proxy {
+    static PROXY: OnceLock<Proxy> = OnceLock::new();
+    PROXY.get_or_init(|| Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]))
+}
+
+fn split_proxy() -> &'static Proxy {
+    static PROXY: OnceLock<Proxy> = OnceLock::new();
+    PROXY.get_or_init(|| {
+        let path = new_dir("txn-config").join("split.yaml");
+        std::fs::write(&path, "cross_slot_transactions: split\n").unwrap();
+        Proxy::start(&[
+            "--cluster",
+            &shared_cluster().seeds_arg(),
+            "--config",
+            path.to_str().unwrap(),
+        ])
+    })
+}
+
+fn standalone() -> &'static Standalone {
+    static SERVER: OnceLock<Standalone> = OnceLock::new();
+    SERVER.get_or_init(Standalone::start)
+}
+
+/// Inline commands, one per line, as RESP multibulk.
+fn resp(lines: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for line in lines {
+        let args: Vec<&str> = line.split(' ').collect();
+        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+        }
+    }
+    out
+}
+
+/// Sends `input` on `stream` and reads until `quiet` passes without new bytes.
+fn exchange_on(stream: &mut TcpStream, input: &[u8], quiet: Duration) -> Vec<u8> {
+    stream.set_read_timeout(Some(quiet)).unwrap();
+    stream.write_all(input).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return out,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return out,
+        }
+    }
+}
+
+fn exchange(addr: &str, lines: &[&str]) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let out = exchange_on(&mut stream, &resp(lines), Duration::from_millis(400));
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn same_slot_transaction_matches_a_single_redis_byte_for_byte() {
+    let script = [
+        "MULTI",
+        "SET {txn1}a 1",
+        "INCR {txn1}a",
+        "SET {txn1}s text",
+        "INCR {txn1}s",
+        "GET {txn1}a",
+        "PING",
+        "EXEC",
+        "GET {txn1}a",
+    ];
+    let through_proxy = exchange(proxy().addr(), &script);
+    let direct = exchange(standalone().addr(), &script);
+    assert_eq!(through_proxy, direct);
+    // A real answer, not two identical failures: INCR on a string fails inside EXEC only.
+    assert!(direct.contains("+QUEUED") && direct.contains("-ERR value is not an integer"));
+    assert!(direct.ends_with("$1\r\n2\r\n"), "{direct:?}");
+}
+
+#[test]
+fn queue_time_errors_abort_exec_as_redis_does() {
+    let script = [
+        "EXEC",
+        "DISCARD",
+        "MULTI",
+        "MULTI",
+        "WATCH {txn2}a",
+        "GET",
+        "NOSUCHCOMMAND x y",
+        "SET {txn2}a 1",
+        "EXEC",
+        "GET {txn2}a",
+        "MULTI",
+        "EXEC",
+        "MULTI",
+        "SET {txn2}b 1",
+        "DISCARD",
+        "GET {txn2}b",
+        "MULTI",
+        "SET {txn2}c 1",
+        "RESET",
+        "EXEC",
+        "GET {txn2}c",
+    ];
+    let through_proxy = exchange(proxy().addr(), &script);
+    let direct = exchange(standalone().addr(), &script);
+    assert_eq!(through_proxy, direct);
+    assert!(direct.contains("-EXECABORT Transaction discarded because of previous errors."));
+    assert!(direct.contains("+RESET"));
+}
+
+#[test]
+fn resp3_transaction_matches_a_single_redis() {
+    let script = [
+        "MULTI",
+        "HSET {txn3}h f v",
+        "HGETALL {txn3}h",
+        "GET {txn3}missing",
+        "EXEC",
+    ];
+    let run = |addr: &str| {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        let hello = exchange_on(&mut stream, &resp(&["HELLO 3"]), Duration::from_millis(300));
+        assert!(hello.starts_with(b"%"), "{hello:?}");
+        let out = exchange_on(&mut stream, &resp(&script), Duration::from_millis(400));
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let direct = run(standalone().addr());
+    assert!(
+        direct.contains("%1\r\n") && direct.contains("_\r\n"),
+        "{direct:?}"
+    );
+    assert_eq!(run(proxy().addr()), direct);
+}
+
+/// Two keys of different slots served by different masters.
+fn keys_on_two_masters(prefix: &str) -> (String, String) {
+    let cluster = shared_cluster();
+    let first = format!("{prefix}:0");
+    let owner = cluster.node_for_slot(cluster.keyslot(&first));
+    for i in 1..200 {
+        let other = format!("{prefix}:{i}");
+        if cluster.node_for_slot(cluster.keyslot(&other)) != owner {
+            return (first, other);
+        }
+    }
+    panic!("no key on another master");
+}
+
+#[test]
+fn cross_slot_transaction_is_refused_like_a_cluster_node() {
+    let (a, b) = keys_on_two_masters("txn4");
+    let script = [
+        "MULTI",
+        &format!("SET {a} 1"),
+        &format!("SET {b} 1"),
+        "EXEC",
+    ];
+    let through_proxy = exchange(proxy().addr(), &script);
+    let lines: Vec<&str> = through_proxy.split("\r\n").collect();
+    assert_eq!(lines[0], "+OK");
+    assert_eq!(lines[1], "+QUEUED");
+    assert!(
+        lines[2].starts_with("-CROSSSLOT Keys in request don't hash to the same slot"),
+        "{through_proxy:?}"
+    );
+    assert!(lines[2].contains(&a) && lines[2].contains(&b));
+    // A cluster node refuses the second key at queue time too (it is not served there),
+    // and its EXEC is the same EXECABORT.
+    let node = shared_cluster().node_for_slot(shared_cluster().keyslot(&a));
+    let direct = exchange(&node, &script);
+    let direct_lines: Vec<&str> = direct.split("\r\n").collect();
+    assert!(direct_lines[2].starts_with("-MOVED"), "{direct:?}");
+    assert_eq!(lines[3], direct_lines[3]);
+    assert_eq!(
+        lines[3],
+        "-EXECABORT Transaction discarded because of previous errors."
+    );
+    let value: Option<String> = query(proxy().addr(), redis::cmd("GET").arg(&a)).unwrap();
+    assert_eq!(value, None, "nothing of the refused transaction ran");
+}
+
+#[test]
+fn split_mode_runs_each_slot_and_answers_in_command_order() {
+    let (a, b) = keys_on_two_masters("txn5");
+    let script = [
+        "MULTI",
+        &format!("SET {a} 1"),
+        &format!("SET {b} 2"),
+        &format!("INCR {a}"),
+        "PING",
+        &format!("GET {b}"),
+        "EXEC",
+    ];
+    let through_proxy = exchange(split_proxy().addr(), &script);
+    let direct = exchange(standalone().addr(), &script);
+    assert_eq!(through_proxy, direct);
+    assert!(direct.ends_with("*5\r\n+OK\r\n+OK\r\n:2\r\n+PONG\r\n$1\r\n2\r\n"));
+}
+
+#[test]
+fn split_mode_refuses_cross_slot_after_watch() {
+    let (a, b) = keys_on_two_masters("txn6");
+    let out = exchange(
+        split_proxy().addr(),
+        &[
+            &format!("WATCH {a}"),
+            "MULTI",
+            &format!("SET {b} 1"),
+            "EXEC",
+        ],
+    );
+    let lines: Vec<&str> = out.split("\r\n").collect();
+    assert_eq!(&lines[..2], &["+OK", "+OK"]);
+    assert!(
+        lines[2].starts_with("-CROSSSLOT") && lines[2].contains("WATCH"),
+        "{out:?}"
+    );
+    assert!(lines[3].starts_with("-EXECABORT"));
+}
+
+#[test]
+fn watch_detects_a_change_from_another_client() {
+    let mut watcher = proxy().connect();
+    let mut other = proxy().connect();
+    let key = "txn7:{w}";
+    redis::cmd("SET")
+        .arg(key)
+        .arg("0")
+        .exec(&mut other)
+        .unwrap();
+
+    redis::cmd("WATCH").arg(key).exec(&mut watcher).unwrap();
+    redis::cmd("SET")
+        .arg(key)
+        .arg("changed")
+        .exec(&mut other)
+        .unwrap();
+    redis::cmd("MULTI").exec(&mut watcher).unwrap();
+    redis::cmd("SET")
+        .arg(key)
+        .arg("mine")
+        .exec(&mut watcher)
+        .unwrap();
+    let exec: redis::Value = redis::cmd("EXEC").query(&mut watcher).unwrap();
+    assert_eq!(
+        exec,
+        redis::Value::Nil,
+        "EXEC after a watched change is null"
+    );
+    let value: String = redis::cmd("GET").arg(key).query(&mut other).unwrap();
+    assert_eq!(value, "changed");
+
+    redis::cmd("WATCH").arg(key).exec(&mut watcher).unwrap();
+    redis::cmd("MULTI").exec(&mut watcher).unwrap();
+    redis::cmd("SET")
+        .arg(key)
+        .arg("mine")
+        .exec(&mut watcher)
+        .unwrap();
+    let exec: redis::Value = redis::cmd("EXEC").query(&mut watcher).unwrap();
+    assert_eq!(exec, redis::Value::Array(vec![redis::Value::Okay]));
+    let value: String = redis::cmd("GET").arg(key).query(&mut other).unwrap();
+    assert_eq!(value, "mine");
+}
+
+/// Connections on `node` whose last command was `command`.
+fn connections_running(node: &str, command: &str) -> usize {
+    let list: String = query(node, redis::cmd("CLIENT").arg("LIST")).unwrap();
+    list.lines()
+        .filter(|line| line.contains(&format!(" cmd={command} ")))
+        .count()
+}
+
+#[test]
+fn unwatch_discard_and_reset_release_the_pinned_connection() {
+    let key = "txn8:{pin}";
+    let node = shared_cluster().node_for_slot(shared_cluster().keyslot(key));
+    for release in ["UNWATCH", "DISCARD", "RESET"] {
+        let before = connections_running(&node, "watch");
+        let mut stream = TcpStream::connect(proxy().addr()).unwrap();
+        let mut lines = vec![format!("WATCH {key}")];
+        if release == "DISCARD" {
+            lines.push("MULTI".into());
+        }
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        exchange_on(&mut stream, &resp(&lines), Duration::from_millis(300));
+        assert_eq!(connections_running(&node, "watch"), before + 1, "{release}");
+        let answer = exchange_on(&mut stream, &resp(&[release]), Duration::from_millis(300));
+        assert!(answer.starts_with(b"+"), "{release}: {answer:?}");
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while connections_running(&node, "watch") > before {
+            assert!(Instant::now() < deadline, "{release} kept the pin");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn atomic_pipeline_over_unrelated_keys_needs_split_mode() {
+    let (a, b) = keys_on_two_masters("txn9");
+    let mut refused = proxy().connect();
+    let result: redis::RedisResult<(String, String)> = redis::pipe()
+        .atomic()
+        .set(&a, "1")
+        .set(&b, "2")
+        .get(&a)
+        .get(&b)
+        .query(&mut refused);
+    let error = result.expect_err("cross-slot transaction refused by default");
+    let text = error.to_string().to_ascii_lowercase();
+    assert!(
+        text.contains("execabort") || text.contains("crossslot"),
+        "{error}"
+    );
+
+    let mut split = split_proxy().connect();
+    let ((), (), got_a, got_b): ((), (), String, String) = redis::pipe()
+        .atomic()
+        .set(&a, "1")
+        .set(&b, "2")
+        .get(&a)
+        .get(&b)
+        .query(&mut split)
+        .expect("split transaction");
+    assert_eq!((got_a.as_str(), got_b.as_str()), ("1", "2"));
+}
+
+#[test]
+fn exec_follows_a_moved_slot_but_a_watch_on_it_fails() {
+    let cluster = common::Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let key = "txn10:{moving}";
+    let slot = cluster.keyslot(key);
+    let owner = cluster.node_for_slot(slot);
+    let target = cluster.masters().into_iter().find(|m| *m != owner).unwrap();
+    let mut con = proxy.connect();
+    redis::cmd("SET").arg(key).arg("1").exec(&mut con).unwrap();
+    let mut watcher = proxy.connect();
+    redis::cmd("WATCH").arg(key).exec(&mut watcher).unwrap();
+
+    // The slot moves behind the proxy's back; the next EXEC meets MOVED at queue time.
+    cluster.migrate_slot(slot, &target);
+    let exec: redis::Value = redis::pipe().atomic().incr(key, 1).query(&mut con).unwrap();
+    assert_eq!(exec, redis::Value::Array(vec![redis::Value::Int(2)]));
+
+    // The watched keys lived on the old owner: EXEC answers as after a watched change.
+    redis::cmd("MULTI").exec(&mut watcher).unwrap();
+    redis::cmd("INCR").arg(key).exec(&mut watcher).unwrap();
+    let exec: redis::Value = redis::cmd("EXEC").query(&mut watcher).unwrap();
+    assert_eq!(exec, redis::Value::Nil);
+    let value: i64 = query(&target, redis::cmd("GET").arg(key)).unwrap();
+    assert_eq!(value, 2, "the failed WATCH transaction did not run");
+}
