@@ -332,12 +332,25 @@ fn is_null(frame: &[u8]) -> bool {
     frame == b"$-1\r\n" || frame == b"_\r\n" || frame == b"*-1\r\n"
 }
 
-/// A client cursor as Redis reads it: an unsigned decimal integer.
+/// A client cursor as Redis 7.0 reads it (C's `strtoul`, refusing leading space and
+/// overflow): an optional sign, decimal digits; a negative value wraps, and an empty
+/// text is cursor 0.
 fn parse_cursor(text: &[u8]) -> Option<u64> {
-    if text.is_empty() || !text.iter().all(u8::is_ascii_digit) {
+    let (negative, digits) = match text.first() {
+        None => return Some(0),
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        Some(_) => (false, text),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    std::str::from_utf8(text).ok()?.parse().ok()
+    let value: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(if negative {
+        value.wrapping_neg()
+    } else {
+        value
+    })
 }
 
 /// A 6-bit fingerprint of a master's address (FNV-1a, folded).
@@ -476,8 +489,11 @@ mod tests {
         assert_eq!(parse_cursor(b"0"), Some(0));
         assert_eq!(parse_cursor(b"18446744073709551615"), Some(u64::MAX));
         assert_eq!(parse_cursor(b"18446744073709551616"), None);
-        assert_eq!(parse_cursor(b"-1"), None);
-        assert_eq!(parse_cursor(b""), None);
+        assert_eq!(parse_cursor(b"-1"), Some(u64::MAX));
+        assert_eq!(parse_cursor(b"+7"), Some(7));
+        assert_eq!(parse_cursor(b""), Some(0));
+        assert_eq!(parse_cursor(b" 1"), None);
+        assert_eq!(parse_cursor(b"1x"), None);
     }
 
     #[test]
