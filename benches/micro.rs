@@ -35,7 +35,8 @@ fn codec(c: &mut Criterion) {
             }
         })
     });
-    let replies = b"$64\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n".repeat(16);
+    let replies =
+        b"$64\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\r\n".repeat(16);
     group.bench_function("scan 16 bulk replies", |b| {
         let mut scanner = ReplyScanner::new(Limits::default());
         b.iter(|| {
@@ -62,13 +63,18 @@ fn codec(c: &mut Criterion) {
 
 fn routing(c: &mut Criterion) {
     let table = CommandTable::builtin();
-    let get: [Bytes; 2] = [Bytes::from_static(b"get"), Bytes::from_static(b"key:000000012345")];
+    let get: [Bytes; 2] = [
+        Bytes::from_static(b"get"),
+        Bytes::from_static(b"key:000000012345"),
+    ];
     let eval: Vec<Bytes> = ["EVAL", "return 1", "2", "{a}x", "{a}y", "arg"]
         .iter()
         .map(|s| Bytes::copy_from_slice(s.as_bytes()))
         .collect();
     let mut group = c.benchmark_group("routing");
-    group.bench_function("key_slot", |b| b.iter(|| key_slot(black_box(b"key:000000012345"))));
+    group.bench_function("key_slot", |b| {
+        b.iter(|| key_slot(black_box(b"key:000000012345")))
+    });
     group.bench_function("key_slot hash tag", |b| {
         b.iter(|| key_slot(black_box(b"mybot:{ch:25}:r:chat-1")))
     });
@@ -92,11 +98,19 @@ fn routing(c: &mut Criterion) {
 }
 
 fn rewrite(c: &mut Criterion) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/botmesh-cluster-v1.yaml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/botmesh-cluster-v1.yaml"
+    );
     let layout = Layout::load(std::path::Path::new(path), &["mybot".to_string()]).unwrap();
     let mut group = c.benchmark_group("rewrite");
     group.bench_function("forward outside prefix", |b| {
-        b.iter(|| matches!(layout.forward(black_box(b"key:000000012345")), Forward::Outside))
+        b.iter(|| {
+            matches!(
+                layout.forward(black_box(b"key:000000012345")),
+                Forward::Outside
+            )
+        })
     });
     group.bench_function("forward chat record", |b| {
         b.iter(|| black_box(layout.forward(black_box(b"mybot:chat:chat-12345"))))

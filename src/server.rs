@@ -53,6 +53,7 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         commands,
         listen_addr,
         started: Instant::now(),
+        scripts: Default::default(),
     };
     Ok((Arc::new(proxy), listener))
 }

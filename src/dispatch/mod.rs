@@ -6,9 +6,11 @@
 //! session's; everything here is shared by all clients and read-only after start-up.
 
 mod emulate;
+mod fanout;
 mod forward;
 mod multikey;
 mod pinned;
+mod scripts;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,8 +25,10 @@ use crate::reply;
 use crate::route::key_slot;
 use crate::topology::Topology;
 
+pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
 pub use forward::Target;
 pub use pinned::{watch_failed, WatchPin};
+pub use scripts::ScriptCache;
 
 /// Everything a command needs, shared by every client session.
 pub struct Proxy {
@@ -38,6 +42,8 @@ pub struct Proxy {
     pub listen_addr: String,
     /// Start time, for INFO's uptime.
     pub started: Instant,
+    /// Lua script bodies seen, by SHA1, to load them where `-NOSCRIPT` says they are missing.
+    pub scripts: ScriptCache,
 }
 
 /// How one request will be carried out.
@@ -52,6 +58,12 @@ enum Plan {
     Blocking(Target),
     /// Answered by the proxy as a one-node cluster would.
     Emulate(emulate::Local),
+    /// Answered over every master (KEYS, SCAN, DBSIZE, admin broadcasts).
+    Fanout(fanout::Op),
+    /// SCRIPT LOAD/FLUSH/EXISTS over every master.
+    ScriptAdmin(scripts::Admin),
+    /// EVAL/EVALSHA routed by key, with script bodies remembered and reloaded.
+    Script(scripts::Run, Target),
 }
 
 impl Proxy {
@@ -63,6 +75,9 @@ impl Proxy {
             Plan::Split(kind) => self.split(kind, &request, proto).await,
             Plan::Blocking(target) => self.run_blocking(target, request.raw, proto).await,
             Plan::Emulate(local) => self.emulate(local, &request, proto).await,
+            Plan::Fanout(op) => self.fanout(op, &request, proto).await,
+            Plan::ScriptAdmin(admin) => self.script_admin(admin, &request, proto).await,
+            Plan::Script(run, target) => self.run_script(run, target, &request, proto).await,
         }
     }
 
@@ -77,6 +92,12 @@ impl Proxy {
         if let Some(local) = emulate::Local::classify(spec, args) {
             return Plan::Emulate(local);
         }
+        if let Some(op) = fanout::Op::classify(spec) {
+            return Plan::Fanout(op);
+        }
+        if let Some(admin) = scripts::Admin::classify(spec) {
+            return Plan::ScriptAdmin(admin);
+        }
         let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
         spec.keys(args, &mut keys);
         let target = match common_slot(args, &keys) {
@@ -89,6 +110,9 @@ impl Proxy {
                 }
             }
         };
+        if let Some(run) = scripts::Run::of(spec) {
+            return Plan::Script(run, target);
+        }
         if spec.blocks(args) {
             Plan::Blocking(target)
         } else {

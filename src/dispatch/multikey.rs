@@ -64,6 +64,11 @@ impl Proxy {
     ) -> Bytes {
         let args = &request.args;
         let stride = kind.stride();
+        // A key without its value would reach one part only: the other parts would run
+        // before that part's error, where one Redis runs none of them.
+        if (args.len() - 1) % stride != 0 {
+            return crate::reply::wrong_arity("mset");
+        }
         let mut parts: Vec<Part> = Vec::new();
         let mut part_of_slot: HashMap<u16, usize> = HashMap::new();
         for (key_number, first) in (1..args.len()).step_by(stride).enumerate() {

@@ -1,0 +1,326 @@
+//! Lua scripts across masters. Each master has its own script cache, so a script loaded
+//! through the proxy must exist wherever its keys live, also after a reshard or failover
+//! brings them to a master that never saw it.
+//!
+//! The proxy remembers every script body it sees (EVAL, EVAL_RO, SCRIPT LOAD) by its SHA1,
+//! in a bounded LRU ([`ScriptCache`]). SCRIPT LOAD and SCRIPT FLUSH go to every master.
+//! EVALSHA/EVALSHA_RO route by key as usual; on `-NOSCRIPT` with a remembered body the
+//! proxy loads the body on every master and retries once (loading is idempotent, and the
+//! master that answered may have been reached through a redirect).
+//!
+//! SCRIPT EXISTS answers, per SHA, 1 when the proxy remembers the body (EVALSHA will work
+//! wherever it lands) or every master has it; 0 otherwise.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::command::CommandSpec;
+use crate::protocol::{encode, Proto, Request};
+use crate::reply::{self, merge};
+
+use super::{Proxy, Target};
+
+/// Most script bodies remembered.
+pub const MAX_SCRIPTS: usize = 10_000;
+/// Most bytes of script bodies remembered.
+pub const MAX_SCRIPT_BYTES: usize = 64 * 1024 * 1024;
+
+/// A script's SHA1 as 40 lower-case hex digits, the form Redis uses.
+pub type Sha = [u8; 40];
+
+/// SCRIPT subcommands the proxy answers over every master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admin {
+    /// SCRIPT LOAD: remember, load on every master, reply the SHA.
+    Load,
+    /// SCRIPT FLUSH: flush every master, forget every body.
+    Flush,
+    /// SCRIPT EXISTS: see the module docs.
+    Exists,
+}
+
+impl Admin {
+    /// Whether `spec` is one of these.
+    pub fn classify(spec: &CommandSpec) -> Option<Admin> {
+        Some(match spec.name.as_str() {
+            "script|load" => Admin::Load,
+            "script|flush" => Admin::Flush,
+            "script|exists" => Admin::Exists,
+            _ => return None,
+        })
+    }
+}
+
+/// Script-running commands routed by key with script handling around them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// EVAL, EVAL_RO: remember the body, then forward.
+    Eval,
+    /// EVALSHA, EVALSHA_RO: forward; reload a remembered body on `-NOSCRIPT`.
+    EvalSha,
+}
+
+impl Run {
+    /// Whether `spec` runs a script by body or SHA.
+    pub fn of(spec: &CommandSpec) -> Option<Run> {
+        match spec.name.as_str() {
+            "eval" | "eval_ro" => Some(Run::Eval),
+            "evalsha" | "evalsha_ro" => Some(Run::EvalSha),
+            _ => None,
+        }
+    }
+}
+
+/// Script bodies by SHA1, least recently used forgotten first beyond [`MAX_SCRIPTS`] or
+/// [`MAX_SCRIPT_BYTES`]. A body larger than the byte bound is not remembered.
+pub struct ScriptCache {
+    inner: Mutex<CacheInner>,
+    max_scripts: usize,
+    max_bytes: usize,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    bodies: HashMap<Sha, (Bytes, u64)>,
+    by_use: BTreeMap<u64, Sha>,
+    bytes: usize,
+    clock: u64,
+}
+
+impl Default for ScriptCache {
+    fn default() -> Self {
+        ScriptCache::with_limits(MAX_SCRIPTS, MAX_SCRIPT_BYTES)
+    }
+}
+
+impl ScriptCache {
+    /// A cache holding at most `max_scripts` bodies and `max_bytes` bytes of them.
+    pub fn with_limits(max_scripts: usize, max_bytes: usize) -> ScriptCache {
+        ScriptCache {
+            inner: Mutex::new(CacheInner::default()),
+            max_scripts,
+            max_bytes,
+        }
+    }
+
+    /// Remembers `body` and returns its SHA1.
+    pub fn remember(&self, body: &Bytes) -> Sha {
+        let sha = sha_of(body);
+        if body.len() > self.max_bytes || self.max_scripts == 0 {
+            return sha;
+        }
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        if let Some((_, used)) = inner.bodies.get_mut(&sha) {
+            let old = std::mem::replace(used, now);
+            inner.by_use.remove(&old);
+            inner.by_use.insert(now, sha);
+            return sha;
+        }
+        while inner.bodies.len() >= self.max_scripts || inner.bytes + body.len() > self.max_bytes {
+            let Some((_, oldest)) = inner.by_use.pop_first() else {
+                break;
+            };
+            if let Some((gone, _)) = inner.bodies.remove(&oldest) {
+                inner.bytes -= gone.len();
+            }
+        }
+        inner.bytes += body.len();
+        inner.bodies.insert(sha, (body.clone(), now));
+        inner.by_use.insert(now, sha);
+        sha
+    }
+
+    /// The body of `sha` (any case), if remembered; counts as a use.
+    pub fn get(&self, sha: &[u8]) -> Option<Bytes> {
+        let key = normalize(sha)?;
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let now = inner.clock;
+        let (body, used) = inner.bodies.get_mut(&key)?;
+        let body = body.clone();
+        let old = std::mem::replace(used, now);
+        inner.by_use.remove(&old);
+        inner.by_use.insert(now, key);
+        Some(body)
+    }
+
+    /// Whether `sha` (any case) is remembered.
+    pub fn contains(&self, sha: &[u8]) -> bool {
+        normalize(sha).is_some_and(|key| self.lock().bodies.contains_key(&key))
+    }
+
+    /// Forgets every body.
+    pub fn clear(&self) {
+        *self.lock() = CacheInner::default();
+    }
+
+    /// Number of bodies remembered.
+    pub fn len(&self) -> usize {
+        self.lock().bodies.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// SHA1 of `body` as Redis writes it.
+pub fn sha_of(body: &[u8]) -> Sha {
+    let digest = sha1_smol::Sha1::from(body).digest().bytes();
+    let mut out = [0u8; 40];
+    for (i, byte) in digest.iter().enumerate() {
+        out[2 * i] = HEX[usize::from(byte >> 4)];
+        out[2 * i + 1] = HEX[usize::from(byte & 0xf)];
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// A 40-character SHA in lower case, as Redis compares them.
+fn normalize(sha: &[u8]) -> Option<Sha> {
+    let mut key = [0u8; 40];
+    if sha.len() != key.len() {
+        return None;
+    }
+    for (dst, src) in key.iter_mut().zip(sha) {
+        *dst = src.to_ascii_lowercase();
+    }
+    Some(key)
+}
+
+impl Proxy {
+    pub(super) async fn script_admin(
+        &self,
+        admin: Admin,
+        request: &Request,
+        proto: Proto,
+    ) -> Bytes {
+        let args = &request.args;
+        match admin {
+            Admin::Load => {
+                let Some(body) = args.get(2) else {
+                    return reply::wrong_arity("script|load");
+                };
+                self.scripts.remember(body);
+                self.broadcast_all_same(request.raw.clone(), proto).await
+            }
+            Admin::Flush => {
+                self.scripts.clear();
+                self.broadcast_all_ok(request.raw.clone(), proto).await
+            }
+            Admin::Exists => {
+                let replies = match self.broadcast(request.raw.clone(), proto).await {
+                    Ok(replies) => replies,
+                    Err(error) => return error,
+                };
+                if let Some(error) = merge::first_error(&replies) {
+                    return error.clone();
+                }
+                let shas = &args[2..];
+                let mut everywhere = vec![true; shas.len()];
+                for reply in &replies {
+                    let Some(flags) = merge::array_elements(reply) else {
+                        return reply.clone();
+                    };
+                    if flags.len() != shas.len() {
+                        return reply.clone();
+                    }
+                    for (all, flag) in everywhere.iter_mut().zip(&flags) {
+                        *all &= merge::integer(flag) == Some(1);
+                    }
+                }
+                let mut out = BytesMut::new();
+                encode::array_header(&mut out, shas.len());
+                for (sha, all) in shas.iter().zip(everywhere) {
+                    encode::integer(&mut out, i64::from(all || self.scripts.contains(sha)));
+                }
+                out.freeze()
+            }
+        }
+    }
+
+    pub(super) async fn run_script(
+        &self,
+        run: Run,
+        target: Target,
+        request: &Request,
+        proto: Proto,
+    ) -> Bytes {
+        let script = request.args.get(1);
+        if run == Run::Eval {
+            if let Some(body) = script {
+                self.scripts.remember(body);
+            }
+            return self.forward(target, request.raw.clone(), proto).await;
+        }
+        let reply = self.forward(target, request.raw.clone(), proto).await;
+        if !reply.starts_with(b"-NOSCRIPT") {
+            return reply;
+        }
+        let Some(body) = script.and_then(|sha| self.scripts.get(sha)) else {
+            return reply;
+        };
+        let load = encode::encode_request(&[b"SCRIPT", b"LOAD", &body]);
+        let loaded = self.broadcast_all_same(load, proto).await;
+        if loaded.first() == Some(&b'-') {
+            // Loading failed somewhere: the original answer explains more than this does.
+            return reply;
+        }
+        self.forward(target, request.raw.clone(), proto).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha_matches_redis_for_known_scripts() {
+        // SHA1 test vectors (FIPS 180) and the SHA Redis reports for `return 1`.
+        assert_eq!(&sha_of(b"abc"), b"a9993e364706816aba3e25717850c26c9cd0d89d");
+        assert_eq!(&sha_of(b""), b"da39a3ee5e6b4b0d3255bfef95601890afd80709");
+        assert_eq!(
+            &sha_of(b"return 1"),
+            b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
+    }
+
+    #[test]
+    fn lookups_ignore_case() {
+        let cache = ScriptCache::default();
+        let sha = cache.remember(&Bytes::from_static(b"return 1"));
+        assert!(cache.contains(&sha.to_ascii_uppercase()));
+        assert_eq!(cache.get(&sha).as_deref(), Some(&b"return 1"[..]));
+        assert!(!cache.contains(b"short"));
+        cache.clear();
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn least_recently_used_goes_first_within_both_bounds() {
+        let cache = ScriptCache::with_limits(2, 1000);
+        let a = cache.remember(&Bytes::from_static(b"return 'a'"));
+        let b = cache.remember(&Bytes::from_static(b"return 'b'"));
+        assert!(cache.get(&a).is_some());
+        let c = cache.remember(&Bytes::from_static(b"return 'c'"));
+        assert!(cache.contains(&a) && cache.contains(&c) && !cache.contains(&b));
+        assert_eq!(cache.len(), 2);
+
+        let small = ScriptCache::with_limits(100, 25);
+        let x = small.remember(&Bytes::from_static(b"return 'xxxxxxxx'"));
+        let y = small.remember(&Bytes::from_static(b"return 'yyyyyyyy'"));
+        assert!(!small.contains(&x) && small.contains(&y));
+        let huge = small.remember(&Bytes::from(vec![b'-'; 26]));
+        assert!(!small.contains(&huge) && small.contains(&y));
+    }
+}

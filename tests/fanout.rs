@@ -1,0 +1,258 @@
+//! Commands about the whole data set through the proxy, checked against the masters
+//! themselves: KEYS and SCAN see every key exactly once, also while a slot moves; DBSIZE
+//! is the sum; RANDOMKEY finds a key; FLUSHALL and CONFIG SET reach every master; all of
+//! it also with a standalone upstream.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::OnceLock;
+
+use common::{query, shared_cluster, Cluster, Proxy, Standalone};
+
+fn proxy() -> &'static Proxy {
+    static PROXY: OnceLock<Proxy> = OnceLock::new();
+    PROXY.get_or_init(|| Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]))
+}
+
+fn write_keys(con: &mut redis::Connection, keys: &[String]) {
+    for chunk in keys.chunks(2000) {
+        let mut pipe = redis::pipe();
+        for key in chunk {
+            pipe.cmd("SET").arg(key).arg("v").ignore();
+        }
+        pipe.query::<()>(con).expect("SETs");
+    }
+}
+
+/// Walks SCAN to the end (bounded), returning every key in the order returned.
+fn scan_all(con: &mut redis::Connection, extra: &[&str]) -> Vec<String> {
+    let mut cursor: u64 = 0;
+    let mut keys = Vec::new();
+    for _ in 0..100_000 {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg(extra)
+            .query(con)
+            .expect("SCAN");
+        keys.extend(batch);
+        cursor = next;
+        if cursor == 0 {
+            return keys;
+        }
+    }
+    panic!("SCAN did not finish");
+}
+
+fn dbsize(addr: &str) -> i64 {
+    query(addr, &redis::cmd("DBSIZE")).expect("DBSIZE")
+}
+
+/// One test, because FLUSHALL at its end empties the cluster the others would use.
+#[test]
+fn keys_scan_dbsize_randomkey_config_flushall_over_three_masters() {
+    let cluster = shared_cluster();
+    let mut con = proxy().connect();
+    let keys: Vec<String> = (0..20_000).map(|i| format!("fan:{i}")).collect();
+    write_keys(&mut con, &keys);
+    let expected: BTreeSet<String> = keys.iter().cloned().collect();
+
+    let listed: Vec<String> = redis::cmd("KEYS").arg("fan:*").query(&mut con).unwrap();
+    assert_eq!(
+        listed.len(),
+        expected.len(),
+        "KEYS returned duplicates or missed keys"
+    );
+    assert_eq!(listed.into_iter().collect::<BTreeSet<_>>(), expected);
+
+    let scanned = scan_all(&mut con, &["COUNT", "500"]);
+    let unique: BTreeSet<String> = scanned.iter().cloned().collect();
+    assert_eq!(scanned.len(), unique.len(), "SCAN returned a key twice");
+    assert_eq!(unique, expected);
+
+    // MATCH and TYPE are passed to each master.
+    let matched: BTreeSet<String> = scan_all(&mut con, &["MATCH", "fan:1?", "COUNT", "1000"])
+        .into_iter()
+        .collect();
+    let want: BTreeSet<String> = (10..20).map(|i| format!("fan:{i}")).collect();
+    assert_eq!(matched, want);
+    let _: () = redis::cmd("RPUSH")
+        .arg("fan:list")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
+    let lists = scan_all(&mut con, &["TYPE", "list", "COUNT", "1000"]);
+    assert_eq!(lists, vec!["fan:list".to_string()]);
+
+    let masters = cluster.masters();
+    assert_eq!(masters.len(), 3);
+    let sum: i64 = masters.iter().map(|m| dbsize(m)).sum();
+    let total: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(total, sum);
+    assert!(total >= 20_001);
+
+    let random: String = redis::cmd("RANDOMKEY").query(&mut con).unwrap();
+    let exists: i64 = redis::cmd("EXISTS").arg(&random).query(&mut con).unwrap();
+    assert_eq!(exists, 1, "RANDOMKEY gave {random}");
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-max-len")
+        .arg("77")
+        .query(&mut con)
+        .unwrap();
+    for master in &masters {
+        let got: HashMap<String, String> = query(
+            master,
+            redis::cmd("CONFIG").arg("GET").arg("slowlog-max-len"),
+        )
+        .unwrap();
+        assert_eq!(got["slowlog-max-len"], "77", "{master}");
+    }
+    // A setting no master accepts: an error, as Redis gives.
+    let bad: redis::RedisResult<()> = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("no-such-setting")
+        .arg("1")
+        .query(&mut con);
+    assert!(bad.is_err());
+
+    let _: () = redis::cmd("FLUSHALL").arg("SYNC").query(&mut con).unwrap();
+    for master in &masters {
+        assert_eq!(dbsize(master), 0, "{master} still has keys");
+    }
+    let total: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(total, 0);
+    let random: Option<String> = redis::cmd("RANDOMKEY").query(&mut con).unwrap();
+    assert_eq!(random, None);
+    assert!(scan_all(&mut con, &[]).is_empty());
+    let listed: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert!(listed.is_empty());
+}
+
+#[test]
+fn invalid_scan_cursor_is_refused_like_redis() {
+    let standalone = Standalone::start();
+    let mut reference = standalone.connect();
+    let mut con = proxy().connect();
+    for cursor in ["abc", " 1", "1x", "18446744073709551616"] {
+        let want: redis::RedisResult<redis::Value> =
+            redis::cmd("SCAN").arg(cursor).query(&mut reference);
+        let got: redis::RedisResult<redis::Value> = redis::cmd("SCAN").arg(cursor).query(&mut con);
+        assert_eq!(
+            got.map_err(|e| e.to_string()),
+            want.map_err(|e| e.to_string()),
+            "cursor {cursor}"
+        );
+    }
+    // Redis 7.0 reads the cursor with strtoul: these are accepted (what they return
+    // depends on the data, so only acceptance is compared).
+    for cursor in ["-1", "+0", ""] {
+        let want: redis::RedisResult<redis::Value> =
+            redis::cmd("SCAN").arg(cursor).query(&mut reference);
+        let got: redis::RedisResult<redis::Value> = redis::cmd("SCAN").arg(cursor).query(&mut con);
+        assert!(want.is_ok(), "redis refused {cursor:?}");
+        assert!(got.is_ok(), "cursor {cursor:?}: {got:?}");
+    }
+}
+
+#[test]
+fn scan_returns_every_key_outside_a_slot_that_moves_mid_scan() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.connect();
+    // 300 keys in one slot (hash tag) that will move, 3000 elsewhere.
+    let moving: Vec<String> = (0..300).map(|i| format!("{{mv}}:{i}")).collect();
+    let still: Vec<String> = (0..3000).map(|i| format!("still:{i}")).collect();
+    write_keys(&mut con, &moving);
+    write_keys(&mut con, &still);
+    let slot = cluster.keyslot("{mv}");
+    let from = cluster.node_for_slot(slot);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .find(|m| *m != from)
+        .expect("another master");
+
+    let mut seen = Vec::new();
+    let mut cursor: u64 = 0;
+    let mut step = 0;
+    loop {
+        // Move the slot in stages while the scan is under way.
+        match step {
+            3 => cluster.begin_migration(slot, &to),
+            5 => {
+                cluster.migrate_keys(slot, &to, 150);
+            }
+            8 => {
+                cluster.migrate_keys(slot, &to, usize::MAX);
+                cluster.finish_migration(slot, &to);
+            }
+            _ => {}
+        }
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(100)
+            .query(&mut con)
+            .expect("SCAN");
+        seen.extend(batch);
+        cursor = next;
+        step += 1;
+        if cursor == 0 {
+            break;
+        }
+        assert!(step < 10_000, "SCAN did not finish");
+    }
+    assert!(
+        step > 8,
+        "the scan ended before the slot moved ({step} calls)"
+    );
+    let seen: BTreeSet<String> = seen.into_iter().collect();
+    let missing: Vec<&String> = still.iter().filter(|k| !seen.contains(*k)).collect();
+    assert!(
+        missing.is_empty(),
+        "missed {} keys: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    assert_eq!(cluster.node_for_slot(slot), to);
+}
+
+#[test]
+fn standalone_upstream_fans_out_to_its_one_node() {
+    let server = Standalone::start();
+    let proxy = Proxy::start(&["--standalone", server.addr()]);
+    let mut con = proxy.connect();
+    let keys: Vec<String> = (0..500).map(|i| format!("solo:{i}")).collect();
+    write_keys(&mut con, &keys);
+    let expected: BTreeSet<String> = keys.iter().cloned().collect();
+    let listed: BTreeSet<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query::<Vec<String>>(&mut con)
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(listed, expected);
+    let scanned = scan_all(&mut con, &["COUNT", "50"]);
+    assert_eq!(scanned.len(), 500);
+    assert_eq!(scanned.into_iter().collect::<BTreeSet<_>>(), expected);
+    let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(size, dbsize(server.addr()));
+    let random: String = redis::cmd("RANDOMKEY").query(&mut con).unwrap();
+    assert!(expected.contains(&random));
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return redis.call('GET', KEYS[1])")
+        .query(&mut con)
+        .unwrap();
+    let value: String = redis::cmd("EVALSHA")
+        .arg(&sha)
+        .arg(1)
+        .arg("solo:1")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(value, "v");
+    let _: () = redis::cmd("FLUSHDB").query(&mut con).unwrap();
+    assert_eq!(dbsize(server.addr()), 0);
+}

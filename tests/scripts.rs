@@ -1,0 +1,170 @@
+//! Lua scripts and functions through the proxy on real clusters: a script loaded through
+//! the proxy keeps working by SHA after its slot moves to a master that does not have it;
+//! SCRIPT LOAD/EXISTS/FLUSH and FUNCTION LOAD/DELETE reach every master; FCALL works on
+//! keys of every master.
+
+mod common;
+
+use common::{query, shared_cluster, Cluster, Proxy};
+
+const GET_SCRIPT: &str = "return redis.call('GET', KEYS[1])";
+
+fn script_exists(addr: &str, sha: &str) -> bool {
+    let flags: Vec<i64> = query(addr, redis::cmd("SCRIPT").arg("EXISTS").arg(sha)).unwrap();
+    flags == vec![1]
+}
+
+/// A key owned by each master of `cluster`, in the order of `cluster.masters()`.
+fn key_per_master(cluster: &Cluster, prefix: &str) -> Vec<String> {
+    cluster
+        .masters()
+        .iter()
+        .map(|master| {
+            (0..10_000)
+                .map(|i| format!("{prefix}:{i}"))
+                .find(|key| cluster.node_for_slot(cluster.keyslot(key)) == *master)
+                .expect("a key on every master")
+        })
+        .collect()
+}
+
+#[test]
+fn evalsha_survives_a_slot_move_to_a_master_without_the_script() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.connect();
+
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(GET_SCRIPT)
+        .query(&mut con)
+        .unwrap();
+    for master in cluster.masters() {
+        assert!(script_exists(&master, &sha), "SCRIPT LOAD missed {master}");
+    }
+    let exists: Vec<i64> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(&sha)
+        .arg("0000000000000000000000000000000000000000")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(exists, vec![1, 0]);
+
+    let key = "script:moving";
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("before")
+        .query(&mut con)
+        .unwrap();
+    let slot = cluster.keyslot(key);
+    let from = cluster.node_for_slot(slot);
+    let to = cluster.masters().into_iter().find(|m| *m != from).unwrap();
+    // The target must really lack the script.
+    let _: () = query(&to, redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+    assert!(!script_exists(&to, &sha));
+    cluster.migrate_slot(slot, &to);
+
+    let value: String = redis::cmd("EVALSHA")
+        .arg(&sha)
+        .arg(1)
+        .arg(key)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(value, "before");
+    assert!(
+        script_exists(&to, &sha),
+        "the proxy did not load the script on {to}"
+    );
+
+    // A body seen only through EVAL is remembered too.
+    let body = "return 'from eval'";
+    let answer: String = redis::cmd("EVAL")
+        .arg(body)
+        .arg(1)
+        .arg(key)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(answer, "from eval");
+    for master in cluster.masters() {
+        let _: () = query(&master, redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+    }
+    let eval_sha: String = query(&from, redis::cmd("SCRIPT").arg("LOAD").arg(body)).unwrap();
+    let _: () = query(&from, redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+    let again: String = redis::cmd("EVALSHA")
+        .arg(&eval_sha)
+        .arg(1)
+        .arg(key)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(again, "from eval");
+
+    // SCRIPT FLUSH through the proxy: gone everywhere, and no longer reloadable.
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut con).unwrap();
+    for master in cluster.masters() {
+        assert!(!script_exists(&master, &eval_sha));
+    }
+    let exists: Vec<i64> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(&eval_sha)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(exists, vec![0]);
+    let missing: redis::RedisResult<String> = redis::cmd("EVALSHA")
+        .arg(&eval_sha)
+        .arg(1)
+        .arg(key)
+        .query(&mut con);
+    let error = missing.expect_err("flushed script still ran");
+    assert_eq!(error.code(), Some("NOSCRIPT"), "{error}");
+}
+
+#[test]
+fn functions_load_everywhere_and_run_on_every_master() {
+    let cluster = shared_cluster();
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.connect();
+    let library = "#!lua name=fanoutlib\n\
+                   redis.register_function{function_name='fan_get', callback=function(keys, args) return redis.call('GET', keys[1]) end, flags={'no-writes'}}\n\
+                   redis.register_function('fan_set', function(keys, args) return redis.call('SET', keys[1], args[1]) end)";
+    let name: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(name, "fanoutlib");
+    // Loading again without REPLACE fails as on one server.
+    let again: redis::RedisResult<String> = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(library)
+        .query(&mut con);
+    assert!(again.is_err());
+
+    for (i, key) in key_per_master(cluster, "fn").iter().enumerate() {
+        let _: () = redis::cmd("FCALL")
+            .arg("fan_set")
+            .arg(1)
+            .arg(key)
+            .arg(format!("value-{i}"))
+            .query(&mut con)
+            .unwrap();
+        let value: String = redis::cmd("FCALL_RO")
+            .arg("fan_get")
+            .arg(1)
+            .arg(key)
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("FCALL_RO on {key}: {e}"));
+        assert_eq!(value, format!("value-{i}"));
+    }
+
+    let _: () = redis::cmd("FUNCTION")
+        .arg("DELETE")
+        .arg("fanoutlib")
+        .query(&mut con)
+        .unwrap();
+    for master in cluster.masters() {
+        let libraries: Vec<redis::Value> =
+            query(&master, redis::cmd("FUNCTION").arg("LIST")).unwrap();
+        assert!(libraries.is_empty(), "{master} still has {libraries:?}");
+    }
+}
