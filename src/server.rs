@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use crate::client::{self, Registry};
 use crate::command::CommandTable;
 use crate::config::Config;
+use crate::dispatch::layout::ActiveLayout;
 use crate::dispatch::Proxy;
 use crate::protocol::Proto;
 use crate::topology::Topology;
@@ -47,13 +48,28 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or(config.listen.clone());
+    let layout = config
+        .layout
+        .load()
+        .map_err(|e| e.to_string())?
+        .map(|layout| {
+            Arc::new(ActiveLayout::new(
+                layout,
+                config.layout.strict,
+                config.layout.allow_legacy_data,
+            ))
+        });
     let proxy = Proxy {
         config,
         topology,
         commands,
         listen_addr,
         started: Instant::now(),
+        layout,
     };
+    if let Some(active) = &proxy.layout {
+        crate::dispatch::layout::start(&proxy, active).await?;
+    }
     Ok((Arc::new(proxy), listener))
 }
 

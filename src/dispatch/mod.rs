@@ -7,6 +7,8 @@
 
 mod emulate;
 mod forward;
+pub mod layout;
+mod listing;
 mod multikey;
 
 use std::sync::Arc;
@@ -36,6 +38,8 @@ pub struct Proxy {
     pub listen_addr: String,
     /// Start time, for INFO's uptime.
     pub started: Instant,
+    /// The legacy key layout in force, if any.
+    pub layout: Option<Arc<layout::ActiveLayout>>,
 }
 
 /// How one request will be carried out.
@@ -55,6 +59,14 @@ enum Plan {
 impl Proxy {
     /// Runs one request and returns its complete reply frame.
     pub async fn execute(self: Arc<Self>, request: Request, proto: Proto) -> Bytes {
+        match self.layout.clone() {
+            Some(active) => self.execute_layout(&active, request, proto).await,
+            None => self.execute_plain(request, proto).await,
+        }
+    }
+
+    /// Runs one request whose keys are cluster names already.
+    async fn execute_plain(self: Arc<Self>, request: Request, proto: Proto) -> Bytes {
         match self.plan(&request) {
             Plan::Answer(reply) => reply,
             Plan::Forward(target) => self.forward(target, request.raw, proto).await,
