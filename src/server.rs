@@ -41,13 +41,6 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let commands = load_command_table(&topology).await;
-    let listener = TcpListener::bind(&config.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    let listen_addr = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or(config.listen.clone());
     let layout = config
         .layout
         .load()
@@ -59,16 +52,23 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
                 config.layout.allow_legacy_data,
             ))
         });
-    let proxy = Proxy {
+    let mut proxy = Proxy {
+        listen_addr: config.listen.clone(),
         config,
         topology,
         commands,
-        listen_addr,
         started: Instant::now(),
         layout,
     };
+    // Before binding: a refused layout must not look like a proxy that is up.
     if let Some(active) = &proxy.layout {
         crate::dispatch::layout::start(&proxy, active).await?;
+    }
+    let listener = TcpListener::bind(&proxy.config.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", proxy.config.listen))?;
+    if let Ok(addr) = listener.local_addr() {
+        proxy.listen_addr = addr.to_string();
     }
     Ok((Arc::new(proxy), listener))
 }
