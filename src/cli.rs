@@ -32,6 +32,18 @@ pub enum Command {
         /// The YAML file to check.
         file: PathBuf,
     },
+    /// Show how a legacy key translates under a layout rule file (prefix, rule, cluster
+    /// key, hash slot, index entry), then exit.
+    ExplainKey {
+        /// The legacy key (or a cluster key, to see what it maps back to).
+        key: String,
+        /// The layout rule file.
+        #[arg(long, value_name = "FILE")]
+        layout: PathBuf,
+        /// A prefix the rules apply to (repeatable; default: the file's `prefixes:`).
+        #[arg(long = "prefix", value_name = "NAME")]
+        prefixes: Vec<String>,
+    },
 }
 
 /// Flags of `run`. Each overrides the same field of the config file.
@@ -71,6 +83,12 @@ pub struct RunArgs {
     /// Log filter, e.g. `info` or `slotbridge=debug`.
     #[arg(long, env = "SLOTBRIDGE_LOG_LEVEL")]
     pub log_level: Option<String>,
+    /// Layout rule file: translate legacy key names (see `layout.file`).
+    #[arg(long, env = "SLOTBRIDGE_LAYOUT", value_name = "FILE")]
+    pub layout: Option<PathBuf>,
+    /// A key prefix the layout applies to; repeatable (see `layout.prefixes`).
+    #[arg(long = "prefix", value_name = "NAME")]
+    pub prefixes: Vec<String>,
 }
 
 impl RunArgs {
@@ -103,6 +121,12 @@ impl RunArgs {
         }
         if let Some(level) = &self.log_level {
             config.log_level = level.clone();
+        }
+        if let Some(layout) = &self.layout {
+            config.layout.file = Some(layout.clone());
+        }
+        if !self.prefixes.is_empty() {
+            config.layout.prefixes = self.prefixes.clone();
         }
         if let Ok(username) = std::env::var("REDIS_USERNAME") {
             config.backend.username = Some(username);
@@ -185,6 +209,59 @@ pub fn check_config(file: &Path) -> ExitCode {
                 file.display(),
                 config.listen
             );
+            match config.layout.load() {
+                Ok(Some(layout)) => print_layout_report(&layout),
+                Ok(None) => {}
+                Err(e) => {
+                    eprintln!("slotbridge: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("slotbridge: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The layout part of `check-config`: prefixes, rules, and rule conflicts.
+fn print_layout_report(layout: &slotbridge::rewrite::Layout) {
+    println!(
+        "layout {} ({}), prefixes: {}, {} rules",
+        layout.source_name(),
+        layout.layout_name().unwrap_or("no marker"),
+        layout.prefixes().join(", "),
+        layout.rules().len()
+    );
+    let conflicts = layout.conflicts();
+    if conflicts.is_empty() {
+        println!("rule conflicts: none");
+    }
+    for conflict in conflicts {
+        let example = conflict
+            .example
+            .map(|key| format!(" (e.g. {})", key.escape_ascii()))
+            .unwrap_or_default();
+        println!(
+            "rule conflict: rules {} and {} match the same keys with equal specificity; rule {} wins by file order{example}",
+            conflict.first, conflict.second, conflict.first
+        );
+    }
+}
+
+/// `slotbridge explain-key KEY --layout FILE [--prefix NAME]...`.
+pub fn explain_key(key: &str, layout: &Path, prefixes: &[String]) -> ExitCode {
+    match slotbridge::rewrite::Layout::load(layout, prefixes) {
+        Ok(layout) => {
+            print!("{}", layout.explain(key.as_bytes()));
+            if let slotbridge::rewrite::Reverse::Legacy(legacy) = layout.reverse(key.as_bytes()) {
+                println!(
+                    "as a cluster key, shown to clients as: {}",
+                    legacy.escape_ascii()
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -42,6 +42,8 @@ pub struct Config {
     pub log_level: String,
     /// What MULTI/EXEC does when its keys span hash slots.
     pub cross_slot_transactions: CrossSlotTransactions,
+    /// Legacy key layout translation (off unless `layout.file` is set).
+    pub layout: LayoutConfig,
 }
 
 impl Default for Config {
@@ -60,7 +62,40 @@ impl Default for Config {
             log_format: LogFormat::Text,
             log_level: "info".into(),
             cross_slot_transactions: CrossSlotTransactions::default(),
+            layout: LayoutConfig::default(),
         }
+    }
+}
+
+/// The legacy -> cluster key layout translation (see `rewrite` and `dispatch::layout`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct LayoutConfig {
+    /// The rule file; no file, no translation.
+    pub file: Option<PathBuf>,
+    /// The key prefixes the rules apply to; empty: the rule file's own `prefixes:`.
+    pub prefixes: Vec<String>,
+    /// Refuse commands on a key under a prefix that matches no rule (else pass it through).
+    pub strict: bool,
+    /// Start even when the keyspace holds legacy keys under a prefix and no layout marker.
+    pub allow_legacy_data: bool,
+}
+
+impl LayoutConfig {
+    /// Loads the rule file for the configured prefixes; `None` when no file is set.
+    pub fn load(&self) -> Result<Option<crate::rewrite::Layout>, ConfigError> {
+        let Some(file) = &self.file else {
+            return Ok(None);
+        };
+        let layout = crate::rewrite::Layout::load(file, &self.prefixes)
+            .map_err(|e| ConfigError::Invalid(format!("layout: {e}")))?;
+        if layout.prefixes().is_empty() {
+            return Err(ConfigError::Invalid(format!(
+                "layout: {} names no prefix; give layout.prefixes or --prefix",
+                file.display()
+            )));
+        }
+        Ok(Some(layout))
     }
 }
 
@@ -277,6 +312,12 @@ impl Config {
                 "limits.max_pipeline must be at least 1".into(),
             ));
         }
+        if self.layout.file.is_none() && !self.layout.prefixes.is_empty() {
+            return Err(ConfigError::Invalid(
+                "layout.prefixes is set but layout.file is not".into(),
+            ));
+        }
+        self.layout.load()?;
         Ok(())
     }
 

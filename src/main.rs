@@ -11,5 +11,10 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(cli::Command::Run(cli.run)) {
         cli::Command::Run(args) => cli::run(args),
         cli::Command::CheckConfig { file } => cli::check_config(&file),
+        cli::Command::ExplainKey {
+            key,
+            layout,
+            prefixes,
+        } => cli::explain_key(&key, &layout, &prefixes),
     }
 }

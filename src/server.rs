@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use crate::client::{self, Registry};
 use crate::command::CommandTable;
 use crate::config::Config;
+use crate::dispatch::layout::ActiveLayout;
 use crate::dispatch::Proxy;
 use crate::protocol::Proto;
 use crate::topology::Topology;
@@ -40,21 +41,36 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let commands = load_command_table(&topology).await;
-    let listener = TcpListener::bind(&config.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    let listen_addr = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or(config.listen.clone());
-    let proxy = Proxy {
+    let layout = config
+        .layout
+        .load()
+        .map_err(|e| e.to_string())?
+        .map(|layout| {
+            Arc::new(ActiveLayout::new(
+                layout,
+                config.layout.strict,
+                config.layout.allow_legacy_data,
+            ))
+        });
+    let mut proxy = Proxy {
+        listen_addr: config.listen.clone(),
         config,
         topology,
         commands,
-        listen_addr,
         started: Instant::now(),
         scripts: Default::default(),
+        layout,
     };
+    // Before binding: a refused layout must not look like a proxy that is up.
+    if let Some(active) = &proxy.layout {
+        crate::dispatch::layout::start(&proxy, active).await?;
+    }
+    let listener = TcpListener::bind(&proxy.config.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", proxy.config.listen))?;
+    if let Ok(addr) = listener.local_addr() {
+        proxy.listen_addr = addr.to_string();
+    }
     Ok((Arc::new(proxy), listener))
 }
 

@@ -8,6 +8,8 @@
 mod emulate;
 mod fanout;
 mod forward;
+pub mod layout;
+mod listing;
 mod multikey;
 mod pinned;
 mod scripts;
@@ -44,6 +46,8 @@ pub struct Proxy {
     pub started: Instant,
     /// Lua script bodies seen, by SHA1, to load them where `-NOSCRIPT` says they are missing.
     pub scripts: ScriptCache,
+    /// The legacy key layout in force, if any.
+    pub layout: Option<Arc<layout::ActiveLayout>>,
 }
 
 /// How one request will be carried out.
@@ -69,6 +73,14 @@ enum Plan {
 impl Proxy {
     /// Runs one request and returns its complete reply frame.
     pub async fn execute(self: Arc<Self>, request: Request, proto: Proto) -> Bytes {
+        match self.layout.clone() {
+            Some(active) => self.execute_layout(&active, request, proto).await,
+            None => self.execute_plain(request, proto).await,
+        }
+    }
+
+    /// Runs one request whose keys are cluster names already.
+    async fn execute_plain(self: Arc<Self>, request: Request, proto: Proto) -> Bytes {
         match self.plan(&request) {
             Plan::Answer(reply) => reply,
             Plan::Forward(target) => self.forward(target, request.raw, proto).await,

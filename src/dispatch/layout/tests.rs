@@ -1,0 +1,277 @@
+//! The forward rewrite of requests and the reverse rewrite of replies, over the shipped
+//! profile and the built-in Redis 7 command table. Expected names come from LAYOUT.md.
+
+use super::*;
+use crate::command::CommandTable;
+
+fn active(strict: bool) -> ActiveLayout {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/botmesh-cluster-v1.yaml"
+    );
+    let layout = Layout::load(path, &["mybot".to_string()]).expect("shipped profile loads");
+    ActiveLayout::new(layout, strict, false)
+}
+
+fn request(args: &[&str]) -> Request {
+    let refs: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    Request {
+        raw: encode_request(&refs),
+        args: args
+            .iter()
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect(),
+    }
+}
+
+fn rewrite(active: &ActiveLayout, args: &[&str]) -> Result<RewrittenRequest, Bytes> {
+    let table = CommandTable::builtin();
+    let arg_bytes: Vec<Bytes> = args
+        .iter()
+        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+        .collect();
+    let spec = table.lookup(&arg_bytes).expect("known command").clone();
+    active.rewrite_request(&spec, request(args))
+}
+
+fn args_of(rewritten: &RewrittenRequest) -> Vec<String> {
+    rewritten
+        .request
+        .args
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+#[test]
+fn every_key_position_is_rewritten_and_the_frame_matches() {
+    let layout = active(false);
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["GET", "mybot:chat:chat-1"],
+            &["GET", "mybot:{ch:25}:r:chat-1"],
+        ),
+        (
+            &[
+                "EVAL",
+                "return 1",
+                "2",
+                "mybot:msgs:chat-1",
+                "mybot:msg:chat-1:m1",
+                "mybot:msgs:x",
+            ],
+            &[
+                "EVAL",
+                "return 1",
+                "2",
+                "mybot:{m:chat-1}:z",
+                "mybot:{m:chat-1}:i:m1",
+                "mybot:msgs:x",
+            ],
+        ),
+        (
+            &[
+                "XREAD",
+                "COUNT",
+                "1",
+                "STREAMS",
+                "mybot:msgs:chat-1",
+                "mybot:lock:team:ops",
+                "0",
+                "mybot:msgs:x",
+            ],
+            &[
+                "XREAD",
+                "COUNT",
+                "1",
+                "STREAMS",
+                "mybot:{m:chat-1}:z",
+                "mybot:{lk:team%3Aops}:l",
+                "0",
+                "mybot:msgs:x",
+            ],
+        ),
+        (
+            &[
+                "ZUNIONSTORE",
+                "mybot:msgs:d",
+                "2",
+                "mybot:msgs:a",
+                "mybot:msgs:b",
+                "WEIGHTS",
+                "1",
+                "2",
+            ],
+            &[
+                "ZUNIONSTORE",
+                "mybot:{m:d}:z",
+                "2",
+                "mybot:{m:a}:z",
+                "mybot:{m:b}:z",
+                "WEIGHTS",
+                "1",
+                "2",
+            ],
+        ),
+        (
+            &["SORT", "mybot:msgs:a", "STORE", "mybot:msgs:b"],
+            &["SORT", "mybot:{m:a}:z", "STORE", "mybot:{m:b}:z"],
+        ),
+        (
+            &["OBJECT", "ENCODING", "mybot:chat:a:b{c}"],
+            &["OBJECT", "ENCODING", "mybot:{ch:1}:r:a%3Ab%7Bc%7D"],
+        ),
+        (
+            &["WATCH", "mybot:co:turn:chat-1:seq"],
+            &["WATCH", "mybot:co:{t:chat-1}:seq"],
+        ),
+        (
+            &["DUMP", "mybot:co:leader:sched:term"],
+            &["DUMP", "mybot:co:{ld:sched}:term"],
+        ),
+        (&["GET", "mybot:conv:42"], &["GET", "mybot:conv:42"]),
+        (&["GET", "other:chat:1"], &["GET", "other:chat:1"]),
+    ];
+    for (input, expected) in cases {
+        let rewritten = rewrite(&layout, input).unwrap();
+        assert_eq!(args_of(&rewritten), *expected, "{input:?}");
+        let refs: Vec<&[u8]> = expected.iter().map(|a| a.as_bytes()).collect();
+        assert_eq!(
+            rewritten.request.raw,
+            encode_request(&refs),
+            "{input:?} frame"
+        );
+    }
+}
+
+#[test]
+fn unchanged_keys_keep_the_original_frame() {
+    let layout = active(false);
+    let original = request(&["MGET", "other:1", "mybot:conv:1"]);
+    let rewritten = rewrite(&layout, &["MGET", "other:1", "mybot:conv:1"]).unwrap();
+    // Same buffer, not a copy: nothing was rebuilt.
+    assert_eq!(rewritten.request.raw, original.raw);
+    assert!(rewritten.indexed.is_empty());
+}
+
+#[test]
+fn writes_to_index_backed_keys_are_marked_for_upkeep() {
+    let layout = active(false);
+    let set = rewrite(&layout, &["SET", "mybot:checkpoint:c2", "v", "PX", "100"]).unwrap();
+    assert_eq!(set.indexed.len(), 1);
+    assert_eq!(&set.indexed[0].record[..], b"mybot:{cp:0}:r:c2");
+    assert_eq!(&set.indexed[0].entry.key[..], b"mybot:{cp:0}:idx");
+    assert_eq!(&set.indexed[0].entry.member[..], b"c2");
+    let user = rewrite(&layout, &["HSET", "mybot:user:u1:prefs:lang", "f", "v"]).unwrap();
+    assert_eq!(&user.indexed[0].entry.member[..], b"prefs:lang");
+    for read in [
+        &["GET", "mybot:chat:x"][..],
+        &["TTL", "mybot:chat:x"],
+        &["EXISTS", "mybot:chat:x"],
+    ] {
+        assert!(
+            rewrite(&layout, read).unwrap().indexed.is_empty(),
+            "{read:?} reads only"
+        );
+    }
+    for write in [
+        &["DEL", "mybot:chat:x"][..],
+        &["EXPIRE", "mybot:chat:x", "1"],
+        &["PERSIST", "mybot:chat:x"],
+        &["GETDEL", "mybot:chat:x"],
+        &["RESTORE", "mybot:chat:x", "0", "x"],
+    ] {
+        assert_eq!(
+            rewrite(&layout, write).unwrap().indexed.len(),
+            1,
+            "{write:?} writes"
+        );
+    }
+    // A script's declared keys get upkeep whatever the key spec flags say.
+    let eval = rewrite(&layout, &["EVALSHA", "abc", "1", "mybot:chat:x"]).unwrap();
+    assert_eq!(eval.indexed.len(), 1);
+    // Non-indexed families never do.
+    assert!(rewrite(&layout, &["SET", "mybot:lock:a", "1"])
+        .unwrap()
+        .indexed
+        .is_empty());
+}
+
+#[test]
+fn strict_refuses_unmatched_keys_under_a_prefix_only() {
+    let strict = active(true);
+    let error = rewrite(&strict, &["GET", "mybot:nosuch:1"]).unwrap_err();
+    assert!(error.starts_with(b"-ERR key 'mybot:nosuch:1'"), "{error:?}");
+    assert!(rewrite(&strict, &["GET", "other:nosuch:1"]).is_ok());
+    let lenient = active(false);
+    let passed = rewrite(&lenient, &["GET", "mybot:nosuch:1"]).unwrap();
+    assert_eq!(args_of(&passed), ["GET", "mybot:nosuch:1"]);
+}
+
+#[test]
+fn replies_name_legacy_keys() {
+    let layout = active(false);
+    let bulk = |s: &str| format!("${}\r\n{s}\r\n", s.len());
+    let blpop = format!("*2\r\n{}{}", bulk("mybot:{m:chat-1}:z"), bulk("a"));
+    let shown = layout.reverse_reply("blpop", Bytes::from(blpop)).unwrap();
+    assert_eq!(
+        shown,
+        Bytes::from(format!("*2\r\n{}{}", bulk("mybot:msgs:chat-1"), bulk("a")))
+    );
+    let random = layout
+        .reverse_reply("randomkey", Bytes::from(bulk("mybot:{ch:25}:r:chat-1")))
+        .unwrap();
+    assert_eq!(random, Bytes::from(bulk("mybot:chat:chat-1")));
+    assert_eq!(
+        layout.reverse_reply("randomkey", Bytes::from(bulk("mybot:{ch:25}:idx"))),
+        None
+    );
+    let entries = format!(
+        "*1\r\n*2\r\n{}{}\r\n",
+        bulk("1-0"),
+        "*2\r\n$1\r\nf\r\n$1\r\nv"
+    );
+    let xread2 = format!("*1\r\n*2\r\n{}{entries}", bulk("mybot:{m:c}:z"));
+    let xread3 = format!("%1\r\n{}{entries}", bulk("mybot:{m:c}:z"));
+    for (reply, head) in [(xread2, "*1\r\n*2\r\n"), (xread3, "%1\r\n")] {
+        let shown = layout.reverse_reply("xread", Bytes::from(reply)).unwrap();
+        assert_eq!(
+            shown,
+            Bytes::from(format!("{head}{}{entries}", bulk("mybot:msgs:c")))
+        );
+    }
+    let untouched = Bytes::from_static(b":1\r\n");
+    assert_eq!(
+        layout.reverse_reply("get", untouched.clone()),
+        Some(untouched)
+    );
+}
+
+#[test]
+fn keyspace_channels_map_back_and_internal_ones_drop() {
+    let layout = active(false);
+    assert_eq!(
+        layout
+            .legacy_channel(b"__keyspace@0__:mybot:{ch:25}:r:chat-1")
+            .as_deref(),
+        Some(&b"__keyspace@0__:mybot:chat:chat-1"[..])
+    );
+    assert_eq!(
+        layout.legacy_channel(b"__keyspace@0__:mybot:{ch:25}:idx"),
+        None
+    );
+    assert_eq!(
+        layout.legacy_channel(b"__keyspace@0__:mybot:{meta}:layout"),
+        None
+    );
+    assert_eq!(
+        layout.legacy_channel(b"news").as_deref(),
+        Some(&b"news"[..])
+    );
+    assert_eq!(
+        layout
+            .legacy_keyevent_payload(b"__keyevent@0__:set", b"mybot:{lk:a}:l")
+            .as_deref(),
+        Some(&b"mybot:lock:a"[..])
+    );
+}

@@ -1,0 +1,634 @@
+//! The layout translation through the proxy against a real 3-master cluster: legacy names
+//! written through the proxy land under the cluster:v1 names of LAYOUT.md (read on the
+//! cluster directly), indices carry the records with their expiry, listings give back
+//! exactly the legacy names, and the start-up marker check refuses legacy data.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, new_dir, query, shared_cluster, Cluster, Proxy};
+
+const PROFILE: &str = "config/botmesh-cluster-v1.yaml";
+
+fn layout_proxy(cluster: &Cluster, prefix: &str) -> Proxy {
+    Proxy::start(&[
+        "--cluster",
+        &cluster.seeds_arg(),
+        "--layout",
+        PROFILE,
+        "--prefix",
+        prefix,
+    ])
+}
+
+/// A command on the node that owns `key` (the cluster, read directly).
+fn on_cluster<T: redis::FromRedisValue>(cluster: &Cluster, key: &str, cmd: &redis::Cmd) -> T {
+    let node = cluster.node_for_slot(cluster.keyslot(key));
+    query(&node, cmd).unwrap_or_else(|e| panic!("{key} on {node}: {e}"))
+}
+
+fn exists_on_cluster(cluster: &Cluster, key: &str) -> bool {
+    on_cluster::<i64>(cluster, key, redis::cmd("EXISTS").arg(key)) == 1
+}
+
+/// Every key of the cluster under `prefix:` (KEYS on each master).
+fn cluster_keys(cluster: &Cluster, prefix: &str) -> BTreeSet<String> {
+    let mut all = BTreeSet::new();
+    for master in cluster.masters() {
+        let keys: Vec<String> =
+            query(&master, redis::cmd("KEYS").arg(format!("{prefix}:*"))).unwrap();
+        all.extend(keys);
+    }
+    all
+}
+
+/// The worked examples of LAYOUT.md with `p` = `mybot`, under another prefix.
+fn expected_rows(p: &str) -> Vec<(String, String)> {
+    [
+        ("chat:chat-1", "{ch:25}:r:chat-1"),
+        ("chat:a:b{c}", "{ch:1}:r:a%3Ab%7Bc%7D"),
+        ("checkpoint:c2", "{cp:0}:r:c2"),
+        ("msgs:chat-1", "{m:chat-1}:z"),
+        ("msg:chat-1:m1", "{m:chat-1}:i:m1"),
+        ("user:u1:prefs:lang", "{ud:u1}:e:prefs:lang"),
+        ("lock:team:ops", "{lk:team%3Aops}:l"),
+        ("fence:team:ops", "{lk:team%3Aops}:f"),
+        ("co:turn:chat-1:seq", "co:{t:chat-1}:seq"),
+        ("co:leader:sched", "co:{ld:sched}"),
+        ("co:leader:sched:term", "co:{ld:sched}:term"),
+        ("conv:42", "conv:42"),
+        ("co:rep:x", "co:rep:x"),
+    ]
+    .iter()
+    .map(|(legacy, cluster)| (format!("{p}:{legacy}"), format!("{p}:{cluster}")))
+    .collect()
+}
+
+#[test]
+fn legacy_writes_land_under_cluster_names_with_indices() {
+    let cluster = shared_cluster();
+    let p = "lyrows";
+    let proxy = layout_proxy(cluster, p);
+    let mut con = proxy.client().get_connection().unwrap();
+    for (legacy, _) in expected_rows(p) {
+        let _: () = redis::cmd("SET")
+            .arg(&legacy)
+            .arg("v")
+            .query(&mut con)
+            .unwrap();
+    }
+    // Outside every prefix: untouched.
+    let _: () = redis::cmd("SET")
+        .arg("other:chat:1")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    assert!(exists_on_cluster(cluster, "other:chat:1"));
+    let mut expected: BTreeSet<String> = BTreeSet::new();
+    for (legacy, cluster_key) in expected_rows(p) {
+        assert!(
+            exists_on_cluster(cluster, &cluster_key),
+            "{legacy} must be stored as {cluster_key}"
+        );
+        let got: String = redis::cmd("GET").arg(&legacy).query(&mut con).unwrap();
+        assert_eq!(got, "v", "read back {legacy} through the proxy");
+        expected.insert(cluster_key);
+    }
+    expected.insert(format!("{p}:{{ch:25}}:idx"));
+    expected.insert(format!("{p}:{{ch:1}}:idx"));
+    expected.insert(format!("{p}:{{cp:0}}:idx"));
+    expected.insert(format!("{p}:{{ud:u1}}:idx"));
+    assert_eq!(cluster_keys(cluster, p), expected, "no legacy names left");
+
+    // Persistent record: +inf; with PX: its PEXPIRETIME; deleted: gone from the index.
+    let idx = format!("{p}:{{ch:25}}:idx");
+    let score: String = on_cluster(cluster, &idx, redis::cmd("ZSCORE").arg(&idx).arg("chat-1"));
+    assert_eq!(score, "inf");
+    let ch1 = format!("{p}:{{ch:1}}:idx");
+    let members: Vec<String> =
+        on_cluster(cluster, &ch1, redis::cmd("ZRANGE").arg(&ch1).arg(0).arg(-1));
+    assert_eq!(members, vec!["a%3Ab%7Bc%7D"]);
+    let cp = format!("{p}:checkpoint:c2");
+    let cp_cluster = format!("{p}:{{cp:0}}:r:c2");
+    let cp_idx = format!("{p}:{{cp:0}}:idx");
+    let _: () = redis::cmd("SET")
+        .arg(&cp)
+        .arg("x")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut con)
+        .unwrap();
+    let at: i64 = on_cluster(
+        cluster,
+        &cp_cluster,
+        redis::cmd("PEXPIRETIME").arg(&cp_cluster),
+    );
+    let score: f64 = on_cluster(
+        cluster,
+        &cp_idx,
+        redis::cmd("ZSCORE").arg(&cp_idx).arg("c2"),
+    );
+    assert!(at > 0);
+    assert_eq!(score, at as f64);
+    let _: i64 = redis::cmd("PERSIST").arg(&cp).query(&mut con).unwrap();
+    let score: String = on_cluster(
+        cluster,
+        &cp_idx,
+        redis::cmd("ZSCORE").arg(&cp_idx).arg("c2"),
+    );
+    assert_eq!(score, "inf", "PERSIST re-scores the entry");
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(&cp)
+        .arg(90_000)
+        .query(&mut con)
+        .unwrap();
+    let at: i64 = on_cluster(
+        cluster,
+        &cp_cluster,
+        redis::cmd("PEXPIRETIME").arg(&cp_cluster),
+    );
+    let score: f64 = on_cluster(
+        cluster,
+        &cp_idx,
+        redis::cmd("ZSCORE").arg(&cp_idx).arg("c2"),
+    );
+    assert_eq!(score, at as f64, "PEXPIRE re-scores the entry");
+
+    // HSET on a user-data key: indexed under <ns>:<key>.
+    let _: i64 = redis::cmd("HSET")
+        .arg(format!("{p}:user:u1:prefs:theme"))
+        .arg("f")
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
+    let ud_idx = format!("{p}:{{ud:u1}}:idx");
+    let members: Vec<String> = on_cluster(
+        cluster,
+        &ud_idx,
+        redis::cmd("ZRANGE").arg(&ud_idx).arg(0).arg(-1),
+    );
+    assert_eq!(members, vec!["prefs:lang", "prefs:theme"]);
+
+    // DEL over records in different slots: split per slot, every part keeps its index.
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(format!("{p}:chat:chat-1"))
+        .arg(format!("{p}:chat:a:b{{c}}"))
+        .arg(format!("{p}:checkpoint:c2"))
+        .arg(format!("{p}:chat:missing"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(deleted, 3);
+    for idx in [idx, format!("{p}:{{ch:1}}:idx"), cp_idx] {
+        assert!(
+            !exists_on_cluster(cluster, &idx),
+            "{idx} must be empty (gone)"
+        );
+    }
+}
+
+#[test]
+fn upkeep_keeps_replies_byte_exact() {
+    let cluster = shared_cluster();
+    let p = "lyexact";
+    let proxy = layout_proxy(cluster, p);
+    let node = cluster.node_for_slot(cluster.keyslot("{lyexact}plain"));
+    let check = |commands: &[&[&str]]| {
+        for hello in ["2", "3"] {
+            let mut via_proxy = raw_session(proxy.addr(), hello);
+            let mut direct = raw_session(&node, hello);
+            for command in commands {
+                // Same command on a plain key directly and on a record through the proxy.
+                let record: Vec<String> = command
+                    .iter()
+                    .map(|a| a.replace("KEY", &format!("{p}:chat:x")))
+                    .collect();
+                let plain: Vec<String> = command
+                    .iter()
+                    .map(|a| a.replace("KEY", "{lyexact}plain"))
+                    .collect();
+                let a = via_proxy.call(&record);
+                let b = direct.call(&plain);
+                assert_eq!(
+                    String::from_utf8_lossy(&a),
+                    String::from_utf8_lossy(&b),
+                    "RESP{hello} reply of {command:?}"
+                );
+            }
+        }
+    };
+    check(&[
+        &["DEL", "KEY"],
+        &["SET", "KEY", "v"],
+        &["SET", "KEY", "w", "GET"],
+        &["SET", "KEY", "w", "NX"],
+        &["GETDEL", "KEY"],
+        &["GETDEL", "KEY"],
+        &["HSET", "KEY", "a", "1", "b", "2"],
+        &["HINCRBYFLOAT", "KEY", "a", "1.5"],
+        &["INCR", "KEY"],
+        &["EXPIRE", "KEY", "100"],
+        &["PERSIST", "KEY"],
+        &["DEL", "KEY"],
+    ]);
+}
+
+/// A raw RESP connection (after HELLO `proto`) that returns each reply's bytes.
+struct RawSession {
+    stream: std::net::TcpStream,
+    buffer: Vec<u8>,
+}
+
+fn raw_session(addr: &str, proto: &str) -> RawSession {
+    let stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut session = RawSession {
+        stream,
+        buffer: Vec::new(),
+    };
+    session.call(&["HELLO".to_string(), proto.to_string()]);
+    session
+}
+
+impl RawSession {
+    fn call(&mut self, args: &[String]) -> Vec<u8> {
+        use std::io::{Read, Write};
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend(format!("${}\r\n{arg}\r\n", arg.len()).bytes());
+        }
+        self.stream.write_all(&out).unwrap();
+        loop {
+            if let Some(len) = frame_len(&self.buffer) {
+                return self.buffer.drain(..len).collect();
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.stream.read(&mut chunk).unwrap();
+            assert!(n > 0, "connection closed");
+            self.buffer.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// Length of the complete RESP2/RESP3 frame at the start of `buf`, if complete.
+fn frame_len(buf: &[u8]) -> Option<usize> {
+    let line_end = buf.windows(2).position(|w| w == b"\r\n")?;
+    let head = std::str::from_utf8(&buf[1..line_end]).ok()?;
+    let after = line_end + 2;
+    match buf[0] {
+        b'$' | b'=' | b'!' => {
+            let len: i64 = head.parse().ok()?;
+            if len < 0 {
+                return Some(after);
+            }
+            let end = after + len as usize + 2;
+            (buf.len() >= end).then_some(end)
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let count: i64 = head.parse().ok()?;
+            let count = if matches!(buf[0], b'%' | b'|') {
+                count * 2
+            } else {
+                count
+            };
+            let mut at = after;
+            for _ in 0..count.max(0) {
+                at += frame_len(&buf[at..])?;
+            }
+            Some(at)
+        }
+        _ => Some(after),
+    }
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+fn scan_all(con: &mut redis::Connection, pattern: &str) -> Vec<String> {
+    let mut cursor = "0".to_string();
+    let mut all = Vec::new();
+    for _ in 0..10_000 {
+        let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
+            .arg(&cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .query(con)
+            .unwrap();
+        all.extend(keys);
+        if next == "0" {
+            return all;
+        }
+        cursor = next;
+    }
+    panic!("SCAN did not finish");
+}
+
+#[test]
+fn listings_return_exactly_the_legacy_names() {
+    let cluster = shared_cluster();
+    let p = "lylist";
+    let proxy = layout_proxy(cluster, p);
+    let mut con = proxy.client().get_connection().unwrap();
+    let mut chats = Vec::new();
+    for i in 0..50 {
+        let name = format!("{p}:chat:c{i}:x{{y}}");
+        let _: () = redis::cmd("SET").arg(&name).arg(i).query(&mut con).unwrap();
+        chats.push(name);
+    }
+    let mut live = Vec::new();
+    for i in 0..10 {
+        let name = format!("{p}:checkpoint:live-{i}");
+        let _: () = redis::cmd("SET")
+            .arg(&name)
+            .arg(1)
+            .arg("PX")
+            .arg(600_000)
+            .query(&mut con)
+            .unwrap();
+        live.push(name);
+        let _: () = redis::cmd("SET")
+            .arg(format!("{p}:checkpoint:short-{i}"))
+            .arg(1)
+            .arg("PX")
+            .arg(200)
+            .query(&mut con)
+            .unwrap();
+    }
+    let _: () = redis::cmd("SET")
+        .arg(format!("{p}:conv:1"))
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{p}:checkpoint:*"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        sorted(keys),
+        sorted(live.clone()),
+        "expired checkpoints vanish"
+    );
+    let scanned = scan_all(&mut con, &format!("{p}:chat:*"));
+    assert_eq!(sorted(scanned), sorted(chats.clone()));
+    let narrow = scan_all(&mut con, &format!("{p}:chat:c1*"));
+    let expected: Vec<String> = chats
+        .iter()
+        .filter(|c| c.starts_with(&format!("{p}:chat:c1")))
+        .cloned()
+        .collect();
+    assert_eq!(sorted(narrow), sorted(expected));
+
+    // A broad pattern: indices plus the fan-out, no internal key, no duplicate.
+    let all: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{p}:*"))
+        .query(&mut con)
+        .unwrap();
+    let mut expected: Vec<String> = chats.iter().chain(live.iter()).cloned().collect();
+    expected.push(format!("{p}:conv:1"));
+    assert_eq!(sorted(all), sorted(expected.clone()));
+    let all = scan_all(&mut con, &format!("{p}:*"));
+    assert_eq!(sorted(all), sorted(expected));
+
+    let random: Option<String> = redis::cmd("RANDOMKEY").query(&mut con).unwrap();
+    let random = random.expect("a key");
+    assert!(
+        !random.contains("{ch:") && !random.contains(":idx"),
+        "{random}"
+    );
+}
+
+#[test]
+fn pops_and_stream_reads_name_legacy_keys() {
+    let cluster = shared_cluster();
+    let p = "lypop";
+    let proxy = layout_proxy(cluster, p);
+    let mut con = proxy.client().get_connection().unwrap();
+    let log = format!("{p}:msgs:chat-1");
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(&log)
+        .arg("a")
+        .query(&mut con)
+        .unwrap();
+    assert!(exists_on_cluster(cluster, &format!("{p}:{{m:chat-1}}:z")));
+    let popped: (String, String) = redis::cmd("BLPOP")
+        .arg(&log)
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(popped, (log.clone(), "a".to_string()));
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&log)
+        .arg(1)
+        .arg("m")
+        .query(&mut con)
+        .unwrap();
+    let popped: (String, String, String) = redis::cmd("BZPOPMIN")
+        .arg(&log)
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(popped.0, log);
+    let _: String = redis::cmd("XADD")
+        .arg(&log)
+        .arg("*")
+        .arg("f")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    let read: redis::Value = redis::cmd("XREAD")
+        .arg("STREAMS")
+        .arg(&log)
+        .arg("0")
+        .query(&mut con)
+        .unwrap();
+    let text = format!("{read:?}");
+    assert!(text.contains(&log), "{text}");
+    assert!(!text.contains("{m:"), "{text}");
+}
+
+#[test]
+fn strict_mode_refuses_unmatched_keys() {
+    let cluster = shared_cluster();
+    let p = "lystrict";
+    let dir = new_dir("layout-strict");
+    let config = dir.join("slotbridge.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "layout:\n  file: {PROFILE}\n  prefixes: [{p}]\n  strict: true\ncluster: [{}]\n",
+            cluster.seeds().join(", ")
+        ),
+    )
+    .unwrap();
+    let proxy = Proxy::start(&["--config", config.to_str().unwrap()]);
+    let mut con = proxy.client().get_connection().unwrap();
+    let refused = redis::cmd("SET")
+        .arg(format!("{p}:nosuchfamily:1"))
+        .arg(1)
+        .query::<()>(&mut con);
+    let error = refused.expect_err("strict refuses").to_string();
+    assert!(error.contains("matches no layout rule"), "{error}");
+    let _: () = redis::cmd("SET")
+        .arg(format!("{p}:chat:1"))
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+}
+
+/// Runs the proxy binary to completion (or until it serves) and returns (started, output).
+fn try_start(args: &[String]) -> (bool, String) {
+    let dir = new_dir("layout-start");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let admin = format!("127.0.0.1:{}", free_port());
+    let log = dir.join("stderr.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["--listen", &listen, "--admin-listen", &admin])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let started = loop {
+        if child.try_wait().unwrap().is_some() {
+            break false;
+        }
+        if std::net::TcpStream::connect(&listen).is_ok() {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    (started, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+#[test]
+fn start_up_refuses_legacy_data_without_marker() {
+    let cluster = shared_cluster();
+    let p = "lymarker";
+    let legacy = format!("{p}:chat:old");
+    on_cluster::<()>(cluster, &legacy, redis::cmd("SET").arg(&legacy).arg(1));
+    let base = vec![
+        "--cluster".to_string(),
+        cluster.seeds_arg(),
+        "--layout".to_string(),
+        PROFILE.to_string(),
+        "--prefix".to_string(),
+        p.to_string(),
+    ];
+    let (started, output) = try_start(&base);
+    assert!(!started, "must refuse: {output}");
+    assert!(output.contains("run the migration first"), "{output}");
+
+    // allow_legacy_data lets it start.
+    let dir = new_dir("layout-allow");
+    let config = dir.join("slotbridge.yaml");
+    std::fs::write(
+        &config,
+        format!("layout:\n  file: {PROFILE}\n  prefixes: [{p}]\n  allow_legacy_data: true\n"),
+    )
+    .unwrap();
+    let mut allowed = base[..2].to_vec();
+    allowed.extend(["--config".to_string(), config.display().to_string()]);
+    let (started, output) = try_start(&allowed);
+    assert!(started, "allow_legacy_data must start: {output}");
+
+    // A marker naming another layout: refused; the right marker: starts.
+    let marker = format!("{p}:{{meta}}:layout");
+    on_cluster::<()>(
+        cluster,
+        &marker,
+        redis::cmd("SET").arg(&marker).arg("cluster:v0"),
+    );
+    let (started, output) = try_start(&base);
+    assert!(!started && output.contains("cluster:v0"), "{output}");
+    on_cluster::<()>(
+        cluster,
+        &marker,
+        redis::cmd("SET").arg(&marker).arg("cluster:v1"),
+    );
+    let (started, output) = try_start(&base);
+    assert!(started, "marker present must start: {output}");
+}
+
+const SLIDING_WINDOW: &str = r#"
+local key = KEYS[1]
+local now = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', key, 0, now - window)
+local count = redis.call('ZCARD', key)
+if count < limit then
+    local seq_key = key .. ':seq'
+    local seq = redis.call('INCR', seq_key)
+    redis.call('EXPIRE', seq_key, math.ceil(window / 1000))
+    redis.call('ZADD', key, now, now .. '-' .. seq)
+    redis.call('EXPIRE', key, math.ceil(window / 1000))
+    return 1
+end
+return 0
+"#;
+
+#[test]
+fn script_deriving_a_key_works_with_the_hash_tag_rule() {
+    let cluster = shared_cluster();
+    let p = "lyrl";
+    // A user whose key and derived `:seq` key live on different masters.
+    let node_of = |key: String| cluster.node_for_slot(cluster.keyslot(&key));
+    let user = (0..100)
+        .map(|i| format!("sliding:{i}"))
+        .find(|id| {
+            node_of(format!("{p}:ratelimit:{id}")) != node_of(format!("{p}:ratelimit:{id}:seq"))
+        })
+        .unwrap();
+    let key = format!("{p}:ratelimit:{user}");
+    let call = |proxy: &Proxy| {
+        let mut con = proxy.client().get_connection().unwrap();
+        redis::cmd("EVAL")
+            .arg(SLIDING_WINDOW)
+            .arg(1)
+            .arg(&key)
+            .arg(1_000_000)
+            .arg(60_000)
+            .arg(100)
+            .query::<i64>(&mut con)
+    };
+    let plain = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let error = call(&plain).expect_err("plain proxy: the derived key is in another slot");
+    assert!(
+        error.to_string().contains("Script attempted to access"),
+        "{error}"
+    );
+    let tagged = Proxy::start(&[
+        "--cluster",
+        &cluster.seeds_arg(),
+        "--layout",
+        "config/examples/hash-tag-generic.yaml",
+        "--prefix",
+        p,
+    ]);
+    assert_eq!(call(&tagged).unwrap(), 1);
+    // Captures are percent-encoded (LAYOUT.md): `:` becomes `%3A`.
+    let seq = format!("{p}:{{rl:{}}}:seq", user.replace(':', "%3A"));
+    assert!(exists_on_cluster(cluster, &seq), "{seq}");
+    // The derived key reads back under its legacy name too.
+    let mut con = tagged.client().get_connection().unwrap();
+    let value: i64 = redis::cmd("GET")
+        .arg(format!("{key}:seq"))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(value, 1);
+}
