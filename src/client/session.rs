@@ -21,6 +21,7 @@ use crate::protocol::{Proto, RequestDecoder};
 use crate::reply;
 
 use super::local::{self, ConnState};
+use super::pubsub::{Intercept, PubSub, Relay};
 use super::registry::Registry;
 
 const READ_BUFFER: usize = 16 * 1024;
@@ -44,6 +45,7 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
     let mut input = BytesMut::with_capacity(READ_BUFFER);
     let mut output = BytesMut::new();
     let mut in_flight = FuturesOrdered::new();
+    let mut pubsub = PubSub::new(proxy.clone(), state.id);
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
 
@@ -51,15 +53,21 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
         // Turn buffered bytes into dispatched requests, as far as the pipeline limit allows.
         while !closing && in_flight.len() < max_pipeline {
             match decoder.decode(&mut input) {
-                Ok(Some(request)) => match local::answer(&mut state, &registry, &request) {
-                    Some(answer) => {
-                        closing |= answer.close;
-                        in_flight.push_back(Either::Left(ready(answer.reply)));
+                Ok(Some(request)) => match pubsub.intercept(&request, state.proto) {
+                    Intercept::Reply(reply) => in_flight.push_back(Either::Left(ready(reply))),
+                    Intercept::Pending(reply) => {
+                        in_flight.push_back(Either::Right(Either::Right(reply)))
                     }
-                    None => {
-                        let run = proxy.clone().execute(request, state.proto);
-                        in_flight.push_back(Either::Right(run));
-                    }
+                    Intercept::Pass => match local::answer(&mut state, &registry, &request) {
+                        Some(answer) => {
+                            closing |= answer.close;
+                            in_flight.push_back(Either::Left(ready(answer.reply)));
+                        }
+                        None => {
+                            let run = proxy.clone().execute(request, state.proto);
+                            in_flight.push_back(Either::Right(Either::Left(run)));
+                        }
+                    },
                 },
                 Ok(None) => break,
                 Err(error) => {
@@ -81,11 +89,21 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                 while let Some(Some(more)) = in_flight.next().now_or_never() {
                     output.extend_from_slice(&more);
                 }
-                if writer.write_all(&output).await.is_err() {
-                    break;
+                // A subscriber that stopped reading must not hold its messages forever.
+                tokio::select! {
+                    written = writer.write_all(&output) => if written.is_err() {
+                        break;
+                    },
+                    () = pubsub.overflowed() => break,
                 }
                 output.clear();
             }
+            relay = pubsub.next_event(), if !closing => match relay {
+                // Behind the replies already queued: never ahead of its own confirmation.
+                Relay::Push(message) => in_flight.push_back(Either::Left(ready(message))),
+                Relay::Close => break,
+                Relay::Idle => {}
+            },
             read = reader.read_buf(&mut input), if can_read => {
                 match read {
                     Ok(0) | Err(_) => break,
