@@ -304,8 +304,8 @@ impl PubSub {
         inner.proxy.topology.request_refresh();
         if inner.regular.as_ref().is_some_and(|l| l.id == id) {
             inner.regular = None;
-            if !inner.restoring_regular && !(inner.channels.is_empty() && inner.patterns.is_empty())
-            {
+            let has_regular = !inner.channels.is_empty() || !inner.patterns.is_empty();
+            if has_regular && !inner.restoring_regular {
                 inner.restoring_regular = true;
                 self.background
                     .push(restore_regular(self.inner.clone()).boxed());

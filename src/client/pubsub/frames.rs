@@ -189,7 +189,10 @@ mod tests {
         let message = b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n";
         let elems = elements(message).expect("flat array");
         assert_eq!(kind_word(message, &elems), Some(&b"message"[..]));
-        assert_eq!(elems[2], Element::Bulk(26..31));
+        match &elems[2] {
+            Element::Bulk(range) => assert_eq!(&message[range.clone()], b"hello"),
+            other => panic!("payload parsed as {other:?}"),
+        }
         let confirm = b">3\r\n$11\r\nunsubscribe\r\n_\r\n:0\r\n";
         let elems = elements(confirm).expect("flat push");
         assert_eq!(elems[1], Element::Null);
