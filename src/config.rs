@@ -34,6 +34,8 @@ pub struct Config {
     pub topology: TopologyConfig,
     /// Client protocol limits.
     pub limits: LimitsConfig,
+    /// Pub/Sub relay settings.
+    pub pubsub: PubSubConfig,
     /// Worker threads of the runtime (0: one per core).
     pub threads: usize,
     /// Log output: `text` or `json`.
@@ -58,6 +60,7 @@ impl Default for Config {
             retry: RetryConfig::default(),
             topology: TopologyConfig::default(),
             limits: LimitsConfig::default(),
+            pubsub: PubSubConfig::default(),
             threads: 1,
             log_format: LogFormat::Text,
             log_level: "info".into(),
@@ -211,6 +214,24 @@ impl LimitsConfig {
     }
 }
 
+/// Pub/Sub relay settings.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PubSubConfig {
+    /// Most bytes of messages waiting to be written to one subscribed client; a client
+    /// that falls further behind is disconnected, as Redis's
+    /// `client-output-buffer-limit pubsub 32mb` does.
+    pub max_buffer_bytes: usize,
+}
+
+impl Default for PubSubConfig {
+    fn default() -> Self {
+        PubSubConfig {
+            max_buffer_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -318,6 +339,11 @@ impl Config {
             ));
         }
         self.layout.load()?;
+        if self.pubsub.max_buffer_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "pubsub.max_buffer_bytes must be at least 1".into(),
+            ));
+        }
         Ok(())
     }
 

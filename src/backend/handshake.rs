@@ -20,10 +20,7 @@ enum Step {
 /// Connects to `addr` and runs the handshake, all within `opts.connect_timeout`.
 /// Returns the stream and any bytes read past the handshake replies. The error text is
 /// the server's own error (e.g. `WRONGPASS ...`) or the IO error; it never holds the password.
-pub(super) async fn connect(
-    addr: &str,
-    opts: &ConnOptions,
-) -> Result<(TcpStream, BytesMut), String> {
+pub async fn connect(addr: &str, opts: &ConnOptions) -> Result<(TcpStream, BytesMut), String> {
     match tokio::time::timeout(opts.connect_timeout, connect_and_greet(addr, opts)).await {
         Ok(result) => result,
         Err(_) => Err(format!(

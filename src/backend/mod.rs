@@ -15,6 +15,7 @@ mod handshake;
 use std::time::Duration;
 
 pub use conn::NodeConn;
+pub use handshake::connect;
 
 use crate::protocol::{Limits, Proto};
 

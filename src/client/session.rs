@@ -21,6 +21,7 @@ use crate::protocol::{Proto, RequestDecoder};
 use crate::reply;
 
 use super::local::{self, ConnState};
+use super::pubsub::{Intercept, PubSub, Relay};
 use super::registry::Registry;
 use super::transaction::{Step, Transaction};
 
@@ -48,6 +49,7 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
     let mut transaction = Transaction::default();
+    let mut pubsub = PubSub::new(proxy.clone(), state.id);
     // A decoded request waiting for the replies before it (a transaction sequence point),
     // and whether a sequence point is in flight, so nothing after it may start yet.
     let mut held = None;
@@ -77,15 +79,22 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                         sequence_point = true;
                         in_flight.push_back(Either::Right(Either::Left(run)));
                     }
-                    Step::Pass => match local::answer(&mut state, &registry, &request) {
-                        Some(answer) => {
-                            closing |= answer.close;
-                            in_flight.push_back(Either::Left(ready(answer.reply)));
+                    Step::Pass => match pubsub.intercept(&request, state.proto) {
+                        Intercept::Reply(reply) => in_flight.push_back(Either::Left(ready(reply))),
+                        Intercept::Pending(reply) => {
+                            in_flight.push_back(Either::Right(Either::Right(Either::Right(reply))))
                         }
-                        None => {
-                            let run = proxy.clone().execute(request, state.proto);
-                            in_flight.push_back(Either::Right(Either::Right(run)));
-                        }
+                        Intercept::Pass => match local::answer(&mut state, &registry, &request) {
+                            Some(answer) => {
+                                closing |= answer.close;
+                                in_flight.push_back(Either::Left(ready(answer.reply)));
+                            }
+                            None => {
+                                let run = proxy.clone().execute(request, state.proto);
+                                in_flight
+                                    .push_back(Either::Right(Either::Right(Either::Left(run))));
+                            }
+                        },
                     },
                 },
                 Ok(None) => break,
@@ -108,11 +117,21 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                 while let Some(Some(more)) = in_flight.next().now_or_never() {
                     output.extend_from_slice(&more);
                 }
-                if writer.write_all(&output).await.is_err() {
-                    break;
+                // A subscriber that stopped reading must not hold its messages forever.
+                tokio::select! {
+                    written = writer.write_all(&output) => if written.is_err() {
+                        break;
+                    },
+                    () = pubsub.overflowed() => break,
                 }
                 output.clear();
             }
+            relay = pubsub.next_event(), if !closing => match relay {
+                // Behind the replies already queued: never ahead of its own confirmation.
+                Relay::Push(message) => in_flight.push_back(Either::Left(ready(message))),
+                Relay::Close => break,
+                Relay::Idle => {}
+            },
             read = reader.read_buf(&mut input), if can_read => {
                 match read {
                     Ok(0) | Err(_) => break,

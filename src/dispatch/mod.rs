@@ -110,6 +110,19 @@ impl Proxy {
         if let Some(admin) = scripts::Admin::classify(spec) {
             return Plan::ScriptAdmin(admin);
         }
+        match spec.name.as_str() {
+            // Redis 7 marks shard channels `not_key`, yet they route by slot like keys.
+            "spublish" => return Plan::Forward(Target::Slot(key_slot(&args[1]))),
+            // Subscriptions live on the client's own connections (client::pubsub); on a
+            // shared connection they would swallow every other client's replies.
+            "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
+            | "sunsubscribe" => {
+                return Plan::Answer(reply::error(
+                    "ERR proxy: subscriptions are only possible on a client connection",
+                ))
+            }
+            _ => {}
+        }
         let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
         spec.keys(args, &mut keys);
         let target = match common_slot(args, &keys) {

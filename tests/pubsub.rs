@@ -1,0 +1,406 @@
+//! Pub/Sub through the proxy against a real 3-master cluster: channels, patterns, RESP3
+//! pushes, RESP2 subscribed mode compared byte for byte with a real redis-server, shard
+//! channels on every master, re-subscription after a slot migration, and a subscriber
+//! that never reads.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{shared_cluster, Cluster, Proxy, Standalone};
+
+fn proxy() -> &'static Proxy {
+    static PROXY: OnceLock<Proxy> = OnceLock::new();
+    PROXY.get_or_init(|| Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]))
+}
+
+/// A raw RESP client: exact bytes in, exact bytes out.
+struct Raw {
+    stream: TcpStream,
+}
+
+impl Raw {
+    fn connect(addr: &str) -> Raw {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        Raw { stream }
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            out.extend_from_slice(arg);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.stream.write_all(&out).unwrap();
+    }
+
+    /// Reads until `expected` bytes arrived or 5 s passed, then until the peer is quiet.
+    fn read_at_least(&mut self, expected: usize) -> Vec<u8> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut out = Vec::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => return out,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(_) if out.len() >= expected || Instant::now() >= deadline => return out,
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Reads until the peer has been quiet for the read timeout.
+    fn read_quiet(&mut self) -> Vec<u8> {
+        self.read_at_least(0)
+    }
+}
+
+fn show(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).replace("\r\n", "\\r\\n")
+}
+
+/// Publishes through the proxy until `read` sees `needle` (subscriptions on other nodes
+/// may take a moment), at most 10 s.
+fn publish_until_seen(publish: &[&str], raw: &mut Raw, needle: &[u8]) -> Vec<u8> {
+    let mut con = proxy().connect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        let mut cmd = redis::cmd(publish[0]);
+        for arg in &publish[1..] {
+            cmd.arg(*arg);
+        }
+        let _: i64 = cmd.query(&mut con).expect("publish through the proxy");
+        seen.extend(raw.read_quiet());
+        if seen.windows(needle.len()).any(|w| w == needle) {
+            return seen;
+        }
+    }
+    panic!("never saw {:?}; got {}", show(needle), show(&seen));
+}
+
+#[test]
+fn subscribe_and_publish_from_another_client() {
+    let mut sub_con = proxy().connect();
+    let mut pubsub = sub_con.as_pubsub();
+    pubsub.subscribe("ps:news").expect("SUBSCRIBE");
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut con = proxy().connect();
+    // One subscriber somewhere in the cluster: PUBLISH counts receivers cluster-wide
+    // only on the node it runs on, so the count is 0 or 1; delivery is what matters.
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg("ps:news")
+        .arg("hello")
+        .query(&mut con)
+        .expect("PUBLISH");
+    let message = pubsub.get_message().expect("message arrives");
+    assert_eq!(message.get_channel_name(), "ps:news");
+    assert_eq!(message.get_payload::<String>().unwrap(), "hello");
+}
+
+#[test]
+fn psubscribe_matches_patterns() {
+    let mut sub_con = proxy().connect();
+    let mut pubsub = sub_con.as_pubsub();
+    pubsub.psubscribe("ps:pat:*").expect("PSUBSCRIBE");
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut con = proxy().connect();
+    for (channel, payload) in [
+        ("ps:other", "no"),
+        ("ps:pat:a", "yes-a"),
+        ("ps:pat:b", "yes-b"),
+    ] {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg(payload)
+            .query(&mut con)
+            .unwrap();
+    }
+    for (channel, payload) in [("ps:pat:a", "yes-a"), ("ps:pat:b", "yes-b")] {
+        let message = pubsub.get_message().expect("pmessage arrives");
+        assert_eq!(message.get_pattern::<String>().unwrap(), "ps:pat:*");
+        assert_eq!(message.get_channel_name(), channel);
+        assert_eq!(message.get_payload::<String>().unwrap(), payload);
+    }
+}
+
+#[test]
+fn resp3_pushes_interleave_with_replies() {
+    let mut raw = Raw::connect(proxy().addr());
+    raw.send(&[b"HELLO", b"3"]);
+    let hello = raw.read_quiet();
+    assert!(hello.starts_with(b"%"), "{}", show(&hello));
+    raw.send(&[b"SUBSCRIBE", b"ps:r3"]);
+    raw.send(&[b"GET", b"ps:r3:missing"]);
+    // RESP3: the confirmation is a push, and GET still works in subscribed mode.
+    let expected = b">3\r\n$9\r\nsubscribe\r\n$5\r\nps:r3\r\n:1\r\n_\r\n";
+    assert_eq!(show(&raw.read_at_least(expected.len())), show(expected));
+    let seen = publish_until_seen(&["PUBLISH", "ps:r3", "pushed"], &mut raw, b"pushed");
+    let message = b">3\r\n$7\r\nmessage\r\n$5\r\nps:r3\r\n$6\r\npushed\r\n";
+    assert!(seen.starts_with(message), "{}", show(&seen));
+}
+
+/// The same RESP2 session against the proxy and a real redis-server gives the same bytes.
+#[test]
+fn resp2_subscribed_mode_matches_redis_byte_for_byte() {
+    let redis = Standalone::start();
+    let steps: &[&[&[u8]]] = &[
+        &[b"SUBSCRIBE", b"ps:mode"],
+        &[b"GET", b"ps:mode:k"],
+        &[b"CLIENT", b"ID"],
+        &[b"PING"],
+        &[b"PING", b"hi"],
+        &[b"PSUBSCRIBE", b"ps:mode:*"],
+        &[b"PUNSUBSCRIBE"],
+        &[b"UNSUBSCRIBE"],
+        // Out of subscribed mode: commands work again.
+        &[b"GET", b"ps:mode:k"],
+        &[b"PING"],
+        &[b"UNSUBSCRIBE"],
+        &[b"UNSUBSCRIBE", b"x", b"y"],
+        &[b"SUBSCRIBE", b"ps:mode"],
+        &[b"RESET"],
+        &[b"GET", b"ps:mode:k"],
+    ];
+    let run = |addr: &str| {
+        let mut raw = Raw::connect(addr);
+        let mut out = Vec::new();
+        for step in steps {
+            raw.send(step);
+            out.extend(raw.read_quiet());
+        }
+        out
+    };
+    let from_redis = run(redis.addr());
+    let from_proxy = run(proxy().addr());
+    assert!(
+        show(&from_redis).contains("only (P|S)SUBSCRIBE"),
+        "{}",
+        show(&from_redis)
+    );
+    assert_eq!(show(&from_proxy), show(&from_redis));
+}
+
+/// A channel name whose slot is owned by `master`.
+fn channel_on(cluster: &Cluster, master: &str, prefix: &str) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|name| cluster.node_for_slot(cluster.keyslot(name)) == master)
+        .expect("a channel on every master")
+}
+
+fn smessage(channel: &str, payload: &str) -> Vec<u8> {
+    format!(
+        "*3\r\n$8\r\nsmessage\r\n${}\r\n{channel}\r\n${}\r\n{payload}\r\n",
+        channel.len(),
+        payload.len()
+    )
+    .into_bytes()
+}
+
+#[test]
+fn shard_channels_on_every_master() {
+    let cluster = shared_cluster();
+    let mut raw = Raw::connect(proxy().addr());
+    let channels: Vec<String> = cluster
+        .masters()
+        .iter()
+        .map(|m| channel_on(cluster, m, "ps:shard:"))
+        .collect();
+    for (i, channel) in channels.iter().enumerate() {
+        raw.send(&[b"SSUBSCRIBE", channel.as_bytes()]);
+        let expected = format!(
+            "*3\r\n$10\r\nssubscribe\r\n${}\r\n{channel}\r\n:{}\r\n",
+            channel.len(),
+            i + 1
+        );
+        assert_eq!(
+            show(&raw.read_at_least(expected.len())),
+            show(expected.as_bytes())
+        );
+    }
+    let mut con = proxy().connect();
+    for channel in &channels {
+        // SPUBLISH counts the shard subscribers of the owning node: exactly our one.
+        let receivers: i64 = redis::cmd("SPUBLISH")
+            .arg(channel)
+            .arg("s-payload")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(receivers, 1, "SPUBLISH {channel}");
+        let expected = smessage(channel, "s-payload");
+        assert_eq!(show(&raw.read_at_least(expected.len())), show(&expected));
+    }
+    // Channels of different slots in one SSUBSCRIBE: refused as Redis does.
+    raw.send(&[
+        b"SSUBSCRIBE",
+        channels[0].as_bytes(),
+        channels[1].as_bytes(),
+    ]);
+    let refused = raw.read_quiet();
+    assert!(refused.starts_with(b"-CROSSSLOT "), "{}", show(&refused));
+    raw.send(&[b"SUNSUBSCRIBE"]);
+    let confirmations = raw.read_at_least(3 * 30);
+    assert_eq!(
+        confirmations
+            .windows(12)
+            .filter(|w| w == b"sunsubscribe")
+            .count(),
+        3,
+        "{}",
+        show(&confirmations)
+    );
+    assert!(
+        confirmations.ends_with(b":0\r\n"),
+        "{}",
+        show(&confirmations)
+    );
+    raw.send(&[b"GET", b"ps:shard:k"]);
+    assert_eq!(show(&raw.read_quiet()), "$-1\\r\\n");
+}
+
+#[test]
+fn shard_subscription_follows_a_migrated_slot() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let masters = cluster.masters();
+    let channel = channel_on(&cluster, &masters[0], "ps:move:");
+    let slot = cluster.keyslot(&channel);
+    let mut raw = Raw::connect(proxy.addr());
+    raw.send(&[b"SSUBSCRIBE", channel.as_bytes()]);
+    let confirmed = raw.read_at_least(20);
+    assert!(show(&confirmed).contains(":1"), "{}", show(&confirmed));
+
+    cluster.migrate_slot(slot, &masters[1]);
+
+    let mut con = proxy.connect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let expected = smessage(&channel, "after-move");
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        // 1 once the subscription lives on the slot's new owner.
+        let receivers: i64 = redis::cmd("SPUBLISH")
+            .arg(&channel)
+            .arg("after-move")
+            .query(&mut con)
+            .unwrap();
+        seen.extend(raw.read_quiet());
+        if receivers == 1 && seen.windows(expected.len()).any(|w| w == expected) {
+            break;
+        }
+    }
+    assert!(
+        seen.windows(expected.len()).any(|w| w == expected),
+        "no message after the move: {}",
+        show(&seen)
+    );
+    // The move is invisible to the client: it was never told it lost the channel.
+    assert!(
+        !seen.windows(12).any(|w| w == b"sunsubscribe"),
+        "{}",
+        show(&seen)
+    );
+}
+
+#[test]
+fn slow_subscriber_is_disconnected_and_others_are_not() {
+    let dir = common::new_dir("pubsub-config");
+    let config = dir.join("slotbridge.yaml");
+    std::fs::write(&config, "pubsub:\n  max_buffer_bytes: 1048576\n").unwrap();
+    let proxy = Proxy::start(&[
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let mut slow = Raw::connect(proxy.addr());
+    slow.send(&[b"SUBSCRIBE", b"ps:flood"]);
+    let confirmed = slow.read_at_least(20);
+    assert!(
+        show(&confirmed).contains("subscribe"),
+        "{}",
+        show(&confirmed)
+    );
+
+    // A well-behaved subscriber on another channel, and a plain client.
+    let mut good_con = proxy.connect();
+    let mut good = good_con.as_pubsub();
+    good.subscribe("ps:calm").unwrap();
+    good.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+
+    // 40 MB towards a client that reads nothing: far past the limit plus socket buffers.
+    let payload = vec![b'x'; 100 * 1024];
+    let mut con = proxy.connect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut published = 0;
+    while published < 400 && Instant::now() < deadline {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg("ps:flood")
+            .arg(&payload[..])
+            .query(&mut con)
+            .unwrap();
+        published += 1;
+        if proxy.stderr().contains("does not read its messages") {
+            break;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !proxy.stderr().contains("does not read its messages") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = proxy.stderr();
+    assert_eq!(
+        log.matches("does not read its messages").count(),
+        1,
+        "one log line expected:\n{log}"
+    );
+    // The slow client's connection ends once what the kernel buffered is drained.
+    slow.stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut drained = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let closed = loop {
+        match slow.stream.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => drained += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    assert!(
+        closed,
+        "slow subscriber still connected after {drained} bytes"
+    );
+    assert!(drained < 40 * 1024 * 1024, "{drained} bytes drained");
+
+    // Everyone else is fine.
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg("ps:calm")
+        .arg("still here")
+        .query(&mut con)
+        .unwrap();
+    let message = good
+        .get_message()
+        .expect("the other subscriber still gets messages");
+    assert_eq!(message.get_payload::<String>().unwrap(), "still here");
+    let _: () = redis::cmd("SET")
+        .arg("ps:after")
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
+    let value: String = redis::cmd("GET").arg("ps:after").query(&mut con).unwrap();
+    assert_eq!(value, "1");
+    let _ = std::fs::remove_dir_all(&dir);
+}
