@@ -282,15 +282,22 @@ pub async fn migrate(
         };
         let results = copier.copy_batch(batch).await;
         for (step, result) in batch.iter().zip(results) {
+            let deletes_source = opts.delete_source
+                && !opts.dry_run
+                && (step.from != step.to || distinct_target)
+                && matches!(
+                    result,
+                    Ok(Outcome::Copied | Outcome::Replaced | Outcome::Kept)
+                );
             let counts = report.family(layout.family_name(step.family));
+            if deletes_source {
+                counts.deleted += 1;
+            }
             match result {
                 Ok(Outcome::Copied) => counts.copied += 1,
                 Ok(Outcome::Replaced) => counts.overwritten += 1,
                 Ok(Outcome::Kept) | Ok(Outcome::Vanished) => counts.skipped += 1,
                 Err(message) => report.error(layout.family_name(step.family), message),
-            }
-            if opts.delete_source && !opts.dry_run && (step.from != step.to || distinct_target) {
-                report.family(layout.family_name(step.family)).deleted += 1;
             }
         }
         written += batch.len() as u64;
