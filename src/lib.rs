@@ -27,12 +27,14 @@
 //! - [`client`]: one task per client connection, replies in request order (IO).
 //! - [`server`]: the accept loop and shutdown (IO).
 //! - [`config`]: YAML + CLI configuration, validated in one place.
+//! - [`migrate`]: offline `migrate` and `inspect` tools for a keyspace (IO).
 
 pub mod backend;
 pub mod client;
 pub mod command;
 pub mod config;
 pub mod dispatch;
+pub mod migrate;
 pub mod protocol;
 pub mod reply;
 pub mod rewrite;

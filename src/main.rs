@@ -1,4 +1,5 @@
-//! The `slotbridge` command: run the proxy (default), or check a configuration file.
+//! The `slotbridge` command: run the proxy (default), check a configuration file, or
+//! migrate / inspect a keyspace.
 
 mod cli;
 
@@ -16,5 +17,7 @@ fn main() -> ExitCode {
             layout,
             prefixes,
         } => cli::explain_key(&key, &layout, &prefixes),
+        cli::Command::Migrate(args) => cli::migrate(args),
+        cli::Command::Inspect(args) => cli::inspect(args),
     }
 }

@@ -1,0 +1,383 @@
+//! Connections of the offline tools to one Redis deployment (a single node, or every master
+//! of a cluster), with replies turned into a small value type.
+//!
+//! Invariants: a call that names a key goes to the master that serves the key's slot in the
+//! slot map read at connect time; the tools expect a stable topology while they run, so a
+//! `MOVED`/`ASK` reply is an error, never followed. Walking (`SCAN`) visits every master once.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::backend::{ConnOptions, NodeConn};
+use crate::protocol::encode::encode_request;
+use crate::protocol::{parse_frame, BytesFrame, Proto};
+use crate::route::{key_slot, NodeAddr, SlotMap};
+
+use super::MigrateError;
+
+/// One reply, reduced to what the tools look at.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A null reply (missing key, nil bulk).
+    Nil,
+    /// An integer.
+    Int(i64),
+    /// A bulk or simple string.
+    Data(Bytes),
+    /// An array (or set, or map flattened to key, value, ...).
+    List(Vec<Reply>),
+    /// An error reply, with its text.
+    Error(String),
+}
+
+impl Reply {
+    fn from_frame(frame: BytesFrame) -> Reply {
+        match frame {
+            BytesFrame::Null => Reply::Nil,
+            BytesFrame::Number { data, .. } => Reply::Int(data),
+            BytesFrame::Boolean { data, .. } => Reply::Int(i64::from(data)),
+            BytesFrame::Double { data, .. } => Reply::Data(Bytes::from(data.to_string())),
+            BytesFrame::BlobString { data, .. }
+            | BytesFrame::SimpleString { data, .. }
+            | BytesFrame::BigNumber { data, .. }
+            | BytesFrame::VerbatimString { data, .. } => Reply::Data(data),
+            BytesFrame::BlobError { data, .. } => {
+                Reply::Error(String::from_utf8_lossy(&data).into_owned())
+            }
+            BytesFrame::SimpleError { data, .. } => Reply::Error(data.to_string()),
+            BytesFrame::Array { data, .. } | BytesFrame::Push { data, .. } => {
+                Reply::List(data.into_iter().map(Reply::from_frame).collect())
+            }
+            BytesFrame::Set { data, .. } => {
+                Reply::List(data.into_iter().map(Reply::from_frame).collect())
+            }
+            BytesFrame::Map { data, .. } => Reply::List(
+                data.into_iter()
+                    .flat_map(|(k, v)| [Reply::from_frame(k), Reply::from_frame(v)])
+                    .collect(),
+            ),
+            other => Reply::Error(format!("unexpected reply {other:?}")),
+        }
+    }
+
+    /// The reply as bytes, when it is a string.
+    pub fn data(&self) -> Option<&Bytes> {
+        match self {
+            Reply::Data(data) => Some(data),
+            _ => None,
+        }
+    }
+
+    /// The reply as an integer (an integer reply, or a string holding one).
+    pub fn int(&self) -> Option<i64> {
+        match self {
+            Reply::Int(value) => Some(*value),
+            Reply::Data(data) => std::str::from_utf8(data).ok()?.parse().ok(),
+            _ => None,
+        }
+    }
+
+    /// The reply's error text, when it is an error.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            Reply::Error(text) => Some(text),
+            _ => None,
+        }
+    }
+}
+
+/// Where a deployment is and how to log in: parsed from `redis://[user:pass@]host:port`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl {
+    /// `host:port`.
+    pub addr: String,
+    /// ACL user, if any.
+    pub username: Option<String>,
+    /// Password, if any. Never printed.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisUrl")
+            .field("addr", &self.addr)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisUrl {
+    /// Parses `redis://[user:pass@]host:port` (or a bare `host:port`). Credentials missing
+    /// from the URL come from `env_user` / `env_password` (`REDIS_USERNAME`,
+    /// `REDIS_PASSWORD`).
+    pub fn parse(
+        text: &str,
+        env_user: Option<String>,
+        env_password: Option<String>,
+    ) -> Result<RedisUrl, MigrateError> {
+        let rest = text.strip_prefix("redis://").unwrap_or(text);
+        let rest = rest.trim_end_matches('/');
+        let (auth, addr) = match rest.rsplit_once('@') {
+            Some((auth, addr)) => (Some(auth), addr),
+            None => (None, rest),
+        };
+        let valid_port = addr
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !valid_port || addr.contains('/') {
+            return Err(MigrateError::Usage(format!(
+                "not a redis://[user:pass@]host:port address: {}",
+                text.split('@').next_back().unwrap_or(text)
+            )));
+        }
+        let (mut username, mut password) = (None, None);
+        if let Some(auth) = auth {
+            match auth.split_once(':') {
+                Some((user, pass)) => {
+                    username = (!user.is_empty()).then(|| user.to_owned());
+                    password = Some(pass.to_owned());
+                }
+                None => password = Some(auth.to_owned()),
+            }
+        }
+        Ok(RedisUrl {
+            addr: addr.to_owned(),
+            username: username.or(env_user),
+            password: password.or(env_password),
+        })
+    }
+}
+
+/// An open deployment: one node, or the masters of a cluster.
+pub struct Endpoint {
+    /// Slot owners; for a single node every slot maps to master 0.
+    map: SlotMap,
+    /// One pipelined connection per master, indexed like `map.masters()`.
+    conns: Vec<NodeConn>,
+    is_cluster: bool,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("masters", &self.map.masters())
+            .field("is_cluster", &self.is_cluster)
+            .finish()
+    }
+}
+
+impl Endpoint {
+    /// Connects to `url`; when the node runs in cluster mode (`INFO cluster`), reads
+    /// `CLUSTER SHARDS` (or `CLUSTER SLOTS`) and connects to every master.
+    pub async fn connect(url: &RedisUrl) -> Result<Endpoint, MigrateError> {
+        let opts = ConnOptions {
+            proto: Proto::Resp2,
+            username: url.username.clone(),
+            password: url.password.clone(),
+            connect_timeout: Duration::from_secs(5),
+            ..ConnOptions::default()
+        };
+        let addr: NodeAddr = NodeAddr::from(url.addr.as_str());
+        let seed = NodeConn::spawn(addr.clone(), opts.clone());
+        let info = call_conn(&seed, &[b"INFO", b"cluster"]).await?;
+        let info = match info {
+            Reply::Data(text) => text,
+            Reply::Error(e) => return Err(MigrateError::Redis(format!("{addr}: INFO: {e}"))),
+            other => {
+                return Err(MigrateError::Redis(format!(
+                    "{addr}: unexpected INFO reply {other:?}"
+                )))
+            }
+        };
+        let is_cluster = String::from_utf8_lossy(&info)
+            .lines()
+            .any(|line| line.trim() == "cluster_enabled:1");
+        if !is_cluster {
+            return Ok(Endpoint {
+                map: SlotMap::single(addr),
+                conns: vec![seed],
+                is_cluster: false,
+            });
+        }
+        let no_remap = HashMap::new();
+        let shards = raw_call(&seed, &[b"CLUSTER", b"SHARDS"]).await?;
+        let map = match SlotMap::from_cluster_shards(&shards, &no_remap) {
+            Ok(map) if map.is_complete() => map,
+            _ => {
+                let slots = raw_call(&seed, &[b"CLUSTER", b"SLOTS"]).await?;
+                SlotMap::from_cluster_slots(&slots, &addr, &no_remap)
+                    .map_err(|e| MigrateError::Redis(format!("{addr}: slot map: {e}")))?
+            }
+        };
+        if !map.is_complete() {
+            return Err(MigrateError::Redis(format!(
+                "{addr}: the cluster serves {} of 16384 slots",
+                map.slots_covered()
+            )));
+        }
+        let conns = map
+            .masters()
+            .iter()
+            .map(|master| {
+                if *master == addr {
+                    seed.clone()
+                } else {
+                    NodeConn::spawn(master.clone(), opts.clone())
+                }
+            })
+            .collect();
+        Ok(Endpoint {
+            map,
+            conns,
+            is_cluster: true,
+        })
+    }
+
+    /// Whether this is a cluster (as opposed to a single node).
+    pub fn is_cluster(&self) -> bool {
+        self.is_cluster
+    }
+
+    /// The masters' addresses, in node order.
+    pub fn masters(&self) -> &[NodeAddr] {
+        self.map.masters()
+    }
+
+    /// Whether `other` is the same deployment (shares a master address).
+    pub fn same_as(&self, other: &Endpoint) -> bool {
+        self.masters().iter().any(|a| other.masters().contains(a))
+    }
+
+    /// The index of the master serving `key`.
+    pub fn node_of(&self, key: &[u8]) -> usize {
+        self.map.master_index(key_slot(key)).unwrap_or(0)
+    }
+
+    /// Sends `args` to the master serving `key`. The request is encoded before this
+    /// returns, so the future borrows nothing.
+    pub fn call_key(
+        &self,
+        key: &[u8],
+        args: &[&[u8]],
+    ) -> impl std::future::Future<Output = Result<Reply, MigrateError>> + Send + 'static {
+        self.call_node(self.node_of(key), args)
+    }
+
+    /// Sends `args` to master `node`; see [`Endpoint::call_key`].
+    pub fn call_node(
+        &self,
+        node: usize,
+        args: &[&[u8]],
+    ) -> impl std::future::Future<Output = Result<Reply, MigrateError>> + Send + 'static {
+        let conn = self.conns.get(node).cloned();
+        let request = encode_request(args);
+        async move {
+            let conn =
+                conn.ok_or_else(|| MigrateError::Redis(format!("no master number {node}")))?;
+            let raw = conn
+                .call(request, false)
+                .await
+                .map_err(|e| MigrateError::Redis(e.to_string()))?;
+            let frame = parse_frame(&raw).map_err(|e| MigrateError::Redis(e.0))?;
+            let reply = Reply::from_frame(frame);
+            if let Some(e) = reply.error() {
+                if e.starts_with("MOVED") || e.starts_with("ASK") {
+                    return Err(MigrateError::Redis(format!(
+                        "{}: {e} (the slot map changed during the run; run again)",
+                        conn.addr()
+                    )));
+                }
+            }
+            Ok(reply)
+        }
+    }
+
+    /// Every key matching `pattern` on every master (`SCAN` with `COUNT 1000`).
+    pub async fn scan_all(&self, pattern: &[u8]) -> Result<Vec<Bytes>, MigrateError> {
+        let mut keys = Vec::new();
+        for node in 0..self.conns.len() {
+            let mut cursor = Bytes::from_static(b"0");
+            loop {
+                let reply = self
+                    .call_node(
+                        node,
+                        &[b"SCAN", &cursor, b"MATCH", pattern, b"COUNT", b"1000"],
+                    )
+                    .await?;
+                let Reply::List(mut parts) = reply else {
+                    return Err(MigrateError::Redis(format!("SCAN: {reply:?}")));
+                };
+                if parts.len() != 2 {
+                    return Err(MigrateError::Redis("SCAN: malformed reply".to_owned()));
+                }
+                let batch = parts.pop().unwrap_or(Reply::Nil);
+                let next = parts
+                    .pop()
+                    .and_then(|c| c.data().cloned())
+                    .unwrap_or_default();
+                if let Reply::List(found) = batch {
+                    keys.extend(found.into_iter().filter_map(|k| k.data().cloned()));
+                }
+                if next.as_ref() == b"0" || next.is_empty() {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Loads `script` on every master; returns its SHA1.
+    pub async fn load_script(&self, script: &str) -> Result<Bytes, MigrateError> {
+        let mut sha = None;
+        for node in 0..self.conns.len() {
+            let reply = self
+                .call_node(node, &[b"SCRIPT", b"LOAD", script.as_bytes()])
+                .await?;
+            match reply {
+                Reply::Data(digest) => sha = Some(digest),
+                other => return Err(MigrateError::Redis(format!("SCRIPT LOAD: {other:?}"))),
+            }
+        }
+        sha.ok_or_else(|| MigrateError::Redis("no master to load a script on".to_owned()))
+    }
+}
+
+async fn raw_call(conn: &NodeConn, args: &[&[u8]]) -> Result<Bytes, MigrateError> {
+    conn.call(encode_request(args), false)
+        .await
+        .map_err(|e| MigrateError::Redis(e.to_string()))
+}
+
+async fn call_conn(conn: &NodeConn, args: &[&[u8]]) -> Result<Reply, MigrateError> {
+    let raw = raw_call(conn, args).await?;
+    let frame = parse_frame(&raw).map_err(|e| MigrateError::Redis(e.0))?;
+    Ok(Reply::from_frame(frame))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_with_and_without_credentials() {
+        let url = RedisUrl::parse("redis://alice:s3cret@10.0.0.1:7000", None, None).unwrap();
+        assert_eq!(url.addr, "10.0.0.1:7000");
+        assert_eq!(url.username.as_deref(), Some("alice"));
+        assert_eq!(url.password.as_deref(), Some("s3cret"));
+        let url = RedisUrl::parse("redis://h:1", Some("u".into()), Some("p".into())).unwrap();
+        assert_eq!(url.username.as_deref(), Some("u"));
+        assert_eq!(url.password.as_deref(), Some("p"));
+        let url = RedisUrl::parse("redis://:pw@h:2", None, None).unwrap();
+        assert_eq!((url.username, url.password.as_deref()), (None, Some("pw")));
+        assert!(RedisUrl::parse("redis://nohost", None, None).is_err());
+        assert!(RedisUrl::parse("redis://h:notaport", None, None).is_err());
+        let shown = format!(
+            "{:?}",
+            RedisUrl::parse("redis://a:hidden@h:3", None, None).unwrap()
+        );
+        assert!(!shown.contains("hidden"));
+    }
+}

@@ -1,0 +1,787 @@
+//! `slotbridge migrate` against real servers: a legacy keyspace of every family, built with
+//! plain commands on a single node, copied to a 3-master cluster and back.
+//!
+//! Expected cluster:v1 names come from LAYOUT.md's table (buckets from an FNV-1a written
+//! here), never from the code under test. Each test uses its own prefix on the shared
+//! cluster, and its own standalone server.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use common::{query, shared_cluster, Standalone};
+
+// ---- helpers ---------------------------------------------------------------------------
+
+fn slotbridge(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("REDIS_USERNAME")
+        .env_remove("REDIS_PASSWORD")
+        .output()
+        .expect("run slotbridge")
+}
+
+fn url(addr: &str) -> String {
+    format!("redis://{addr}")
+}
+
+/// Runs a migration and returns (exit code, stdout); panics with the output on a crash.
+fn migrate(args: &[&str]) -> (i32, String) {
+    let mut full = vec!["migrate"];
+    full.extend_from_slice(args);
+    let out = slotbridge(&full);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let code = out.status.code().unwrap_or_else(|| {
+        panic!(
+            "killed by a signal\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (code, stdout)
+}
+
+fn migrate_ok(args: &[&str]) -> String {
+    let (code, stdout) = migrate(args);
+    assert_eq!(code, 0, "migrate {args:?} failed:\n{stdout}");
+    stdout
+}
+
+/// A number in the JSON report: `"family":{..."field":N` (the report is one line).
+fn json_count(json: &str, family: &str, field: &str) -> u64 {
+    let start = json
+        .find(&format!("\"{family}\":{{"))
+        .unwrap_or_else(|| panic!("no family {family} in {json}"));
+    let object = &json[start..start + json[start..].find('}').expect("object end")];
+    let at = object
+        .find(&format!("\"{field}\":"))
+        .unwrap_or_else(|| panic!("no {field} in {object}"));
+    object[at + field.len() + 3..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a number")
+}
+
+fn total(json: &str, field: &str) -> u64 {
+    let families = &json[json.find("\"families\":{").expect("families")..];
+    families
+        .match_indices(&format!("\"{field}\":"))
+        .map(|(at, m)| {
+            families[at + m.len()..]
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// 32-bit FNV-1a of `id` mod 32, as LAYOUT.md defines buckets.
+fn bucket(id: &str) -> u32 {
+    let mut hash: u32 = 2_166_136_261;
+    for byte in id.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(16_777_619);
+    }
+    hash % 32
+}
+
+fn cmd(name: &str) -> redis::Cmd {
+    redis::cmd(name)
+}
+
+/// Every key under `prefix:` on every master of the shared cluster (or one node).
+fn keys_on(addrs: &[String], prefix: &str) -> BTreeSet<String> {
+    let mut keys = BTreeSet::new();
+    for addr in addrs {
+        let found: Vec<String> = query(addr, cmd("KEYS").arg(format!("{prefix}:*"))).expect("KEYS");
+        keys.extend(found);
+    }
+    keys
+}
+
+fn masters() -> Vec<String> {
+    shared_cluster().masters()
+}
+
+/// Runs `command` on the master serving `key`.
+fn on_cluster<T: redis::FromRedisValue>(key: &str, command: &redis::Cmd) -> T {
+    let cluster = shared_cluster();
+    let node = cluster.node_for_slot(cluster.keyslot(key));
+    query(&node, command).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+// ---- the fixture -----------------------------------------------------------------------
+
+/// Builds a legacy keyspace of every family under `p` on `node` with plain commands.
+fn legacy_fixture(node: &str, p: &str) {
+    let mut con = common::connect(node);
+    let mut pipe = redis::pipe();
+    pipe.cmd("HSET")
+        .arg(format!("{p}:chat:chat-1"))
+        .arg("title")
+        .arg("one")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:chat:a:b{{c}}"))
+        .arg("odd id")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:contact:u1"))
+        .arg("contact")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:checkpoint:c2"))
+        .arg("cp")
+        .arg("PX")
+        .arg(600_000)
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:schedule:s1"))
+        .arg("sched")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:user:u1:prefs:lang"))
+        .arg("es")
+        .arg("PX")
+        .arg(300_000)
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:lock:team:ops"))
+        .arg("holder")
+        .arg("PX")
+        .arg(200_000)
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:fence:team:ops"))
+        .arg(7)
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:co:leader:sched"))
+        .arg("node-a")
+        .arg("PX")
+        .arg(100_000)
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:co:leader:sched:term"))
+        .arg(3)
+        .ignore();
+    for field in ["seq", "tix", "serving"] {
+        pipe.cmd("SET")
+            .arg(format!("{p}:co:turn:chat-1:{field}"))
+            .arg(5)
+            .ignore();
+    }
+    pipe.cmd("ZADD")
+        .arg(format!("{p}:msgs:chat-1"))
+        .arg(1)
+        .arg("m1")
+        .arg(2)
+        .arg("m2")
+        .arg(3)
+        .arg("x:m3")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:msg:chat-1:m1"))
+        .arg("hello")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:msg:chat-1:m2"))
+        .arg("world")
+        .arg("PX")
+        .arg(400_000)
+        .ignore();
+    // Listed by chat-1's log, but its name is an item of chat `chat-1:x`: skipped.
+    pipe.cmd("SET")
+        .arg(format!("{p}:msg:chat-1:x:m3"))
+        .arg("elsewhere")
+        .ignore();
+    // Listed by no log: an orphan.
+    pipe.cmd("SET")
+        .arg(format!("{p}:msg:chat-1:m9"))
+        .arg("orphan")
+        .ignore();
+    pipe.cmd("RPUSH")
+        .arg(format!("{p}:conv:42"))
+        .arg("a")
+        .arg("b")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:{{durable:outbox}}:1"))
+        .arg("job")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:weird"))
+        .arg("no rule")
+        .ignore();
+    pipe.query::<()>(&mut con).expect("fixture");
+}
+
+/// (legacy key, cluster:v1 key) pairs the fixture's copyable keys map to, from LAYOUT.md.
+fn expected_pairs(p: &str) -> Vec<(String, String)> {
+    let ct = bucket("u1");
+    let sc = bucket("s1");
+    assert_eq!(bucket("chat-1"), 25, "LAYOUT.md's test vector");
+    vec![
+        (
+            format!("{p}:chat:chat-1"),
+            format!("{p}:{{ch:25}}:r:chat-1"),
+        ),
+        (
+            format!("{p}:chat:a:b{{c}}"),
+            format!("{p}:{{ch:{}}}:r:a%3Ab%7Bc%7D", bucket("a:b{c}")),
+        ),
+        (format!("{p}:contact:u1"), format!("{p}:{{ct:{ct}}}:r:u1")),
+        (format!("{p}:checkpoint:c2"), format!("{p}:{{cp:0}}:r:c2")),
+        (format!("{p}:schedule:s1"), format!("{p}:{{sc:{sc}}}:r:s1")),
+        (
+            format!("{p}:user:u1:prefs:lang"),
+            format!("{p}:{{ud:u1}}:e:prefs:lang"),
+        ),
+        (
+            format!("{p}:lock:team:ops"),
+            format!("{p}:{{lk:team%3Aops}}:l"),
+        ),
+        (
+            format!("{p}:fence:team:ops"),
+            format!("{p}:{{lk:team%3Aops}}:f"),
+        ),
+        (
+            format!("{p}:co:leader:sched"),
+            format!("{p}:co:{{ld:sched}}"),
+        ),
+        (
+            format!("{p}:co:leader:sched:term"),
+            format!("{p}:co:{{ld:sched}}:term"),
+        ),
+        (format!("{p}:msgs:chat-1"), format!("{p}:{{m:chat-1}}:z")),
+        (
+            format!("{p}:msg:chat-1:m1"),
+            format!("{p}:{{m:chat-1}}:i:m1"),
+        ),
+        (
+            format!("{p}:msg:chat-1:m2"),
+            format!("{p}:{{m:chat-1}}:i:m2"),
+        ),
+        (format!("{p}:conv:42"), format!("{p}:conv:42")),
+        (
+            format!("{p}:{{durable:outbox}}:1"),
+            format!("{p}:{{durable:outbox}}:1"),
+        ),
+    ]
+}
+
+/// (index key, member, record key) the migration must leave on the cluster.
+fn expected_index_entries(p: &str) -> Vec<(String, String, String)> {
+    let odd = bucket("a:b{c}");
+    let ct = bucket("u1");
+    let sc = bucket("s1");
+    vec![
+        (
+            format!("{p}:{{ch:25}}:idx"),
+            "chat-1".into(),
+            format!("{p}:{{ch:25}}:r:chat-1"),
+        ),
+        (
+            format!("{p}:{{ch:{odd}}}:idx"),
+            "a%3Ab%7Bc%7D".into(),
+            format!("{p}:{{ch:{odd}}}:r:a%3Ab%7Bc%7D"),
+        ),
+        (
+            format!("{p}:{{ct:{ct}}}:idx"),
+            "u1".into(),
+            format!("{p}:{{ct:{ct}}}:r:u1"),
+        ),
+        (
+            format!("{p}:{{cp:0}}:idx"),
+            "c2".into(),
+            format!("{p}:{{cp:0}}:r:c2"),
+        ),
+        (
+            format!("{p}:{{sc:{sc}}}:idx"),
+            "s1".into(),
+            format!("{p}:{{sc:{sc}}}:r:s1"),
+        ),
+        (
+            format!("{p}:{{ud:u1}}:idx"),
+            "prefs:lang".into(),
+            format!("{p}:{{ud:u1}}:e:prefs:lang"),
+        ),
+    ]
+}
+
+/// The complete key set the cluster must hold for prefix `p` after a full pass.
+fn expected_cluster_keys(p: &str) -> BTreeSet<String> {
+    let mut keys: BTreeSet<String> = expected_pairs(p).into_iter().map(|(_, c)| c).collect();
+    keys.extend(expected_index_entries(p).into_iter().map(|(idx, _, _)| idx));
+    keys.insert(format!("{p}:{{meta}}:layout"));
+    keys
+}
+
+/// Checks the cluster against the source node: key set, values, TTLs, indices, marker.
+fn assert_cluster_matches_source(source: &str, p: &str) {
+    let found = keys_on(&masters(), p);
+    assert_eq!(found, expected_cluster_keys(p), "cluster key set of {p}");
+    for (legacy, cluster_key) in expected_pairs(p) {
+        let source_dump: Vec<u8> = query(source, cmd("DUMP").arg(&legacy)).expect("DUMP");
+        let target_dump: Vec<u8> = on_cluster(&cluster_key, cmd("DUMP").arg(&cluster_key));
+        assert_eq!(source_dump, target_dump, "value of {cluster_key}");
+        let source_ttl: i64 = query(source, cmd("PTTL").arg(&legacy)).expect("PTTL");
+        let target_ttl: i64 = on_cluster(&cluster_key, cmd("PTTL").arg(&cluster_key));
+        if source_ttl < 0 {
+            assert_eq!(target_ttl, -1, "{cluster_key} persistent");
+        } else {
+            assert!(
+                (source_ttl - target_ttl).abs() <= 1000,
+                "{cluster_key}: ttl {source_ttl} vs {target_ttl}"
+            );
+        }
+    }
+    for (index, member, record) in expected_index_entries(p) {
+        let members: Vec<String> = on_cluster(&index, cmd("ZRANGE").arg(&index).arg(0).arg(-1));
+        assert_eq!(members, vec![member.clone()], "members of {index}");
+        let score: String = on_cluster(&index, cmd("ZSCORE").arg(&index).arg(&member));
+        let expiry: i64 = on_cluster(&record, cmd("PEXPIRETIME").arg(&record));
+        if expiry < 0 {
+            assert_eq!(score, "inf", "{index} {member}");
+        } else {
+            let score: f64 = score.parse().expect("score");
+            assert_eq!(score as i64, expiry, "{index} {member} scores the expiry");
+            assert!(expiry > now_ms(), "expiry in the future");
+        }
+    }
+    let marker_key = format!("{p}:{{meta}}:layout");
+    let marker: Option<String> = on_cluster(&marker_key, cmd("GET").arg(&marker_key));
+    assert_eq!(marker.as_deref(), Some("cluster:v1"));
+}
+
+// ---- tests -----------------------------------------------------------------------------
+
+#[test]
+fn legacy_node_to_cluster_then_a_second_run_copies_nothing() {
+    let node = Standalone::start();
+    let p = "mfull";
+    legacy_fixture(node.addr(), p);
+    let seeds = shared_cluster().seeds_arg();
+    let json = migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &seeds,
+        "--prefix",
+        p,
+        "--json",
+    ]);
+    assert_cluster_matches_source(node.addr(), p);
+    assert_eq!(
+        json_count(&json, "msg", "orphans"),
+        2,
+        "m9 and x:m3: {json}"
+    );
+    assert_eq!(json_count(&json, "msg", "copied"), 2, "{json}");
+    assert_eq!(json_count(&json, "turn", "skipped"), 3, "{json}");
+    assert_eq!(json_count(&json, "chat", "copied"), 2, "{json}");
+    assert!(json.contains("\"unmatched\":1"), "{json}");
+    assert!(json.contains("\"marker\":\"written\""), "{json}");
+    assert_eq!(total(&json, "errors"), 0, "{json}");
+    // The source is untouched without --delete-source.
+    let source_keys = keys_on(&[node.addr().to_owned()], p);
+    assert_eq!(source_keys.len(), 21, "{source_keys:?}");
+
+    let again = migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &seeds,
+        "--prefix",
+        p,
+        "--json",
+    ]);
+    assert_eq!(total(&again, "copied"), 0, "second run: {again}");
+    assert_eq!(total(&again, "overwritten"), 0, "second run: {again}");
+    assert_cluster_matches_source(node.addr(), p);
+}
+
+#[test]
+fn dry_run_writes_nothing() {
+    let node = Standalone::start();
+    let p = "mdry";
+    legacy_fixture(node.addr(), p);
+    let json = migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--prefix",
+        p,
+        "--dry-run",
+        "--json",
+    ]);
+    assert!(
+        keys_on(&masters(), p).is_empty(),
+        "dry run wrote to the cluster"
+    );
+    assert_eq!(json_count(&json, "chat", "copied"), 2, "would copy: {json}");
+    assert!(json.contains("\"dry_run\":true"));
+    // In place too.
+    let before = keys_on(&[node.addr().to_owned()], p);
+    migrate_ok(&["--source", &url(node.addr()), "--prefix", p, "--dry-run"]);
+    assert_eq!(keys_on(&[node.addr().to_owned()], p), before);
+}
+
+#[test]
+fn a_run_stopped_half_way_finishes_on_the_next_run() {
+    let node = Standalone::start();
+    let p = "mhalf";
+    legacy_fixture(node.addr(), p);
+    let seeds = shared_cluster().seeds_arg();
+    let base = [
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &seeds,
+        "--prefix",
+        p,
+        "--json",
+    ];
+    let mut first = base.to_vec();
+    first.extend(["--stop-after", "6"]);
+    let (code, json) = migrate(&first);
+    assert_eq!(code, 3, "stopped early: {json}");
+    assert!(json.contains("\"interrupted\":true"), "{json}");
+    let partial = keys_on(&masters(), p);
+    assert!(
+        !partial.is_empty() && !partial.contains(&format!("{p}:{{meta}}:layout")),
+        "{partial:?}"
+    );
+    let rest = migrate_ok(&base);
+    assert!(total(&rest, "copied") > 0);
+    assert_cluster_matches_source(node.addr(), p);
+}
+
+#[test]
+fn fences_and_terms_only_rise() {
+    let node = Standalone::start();
+    let p = "mfence";
+    legacy_fixture(node.addr(), p);
+    let fence = format!("{p}:{{lk:team%3Aops}}:f");
+    let term = format!("{p}:co:{{ld:sched}}:term");
+    let _: () = on_cluster(&fence, cmd("SET").arg(&fence).arg(100));
+    let _: () = on_cluster(&term, cmd("SET").arg(&term).arg(1));
+    let json = migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--prefix",
+        p,
+        "--json",
+    ]);
+    let fence_now: i64 = on_cluster(&fence, cmd("GET").arg(&fence));
+    let term_now: i64 = on_cluster(&term, cmd("GET").arg(&term));
+    assert_eq!(fence_now, 100, "a higher fence on the target stays");
+    assert_eq!(term_now, 3, "a lower term is raised to the source's");
+    assert_eq!(json_count(&json, "leader_term", "overwritten"), 1, "{json}");
+    assert_eq!(json_count(&json, "fence", "skipped"), 1, "{json}");
+    // --overwrite does not lower a fence either.
+    migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--prefix",
+        p,
+        "--overwrite",
+    ]);
+    let fence_now: i64 = on_cluster(&fence, cmd("GET").arg(&fence));
+    assert_eq!(fence_now, 100);
+}
+
+#[test]
+fn existing_target_keys_win_unless_overwrite() {
+    let node = Standalone::start();
+    let p = "mwin";
+    legacy_fixture(node.addr(), p);
+    let record = format!("{p}:{{ct:{}}}:r:u1", bucket("u1"));
+    let _: () = on_cluster(&record, cmd("SET").arg(&record).arg("newer"));
+    let seeds = shared_cluster().seeds_arg();
+    migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &seeds,
+        "--prefix",
+        p,
+    ]);
+    let value: String = on_cluster(&record, cmd("GET").arg(&record));
+    assert_eq!(value, "newer");
+    migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &seeds,
+        "--prefix",
+        p,
+        "--overwrite",
+    ]);
+    let value: String = on_cluster(&record, cmd("GET").arg(&record));
+    assert_eq!(value, "contact");
+}
+
+#[test]
+fn include_copies_one_family_and_leaves_the_marker_unset() {
+    let node = Standalone::start();
+    let p = "minc";
+    legacy_fixture(node.addr(), p);
+    let json = migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--prefix",
+        p,
+        "--include",
+        "chat",
+        "--json",
+    ]);
+    let odd = bucket("a:b{c}");
+    let expected: BTreeSet<String> = [
+        format!("{p}:{{ch:25}}:r:chat-1"),
+        format!("{p}:{{ch:25}}:idx"),
+        format!("{p}:{{ch:{odd}}}:r:a%3Ab%7Bc%7D"),
+        format!("{p}:{{ch:{odd}}}:idx"),
+    ]
+    .into();
+    assert_eq!(keys_on(&masters(), p), expected);
+    assert!(json.contains("not written"), "{json}");
+}
+
+#[test]
+fn in_place_migration_on_a_single_node() {
+    let node = Standalone::start();
+    let p = "mplace";
+    legacy_fixture(node.addr(), p);
+    let before = keys_on(&[node.addr().to_owned()], p);
+    let json = migrate_ok(&["--source", &url(node.addr()), "--prefix", p, "--json"]);
+    let after = keys_on(&[node.addr().to_owned()], p);
+    // Unchanged names are not copied onto themselves; every other expected key appears.
+    let mut expected = before.clone();
+    expected.extend(expected_cluster_keys(p));
+    assert_eq!(after, expected);
+    assert_eq!(json_count(&json, "conv", "skipped"), 1, "{json}");
+    // And --delete-source then removes the legacy names (not the shared unchanged ones).
+    migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--prefix",
+        p,
+        "--delete-source",
+    ]);
+    let left = keys_on(&[node.addr().to_owned()], p);
+    for (legacy, cluster_key) in expected_pairs(p) {
+        assert!(left.contains(&cluster_key), "{cluster_key} kept");
+        if legacy != cluster_key {
+            assert!(!left.contains(&legacy), "{legacy} deleted");
+        }
+    }
+}
+
+#[test]
+fn refuses_while_coordinators_are_live_unless_allowed() {
+    let node = Standalone::start();
+    let p = "mlive";
+    legacy_fixture(node.addr(), p);
+    let seeds = shared_cluster().seeds_arg();
+    let args = [
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &seeds,
+        "--prefix",
+        p,
+    ];
+    // A heartbeat: a turn owner key.
+    let _: () = query(
+        node.addr(),
+        cmd("SET")
+            .arg(format!("{p}:co:turn:chat-9:owner"))
+            .arg("replica-1")
+            .arg("EX")
+            .arg(60),
+    )
+    .unwrap();
+    let out = slotbridge(&[&["migrate"][..], &args[..]].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chat-9:owner"));
+    assert!(
+        keys_on(&masters(), p).is_empty(),
+        "refused run wrote nothing"
+    );
+    // A pending ticket: tix above serving.
+    let _: () = query(
+        node.addr(),
+        cmd("DEL").arg(format!("{p}:co:turn:chat-9:owner")),
+    )
+    .unwrap();
+    let _: () = query(
+        node.addr(),
+        cmd("SET").arg(format!("{p}:co:turn:chat-1:tix")).arg(6),
+    )
+    .unwrap();
+    let (code, _) = migrate(&args);
+    assert_eq!(code, 4, "pending ticket refuses");
+    let mut allowed = args.to_vec();
+    allowed.push("--allow-live");
+    migrate_ok(&allowed);
+    assert!(keys_on(&masters(), p).contains(&format!("{p}:{{meta}}:layout")));
+}
+
+#[test]
+fn the_way_back_mirrors_the_cluster_onto_the_legacy_node() {
+    let node = Standalone::start();
+    let p = "mback";
+    legacy_fixture(node.addr(), p);
+    let seeds = shared_cluster().seeds_arg();
+    migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &seeds,
+        "--prefix",
+        p,
+    ]);
+
+    // New writes and deletions on the cluster, as the proxy's index upkeep would do them.
+    let nb = bucket("new-chat");
+    let new_record = format!("{p}:{{ch:{nb}}}:r:new-chat");
+    let _: () = on_cluster(&new_record, cmd("SET").arg(&new_record).arg("fresh"));
+    let new_index = format!("{p}:{{ch:{nb}}}:idx");
+    let _: () = on_cluster(
+        &new_index,
+        cmd("ZADD").arg(&new_index).arg("+inf").arg("new-chat"),
+    );
+    let gone = format!("{p}:{{ch:25}}:r:chat-1");
+    let _: () = on_cluster(&gone, cmd("DEL").arg(&gone));
+    let _: () = on_cluster(
+        &gone,
+        cmd("ZREM").arg(format!("{p}:{{ch:25}}:idx")).arg("chat-1"),
+    );
+    let user = format!("{p}:{{ud:u1}}:e:prefs:lang");
+    let _: () = on_cluster(&user, cmd("SET").arg(&user).arg("en").arg("KEEPTTL"));
+    let fence = format!("{p}:{{lk:team%3Aops}}:f");
+    let _: () = on_cluster(&fence, cmd("SET").arg(&fence).arg(50));
+    let item = format!("{p}:{{m:chat-1}}:i:m1");
+    let _: () = on_cluster(&item, cmd("DEL").arg(&item));
+
+    let first_master = masters()[0].clone();
+    let json = migrate_ok(&[
+        "--source",
+        &url(&first_master),
+        "--target",
+        &url(node.addr()),
+        "--prefix",
+        p,
+        "--direction",
+        "cluster-to-legacy",
+        "--json",
+    ]);
+    let get = |key: String| -> Option<String> { query(node.addr(), cmd("GET").arg(key)).unwrap() };
+    assert_eq!(get(format!("{p}:chat:new-chat")).as_deref(), Some("fresh"));
+    let exists: i64 = query(node.addr(), cmd("EXISTS").arg(format!("{p}:chat:chat-1"))).unwrap();
+    assert_eq!(
+        exists, 0,
+        "deleted on the cluster, pruned on the legacy node"
+    );
+    let exists: i64 = query(node.addr(), cmd("EXISTS").arg(format!("{p}:msg:chat-1:m1"))).unwrap();
+    assert_eq!(exists, 0, "deleted item pruned");
+    assert_eq!(
+        get(format!("{p}:user:u1:prefs:lang")).as_deref(),
+        Some("en")
+    );
+    let ttl: i64 = query(
+        node.addr(),
+        cmd("PTTL").arg(format!("{p}:user:u1:prefs:lang")),
+    )
+    .unwrap();
+    assert!(ttl > 0 && ttl <= 300_000, "TTL kept: {ttl}");
+    assert_eq!(get(format!("{p}:fence:team:ops")).as_deref(), Some("50"));
+    assert_eq!(get(format!("{p}:chat:a:b{{c}}")).as_deref(), Some("odd id"));
+    assert!(json_count(&json, "chat", "pruned") == 1, "{json}");
+    assert!(json.contains("\"marker\":\"removed\""), "{json}");
+    let marker_key = format!("{p}:{{meta}}:layout");
+    let marker: Option<String> = on_cluster(&marker_key, cmd("GET").arg(&marker_key));
+    assert_eq!(marker, None, "marker removed");
+    // No cluster:v1 name leaked onto the legacy node, and turn counters were left alone.
+    for key in keys_on(&[node.addr().to_owned()], p) {
+        assert!(
+            !key.contains("{ch:") && !key.contains("{m:") && !key.contains("{meta}"),
+            "{key}"
+        );
+    }
+    let seq: Option<String> = get(format!("{p}:co:turn:chat-1:seq"));
+    assert_eq!(seq.as_deref(), Some("5"));
+}
+
+#[test]
+fn throughput_on_100000_mixed_keys() {
+    let node = Standalone::start();
+    let p = "mbench";
+    let mut con = common::connect(node.addr());
+    let started = Instant::now();
+    for chunk in 0..20 {
+        let mut pipe = redis::pipe();
+        for i in chunk * 5000..(chunk + 1) * 5000 {
+            match i % 5 {
+                0 => pipe.cmd("SET").arg(format!("{p}:chat:c{i}")).arg("x"),
+                1 => pipe
+                    .cmd("SET")
+                    .arg(format!("{p}:checkpoint:k{i}"))
+                    .arg("x")
+                    .arg("PX")
+                    .arg(600_000),
+                2 => pipe
+                    .cmd("SET")
+                    .arg(format!("{p}:user:u{}:ns:k{i}", i % 100))
+                    .arg("x"),
+                3 => pipe.cmd("SET").arg(format!("{p}:lock:l{i}")).arg("x"),
+                _ => pipe.cmd("SET").arg(format!("{p}:conv:{i}")).arg("x"),
+            }
+            .ignore();
+        }
+        pipe.query::<()>(&mut con).expect("bench fixture");
+    }
+    eprintln!("fixture: {:?}", started.elapsed());
+    let json = migrate_ok(&[
+        "--source",
+        &url(node.addr()),
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--prefix",
+        p,
+        "--json",
+    ]);
+    assert_eq!(total(&json, "copied"), 100_000, "{json}");
+    let rate: f64 = json
+        .split("\"keys_per_second\":")
+        .nth(1)
+        .and_then(|s| s.trim_end_matches(['}', '\n']).parse().ok())
+        .expect("keys_per_second");
+    eprintln!("migrate: 100000 mixed keys at {rate:.0} keys/s");
+    assert!(rate > 0.0);
+}

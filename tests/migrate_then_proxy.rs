@@ -1,0 +1,101 @@
+//! After `slotbridge migrate`, the proxy with the layout enabled serves a legacy client the
+//! same data under the legacy names.
+//!
+//! Needs the proxy's layout path (rewriting legacy names to cluster:v1). The flags used
+//! here, `--layout FILE --prefix P`, are the expected ones; adjust them to the proxy's real
+//! flags when that work is merged.
+
+mod common;
+
+use std::process::Command;
+
+use common::{query, shared_cluster, Proxy, Standalone};
+
+#[test]
+fn a_legacy_client_reads_the_migrated_keyspace_through_the_proxy() {
+    let node = Standalone::start();
+    let p = "mtp";
+    let mut con = node.connect();
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET")
+        .arg(format!("{p}:chat:chat-1"))
+        .arg("record")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:checkpoint:c2"))
+        .arg("cp")
+        .arg("PX")
+        .arg(600_000)
+        .ignore();
+    pipe.cmd("ZADD")
+        .arg(format!("{p}:msgs:chat-1"))
+        .arg(1)
+        .arg("m1")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:msg:chat-1:m1"))
+        .arg("hello")
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:fence:team:ops"))
+        .arg(7)
+        .ignore();
+    pipe.cmd("SET")
+        .arg(format!("{p}:conv:42"))
+        .arg("conv")
+        .ignore();
+    pipe.query::<()>(&mut con).expect("fixture");
+
+    let cluster = shared_cluster();
+    let out = Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+        .args(["migrate", "--source", &format!("redis://{}", node.addr())])
+        .args(["--cluster", &cluster.seeds_arg(), "--prefix", p])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run migrate");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let proxy = Proxy::start(&[
+        "--cluster",
+        &cluster.seeds_arg(),
+        "--layout",
+        "config/botmesh-cluster-v1.yaml",
+        "--prefix",
+        p,
+    ]);
+    let get = |key: String| -> Option<String> {
+        query(proxy.addr(), redis::cmd("GET").arg(key)).unwrap()
+    };
+    assert_eq!(get(format!("{p}:chat:chat-1")).as_deref(), Some("record"));
+    assert_eq!(get(format!("{p}:checkpoint:c2")).as_deref(), Some("cp"));
+    assert_eq!(get(format!("{p}:msg:chat-1:m1")).as_deref(), Some("hello"));
+    assert_eq!(get(format!("{p}:fence:team:ops")).as_deref(), Some("7"));
+    assert_eq!(get(format!("{p}:conv:42")).as_deref(), Some("conv"));
+    let ttl: i64 = query(
+        proxy.addr(),
+        redis::cmd("PTTL").arg(format!("{p}:checkpoint:c2")),
+    )
+    .unwrap();
+    assert!(ttl > 590_000 && ttl <= 600_000, "TTL kept: {ttl}");
+    let members: Vec<String> = query(
+        proxy.addr(),
+        redis::cmd("ZRANGE")
+            .arg(format!("{p}:msgs:chat-1"))
+            .arg(0)
+            .arg(-1),
+    )
+    .unwrap();
+    assert_eq!(members, vec!["m1".to_owned()]);
+    let mut chats: Vec<String> =
+        query(proxy.addr(), redis::cmd("KEYS").arg(format!("{p}:chat:*"))).unwrap();
+    chats.sort();
+    assert_eq!(
+        chats,
+        vec![format!("{p}:chat:chat-1")],
+        "listing through the bucket indices"
+    );
+}
