@@ -27,12 +27,16 @@
 //! - [`client`]: one task per client connection, replies in request order (IO).
 //! - [`server`]: the accept loop and shutdown (IO).
 //! - [`config`]: YAML + CLI configuration, validated in one place.
+//! - [`admin`]: the admin HTTP endpoint (metrics, health, readiness) (IO).
+//! - [`metrics`]: every metric name and the functions that record them.
 
+pub mod admin;
 pub mod backend;
 pub mod client;
 pub mod command;
 pub mod config;
 pub mod dispatch;
+pub mod metrics;
 pub mod protocol;
 pub mod reply;
 pub mod rewrite;
