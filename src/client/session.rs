@@ -33,6 +33,7 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
     let local_addr = stream.local_addr().unwrap_or(peer);
     let _ = stream.set_nodelay(true);
     let guard = registry.register(peer, local_addr);
+    let counted = crate::metrics::ClientConnection::opened();
     let mut state = ConnState {
         id: guard.id,
         proto: Proto::Resp2,
@@ -84,12 +85,13 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                 if writer.write_all(&output).await.is_err() {
                     break;
                 }
+                counted.sent(output.len());
                 output.clear();
             }
             read = reader.read_buf(&mut input), if can_read => {
                 match read {
                     Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+                    Ok(n) => counted.received(n),
                 }
                 if input.capacity() - input.len() < 1024 {
                     input.reserve(READ_BUFFER);

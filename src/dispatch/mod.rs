@@ -15,7 +15,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::command::{CommandTable, KeyPos};
+use crate::command::{CommandSpec, CommandTable, KeyPos};
 use crate::config::Config;
 use crate::protocol::{Proto, Request};
 use crate::reply;
@@ -36,6 +36,10 @@ pub struct Proxy {
     pub listen_addr: String,
     /// Start time, for INFO's uptime.
     pub started: Instant,
+    /// Per-command metric handles (labels from `commands`).
+    pub command_metrics: crate::metrics::CommandMetrics,
+    /// What `/readyz` reports; flip it when draining.
+    pub readiness: Arc<crate::admin::Readiness>,
 }
 
 /// How one request will be carried out.
@@ -55,18 +59,23 @@ enum Plan {
 impl Proxy {
     /// Runs one request and returns its complete reply frame.
     pub async fn execute(self: Arc<Self>, request: Request, proto: Proto) -> Bytes {
-        match self.plan(&request) {
+        let started = Instant::now();
+        let spec = self.commands.lookup(&request.args);
+        let reply = match self.plan(spec, &request) {
             Plan::Answer(reply) => reply,
             Plan::Forward(target) => self.forward(target, request.raw, proto).await,
             Plan::Split(kind) => self.split(kind, &request, proto).await,
             Plan::Blocking(target) => self.forward_blocking(target, request.raw, proto).await,
             Plan::Emulate(local) => self.emulate(local, &request, proto).await,
-        }
+        };
+        let command = spec.map(CommandSpec::name);
+        self.command_metrics.record(command, &reply, started);
+        reply
     }
 
-    fn plan(&self, request: &Request) -> Plan {
+    fn plan(&self, spec: Option<&CommandSpec>, request: &Request) -> Plan {
         let args = &request.args;
-        let Some(spec) = self.commands.lookup(args) else {
+        let Some(spec) = spec else {
             return Plan::Answer(reply::unknown_command(args));
         };
         if !spec.arity_ok(args.len()) {
