@@ -32,6 +32,18 @@ pub enum Command {
         /// The YAML file to check.
         file: PathBuf,
     },
+    /// Exit 0 when a running proxy's admin `/healthz` answers 200 (for container health
+    /// checks, without curl).
+    Healthcheck {
+        /// The proxy's admin address.
+        #[arg(
+            long,
+            env = "SLOTBRIDGE_ADMIN_LISTEN",
+            default_value = "127.0.0.1:9121",
+            value_name = "HOST:PORT"
+        )]
+        admin_listen: String,
+    },
 }
 
 /// Flags of `run`. Each overrides the same field of the config file.
@@ -68,7 +80,7 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "SLOTBRIDGE_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Log filter, e.g. `info` or `slotbridge=debug`.
+    /// Log filter, e.g. `info` or `slotbridge=debug` (falls back to `RUST_LOG`).
     #[arg(long, env = "SLOTBRIDGE_LOG_LEVEL")]
     pub log_level: Option<String>,
 }
@@ -103,6 +115,8 @@ impl RunArgs {
         }
         if let Some(level) = &self.log_level {
             config.log_level = level.clone();
+        } else if let Ok(level) = std::env::var("RUST_LOG") {
+            config.log_level = level;
         }
         if let Ok(username) = std::env::var("REDIS_USERNAME") {
             config.backend.username = Some(username);
@@ -169,6 +183,22 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// `slotbridge healthcheck`: GET /healthz on the admin address.
+pub fn healthcheck(admin_listen: &str) -> ExitCode {
+    let timeout = std::time::Duration::from_secs(2);
+    match slotbridge::admin::probe(admin_listen, "/healthz", timeout) {
+        Ok(200) => ExitCode::SUCCESS,
+        Ok(status) => {
+            eprintln!("slotbridge: /healthz answered {status}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("slotbridge: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
