@@ -48,6 +48,18 @@ pub enum Command {
     Migrate(MigrateArgs),
     /// Count a keyspace's keys per layout and family, show the marker and live coordinators.
     Inspect(InspectArgs),
+    /// Exit 0 when a running proxy's admin `/healthz` answers 200 (for container health
+    /// checks, without curl).
+    Healthcheck {
+        /// The proxy's admin address.
+        #[arg(
+            long,
+            env = "SLOTBRIDGE_ADMIN_LISTEN",
+            default_value = "127.0.0.1:9121",
+            value_name = "HOST:PORT"
+        )]
+        admin_listen: String,
+    },
 }
 
 /// Flags of `run`. Each overrides the same field of the config file.
@@ -84,7 +96,7 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "SLOTBRIDGE_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Log filter, e.g. `info` or `slotbridge=debug`.
+    /// Log filter, e.g. `info` or `slotbridge=debug` (falls back to `RUST_LOG`).
     #[arg(long, env = "SLOTBRIDGE_LOG_LEVEL")]
     pub log_level: Option<String>,
     /// Layout rule file: translate legacy key names (see `layout.file`).
@@ -125,6 +137,8 @@ impl RunArgs {
         }
         if let Some(level) = &self.log_level {
             config.log_level = level.clone();
+        } else if let Ok(level) = std::env::var("RUST_LOG") {
+            config.log_level = level;
         }
         if let Some(layout) = &self.layout {
             config.layout.file = Some(layout.clone());
@@ -197,6 +211,22 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// `slotbridge healthcheck`: GET /healthz on the admin address.
+pub fn healthcheck(admin_listen: &str) -> ExitCode {
+    let timeout = std::time::Duration::from_secs(2);
+    match slotbridge::admin::probe(admin_listen, "/healthz", timeout) {
+        Ok(200) => ExitCode::SUCCESS,
+        Ok(status) => {
+            eprintln!("slotbridge: /healthz answered {status}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("slotbridge: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -20,6 +20,8 @@ pub struct Config {
     pub listen: String,
     /// Admin HTTP address (metrics, health), `host:port`.
     pub admin_listen: String,
+    /// Admin endpoint options.
+    pub admin: AdminConfig,
     /// Cluster seed nodes, `host:port` each. Exactly one of `cluster` and `standalone`.
     pub cluster: Vec<String>,
     /// A single non-cluster upstream (one node or an HA virtual IP), `host:port`.
@@ -53,6 +55,7 @@ impl Default for Config {
         Config {
             listen: "127.0.0.1:6380".into(),
             admin_listen: "127.0.0.1:9121".into(),
+            admin: AdminConfig::default(),
             cluster: Vec::new(),
             standalone: None,
             backend: BackendConfig::default(),
@@ -103,7 +106,22 @@ impl LayoutConfig {
 }
 
 /// How the proxy talks to the upstream nodes.
+/// Admin endpoint options.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Record and export Prometheus metrics. Off only to measure what recording costs.
+    pub metrics: bool,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { metrics: true }
+    }
+}
+
+/// How the proxy talks to the upstream nodes. Its `Debug` never shows the password.
+#[derive(Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct BackendConfig {
     /// ACL user; empty means legacy `AUTH password`. Env: `REDIS_USERNAME`.
@@ -121,6 +139,16 @@ impl Default for BackendConfig {
             password: None,
             connect_timeout_ms: 1000,
         }
+    }
+}
+
+impl std::fmt::Debug for BackendConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendConfig")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .finish()
     }
 }
 
@@ -369,6 +397,22 @@ fn check_host_port(field: &str, addr: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_shows_the_backend_password() {
+        let config = Config::from_yaml(
+            "backend:\n  username: app\n  password: s3cr3t-Pa55\nadmin:\n  metrics: false\n",
+        )
+        .unwrap();
+        assert!(!config.admin.metrics);
+        for text in [format!("{config:?}"), format!("{config:#?}")] {
+            assert!(!text.contains("s3cr3t-Pa55"), "{text}");
+            assert!(
+                text.contains("<redacted>") && text.contains("app"),
+                "{text}"
+            );
+        }
+    }
 
     #[test]
     fn empty_file_is_default() {

@@ -28,12 +28,16 @@
 //! - [`server`]: the accept loop and shutdown (IO).
 //! - [`config`]: YAML + CLI configuration, validated in one place.
 //! - [`migrate`]: offline `migrate` and `inspect` tools for a keyspace (IO).
+//! - [`admin`]: the admin HTTP endpoint (metrics, health, readiness) (IO).
+//! - [`metrics`]: every metric name and the functions that record them.
 
+pub mod admin;
 pub mod backend;
 pub mod client;
 pub mod command;
 pub mod config;
 pub mod dispatch;
+pub mod metrics;
 pub mod migrate;
 pub mod protocol;
 pub mod reply;

@@ -1,5 +1,6 @@
-//! The `slotbridge` command: run the proxy (default), check a configuration file, or
-//! migrate / inspect a keyspace.
+//! The `slotbridge` command: run the proxy (default), check a configuration file,
+//! migrate / inspect a keyspace, explain a key's translation, or probe a running proxy's
+//! health.
 
 mod cli;
 
@@ -19,5 +20,6 @@ fn main() -> ExitCode {
         } => cli::explain_key(&key, &layout, &prefixes),
         cli::Command::Migrate(args) => cli::migrate(args),
         cli::Command::Inspect(args) => cli::inspect(args),
+        cli::Command::Healthcheck { admin_listen } => cli::healthcheck(&admin_listen),
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::net::TcpListener;
 
+use crate::admin;
 use crate::client::{self, Registry};
 use crate::command::CommandTable;
 use crate::config::Config;
@@ -21,7 +22,23 @@ const STARTUP_MAP_WAIT: Duration = Duration::from_secs(10);
 /// Builds the proxy for `config`: connects to the upstream, reads its slot map and command
 /// table (falling back to the built-in table), and binds the client listener.
 pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> {
+    let metrics = if config.admin.metrics {
+        crate::metrics::install()
+            .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
+            .ok()
+    } else {
+        None
+    };
     let topology = Topology::new(&config)?;
+    // The admin endpoint answers from the start, so /readyz reports the wait below.
+    let readiness = Arc::new(admin::Readiness::new());
+    let admin_listener = admin::bind(&config.admin_listen).await?;
+    let admin_state = admin::AdminState {
+        topology: topology.clone(),
+        readiness: readiness.clone(),
+        metrics,
+    };
+    tokio::spawn(admin::serve(admin_listener, Arc::new(admin_state)));
     let deadline = Instant::now() + STARTUP_MAP_WAIT;
     loop {
         match topology.refresh().await {
@@ -56,10 +73,12 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         listen_addr: config.listen.clone(),
         config,
         topology,
+        command_metrics: crate::metrics::CommandMetrics::new(&commands),
         commands,
         started: Instant::now(),
         scripts: Default::default(),
         layout,
+        readiness,
     };
     // Before binding: a refused layout must not look like a proxy that is up.
     if let Some(active) = &proxy.layout {

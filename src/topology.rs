@@ -199,6 +199,7 @@ impl Topology {
             .iter()
             .map(|addr| self.node_conns(addr))
             .collect();
+        crate::metrics::slot_map(map.slots_covered(), map.masters().len());
         self.routing.store(Arc::new(Routing { map, masters }));
     }
 
@@ -238,11 +239,13 @@ impl Topology {
             match self.read_slot_map(&addr).await {
                 Ok(map) => {
                     self.install(map);
+                    crate::metrics::topology_refresh(true);
                     return Ok(());
                 }
                 Err(e) => last_error = format!("{addr}: {e}"),
             }
         }
+        crate::metrics::topology_refresh(false);
         Err(last_error)
     }
 

@@ -234,6 +234,7 @@ impl Writer {
                 let (read, write) = stream.into_split();
                 let in_flight = Arc::new(InFlight::default());
                 let reader = tokio::spawn(read_replies(
+                    crate::metrics::BackendConnection::opened(&self.addr),
                     read,
                     leftover,
                     in_flight.clone(),
@@ -253,6 +254,7 @@ impl Writer {
             }
             Err(reason) => {
                 tracing::warn!(addr = %self.addr, error = %reason, "backend connect failed");
+                crate::metrics::backend_connect_error(&self.addr);
                 self.connected.store(false, Ordering::Relaxed);
                 self.retry_at = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
@@ -273,6 +275,8 @@ fn fail_not_sent(items: impl Iterator<Item = Outbound>, reason: &str) {
 
 /// Reads replies until the connection fails, then fails whatever is still in flight.
 async fn read_replies(
+    // Counts the connection as open while this task lives (it ends or is aborted with it).
+    _counted: crate::metrics::BackendConnection,
     read: OwnedReadHalf,
     buf: BytesMut,
     in_flight: Arc<InFlight>,

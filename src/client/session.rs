@@ -35,6 +35,7 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
     let local_addr = stream.local_addr().unwrap_or(peer);
     let _ = stream.set_nodelay(true);
     let guard = registry.register(peer, local_addr);
+    let counted = crate::metrics::ClientConnection::opened();
     let mut state = ConnState {
         id: guard.id,
         proto: Proto::Resp2,
@@ -124,6 +125,7 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                     },
                     () = pubsub.overflowed() => break,
                 }
+                counted.sent(output.len());
                 output.clear();
             }
             relay = pubsub.next_event(), if !closing => match relay {
@@ -135,7 +137,7 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
             read = reader.read_buf(&mut input), if can_read => {
                 match read {
                     Ok(0) | Err(_) => break,
-                    Ok(_) => {}
+                    Ok(n) => counted.received(n),
                 }
                 if input.capacity() - input.len() < 1024 {
                     input.reserve(READ_BUFFER);

@@ -1,9 +1,14 @@
 //! Commands the proxy answers itself because, to its clients, it is one server: CLUSTER
 //! INFO/SLOTS/SHARDS/NODES/MYID describe a one-node cluster whose only node is the proxy
 //! (so a cluster-aware client pointed at it stays on it), CLUSTER KEYSLOT is computed here,
-//! and INFO is a master's INFO with `cluster_enabled:0` and a `# Proxy` section.
+//! and INFO is a master's INFO with `cluster_enabled:0`, the keyspace of all masters
+//! summed, and a `# Proxy` section.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::future::join_all;
 
 use crate::command::CommandSpec;
 use crate::protocol::Proto;
@@ -114,13 +119,7 @@ impl Proxy {
                 "ERR proxy: CLUSTER {} is not available through slotbridge (it addresses real cluster nodes)",
                 String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase()
             )),
-            Local::Info => {
-                let upstream = self.forward(Target::AnyMaster, request.raw.clone(), proto).await;
-                match info_text(&upstream) {
-                    Some(text) => verbatim(self.patch_info(&text).as_bytes(), proto),
-                    None => upstream,
-                }
-            }
+            Local::Info => self.info(request, proto).await,
         }
     }
 
@@ -138,22 +137,229 @@ impl Proxy {
         id
     }
 
-    fn patch_info(&self, text: &str) -> String {
-        let mut out = text.replace("cluster_enabled:1", "cluster_enabled:0");
+    /// INFO as one Redis would answer it: a master's sections, with `cluster_enabled:0`, the
+    /// keyspace summed over every master, and a `# Proxy` section.
+    async fn info(&self, request: &crate::protocol::Request, proto: Proto) -> Bytes {
+        let wanted = InfoSections::of(&request.args[1..]);
+        let upstream = self
+            .forward(Target::AnyMaster, request.raw.clone(), proto)
+            .await;
+        let Some(text) = info_text(&upstream) else {
+            return upstream;
+        };
+        let keyspace = if wanted.keyspace {
+            Some(self.keyspace_of_all_masters().await)
+        } else {
+            None
+        };
+        let mut sections = split_sections(&text.replace("cluster_enabled:1", "cluster_enabled:0"));
+        if let Some((keyspace, answered)) = keyspace {
+            let body = keyspace.lines();
+            match sections
+                .iter_mut()
+                .find(|s| s.name.eq_ignore_ascii_case("keyspace"))
+            {
+                Some(section) => section.lines = body,
+                None => sections.push(Section {
+                    name: "Keyspace".into(),
+                    lines: body,
+                }),
+            }
+            if wanted.proxy {
+                sections.push(self.proxy_section(Some(answered)));
+            }
+        } else if wanted.proxy {
+            sections.push(self.proxy_section(None));
+        }
+        verbatim(join_sections(&sections).as_bytes(), proto)
+    }
+
+    /// `INFO keyspace` of every master, summed; and how many masters answered.
+    async fn keyspace_of_all_masters(&self) -> (Keyspace, usize) {
+        let routing = arc_swap::Guard::into_inner(self.topology.routing());
+        let asks = routing.masters().iter().map(|conns| {
+            let call = conns.get(Proto::Resp2).call(
+                Bytes::from_static(b"*2\r\n$4\r\nINFO\r\n$8\r\nkeyspace\r\n"),
+                false,
+            );
+            tokio::time::timeout(KEYSPACE_TIMEOUT, call)
+        });
+        let mut total = Keyspace::default();
+        let mut answered = 0;
+        for reply in join_all(asks).await {
+            if let Some(text) = reply.ok().and_then(Result::ok).and_then(|r| info_text(&r)) {
+                total.add(&text);
+                answered += 1;
+            }
+        }
+        (total, answered)
+    }
+
+    fn proxy_section(&self, keyspace_answered: Option<usize>) -> Section {
         let routing = self.topology.routing();
-        if !out.ends_with("\r\n") && !out.is_empty() {
+        let totals = crate::metrics::totals();
+        let mut lines = vec![
+            "proxy_name:slotbridge".to_string(),
+            format!("proxy_version:{}", env!("CARGO_PKG_VERSION")),
+            format!(
+                "proxy_uptime_in_seconds:{}",
+                self.started.elapsed().as_secs()
+            ),
+            format!(
+                "proxy_upstream:{}",
+                if self.topology.is_standalone() {
+                    "standalone"
+                } else {
+                    "cluster"
+                }
+            ),
+            format!("proxy_connected_clients:{}", totals.clients.max(0)),
+            format!("proxy_masters:{}", routing.map.masters().len()),
+            format!("proxy_slots_covered:{}", routing.map.slots_covered()),
+            format!("proxy_redirects_moved:{}", totals.moved),
+            format!("proxy_redirects_ask:{}", totals.ask),
+            format!("proxy_retries:{}", totals.retries),
+            format!("proxy_topology_refreshes_ok:{}", totals.refreshes_ok),
+            format!("proxy_topology_refreshes_failed:{}", totals.refreshes_error),
+        ];
+        if let Some(answered) = keyspace_answered {
+            lines.push(format!("proxy_keyspace_masters_answered:{answered}"));
+        }
+        Section {
+            name: "Proxy".into(),
+            lines,
+        }
+    }
+}
+
+/// How long INFO waits for each master's keyspace.
+const KEYSPACE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Which of the proxy-made sections an INFO request asks for (Redis's rules: no argument
+/// is `default`; `all` and `everything` include them; names are case-insensitive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct InfoSections {
+    keyspace: bool,
+    proxy: bool,
+}
+
+impl InfoSections {
+    fn of(args: &[Bytes]) -> InfoSections {
+        if args.is_empty() {
+            return InfoSections {
+                keyspace: true,
+                proxy: true,
+            };
+        }
+        let named = |name: &[u8]| {
+            args.iter().any(|arg| {
+                [name, b"default", b"all", b"everything"]
+                    .iter()
+                    .any(|known| arg.eq_ignore_ascii_case(known))
+            })
+        };
+        InfoSections {
+            keyspace: named(b"keyspace"),
+            proxy: named(b"proxy"),
+        }
+    }
+}
+
+/// One `# Name` section of an INFO text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Section {
+    name: String,
+    lines: Vec<String>,
+}
+
+/// Splits INFO text into its sections (lines before the first header are dropped).
+fn split_sections(text: &str) -> Vec<Section> {
+    let mut sections: Vec<Section> = Vec::new();
+    for line in text.split("\r\n") {
+        if let Some(name) = line.strip_prefix("# ") {
+            sections.push(Section {
+                name: name.to_string(),
+                lines: Vec::new(),
+            });
+        } else if !line.is_empty() {
+            if let Some(section) = sections.last_mut() {
+                section.lines.push(line.to_string());
+            }
+        }
+    }
+    sections
+}
+
+/// INFO text as Redis writes it: sections separated by an empty line, CRLF everywhere.
+fn join_sections(sections: &[Section]) -> String {
+    let mut out = String::new();
+    for (i, section) in sections.iter().enumerate() {
+        if i > 0 {
             out.push_str("\r\n");
         }
-        out.push_str(&format!(
-            "\r\n# Proxy\r\nproxy_name:slotbridge\r\nproxy_version:{}\r\nproxy_uptime_in_seconds:{}\r\n\
-             proxy_upstream:{}\r\nproxy_masters:{}\r\nproxy_slots_covered:{}\r\n",
-            env!("CARGO_PKG_VERSION"),
-            self.started.elapsed().as_secs(),
-            if self.topology.is_standalone() { "standalone" } else { "cluster" },
-            routing.map.masters().len(),
-            routing.map.slots_covered(),
-        ));
-        out
+        out.push_str("# ");
+        out.push_str(&section.name);
+        out.push_str("\r\n");
+        for line in &section.lines {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    out
+}
+
+/// Per-database key counts summed over masters.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Keyspace {
+    /// db number -> (keys, expires, sum of avg_ttl weighted by expires).
+    dbs: BTreeMap<u32, (u64, u64, u128)>,
+}
+
+impl Keyspace {
+    /// Adds one node's `INFO keyspace` text (`db0:keys=1,expires=0,avg_ttl=0` lines).
+    fn add(&mut self, text: &str) {
+        for line in text.lines() {
+            let Some((db, fields)) = line.trim_end().split_once(':') else {
+                continue;
+            };
+            let Some(db) = db.strip_prefix("db").and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            let mut keys = 0u64;
+            let mut expires = 0u64;
+            let mut avg_ttl = 0u64;
+            for field in fields.split(',') {
+                match field.split_once('=') {
+                    Some(("keys", n)) => keys = n.parse().unwrap_or(0),
+                    Some(("expires", n)) => expires = n.parse().unwrap_or(0),
+                    Some(("avg_ttl", n)) => avg_ttl = n.parse().unwrap_or(0),
+                    _ => {}
+                }
+            }
+            let entry = self.dbs.entry(db).or_default();
+            entry.0 = entry.0.saturating_add(keys);
+            entry.1 = entry.1.saturating_add(expires);
+            entry.2 = entry
+                .2
+                .saturating_add(u128::from(avg_ttl) * u128::from(expires));
+        }
+    }
+
+    /// The `dbN:keys=..,expires=..,avg_ttl=..` lines; avg_ttl is the masters' averages
+    /// weighted by their number of keys with an expiry.
+    fn lines(&self) -> Vec<String> {
+        self.dbs
+            .iter()
+            .filter(|(_, (keys, _, _))| *keys > 0)
+            .map(|(db, (keys, expires, weighted))| {
+                let avg_ttl = if *expires > 0 {
+                    weighted / u128::from(*expires)
+                } else {
+                    0
+                };
+                format!("db{db}:keys={keys},expires={expires},avg_ttl={avg_ttl}")
+            })
+            .collect()
     }
 }
 
@@ -214,6 +420,51 @@ mod tests {
             Some("a:1\r\n")
         );
         assert_eq!(info_text(b"-ERR x\r\n"), None);
+    }
+
+    #[test]
+    fn keyspace_sums_keys_and_weights_ttl_by_expires() {
+        let mut total = Keyspace::default();
+        total.add("# Keyspace\r\ndb0:keys=10,expires=2,avg_ttl=1000\r\n");
+        total.add(
+            "# Keyspace\r\ndb0:keys=5,expires=6,avg_ttl=3000\r\ndb3:keys=1,expires=0,avg_ttl=0\r\n",
+        );
+        total.add("# Keyspace\r\n");
+        assert_eq!(
+            total.lines(),
+            [
+                "db0:keys=15,expires=8,avg_ttl=2500",
+                "db3:keys=1,expires=0,avg_ttl=0"
+            ]
+        );
+    }
+
+    #[test]
+    fn sections_split_and_join_like_redis() {
+        let text =
+            "# CPU\r\nused_cpu_sys:0.1\r\n\r\n# Keyspace\r\ndb0:keys=2,expires=1,avg_ttl=9\r\n";
+        let sections = split_sections(text);
+        assert_eq!(sections.len(), 2);
+        assert_eq!(sections[1].name, "Keyspace");
+        assert_eq!(join_sections(&sections), text);
+        assert!(split_sections("").is_empty());
+    }
+
+    #[test]
+    fn info_section_arguments_follow_redis() {
+        let of = |args: &[&str]| {
+            let args: Vec<Bytes> = args.iter().map(|a| Bytes::from(a.to_string())).collect();
+            let wanted = InfoSections::of(&args);
+            (wanted.keyspace, wanted.proxy)
+        };
+        assert_eq!(of(&[]), (true, true));
+        assert_eq!(of(&["ALL"]), (true, true));
+        assert_eq!(of(&["everything"]), (true, true));
+        assert_eq!(of(&["default"]), (true, true));
+        assert_eq!(of(&["keyspace"]), (true, false));
+        assert_eq!(of(&["Proxy"]), (false, true));
+        assert_eq!(of(&["cpu", "proxy"]), (false, true));
+        assert_eq!(of(&["server"]), (false, false));
     }
 
     #[test]

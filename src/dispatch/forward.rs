@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use crate::backend::{BackendError, NodeConn};
+use crate::metrics::{self, RetryReason};
 use crate::protocol::Proto;
 use crate::reply;
 use crate::route::Redirect;
@@ -46,6 +47,7 @@ impl Proxy {
                 if attempts >= retry.attempts {
                     return reply::error(reply::text::SLOT_UNSERVED);
                 }
+                metrics::retry(RetryReason::Unreachable);
                 tokio::time::sleep(retry.backoff(attempts)).await;
                 attempts += 1;
                 continue;
@@ -62,6 +64,7 @@ impl Proxy {
                     if attempts >= retry.attempts {
                         return reply::unavailable(conn.addr(), &detail);
                     }
+                    metrics::retry(RetryReason::Unreachable);
                     tokio::time::sleep(retry.backoff(attempts)).await;
                     attempts += 1;
                     continue;
@@ -77,6 +80,7 @@ impl Proxy {
                     if redirects > retry.max_redirects {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
+                    metrics::redirect_moved();
                     self.topology.on_moved(slot, &addr);
                     redirected = Some((self.topology.node(&addr, proto), false));
                 }
@@ -85,6 +89,7 @@ impl Proxy {
                     if redirects > retry.max_redirects {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
+                    metrics::redirect_ask();
                     redirected = Some((self.topology.node(&addr, proto), true));
                 }
                 Some(retryable) => {
@@ -96,6 +101,9 @@ impl Proxy {
                     }
                     if attempts >= retry.attempts {
                         return frame;
+                    }
+                    if let Some(reason) = RetryReason::from_label(retryable.retry_reason()) {
+                        metrics::retry(reason);
                     }
                     tokio::time::sleep(retry.backoff(attempts)).await;
                     attempts += 1;

@@ -20,7 +20,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::command::{CommandTable, KeyPos};
+use crate::command::{CommandSpec, CommandTable, KeyPos};
 use crate::config::Config;
 use crate::protocol::{Proto, Request};
 use crate::reply;
@@ -48,6 +48,10 @@ pub struct Proxy {
     pub scripts: ScriptCache,
     /// The legacy key layout in force, if any.
     pub layout: Option<Arc<layout::ActiveLayout>>,
+    /// Per-command metric handles (labels from `commands`).
+    pub command_metrics: crate::metrics::CommandMetrics,
+    /// What `/readyz` reports; flip it when draining.
+    pub readiness: Arc<crate::admin::Readiness>,
 }
 
 /// How one request will be carried out.
@@ -73,15 +77,32 @@ enum Plan {
 impl Proxy {
     /// Runs one request and returns its complete reply frame.
     pub async fn execute(self: Arc<Self>, request: Request, proto: Proto) -> Bytes {
-        match self.layout.clone() {
+        let started = Instant::now();
+        let this = self.clone();
+        let spec = this.commands.lookup(&request.args);
+        let reply = match self.layout.clone() {
             Some(active) => self.execute_layout(&active, request, proto).await,
-            None => self.execute_plain(request, proto).await,
-        }
+            None => self.execute_spec(spec, request, proto).await,
+        };
+        this.command_metrics
+            .record(spec.map(CommandSpec::name), &reply, started);
+        reply
     }
 
     /// Runs one request whose keys are cluster names already.
     async fn execute_plain(self: Arc<Self>, request: Request, proto: Proto) -> Bytes {
-        match self.plan(&request) {
+        let this = self.clone();
+        let spec = this.commands.lookup(&request.args);
+        self.execute_spec(spec, request, proto).await
+    }
+
+    async fn execute_spec(
+        self: Arc<Self>,
+        spec: Option<&CommandSpec>,
+        request: Request,
+        proto: Proto,
+    ) -> Bytes {
+        match self.plan(spec, &request) {
             Plan::Answer(reply) => reply,
             Plan::Forward(target) => self.forward(target, request.raw, proto).await,
             Plan::Split(kind) => self.split(kind, &request, proto).await,
@@ -93,9 +114,9 @@ impl Proxy {
         }
     }
 
-    fn plan(&self, request: &Request) -> Plan {
+    fn plan(&self, spec: Option<&CommandSpec>, request: &Request) -> Plan {
         let args = &request.args;
-        let Some(spec) = self.commands.lookup(args) else {
+        let Some(spec) = spec else {
             return Plan::Answer(reply::unknown_command(args));
         };
         if !spec.arity_ok(args.len()) {

@@ -1,0 +1,401 @@
+//! The admin HTTP endpoint: `GET /metrics` (Prometheus text), `GET /healthz` (the process
+//! is up), `GET /readyz` (the proxy can serve every slot).
+//!
+//! A small hand-written HTTP/1.1 server rather than hyper: three GET routes, one request per
+//! connection, no bodies. Invariants: a request head is read up to [`MAX_REQUEST`] bytes and
+//! [`REQUEST_TIMEOUT`]; every response carries `Content-Length` and `Connection: close`, then
+//! the connection is closed; no input can panic the handler (bad requests get 400, oversized
+//! ones 431); at most [`MAX_CONNECTIONS`] admin connections are served at once.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+
+use crate::protocol::Proto;
+use crate::route::SLOT_COUNT;
+use crate::topology::Topology;
+
+/// Largest request head accepted.
+pub const MAX_REQUEST: usize = 8 * 1024;
+/// How long a client may take to send its request head.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Admin connections served at once; more wait in the accept queue.
+pub const MAX_CONNECTIONS: usize = 32;
+/// How long `/readyz` waits for a master that is not connected to answer PING.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Whether the proxy wants new traffic. Starts ready; a drain flips it for good so load
+/// balancers stop sending clients before the listener closes.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    draining: AtomicBool,
+}
+
+impl Readiness {
+    /// A readiness flag that is not draining.
+    pub fn new() -> Readiness {
+        Readiness::default()
+    }
+
+    /// Marks the proxy as draining: `/readyz` answers 503 from now on.
+    pub fn start_drain(&self) {
+        self.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a drain has started.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+}
+
+/// What the admin endpoints look at.
+pub struct AdminState {
+    /// The upstream, for `/readyz`.
+    pub topology: Arc<Topology>,
+    /// The drain flag, for `/readyz`.
+    pub readiness: Arc<Readiness>,
+    /// The Prometheus recorder's handle; `None` when metrics are disabled.
+    pub metrics: Option<PrometheusHandle>,
+}
+
+impl AdminState {
+    /// `Ok` when the slot map covers every slot and every master answers; otherwise why not.
+    pub async fn ready(&self) -> Result<(), String> {
+        if self.readiness.is_draining() {
+            return Err("draining".into());
+        }
+        let routing = arc_swap::Guard::into_inner(self.topology.routing());
+        let covered = routing.map.slots_covered();
+        if covered < SLOT_COUNT {
+            return Err(format!("slot map covers {covered} of {SLOT_COUNT} slots"));
+        }
+        // A shared connection that is down is probed with PING, which also reconnects it.
+        let probes = routing
+            .map
+            .masters()
+            .iter()
+            .zip(routing.masters())
+            .filter(|(_, conns)| !conns.get(Proto::Resp2).is_connected())
+            .map(|(addr, conns)| async move {
+                let ping = conns
+                    .get(Proto::Resp2)
+                    .call(Bytes::from_static(b"*1\r\n$4\r\nPING\r\n"), false);
+                match tokio::time::timeout(PROBE_TIMEOUT, ping).await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err(e)) => Err(format!("master {addr} unreachable: {e}")),
+                    Err(_) => Err(format!("master {addr} did not answer PING in time")),
+                }
+            });
+        let failures: Vec<String> = join_all(probes)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; "))
+        }
+    }
+}
+
+/// Binds the admin listener.
+pub async fn bind(addr: &str) -> Result<TcpListener, String> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr} (admin): {e}"))
+}
+
+/// Serves admin requests forever, and runs the recorder's upkeep periodically.
+pub async fn serve(listener: TcpListener, state: Arc<AdminState>) {
+    if let Some(handle) = state.metrics.clone() {
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(crate::metrics::UPKEEP_INTERVAL);
+            loop {
+                every.tick().await;
+                handle.run_upkeep();
+            }
+        });
+    }
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let state = state.clone();
+                tokio::spawn(async move {
+                    handle_connection(stream, &state).await;
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// A route, decided from the request line alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    Metrics,
+    Healthz,
+    Readyz,
+    // A `POST /reload` route goes here (and in `route`) when hot reload exists.
+    /// A known path with a method it does not take.
+    MethodNotAllowed,
+    NotFound,
+    BadRequest,
+}
+
+/// Routes a request head (everything up to the blank line).
+pub fn route(head: &[u8]) -> Route {
+    let line_end = head
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .unwrap_or(head.len());
+    let Ok(line) = std::str::from_utf8(&head[..line_end]) else {
+        return Route::BadRequest;
+    };
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Route::BadRequest;
+    };
+    if method.is_empty() || !version.starts_with("HTTP/1.") {
+        return Route::BadRequest;
+    }
+    let path = target.split('?').next().unwrap_or(target);
+    let route = match path {
+        "/metrics" => Route::Metrics,
+        "/healthz" => Route::Healthz,
+        "/readyz" => Route::Readyz,
+        _ => return Route::NotFound,
+    };
+    if method == "GET" {
+        route
+    } else {
+        Route::MethodNotAllowed
+    }
+}
+
+/// A response: status, content type, body.
+struct Response {
+    status: u16,
+    content_type: &'static str,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn text(status: u16, body: impl Into<String>) -> Response {
+        Response {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.into().into_bytes(),
+        }
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        let reason = match self.status {
+            200 => "OK",
+            400 => "Bad Request",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            408 => "Request Timeout",
+            431 => "Request Header Fields Too Large",
+            _ => "Service Unavailable",
+        };
+        let allow = if self.status == 405 {
+            "Allow: GET\r\n"
+        } else {
+            ""
+        };
+        let mut out = format!(
+            "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+            self.status,
+            self.content_type,
+            self.body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+/// How reading a request head ended.
+enum Head {
+    Complete(Vec<u8>),
+    TooLarge,
+    TimedOut,
+    Closed,
+}
+
+async fn read_head(stream: &mut TcpStream) -> Head {
+    let mut buf = Vec::with_capacity(1024);
+    let read = async {
+        let mut chunk = [0u8; 1024];
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                buf.truncate(end + 4);
+                return Head::Complete(std::mem::take(&mut buf));
+            }
+            if buf.len() >= MAX_REQUEST {
+                return Head::TooLarge;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return Head::Closed,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, read)
+        .await
+        .unwrap_or(Head::TimedOut)
+}
+
+async fn handle_connection(mut stream: TcpStream, state: &AdminState) {
+    let response = match read_head(&mut stream).await {
+        Head::Complete(head) => respond(route(&head), state).await,
+        Head::TooLarge => Response::text(431, "request too large\n"),
+        Head::TimedOut => Response::text(408, "request timeout\n"),
+        Head::Closed => return,
+    };
+    let _ = stream.write_all(&response.to_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+async fn respond(route: Route, state: &AdminState) -> Response {
+    match route {
+        Route::Metrics => match &state.metrics {
+            Some(handle) => Response {
+                status: 200,
+                content_type: "text/plain; version=0.0.4; charset=utf-8",
+                body: handle.render().into_bytes(),
+            },
+            None => Response::text(404, "metrics are disabled\n"),
+        },
+        Route::Healthz => Response::text(200, "ok\n"),
+        Route::Readyz => match state.ready().await {
+            Ok(()) => Response::text(200, "ready\n"),
+            Err(reason) => Response::text(503, format!("not ready: {reason}\n")),
+        },
+        Route::MethodNotAllowed => Response::text(405, "method not allowed\n"),
+        Route::NotFound => Response::text(404, "not found\n"),
+        Route::BadRequest => Response::text(400, "bad request\n"),
+    }
+}
+
+/// A blocking `GET path` against an admin address, for the `healthcheck` subcommand:
+/// returns the status code. A wildcard host (`0.0.0.0`, `[::]`) is probed on loopback.
+pub fn probe(addr: &str, path: &str, timeout: Duration) -> Result<u16, String> {
+    let (host, port) = addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("'{addr}' is not host:port"))?;
+    let host = match host {
+        "0.0.0.0" | "" => "127.0.0.1",
+        "[::]" => "[::1]",
+        other => other,
+    };
+    let target = format!("{host}:{port}");
+    let socket = std::net::ToSocketAddrs::to_socket_addrs(&target)
+        .map_err(|e| format!("{target}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{target}: no address"))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&socket, timeout)
+        .map_err(|e| format!("{target}: {e}"))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(|e| e.to_string())?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("{target}: {e}"))?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 512];
+    while !reply.windows(2).any(|w| w == b"\r\n") && reply.len() < MAX_REQUEST {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => reply.extend_from_slice(&chunk[..n]),
+            Err(e) => return Err(format!("{target}: {e}")),
+        }
+    }
+    let status_line = String::from_utf8_lossy(&reply);
+    status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("{target}: not an HTTP response"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_by_method_and_path() {
+        assert_eq!(route(b"GET /metrics HTTP/1.1\r\n\r\n"), Route::Metrics);
+        assert_eq!(
+            route(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n"),
+            Route::Healthz
+        );
+        assert_eq!(
+            route(b"GET /readyz?verbose=1 HTTP/1.1\r\n\r\n"),
+            Route::Readyz
+        );
+        assert_eq!(
+            route(b"POST /metrics HTTP/1.1\r\n\r\n"),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(
+            route(b"HEAD /healthz HTTP/1.1\r\n\r\n"),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(route(b"GET /nope HTTP/1.1\r\n\r\n"), Route::NotFound);
+        assert_eq!(route(b"DELETE /nope HTTP/1.1\r\n\r\n"), Route::NotFound);
+    }
+
+    #[test]
+    fn garbage_is_a_bad_request() {
+        for head in [
+            &b""[..],
+            b"\r\n\r\n",
+            b"GET\r\n\r\n",
+            b"GET /metrics\r\n\r\n",
+            b"GET /metrics SPDY/3\r\n\r\n",
+            b"GET /metrics HTTP/1.1 extra\r\n\r\n",
+            b"\xff\xfe /metrics HTTP/1.1\r\n\r\n",
+        ] {
+            assert_eq!(route(head), Route::BadRequest, "{head:?}");
+        }
+    }
+
+    #[test]
+    fn response_has_length_and_close() {
+        let bytes = Response::text(503, "not ready: x\n").to_bytes();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.starts_with("HTTP/1.1 503 Service Unavailable\r\n"));
+        assert!(text.contains("Content-Length: 13\r\n"));
+        assert!(text.contains("Connection: close\r\n\r\nnot ready: x\n"));
+    }
+
+    #[test]
+    fn drain_is_one_way() {
+        let readiness = Readiness::new();
+        assert!(!readiness.is_draining());
+        readiness.start_drain();
+        assert!(readiness.is_draining());
+    }
+}

@@ -1,0 +1,619 @@
+//! Every metric the proxy exports: its name, help text, unit, and the function that records
+//! it, in this one place.
+//!
+//! Invariants: every name is `slotbridge_*`; label values come only from bounded sets (the
+//! command table, the cluster's node addresses, rule families and prefixes, fixed reason
+//! words), never from client input. Recording on the per-command path allocates nothing:
+//! [`CommandMetrics`] holds each command's handles, created once on first use.
+//! Without an installed recorder (`admin.metrics: false`) every call is a no-op, except
+//! the few process totals INFO reports, which are plain atomics.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, Counter, Gauge,
+    Histogram, Unit,
+};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::command::CommandTable;
+
+/// Commands by name and outcome.
+pub const COMMANDS: &str = "slotbridge_commands_total";
+/// Time from dispatch to complete reply, per command.
+pub const COMMAND_DURATION: &str = "slotbridge_command_duration_seconds";
+/// MOVED and ASK replies followed.
+pub const REDIRECTS: &str = "slotbridge_redirects_total";
+/// Retries by reason.
+pub const RETRIES: &str = "slotbridge_retries_total";
+/// Slot map refreshes by result.
+pub const TOPOLOGY_REFRESHES: &str = "slotbridge_topology_refreshes_total";
+/// Slots the current slot map covers.
+pub const SLOTS_COVERED: &str = "slotbridge_slots_covered";
+/// Masters in the current slot map.
+pub const MASTERS: &str = "slotbridge_masters";
+/// Open client connections.
+pub const CLIENT_CONNECTIONS: &str = "slotbridge_client_connections";
+/// Client connections accepted.
+pub const CLIENT_CONNECTIONS_TOTAL: &str = "slotbridge_client_connections_total";
+/// Client connections refused.
+pub const CLIENT_CONNECTIONS_REJECTED: &str = "slotbridge_client_connections_rejected_total";
+/// Open backend connections per node.
+pub const BACKEND_CONNECTIONS: &str = "slotbridge_backend_connections";
+/// Failed backend connects per node.
+pub const BACKEND_CONNECT_ERRORS: &str = "slotbridge_backend_connect_errors_total";
+/// Bytes read from clients.
+pub const CLIENT_BYTES_RECEIVED: &str = "slotbridge_client_bytes_received_total";
+/// Bytes written to clients.
+pub const CLIENT_BYTES_SENT: &str = "slotbridge_client_bytes_sent_total";
+/// Multi-key commands refused with CROSSSLOT.
+pub const CROSSSLOT_REFUSALS: &str = "slotbridge_crossslot_refusals_total";
+/// Keys rewritten, by rule family.
+pub const REWRITES: &str = "slotbridge_rewrites_total";
+/// Keys no rule matched, by legacy prefix.
+pub const UNMATCHED_KEYS: &str = "slotbridge_unmatched_keys_total";
+/// Index upkeep operations, by rule family.
+pub const INDEX_UPKEEP: &str = "slotbridge_index_upkeep_total";
+/// Clients in subscribe mode.
+pub const PUBSUB_SUBSCRIBERS: &str = "slotbridge_pubsub_subscribers";
+/// Clients waiting in a blocking command.
+pub const BLOCKED_CLIENTS: &str = "slotbridge_blocked_clients";
+/// Transactions split across slots.
+pub const SPLIT_TRANSACTIONS: &str = "slotbridge_split_transactions_total";
+/// Failed client AUTH/HELLO AUTH attempts.
+pub const AUTH_FAILURES: &str = "slotbridge_auth_failures_total";
+/// Configuration reloads by result.
+pub const CONFIG_RELOADS: &str = "slotbridge_config_reloads_total";
+
+/// Histogram buckets of [`COMMAND_DURATION`], seconds: 100 µs to 1 s.
+pub const DURATION_BUCKETS: [f64; 13] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// Builds the Prometheus recorder, installs it as the process-wide recorder and describes
+/// every metric. Returns the handle that renders the exposition; `Err` when a recorder is
+/// already installed (only one per process).
+pub fn install() -> Result<PrometheusHandle, String> {
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(COMMAND_DURATION.to_string()),
+            &DURATION_BUCKETS,
+        )
+        .map_err(|e| e.to_string())?
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).map_err(|e| e.to_string())?;
+    describe();
+    Ok(handle)
+}
+
+/// Help texts and units of every metric.
+fn describe() {
+    describe_counter!(
+        COMMANDS,
+        Unit::Count,
+        "Commands handled, by lower-case command name (unknown commands as \"unknown\") and outcome (ok, error, crossslot, lost)"
+    );
+    describe_histogram!(
+        COMMAND_DURATION,
+        Unit::Seconds,
+        "Time from dispatching a command to its complete reply, by command"
+    );
+    describe_counter!(REDIRECTS, Unit::Count, "MOVED and ASK redirects followed");
+    describe_counter!(
+        RETRIES,
+        Unit::Count,
+        "Commands retried after a transient answer or an unreachable node, by reason"
+    );
+    describe_counter!(
+        TOPOLOGY_REFRESHES,
+        Unit::Count,
+        "Slot map refreshes, by result (ok, error)"
+    );
+    describe_gauge!(
+        SLOTS_COVERED,
+        Unit::Count,
+        "Hash slots (of 16384) the current slot map assigns to a master"
+    );
+    describe_gauge!(MASTERS, Unit::Count, "Masters in the current slot map");
+    describe_gauge!(CLIENT_CONNECTIONS, Unit::Count, "Open client connections");
+    describe_counter!(
+        CLIENT_CONNECTIONS_TOTAL,
+        Unit::Count,
+        "Client connections accepted"
+    );
+    describe_counter!(
+        CLIENT_CONNECTIONS_REJECTED,
+        Unit::Count,
+        "Client connections refused (connection limit, shutting down)"
+    );
+    describe_gauge!(
+        BACKEND_CONNECTIONS,
+        Unit::Count,
+        "Open connections to each cluster node"
+    );
+    describe_counter!(
+        BACKEND_CONNECT_ERRORS,
+        Unit::Count,
+        "Failed connects (TCP or handshake) to each cluster node"
+    );
+    describe_counter!(
+        CLIENT_BYTES_RECEIVED,
+        Unit::Bytes,
+        "Bytes read from client connections"
+    );
+    describe_counter!(
+        CLIENT_BYTES_SENT,
+        Unit::Bytes,
+        "Bytes written to client connections"
+    );
+    describe_counter!(
+        CROSSSLOT_REFUSALS,
+        Unit::Count,
+        "Multi-key commands refused because their keys span slots"
+    );
+    describe_counter!(REWRITES, Unit::Count, "Keys rewritten, by rule family");
+    describe_counter!(
+        UNMATCHED_KEYS,
+        Unit::Count,
+        "Keys under a legacy prefix that no rule matched, by prefix"
+    );
+    describe_counter!(
+        INDEX_UPKEEP,
+        Unit::Count,
+        "Index maintenance operations, by rule family"
+    );
+    describe_gauge!(PUBSUB_SUBSCRIBERS, Unit::Count, "Clients in subscribe mode");
+    describe_gauge!(
+        BLOCKED_CLIENTS,
+        Unit::Count,
+        "Clients waiting in a blocking command"
+    );
+    describe_counter!(
+        SPLIT_TRANSACTIONS,
+        Unit::Count,
+        "MULTI/EXEC transactions whose keys spanned slots and were split"
+    );
+    describe_counter!(
+        AUTH_FAILURES,
+        Unit::Count,
+        "Failed client authentication attempts"
+    );
+    describe_counter!(
+        CONFIG_RELOADS,
+        Unit::Count,
+        "Configuration reloads, by result (ok, error)"
+    );
+}
+
+/// Process totals that INFO's `# Proxy` section reports; kept as atomics because the
+/// recorder can't be read back (and may not be installed).
+struct Totals {
+    clients: AtomicI64,
+    moved: AtomicU64,
+    ask: AtomicU64,
+    retries: AtomicU64,
+    refreshes_ok: AtomicU64,
+    refreshes_error: AtomicU64,
+}
+
+static TOTALS: Totals = Totals {
+    clients: AtomicI64::new(0),
+    moved: AtomicU64::new(0),
+    ask: AtomicU64::new(0),
+    retries: AtomicU64::new(0),
+    refreshes_ok: AtomicU64::new(0),
+    refreshes_error: AtomicU64::new(0),
+};
+
+/// A snapshot of the process totals, for INFO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyTotals {
+    /// Open client connections.
+    pub clients: i64,
+    /// MOVED redirects followed.
+    pub moved: u64,
+    /// ASK redirects followed.
+    pub ask: u64,
+    /// Retries of any reason.
+    pub retries: u64,
+    /// Successful slot map refreshes.
+    pub refreshes_ok: u64,
+    /// Failed slot map refreshes.
+    pub refreshes_error: u64,
+}
+
+/// The process totals now.
+pub fn totals() -> ProxyTotals {
+    ProxyTotals {
+        clients: TOTALS.clients.load(Ordering::Relaxed),
+        moved: TOTALS.moved.load(Ordering::Relaxed),
+        ask: TOTALS.ask.load(Ordering::Relaxed),
+        retries: TOTALS.retries.load(Ordering::Relaxed),
+        refreshes_ok: TOTALS.refreshes_ok.load(Ordering::Relaxed),
+        refreshes_error: TOTALS.refreshes_error.load(Ordering::Relaxed),
+    }
+}
+
+/// How a command ended, as the `outcome` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Any non-error reply.
+    Ok,
+    /// An error reply (from a node or the proxy).
+    Error,
+    /// Refused because the keys span slots.
+    CrossSlot,
+    /// The connection failed after the command was sent; its outcome is unknown.
+    Lost,
+}
+
+/// Marks the proxy's "outcome unknown" error (see `reply::outcome_unknown`).
+const LOST_MARKER: &[u8] = b"failed after the command was sent";
+
+impl Outcome {
+    /// Classifies a complete reply frame by its first bytes (and, for the proxy's own
+    /// lost-reply error, its text).
+    pub fn of_reply(reply: &[u8]) -> Outcome {
+        match reply.first() {
+            Some(b'-') | Some(b'!') => {
+                let body = reply.get(1..).unwrap_or_default();
+                if body.starts_with(b"CROSSSLOT") {
+                    Outcome::CrossSlot
+                } else if body.starts_with(b"ERR proxy: connection")
+                    && body
+                        .windows(LOST_MARKER.len())
+                        .any(|window| window == LOST_MARKER)
+                {
+                    Outcome::Lost
+                } else {
+                    Outcome::Error
+                }
+            }
+            _ => Outcome::Ok,
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Outcome::Ok => 0,
+            Outcome::Error => 1,
+            Outcome::CrossSlot => 2,
+            Outcome::Lost => 3,
+        }
+    }
+}
+
+/// Label values of [`Outcome`], in [`Outcome::index`] order.
+const OUTCOME_LABELS: [&str; 4] = ["ok", "error", "crossslot", "lost"];
+
+/// One command's series: a counter per outcome and its latency histogram.
+struct CommandHandles {
+    outcomes: [Counter; 4],
+    duration: Histogram,
+}
+
+impl CommandHandles {
+    fn new(command: &str) -> CommandHandles {
+        let counter_for = |outcome: &'static str| counter!(COMMANDS, "command" => command.to_string(), "outcome" => outcome);
+        CommandHandles {
+            outcomes: OUTCOME_LABELS.map(counter_for),
+            duration: metrics::histogram!(COMMAND_DURATION, "command" => command.to_string()),
+        }
+    }
+}
+
+/// Per-command metric handles for every name of the command table, each created on the
+/// command's first use (so unused commands export no series).
+pub struct CommandMetrics {
+    by_name: HashMap<Box<str>, OnceLock<CommandHandles>>,
+    unknown: OnceLock<CommandHandles>,
+}
+
+impl CommandMetrics {
+    /// Slots for every command of `table` (the label set is the table, so it is bounded).
+    pub fn new(table: &CommandTable) -> CommandMetrics {
+        CommandMetrics {
+            by_name: table
+                .iter()
+                .map(|spec| (spec.name.as_str().into(), OnceLock::new()))
+                .collect(),
+            unknown: OnceLock::new(),
+        }
+    }
+
+    /// Records one finished command. `command` is the table name (`None`, or a name not
+    /// in the table, counts as `unknown`); `started` is when it was dispatched.
+    pub fn record(&self, command: Option<&str>, reply: &[u8], started: Instant) {
+        let (name, slot) = match command.and_then(|c| self.by_name.get_key_value(c)) {
+            Some((name, slot)) => (&**name, slot),
+            None => ("unknown", &self.unknown),
+        };
+        let handles = slot.get_or_init(|| CommandHandles::new(name));
+        let outcome = Outcome::of_reply(reply);
+        handles.outcomes[outcome.index()].increment(1);
+        handles.duration.record(started.elapsed().as_secs_f64());
+        if outcome == Outcome::CrossSlot {
+            crossslot_refusal();
+        }
+    }
+}
+
+/// A MOVED redirect was followed.
+pub fn redirect_moved() {
+    TOTALS.moved.fetch_add(1, Ordering::Relaxed);
+    counter!(REDIRECTS, "kind" => "moved").increment(1);
+}
+
+/// An ASK redirect was followed.
+pub fn redirect_ask() {
+    TOTALS.ask.fetch_add(1, Ordering::Relaxed);
+    counter!(REDIRECTS, "kind" => "ask").increment(1);
+}
+
+/// Why a command is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryReason {
+    TryAgain,
+    ClusterDown,
+    Loading,
+    ReadOnly,
+    MasterDown,
+    /// The node could not be reached, or the slot had no master yet.
+    Unreachable,
+}
+
+impl RetryReason {
+    /// The `reason` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            RetryReason::TryAgain => "tryagain",
+            RetryReason::ClusterDown => "clusterdown",
+            RetryReason::Loading => "loading",
+            RetryReason::ReadOnly => "readonly",
+            RetryReason::MasterDown => "masterdown",
+            RetryReason::Unreachable => "unreachable",
+        }
+    }
+
+    /// The reason for a retryable redirect (`retry_reason()` of `route::Redirect`), if it
+    /// is one of the retry reasons.
+    pub fn from_label(label: &str) -> Option<RetryReason> {
+        Some(match label {
+            "tryagain" => RetryReason::TryAgain,
+            "clusterdown" => RetryReason::ClusterDown,
+            "loading" => RetryReason::Loading,
+            "readonly" => RetryReason::ReadOnly,
+            "masterdown" => RetryReason::MasterDown,
+            "unreachable" => RetryReason::Unreachable,
+            _ => return None,
+        })
+    }
+}
+
+/// A command is about to be retried.
+pub fn retry(reason: RetryReason) {
+    TOTALS.retries.fetch_add(1, Ordering::Relaxed);
+    let counter = match reason {
+        RetryReason::TryAgain => counter!(RETRIES, "reason" => "tryagain"),
+        RetryReason::ClusterDown => counter!(RETRIES, "reason" => "clusterdown"),
+        RetryReason::Loading => counter!(RETRIES, "reason" => "loading"),
+        RetryReason::ReadOnly => counter!(RETRIES, "reason" => "readonly"),
+        RetryReason::MasterDown => counter!(RETRIES, "reason" => "masterdown"),
+        RetryReason::Unreachable => counter!(RETRIES, "reason" => "unreachable"),
+    };
+    counter.increment(1);
+}
+
+/// A slot map refresh finished.
+pub fn topology_refresh(ok: bool) {
+    if ok {
+        TOTALS.refreshes_ok.fetch_add(1, Ordering::Relaxed);
+        counter!(TOPOLOGY_REFRESHES, "result" => "ok").increment(1);
+    } else {
+        TOTALS.refreshes_error.fetch_add(1, Ordering::Relaxed);
+        counter!(TOPOLOGY_REFRESHES, "result" => "error").increment(1);
+    }
+}
+
+/// A new slot map was installed.
+pub fn slot_map(slots_covered: usize, masters: usize) {
+    gauge!(SLOTS_COVERED).set(slots_covered as f64);
+    gauge!(MASTERS).set(masters as f64);
+}
+
+/// One open client connection: counted on creation, uncounted on drop.
+pub struct ClientConnection {
+    open: Gauge,
+    received: Counter,
+    sent: Counter,
+}
+
+impl ClientConnection {
+    /// Counts a newly accepted client connection.
+    pub fn opened() -> ClientConnection {
+        TOTALS.clients.fetch_add(1, Ordering::Relaxed);
+        counter!(CLIENT_CONNECTIONS_TOTAL).increment(1);
+        let open = gauge!(CLIENT_CONNECTIONS);
+        open.increment(1.0);
+        ClientConnection {
+            open,
+            received: counter!(CLIENT_BYTES_RECEIVED),
+            sent: counter!(CLIENT_BYTES_SENT),
+        }
+    }
+
+    /// `n` bytes were read from this client.
+    pub fn received(&self, n: usize) {
+        self.received.increment(n as u64);
+    }
+
+    /// `n` bytes were written to this client.
+    pub fn sent(&self, n: usize) {
+        self.sent.increment(n as u64);
+    }
+}
+
+impl Drop for ClientConnection {
+    fn drop(&mut self) {
+        TOTALS.clients.fetch_sub(1, Ordering::Relaxed);
+        self.open.decrement(1.0);
+    }
+}
+
+/// A client connection was refused.
+pub fn client_rejected() {
+    counter!(CLIENT_CONNECTIONS_REJECTED).increment(1);
+}
+
+/// One open backend connection to a node: counted on creation, uncounted on drop.
+pub struct BackendConnection {
+    open: Gauge,
+}
+
+impl BackendConnection {
+    /// Counts a new connection to `node` (a cluster node address: a bounded set).
+    pub fn opened(node: &str) -> BackendConnection {
+        let open = gauge!(BACKEND_CONNECTIONS, "node" => node.to_string());
+        open.increment(1.0);
+        BackendConnection { open }
+    }
+}
+
+impl Drop for BackendConnection {
+    fn drop(&mut self) {
+        self.open.decrement(1.0);
+    }
+}
+
+/// A connect (TCP or handshake) to `node` failed.
+pub fn backend_connect_error(node: &str) {
+    counter!(BACKEND_CONNECT_ERRORS, "node" => node.to_string()).increment(1);
+}
+
+/// A multi-key command was refused because its keys span slots.
+pub fn crossslot_refusal() {
+    counter!(CROSSSLOT_REFUSALS).increment(1);
+}
+
+/// A key was rewritten by a rule of `family` (a rule family name from the rules file).
+pub fn rewrite(family: &str) {
+    counter!(REWRITES, "family" => family.to_string()).increment(1);
+}
+
+/// A key under the legacy `prefix` (the rule prefix from the rules file, never the key
+/// itself) matched no rule.
+pub fn unmatched(prefix: &str) {
+    counter!(UNMATCHED_KEYS, "prefix" => prefix.to_string()).increment(1);
+}
+
+/// An index maintenance operation ran for `family` (a rule family name).
+pub fn index_upkeep(family: &str) {
+    counter!(INDEX_UPKEEP, "family" => family.to_string()).increment(1);
+}
+
+/// A client entered (`+1`) or left (`-1`) subscribe mode.
+pub fn pubsub_subscribers(delta: i64) {
+    gauge!(PUBSUB_SUBSCRIBERS).increment(delta as f64);
+}
+
+/// A client started (`+1`) or stopped (`-1`) waiting in a blocking command.
+pub fn blocked_clients(delta: i64) {
+    gauge!(BLOCKED_CLIENTS).increment(delta as f64);
+}
+
+/// A transaction spanning slots was split.
+pub fn split_transaction() {
+    counter!(SPLIT_TRANSACTIONS).increment(1);
+}
+
+/// A client authentication attempt failed.
+pub fn auth_failure() {
+    counter!(AUTH_FAILURES).increment(1);
+}
+
+/// A configuration reload finished.
+pub fn config_reload(ok: bool) {
+    let result = if ok { "ok" } else { "error" };
+    counter!(CONFIG_RELOADS, "result" => result).increment(1);
+}
+
+/// How often the recorder's histograms are compacted.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_follows_reply_type() {
+        assert_eq!(Outcome::of_reply(b"+OK\r\n"), Outcome::Ok);
+        assert_eq!(Outcome::of_reply(b"$-1\r\n"), Outcome::Ok);
+        assert_eq!(Outcome::of_reply(b"-ERR wrong\r\n"), Outcome::Error);
+        assert_eq!(Outcome::of_reply(b"!5\r\nERR x\r\n"), Outcome::Error);
+        assert_eq!(Outcome::of_reply(b""), Outcome::Ok);
+        let crossslot = crate::reply::cross_slot(&[(b"a", 15495), (b"b", 3300)]);
+        assert_eq!(Outcome::of_reply(&crossslot), Outcome::CrossSlot);
+        let lost = crate::reply::outcome_unknown("127.0.0.1:1", "reset");
+        assert_eq!(Outcome::of_reply(&lost), Outcome::Lost);
+        let unavailable = crate::reply::unavailable("127.0.0.1:1", "refused");
+        assert_eq!(Outcome::of_reply(&unavailable), Outcome::Error);
+    }
+
+    #[test]
+    fn every_name_is_a_slotbridge_name() {
+        let names = [
+            COMMANDS,
+            COMMAND_DURATION,
+            REDIRECTS,
+            RETRIES,
+            TOPOLOGY_REFRESHES,
+            SLOTS_COVERED,
+            MASTERS,
+            CLIENT_CONNECTIONS,
+            CLIENT_CONNECTIONS_TOTAL,
+            CLIENT_CONNECTIONS_REJECTED,
+            BACKEND_CONNECTIONS,
+            BACKEND_CONNECT_ERRORS,
+            CLIENT_BYTES_RECEIVED,
+            CLIENT_BYTES_SENT,
+            CROSSSLOT_REFUSALS,
+            REWRITES,
+            UNMATCHED_KEYS,
+            INDEX_UPKEEP,
+            PUBSUB_SUBSCRIBERS,
+            BLOCKED_CLIENTS,
+            SPLIT_TRANSACTIONS,
+            AUTH_FAILURES,
+            CONFIG_RELOADS,
+        ];
+        for name in names {
+            let rest = name.strip_prefix("slotbridge_").unwrap_or("");
+            assert!(
+                !rest.is_empty()
+                    && rest
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_reasons_round_trip() {
+        for reason in [
+            RetryReason::TryAgain,
+            RetryReason::ClusterDown,
+            RetryReason::Loading,
+            RetryReason::ReadOnly,
+            RetryReason::MasterDown,
+            RetryReason::Unreachable,
+        ] {
+            assert_eq!(RetryReason::from_label(reason.label()), Some(reason));
+        }
+        assert_eq!(RetryReason::from_label("moved"), None);
+    }
+}

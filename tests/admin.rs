@@ -1,0 +1,576 @@
+//! The admin endpoint seen from outside: Prometheus metrics that move with real traffic
+//! (MOVED after a slot migration, TRYAGAIN during one, CROSSSLOT), a well-formed exposition,
+//! /healthz, /readyz against a cluster that loses a slot or a master, INFO's sections, and the
+//! deployment files.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{new_dir, query, Cluster, Proxy};
+
+/// Sends raw bytes to the admin port and returns (status, body).
+fn http_raw(addr: &str, request: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let text = String::from_utf8(response).expect("response is UTF-8");
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {text:?}"));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line in {head:?}"));
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("Content-Length: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Content-Length in {head:?}"));
+    assert_eq!(length, body.len(), "Content-Length matches the body");
+    (status, body.to_string())
+}
+
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    http_raw(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes(),
+    )
+}
+
+/// A Prometheus text exposition: every sample by its full series name (`name{labels}`).
+struct Exposition {
+    samples: BTreeMap<String, f64>,
+}
+
+impl Exposition {
+    /// Parses and checks the format: each line a comment or `name{labels} value`; HELP and
+    /// TYPE for every family; every name `slotbridge_[a-z0-9_]+`.
+    fn parse(text: &str) -> Exposition {
+        let mut helped = BTreeSet::new();
+        let mut typed = BTreeMap::new();
+        let mut samples = BTreeMap::new();
+        for line in text.lines() {
+            if line.is_empty() {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let name = rest.split(' ').next().unwrap();
+                helped.insert(name.to_string());
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let mut words = rest.split(' ');
+                let name = words.next().unwrap().to_string();
+                let kind = words.next().unwrap_or_default().to_string();
+                assert!(
+                    ["counter", "gauge", "histogram", "summary"].contains(&kind.as_str()),
+                    "{line}"
+                );
+                typed.insert(name, kind);
+                continue;
+            }
+            assert!(!line.starts_with('#'), "unknown comment: {line}");
+            let (series, value) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("no value: {line}"));
+            let value: f64 = value
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value: {line}"));
+            let name = series.split('{').next().unwrap();
+            assert!(is_metric_name(name), "bad name: {line}");
+            if let Some(labels) = series.strip_prefix(name) {
+                if !labels.is_empty() {
+                    assert!(
+                        labels.starts_with('{') && labels.ends_with('}'),
+                        "bad labels: {line}"
+                    );
+                    for pair in labels[1..labels.len() - 1].split("\",") {
+                        let (key, value) = pair
+                            .split_once("=\"")
+                            .unwrap_or_else(|| panic!("bad label: {line}"));
+                        assert!(
+                            key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+                            "{line}"
+                        );
+                        assert!(!value.contains('\n'), "{line}");
+                    }
+                }
+            }
+            let family = family_of(name, &typed);
+            assert!(typed.contains_key(family), "no TYPE for {family}: {line}");
+            assert!(helped.contains(family), "no HELP for {family}: {line}");
+            samples.insert(series.to_string(), value);
+        }
+        Exposition { samples }
+    }
+
+    /// A sample's value; 0 when the series does not exist (yet).
+    fn value(&self, series: &str) -> f64 {
+        self.samples.get(series).copied().unwrap_or(0.0)
+    }
+
+    fn has(&self, series: &str) -> bool {
+        self.samples.contains_key(series)
+    }
+}
+
+fn is_metric_name(name: &str) -> bool {
+    name.strip_prefix("slotbridge_").is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    })
+}
+
+/// A histogram's samples belong to the family without `_bucket`, `_sum`, `_count`.
+fn family_of<'a>(name: &'a str, typed: &BTreeMap<String, String>) -> &'a str {
+    for suffix in ["_bucket", "_sum", "_count"] {
+        if let Some(base) = name.strip_suffix(suffix) {
+            if typed.get(base).is_some_and(|kind| kind == "histogram") {
+                return base;
+            }
+        }
+    }
+    name
+}
+
+fn scrape(proxy: &Proxy) -> Exposition {
+    let (status, body) = http_get(proxy.admin_addr(), "/metrics");
+    assert_eq!(status, 200, "{body}");
+    if which("promtool") {
+        check_with_promtool(&body);
+    }
+    Exposition::parse(&body)
+}
+
+fn which(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success())
+}
+
+fn check_with_promtool(body: &str) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A proxy config file with the given YAML, for settings that have no flag.
+fn config_file(yaml: &str) -> String {
+    let path = new_dir("admin-config").join("slotbridge.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+fn commands(command: &str, outcome: &str) -> String {
+    format!("slotbridge_commands_total{{command=\"{command}\",outcome=\"{outcome}\"}}")
+}
+
+/// Two keys of one slot (a hash tag), whose slot is not the given one.
+fn tagged_pair(cluster: &Cluster, tag: &str) -> (u16, String, String) {
+    let a = format!("{{{tag}}}:a");
+    let b = format!("{{{tag}}}:b");
+    (cluster.keyslot(&a), a, b)
+}
+
+#[test]
+fn metrics_move_with_traffic_redirects_retries_and_crossslot() {
+    let cluster = Cluster::start(3, 0);
+    // No periodic refresh during the test, so the proxy meets MOVED; few retries, so a
+    // TRYAGAIN costs a known number of them.
+    let config = config_file(
+        "topology:\n  refresh_interval_ms: 600000\nretry:\n  attempts: 3\n  base_backoff_ms: 5\n",
+    );
+    let proxy = Proxy::start(&["--config", &config, "--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.connect();
+    let before = scrape(&proxy);
+    assert_eq!(before.value("slotbridge_slots_covered"), 16384.0);
+    assert_eq!(before.value("slotbridge_masters"), 3.0);
+    assert!(before.value("slotbridge_topology_refreshes_total{result=\"ok\"}") >= 1.0);
+
+    // Plain traffic.
+    for i in 0..20 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("plain:{i}"))
+            .arg(i)
+            .query(&mut con)
+            .unwrap();
+    }
+    let wrong: redis::RedisResult<()> = redis::cmd("NOSUCHCOMMAND").arg("x").query(&mut con);
+    assert!(wrong.is_err());
+    // SUNION is not split: keys in two slots are refused, as by Redis Cluster.
+    let (slot_a, key_a, _) = tagged_pair(&cluster, "left");
+    let (slot_b, key_b, _) = tagged_pair(&cluster, "right");
+    assert_ne!(slot_a, slot_b);
+    let refused: redis::RedisResult<Vec<String>> =
+        redis::cmd("SUNION").arg(&key_a).arg(&key_b).query(&mut con);
+    let refused = refused.unwrap_err();
+    assert_eq!(refused.code(), Some("CROSSSLOT"), "{refused}");
+
+    // MOVED: move a key's slot behind the proxy's back, then read the key through it.
+    let (moved_slot, moved_key, _) = tagged_pair(&cluster, "moving");
+    let _: () = redis::cmd("SET")
+        .arg(&moved_key)
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    let owner = cluster.node_for_slot(moved_slot);
+    let target = cluster.masters().into_iter().find(|m| *m != owner).unwrap();
+    cluster.migrate_slot(moved_slot, &target);
+    let got: String = redis::cmd("GET").arg(&moved_key).query(&mut con).unwrap();
+    assert_eq!(got, "v");
+
+    // TRYAGAIN: a multi-key command on a slot half-way through a migration, one key on
+    // each side. Redis answers TRYAGAIN until the move ends; the proxy retries `attempts`
+    // times and then passes the error on.
+    let (half_slot, half_a, half_b) = tagged_pair(&cluster, "halfway");
+    let _: () = redis::cmd("MSET")
+        .arg(&half_a)
+        .arg("1")
+        .arg(&half_b)
+        .arg("2")
+        .query(&mut con)
+        .unwrap();
+    let half_owner = cluster.node_for_slot(half_slot);
+    let half_target = cluster
+        .masters()
+        .into_iter()
+        .find(|m| *m != half_owner)
+        .unwrap();
+    cluster.begin_migration(half_slot, &half_target);
+    assert_eq!(cluster.migrate_keys(half_slot, &half_target, 1), 1);
+    let tryagain: redis::RedisResult<Vec<String>> =
+        redis::cmd("MGET").arg(&half_a).arg(&half_b).query(&mut con);
+    let tryagain = tryagain.unwrap_err();
+    assert_eq!(tryagain.code(), Some("TRYAGAIN"), "{tryagain}");
+    cluster.migrate_keys(half_slot, &half_target, usize::MAX);
+    cluster.finish_migration(half_slot, &half_target);
+
+    let after = scrape(&proxy);
+    let delta = |series: &str| after.value(series) - before.value(series);
+    assert_eq!(delta(&commands("set", "ok")), 21.0);
+    assert_eq!(delta(&commands("get", "ok")), 1.0);
+    assert_eq!(delta(&commands("mset", "ok")), 1.0);
+    assert_eq!(delta(&commands("unknown", "error")), 1.0);
+    assert_eq!(delta(&commands("sunion", "crossslot")), 1.0);
+    assert_eq!(delta(&commands("mget", "error")), 1.0);
+    assert_eq!(delta("slotbridge_crossslot_refusals_total"), 1.0);
+    assert_eq!(delta("slotbridge_redirects_total{kind=\"moved\"}"), 1.0);
+    assert_eq!(delta("slotbridge_retries_total{reason=\"tryagain\"}"), 3.0);
+    assert_eq!(
+        delta("slotbridge_command_duration_seconds_count{command=\"set\"}"),
+        21.0
+    );
+    let le_1s = "slotbridge_command_duration_seconds_bucket{command=\"set\",le=\"1\"}";
+    let le_100us = "slotbridge_command_duration_seconds_bucket{command=\"set\",le=\"0.0001\"}";
+    assert!(
+        after.has(le_1s) && after.has(le_100us),
+        "buckets 100 µs .. 1 s"
+    );
+    // A MOVED asks for a refresh.
+    assert!(
+        after.value("slotbridge_topology_refreshes_total{result=\"ok\"}")
+            > before.value("slotbridge_topology_refreshes_total{result=\"ok\"}")
+    );
+    assert!(after.value("slotbridge_client_connections") >= 1.0);
+    assert!(delta("slotbridge_client_bytes_received_total") > 0.0);
+    assert!(delta("slotbridge_client_bytes_sent_total") > 0.0);
+    for master in cluster.masters() {
+        let series = format!("slotbridge_backend_connections{{node=\"{master}\"}}");
+        assert!(after.value(&series) >= 1.0, "{series}");
+    }
+    // Only table names and "unknown" become labels, never what the client sent.
+    assert!(!after
+        .samples
+        .keys()
+        .any(|series| series.to_ascii_lowercase().contains("nosuchcommand")));
+}
+
+#[test]
+fn health_readiness_and_http_edges() {
+    let cluster = Cluster::start(3, 0);
+    let config = config_file("topology:\n  refresh_interval_ms: 300\n");
+    let proxy = Proxy::start(&["--config", &config, "--cluster", &cluster.seeds_arg()]);
+    let admin = proxy.admin_addr();
+
+    assert_eq!(http_get(admin, "/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(http_get(admin, "/nope").0, 404);
+    assert_eq!(
+        http_raw(
+            admin,
+            b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
+        )
+        .0,
+        405
+    );
+    assert_eq!(http_raw(admin, b"\x16\x03\x01garbage\r\n\r\n").0, 400);
+    // A request head split over several writes is still one request.
+    {
+        let mut stream = TcpStream::connect(admin).unwrap();
+        stream.write_all(b"GET /hea").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        stream.write_all(b"lthz HTTP/1.1\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        stream.write_all(b"\r\n").unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200 "), "{response}");
+    }
+    // An endless header is cut off, and the server keeps serving.
+    let huge = format!("GET /healthz HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+    assert_eq!(http_raw(admin, huge.as_bytes()).0, 431);
+    assert_eq!(http_get(admin, "/healthz").0, 200);
+
+    wait_for_readyz(admin, 200, "");
+
+    // One slot unassigned everywhere: the slot map no longer covers the cluster.
+    let slot = cluster.keyslot("readiness");
+    let owner = cluster.node_for_slot(slot);
+    let owner_id = cluster.node_id(&owner);
+    for master in cluster.masters() {
+        let _: () = query(&master, redis::cmd("CLUSTER").arg("DELSLOTS").arg(slot)).unwrap();
+    }
+    wait_for_readyz(admin, 503, "16383 of 16384");
+    let _: () = query(&owner, redis::cmd("CLUSTER").arg("ADDSLOTS").arg(slot)).unwrap();
+    for master in cluster.masters() {
+        // Bump the owner's claim so every node takes it (the others forgot the slot).
+        let _: () = query(
+            &master,
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&owner_id),
+        )
+        .unwrap();
+    }
+    wait_for_readyz(admin, 200, "");
+
+    // A master that is gone makes the proxy unready while the slot map still names it.
+    let victim = cluster.masters().into_iter().find(|m| *m != owner).unwrap();
+    cluster.kill_node(&victim);
+    let body = wait_for_readyz(admin, 503, &victim);
+    assert!(
+        body.contains("unreachable") || body.contains("PING"),
+        "{body}"
+    );
+    // Liveness is not readiness.
+    assert_eq!(http_get(admin, "/healthz").0, 200);
+}
+
+/// Polls `/readyz` until it answers `status` with a body containing `needle`; returns the body.
+fn wait_for_readyz(admin: &str, status: u16, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (got, body) = http_get(admin, "/readyz");
+        if got == status && body.contains(needle) {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz stayed {got} {body:?}, wanted {status} with {needle:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// INFO text through the proxy, as a map of section name -> lines.
+fn info_sections(con: &mut redis::Connection, args: &[&str]) -> BTreeMap<String, Vec<String>> {
+    let text: String = redis::cmd("INFO").arg(args).query(con).unwrap();
+    let mut sections: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut current = None;
+    for line in text.split("\r\n") {
+        if let Some(name) = line.strip_prefix("# ") {
+            current = Some(name.to_string());
+            sections.entry(name.to_string()).or_default();
+        } else if !line.is_empty() {
+            let name = current.clone().expect("line before any section");
+            sections.entry(name).or_default().push(line.to_string());
+        }
+    }
+    sections
+}
+
+fn field<'a>(lines: &'a [String], name: &str) -> Option<&'a str> {
+    lines
+        .iter()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+}
+
+#[test]
+fn info_sums_the_keyspace_of_every_master() {
+    let cluster = common::shared_cluster();
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.connect();
+    for i in 0..30 {
+        let mut set = redis::cmd("SET");
+        set.arg(format!("info:{i}")).arg(i);
+        if i % 3 == 0 {
+            set.arg("EX").arg(1000);
+        }
+        let _: () = set.query(&mut con).unwrap();
+    }
+    // The expected totals come from the masters themselves.
+    let mut keys = 0i64;
+    let mut expires = 0i64;
+    for master in cluster.masters() {
+        keys += query::<i64>(&master, &redis::cmd("DBSIZE")).unwrap();
+        let text: String = query(&master, redis::cmd("INFO").arg("keyspace")).unwrap();
+        expires += text
+            .split(',')
+            .find_map(|f| f.strip_prefix("expires="))
+            .map(|n| n.trim().parse::<i64>().unwrap())
+            .unwrap_or(0);
+    }
+    assert!(keys >= 30);
+
+    let all = info_sections(&mut con, &[]);
+    for section in ["Server", "Clients", "Keyspace", "Cluster", "Proxy"] {
+        assert!(all.contains_key(section), "INFO lacks # {section}: {all:?}");
+    }
+    assert_eq!(field(&all["Cluster"], "cluster_enabled"), Some("0"));
+    let db0 = field(&all["Keyspace"], "db0").expect("db0 line");
+    assert!(
+        db0.starts_with(&format!("keys={keys},expires={expires},avg_ttl=")),
+        "{db0} vs keys={keys},expires={expires}"
+    );
+    let proxy_section = &all["Proxy"];
+    assert_eq!(field(proxy_section, "proxy_masters"), Some("3"));
+    assert_eq!(field(proxy_section, "proxy_slots_covered"), Some("16384"));
+    assert_eq!(
+        field(proxy_section, "proxy_version"),
+        Some(env!("CARGO_PKG_VERSION"))
+    );
+    let clients: i64 = field(proxy_section, "proxy_connected_clients")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(clients >= 1);
+    for name in [
+        "proxy_uptime_in_seconds",
+        "proxy_redirects_moved",
+        "proxy_redirects_ask",
+        "proxy_retries",
+        "proxy_topology_refreshes_ok",
+    ] {
+        assert!(field(proxy_section, name).is_some(), "{name}");
+    }
+
+    let only_keyspace = info_sections(&mut con, &["keyspace"]);
+    assert_eq!(
+        only_keyspace.keys().collect::<Vec<_>>(),
+        ["Keyspace"],
+        "{only_keyspace:?}"
+    );
+    let only_proxy = info_sections(&mut con, &["PROXY"]);
+    assert_eq!(only_proxy.keys().collect::<Vec<_>>(), ["Proxy"]);
+    let server = info_sections(&mut con, &["server"]);
+    assert_eq!(server.keys().collect::<Vec<_>>(), ["Server"]);
+    let everything = info_sections(&mut con, &["everything"]);
+    assert!(everything.contains_key("Proxy") && everything.contains_key("Keyspace"));
+    assert!(everything.contains_key("Commandstats"), "{everything:?}");
+}
+
+#[test]
+fn metrics_can_be_switched_off() {
+    let cluster = common::shared_cluster();
+    let config = config_file("admin:\n  metrics: false\n");
+    let proxy = Proxy::start(&["--config", &config, "--cluster", &cluster.seeds_arg()]);
+    let _: () = redis::cmd("SET")
+        .arg("off")
+        .arg(1)
+        .query(&mut proxy.connect())
+        .unwrap();
+    assert_eq!(http_get(proxy.admin_addr(), "/metrics").0, 404);
+    assert_eq!(http_get(proxy.admin_addr(), "/healthz").0, 200);
+}
+
+#[test]
+fn healthcheck_subcommand_probes_healthz() {
+    let cluster = common::shared_cluster();
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let run = |addr: &str| {
+        Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+            .args(["healthcheck", "--admin-listen", addr])
+            .output()
+            .unwrap()
+            .status
+    };
+    assert!(run(proxy.admin_addr()).success());
+    let closed = format!("127.0.0.1:{}", common::free_port());
+    assert!(!run(&closed).success());
+}
+
+fn repo_file(path: &str) -> String {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
+}
+
+#[test]
+fn deployment_files_are_consistent() {
+    use serde_yaml_ng::Value;
+    let compose: Value = serde_yaml_ng::from_str(&repo_file("deploy/docker-compose.yml")).unwrap();
+    let services = compose["services"].as_mapping().expect("services");
+    let names: Vec<&str> = services.keys().filter_map(Value::as_str).collect();
+    let redis_nodes = names.iter().filter(|n| n.starts_with("redis-")).count();
+    assert!(redis_nodes >= 3, "{names:?}");
+    for needed in ["cluster-create", "slotbridge", "prometheus"] {
+        assert!(names.contains(&needed), "{needed} missing from {names:?}");
+    }
+    let proxy = &compose["services"]["slotbridge"];
+    let command: Vec<&str> = proxy["command"]
+        .as_sequence()
+        .expect("slotbridge command list")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(command.contains(&"--admin-listen"), "{command:?}");
+    assert!(proxy["healthcheck"]["test"].is_sequence());
+    let prometheus_config: Value =
+        serde_yaml_ng::from_str(&repo_file("deploy/prometheus.yml")).unwrap();
+    let targets = &prometheus_config["scrape_configs"][0]["static_configs"][0]["targets"][0];
+    assert_eq!(targets.as_str(), Some("slotbridge:9121"));
+
+    let dockerfile = repo_file("Dockerfile");
+    for needed in [
+        "FROM rust:",
+        "cargo build --release",
+        "FROM debian:bookworm-slim",
+        "USER ",
+        "EXPOSE 6380 9121",
+        "HEALTHCHECK",
+        "healthcheck",
+    ] {
+        assert!(dockerfile.contains(needed), "Dockerfile lacks {needed:?}");
+    }
+}
