@@ -197,6 +197,7 @@ fn error(what: &str) -> ProtocolError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
     use proptest::prelude::*;
 
     /// Feeds `stream` whole and returns the frame lengths found, in order.
