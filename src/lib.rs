@@ -27,13 +27,18 @@
 //! - [`client`]: one task per client connection, replies in request order (IO).
 //! - [`server`]: the accept loop and shutdown (IO).
 //! - [`config`]: YAML + CLI configuration, validated in one place.
+//! - [`auth`], [`policy`]: who a client is and what it may run. Pure.
+//! - [`reload`]: the live configuration (hot reload) and graceful drain (IO).
 
+pub mod auth;
 pub mod backend;
 pub mod client;
 pub mod command;
 pub mod config;
 pub mod dispatch;
+pub mod policy;
 pub mod protocol;
+pub mod reload;
 pub mod reply;
 pub mod rewrite;
 pub mod route;

@@ -36,6 +36,10 @@ pub struct Proxy {
     pub listen_addr: String,
     /// Start time, for INFO's uptime.
     pub started: Instant,
+    /// Proxy users (AUTH, ACL).
+    pub auth: crate::auth::Auth,
+    /// Commands the proxy refuses.
+    pub policy: crate::policy::Policy,
 }
 
 /// How one request will be carried out.
@@ -55,7 +59,24 @@ enum Plan {
 impl Proxy {
     /// Runs one request and returns its complete reply frame.
     pub async fn execute(self: Arc<Self>, request: Request, proto: Proto) -> Bytes {
-        match self.plan(&request) {
+        let plan = self.plan(&request, None);
+        self.run(plan, request, proto).await
+    }
+
+    /// Like [`Proxy::execute`], with `user`'s ACL checked first (`None`: no restrictions).
+    /// The checks run now, before the returned future is first polled.
+    pub fn execute_as(
+        self: Arc<Self>,
+        request: Request,
+        proto: Proto,
+        user: Option<&crate::auth::User>,
+    ) -> impl std::future::Future<Output = Bytes> + Send + 'static {
+        let plan = self.plan(&request, user);
+        self.run(plan, request, proto)
+    }
+
+    async fn run(self: Arc<Self>, plan: Plan, request: Request, proto: Proto) -> Bytes {
+        match plan {
             Plan::Answer(reply) => reply,
             Plan::Forward(target) => self.forward(target, request.raw, proto).await,
             Plan::Split(kind) => self.split(kind, &request, proto).await,
@@ -64,7 +85,7 @@ impl Proxy {
         }
     }
 
-    fn plan(&self, request: &Request) -> Plan {
+    fn plan(&self, request: &Request, user: Option<&crate::auth::User>) -> Plan {
         let args = &request.args;
         let Some(spec) = self.commands.lookup(args) else {
             return Plan::Answer(reply::unknown_command(args));
@@ -72,11 +93,21 @@ impl Proxy {
         if !spec.arity_ok(args.len()) {
             return Plan::Answer(reply::wrong_arity(&spec.name));
         }
+        if let Some(refusal) = self.policy.refusal(&spec.name) {
+            return Plan::Answer(refusal);
+        }
+        let user = user.filter(|user| !user.is_unrestricted());
+        if user.is_some_and(|user| !user.may_run(spec)) {
+            return Plan::Answer(reply::error(&crate::auth::noperm_command(&spec.name)));
+        }
         if let Some(local) = emulate::Local::classify(spec, args) {
             return Plan::Emulate(local);
         }
         let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
         spec.keys(args, &mut keys);
+        if user.is_some_and(|user| !keys.iter().all(|k| user.may_access(&args[k.index]))) {
+            return Plan::Answer(reply::error(crate::auth::NOPERM_KEYS));
+        }
         let target = match common_slot(args, &keys) {
             Ok(Some(slot)) => Target::Slot(slot),
             Ok(None) => Target::AnyMaster,
