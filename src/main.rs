@@ -1,4 +1,5 @@
-//! The `slotbridge` command: run the proxy (default), or check a configuration file.
+//! The `slotbridge` command: run the proxy (default), check a configuration file, or ask a
+//! running proxy to reload its configuration.
 
 mod cli;
 
@@ -11,5 +12,6 @@ fn main() -> ExitCode {
     match cli.command.unwrap_or(cli::Command::Run(cli.run)) {
         cli::Command::Run(args) => cli::run(args),
         cli::Command::CheckConfig { file } => cli::check_config(&file),
+        cli::Command::Reload { pidfile } => cli::reload(&pidfile),
     }
 }

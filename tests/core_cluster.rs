@@ -247,7 +247,10 @@ fn errors_name_what_is_wrong() {
         .unwrap_err();
     let text = err.to_string();
     assert_eq!(err.kind(), redis::ErrorKind::CrossSlot, "{text}");
-    assert!(text.contains("'a' -> 15495") && text.contains("'b' -> 3300"), "{text}");
+    assert!(
+        text.contains("'a' -> 15495") && text.contains("'b' -> 3300"),
+        "{text}"
+    );
     let one: i64 = redis::cmd("EVAL")
         .arg("return 1")
         .arg(0)

@@ -8,59 +8,103 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use futures_util::future::{ready, Either};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
-use crate::dispatch::Proxy;
+use crate::auth;
 use crate::protocol::{Proto, RequestDecoder};
+use crate::reload::Live;
 use crate::reply;
 
 use super::local::{self, ConnState};
 use super::registry::Registry;
 
 const READ_BUFFER: usize = 16 * 1024;
+/// Unsent replies past which the session stops reading new requests, so a client that
+/// reads slowly is slowed down by TCP instead of growing the proxy's memory.
+const OUTPUT_BACKPRESSURE: usize = 256 * 1024;
+/// How long a closing connection keeps reading (and discarding) so the close is a FIN
+/// after the last reply, not a reset that could destroy replies still in flight.
+const CLOSE_LINGER: Duration = Duration::from_millis(500);
 
-/// Serves one client until it disconnects, sends QUIT, or breaks the protocol.
-pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>) {
+/// Serves one client until it disconnects, sends QUIT, breaks the protocol, idles past
+/// `timeout`, exceeds its output buffer limit, or the proxy drains.
+pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) {
     let peer = stream
         .peer_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let local_addr = stream.local_addr().unwrap_or(peer);
     let _ = stream.set_nodelay(true);
+    // Limits are read once: a reload applies them to connections made after it.
+    let proxy = live.proxy();
+    let config = &proxy.config;
+    if config.tcp_keepalive > 0 {
+        let keepalive =
+            socket2::TcpKeepalive::new().with_time(Duration::from_secs(config.tcp_keepalive));
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+    }
+    let max_pipeline = config.limits.max_pipeline;
+    let idle_timeout = (config.timeout > 0).then(|| Duration::from_secs(config.timeout));
+    let output_limit = config.client_output_buffer_limit_bytes;
+    let mut decoder = RequestDecoder::new(config.limits.protocol());
     let guard = registry.register(peer, local_addr);
     let mut state = ConnState {
         id: guard.id,
         proto: Proto::Resp2,
         name: None,
+        user: ConnState::initial_user(&proxy.auth),
     };
+    drop(proxy);
     let (mut reader, mut writer) = stream.into_split();
-    let max_pipeline = proxy.config.limits.max_pipeline;
-    let mut decoder = RequestDecoder::new(proxy.config.limits.protocol());
     let mut input = BytesMut::with_capacity(READ_BUFFER);
     let mut output = BytesMut::new();
     let mut in_flight = FuturesOrdered::new();
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
+    let mut drain = live.drain.subscribe();
+    let mut draining = *drain.borrow();
+    let mut last_input = Instant::now();
 
     loop {
         // Turn buffered bytes into dispatched requests, as far as the pipeline limit allows.
         while !closing && in_flight.len() < max_pipeline {
             match decoder.decode(&mut input) {
-                Ok(Some(request)) => match local::answer(&mut state, &registry, &request) {
-                    Some(answer) => {
-                        closing |= answer.close;
-                        in_flight.push_back(Either::Left(ready(answer.reply)));
+                Ok(Some(request)) => {
+                    if draining {
+                        let refused = reply::error(reply::text::SHUTTING_DOWN);
+                        in_flight.push_back(Either::Left(ready(refused)));
+                        continue;
                     }
-                    None => {
-                        let run = proxy.clone().execute(request, state.proto);
-                        in_flight.push_back(Either::Right(run));
+                    // One snapshot per command: it runs to its end on this configuration.
+                    let proxy = live.proxy();
+                    let user = state.user.as_deref().and_then(|name| proxy.auth.user(name));
+                    if user.is_none() && !local::allowed_before_auth(&request) {
+                        let refused = reply::error(auth::NOAUTH);
+                        in_flight.push_back(Either::Left(ready(refused)));
+                        continue;
                     }
-                },
+                    match local::answer(&mut state, &registry, &proxy.auth, &request) {
+                        Some(answer) => {
+                            closing |= answer.close;
+                            in_flight.push_back(Either::Left(ready(answer.reply)));
+                        }
+                        None => {
+                            let user = user.cloned();
+                            let run =
+                                proxy
+                                    .clone()
+                                    .execute_as(request, state.proto, user.as_deref());
+                            in_flight.push_back(Either::Right(run));
+                        }
+                    }
+                }
                 Ok(None) => break,
                 Err(error) => {
                     tracing::debug!(client = %peer, %error, "closing client after protocol error");
@@ -69,10 +113,16 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                 }
             }
         }
-        if closing && in_flight.is_empty() {
+        let answered = in_flight.is_empty() && output.is_empty();
+        if answered && (closing || draining) {
+            linger_close(reader, writer).await;
             break;
         }
-        let can_read = !closing && in_flight.len() < max_pipeline;
+        let can_read =
+            !closing && in_flight.len() < max_pipeline && output.len() < OUTPUT_BACKPRESSURE;
+        let idle_deadline = idle_timeout
+            .filter(|_| answered)
+            .map(|timeout| last_input + timeout);
         tokio::select! {
             biased;
             Some(first) = in_flight.next(), if !in_flight.is_empty() => {
@@ -81,22 +131,58 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                 while let Some(Some(more)) = in_flight.next().now_or_never() {
                     output.extend_from_slice(&more);
                 }
-                if writer.write_all(&output).await.is_err() {
+                if output_limit > 0 && output.len() > output_limit {
+                    tracing::info!(client = %peer, bytes = output.len(), "closing client over its output buffer limit");
+                    metrics::counter!("slotbridge_client_output_limit_disconnects_total").increment(1);
                     break;
                 }
-                output.clear();
             }
+            written = writer.write(&output), if !output.is_empty() => match written {
+                Ok(0) | Err(_) => break,
+                Ok(n) => output.advance(n),
+            },
             read = reader.read_buf(&mut input), if can_read => {
                 match read {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
                 }
+                last_input = Instant::now();
                 if input.capacity() - input.len() < 1024 {
                     input.reserve(READ_BUFFER);
                 }
             }
+            _ = drain.changed(), if !draining => draining = true,
+            _ = sleep_until(idle_deadline), if idle_deadline.is_some() => {
+                tracing::debug!(client = %peer, "closing idle client");
+                break;
+            }
         }
     }
-    let _ = writer.shutdown().await;
     drop(guard);
+}
+
+/// Waits until `deadline`; never returns for `None` (the caller guards the branch anyway).
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Half-closes the connection after the last reply, then discards input for a moment,
+/// so unread client bytes do not turn the close into a reset.
+async fn linger_close(
+    mut reader: tokio::net::tcp::OwnedReadHalf,
+    mut writer: tokio::net::tcp::OwnedWriteHalf,
+) {
+    let _ = writer.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(CLOSE_LINGER, async {
+        while let Ok(n) = reader.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }
