@@ -66,7 +66,10 @@ fn wrong_password_gets_wrongpass_and_right_one_works() {
     assert_eq!(con.call(&["AUTH", "nope"]), WRONGPASS);
     assert_eq!(con.call(&["AUTH", "default", "nope"]), WRONGPASS);
     assert_eq!(con.call(&["AUTH", "nosuchuser", "toppw"]), WRONGPASS);
-    assert_eq!(con.call(&["GET", "k"]), "-NOAUTH Authentication required.\r\n");
+    assert_eq!(
+        con.call(&["GET", "k"]),
+        "-NOAUTH Authentication required.\r\n"
+    );
     assert_eq!(con.call(&["AUTH", "toppw"]), "+OK\r\n");
     assert_eq!(con.call(&["SET", "auth:plain", "v"]), "+OK\r\n");
     assert_eq!(con.call(&["GET", "auth:plain"]), "$1\r\nv\r\n");
@@ -124,7 +127,11 @@ fn a_redis_client_logs_in_with_a_url() {
     let url = format!("redis://bot:botpw@{}/", proxy().addr());
     let client = redis::Client::open(url).unwrap();
     let mut con = client.get_connection().unwrap();
-    let _: () = redis::cmd("SET").arg("mybot:url").arg("1").query(&mut con).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("mybot:url")
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
     let value: String = redis::cmd("GET").arg("mybot:url").query(&mut con).unwrap();
     assert_eq!(value, "1");
 }
@@ -176,7 +183,11 @@ impl Raw {
                 return String::from_utf8_lossy(&reply).into_owned();
             }
             let n = self.stream.read(&mut buf).expect("read a reply");
-            assert!(n > 0, "connection closed; got {:?}", String::from_utf8_lossy(&reply));
+            assert!(
+                n > 0,
+                "connection closed; got {:?}",
+                String::from_utf8_lossy(&reply)
+            );
             reply.extend_from_slice(&buf[..n]);
         }
     }

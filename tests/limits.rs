@@ -53,7 +53,10 @@ fn maxclients_refuses_the_next_client() {
     assert_eq!(second.call(&["PING"]), "+PONG\r\n");
     let mut third = TcpStream::connect(proxy.addr()).unwrap();
     let (reply, closed) = read_to_close(&mut third, Duration::from_secs(5));
-    assert_eq!(String::from_utf8_lossy(&reply), "-ERR max number of clients reached\r\n");
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "-ERR max number of clients reached\r\n"
+    );
     assert!(closed);
     // A freed place is given to the next client.
     drop(first);
@@ -83,7 +86,10 @@ fn idle_clients_are_closed_after_timeout() {
         std::thread::sleep(Duration::from_millis(300));
     }
     let (data, closed) = read_to_close(&mut idle.stream, Duration::from_secs(2));
-    assert!(data.is_empty() && closed, "idle client still open ({data:?})");
+    assert!(
+        data.is_empty() && closed,
+        "idle client still open ({data:?})"
+    );
     assert_eq!(busy.call(&["PING"]), "+PONG\r\n");
 }
 
@@ -155,7 +161,11 @@ impl Raw {
                 return String::from_utf8_lossy(&reply).into_owned();
             }
             let n = self.stream.read(&mut buf).expect("read a reply");
-            assert!(n > 0, "connection closed; got {:?}", String::from_utf8_lossy(&reply));
+            assert!(
+                n > 0,
+                "connection closed; got {:?}",
+                String::from_utf8_lossy(&reply)
+            );
             reply.extend_from_slice(&buf[..n]);
         }
     }

@@ -51,7 +51,10 @@ fn dangerous_commands_are_refused_by_default() {
     assert!(config.starts_with("*2\r\n$9\r\nmaxmemory\r\n"), "{config}");
     // CLUSTER writes keep the emulation's explanation.
     let cluster = con.call(&["CLUSTER", "FORGET", "abc"]);
-    assert!(cluster.starts_with("-ERR proxy: CLUSTER FORGET is not available"), "{cluster}");
+    assert!(
+        cluster.starts_with("-ERR proxy: CLUSTER FORGET is not available"),
+        "{cluster}"
+    );
 }
 
 #[test]
@@ -67,14 +70,21 @@ fn allow_and_deny_lists_change_the_policy() {
 fn contradicting_lists_stop_the_proxy_at_start() {
     let dir = new_dir("policy-bad");
     let path = dir.join("slotbridge.yaml");
-    std::fs::write(&path, "cluster: [127.0.0.1:7001]\ncommands:\n  allow: [keys]\n  deny: [keys]\n").unwrap();
+    std::fs::write(
+        &path,
+        "cluster: [127.0.0.1:7001]\ncommands:\n  allow: [keys]\n  deny: [keys]\n",
+    )
+    .unwrap();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_slotbridge"))
         .args(["check-config", path.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("'keys' is both allowed and denied"), "{stderr}");
+    assert!(
+        stderr.contains("'keys' is both allowed and denied"),
+        "{stderr}"
+    );
 }
 
 /// A raw RESP connection, so replies are checked byte for byte.
@@ -109,7 +119,11 @@ impl Raw {
                 return String::from_utf8_lossy(&reply).into_owned();
             }
             let n = self.stream.read(&mut buf).expect("read a reply");
-            assert!(n > 0, "connection closed; got {:?}", String::from_utf8_lossy(&reply));
+            assert!(
+                n > 0,
+                "connection closed; got {:?}",
+                String::from_utf8_lossy(&reply)
+            );
             reply.extend_from_slice(&buf[..n]);
         }
     }

@@ -20,7 +20,11 @@ fn config_file(text: &str) -> PathBuf {
 }
 
 fn cluster_yaml() -> String {
-    let seeds: Vec<String> = shared_cluster().seeds().iter().map(|s| format!("\"{s}\"")).collect();
+    let seeds: Vec<String> = shared_cluster()
+        .seeds()
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect();
     format!("cluster: [{}]\n", seeds.join(", "))
 }
 
@@ -67,7 +71,11 @@ fn sighup_ten_times_under_redis_benchmark() {
     );
     assert!(!text.to_ascii_lowercase().contains("error"), "{text}");
     assert!(text.contains("SET") && text.contains("INCR"), "{text}");
-    assert!(!proxy.stderr().contains("reload failed"), "{}", proxy.output());
+    assert!(
+        !proxy.stderr().contains("reload failed"),
+        "{}",
+        proxy.output()
+    );
 }
 
 #[test]
@@ -83,12 +91,19 @@ fn a_broken_file_changes_nothing_and_a_good_one_applies_to_new_logins() {
     let mut kept = Raw::connect(proxy.addr());
     assert_eq!(kept.call(&["AUTH", "first"]), "+OK\r\n");
 
-    std::fs::write(&path, format!("{}requirepass: second\nbogus_field: 1\n", cluster_yaml()))
-        .unwrap();
+    std::fs::write(
+        &path,
+        format!("{}requirepass: second\nbogus_field: 1\n", cluster_yaml()),
+    )
+    .unwrap();
     proxy.send_signal("HUP");
     wait_log(&proxy, "reload failed", 1);
     let mut con = Raw::connect(proxy.addr());
-    assert_eq!(con.call(&["AUTH", "first"]), "+OK\r\n", "the old config must keep serving");
+    assert_eq!(
+        con.call(&["AUTH", "first"]),
+        "+OK\r\n",
+        "the old config must keep serving"
+    );
 
     std::fs::write(&path, format!("{}requirepass: second\n", cluster_yaml())).unwrap();
     reload_with_pidfile(&pidfile);
@@ -117,8 +132,13 @@ fn switching_from_standalone_to_cluster_keeps_clients_connected() {
         .arg("standalone")
         .query(&mut standalone.connect())
         .unwrap();
-    let mut cluster_con = common::connect(&shared_cluster().node_for_slot(shared_cluster().keyslot(key)));
-    let _: () = redis::cmd("SET").arg(key).arg("cluster").query(&mut cluster_con).unwrap();
+    let mut cluster_con =
+        common::connect(&shared_cluster().node_for_slot(shared_cluster().keyslot(key)));
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("cluster")
+        .query(&mut cluster_con)
+        .unwrap();
 
     let path = config_file(&format!("standalone: \"{}\"\n", standalone.addr()));
     let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
@@ -165,7 +185,11 @@ impl Raw {
                 return String::from_utf8_lossy(&reply).into_owned();
             }
             let n = self.stream.read(&mut buf).expect("read a reply");
-            assert!(n > 0, "connection closed; got {:?}", String::from_utf8_lossy(&reply));
+            assert!(
+                n > 0,
+                "connection closed; got {:?}",
+                String::from_utf8_lossy(&reply)
+            );
             reply.extend_from_slice(&buf[..n]);
         }
     }
