@@ -152,7 +152,8 @@ pub enum Route {
     Metrics,
     Healthz,
     Readyz,
-    // A `POST /reload` route goes here (and in `route`) when hot reload exists.
+    /// `POST /reload`: re-read the configuration file (as SIGHUP).
+    Reload,
     /// A known path with a method it does not take.
     MethodNotAllowed,
     NotFound,
@@ -178,6 +179,13 @@ pub fn route(head: &[u8]) -> Route {
         return Route::BadRequest;
     }
     let path = target.split('?').next().unwrap_or(target);
+    if path == "/reload" {
+        return if method == "POST" {
+            Route::Reload
+        } else {
+            Route::MethodNotAllowed
+        };
+    }
     let route = match path {
         "/metrics" => Route::Metrics,
         "/healthz" => Route::Healthz,
@@ -291,6 +299,11 @@ async fn respond(route: Route, state: &AdminState) -> Response {
             Ok(()) => Response::text(200, "ready\n"),
             Err(reason) => Response::text(503, format!("not ready: {reason}\n")),
         },
+        Route::Reload => {
+            // The outcome is logged and counted in slotbridge_config_reloads_total.
+            crate::reload::request();
+            Response::text(202, "reload requested\n")
+        }
         Route::MethodNotAllowed => Response::text(405, "method not allowed\n"),
         Route::NotFound => Response::text(404, "not found\n"),
         Route::BadRequest => Response::text(400, "bad request\n"),

@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use slotbridge::config::{Config, LogFormat};
+use slotbridge::config::{Config, LogFormat, Secret};
 
 /// A Redis-protocol proxy for Redis Cluster that rewrites legacy key layouts on the fly.
 #[derive(Debug, Parser)]
@@ -60,6 +61,12 @@ pub enum Command {
         )]
         admin_listen: String,
     },
+    /// Make a running proxy re-read its configuration file (sends it SIGHUP).
+    Reload {
+        /// The pidfile the running proxy wrote (its `--pidfile` / `pidfile`).
+        #[arg(long, env = "SLOTBRIDGE_PIDFILE")]
+        pidfile: PathBuf,
+    },
 }
 
 /// Flags of `run`. Each overrides the same field of the config file.
@@ -105,6 +112,12 @@ pub struct RunArgs {
     /// A key prefix the layout applies to; repeatable (see `layout.prefixes`).
     #[arg(long = "prefix", value_name = "NAME")]
     pub prefixes: Vec<String>,
+    /// Password clients must send with AUTH (the `default` user's).
+    #[arg(long, env = "SLOTBRIDGE_REQUIREPASS", hide_env_values = true)]
+    pub requirepass: Option<String>,
+    /// Write the proxy's pid to this file (for `slotbridge reload`).
+    #[arg(long, env = "SLOTBRIDGE_PIDFILE")]
+    pub pidfile: Option<PathBuf>,
 }
 
 impl RunArgs {
@@ -146,6 +159,12 @@ impl RunArgs {
         if !self.prefixes.is_empty() {
             config.layout.prefixes = self.prefixes.clone();
         }
+        if let Some(password) = &self.requirepass {
+            config.requirepass = Some(Secret(password.clone()));
+        }
+        if let Some(pidfile) = &self.pidfile {
+            config.pidfile = Some(pidfile.clone());
+        }
         if let Ok(username) = std::env::var("REDIS_USERNAME") {
             config.backend.username = Some(username);
         }
@@ -169,7 +188,7 @@ fn init_logging(config: &Config) {
     }
 }
 
-/// `slotbridge [run]`: serve until SIGINT or SIGTERM.
+/// `slotbridge [run]`: serve until SIGINT or SIGTERM (then drain), reload on SIGHUP.
 pub fn run(args: RunArgs) -> ExitCode {
     let config = match args.config() {
         Ok(config) => config,
@@ -190,6 +209,9 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let pidfile = config.pidfile.clone();
+    let args = Arc::new(args);
+    let loader: slotbridge::reload::Loader = Box::new(move || args.config());
     runtime.block_on(async move {
         let (proxy, listener) = match slotbridge::server::start(config).await {
             Ok(started) => started,
@@ -198,9 +220,54 @@ pub fn run(args: RunArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        slotbridge::server::serve(proxy, listener, shutdown_signal()).await;
+        if let Some(path) = &pidfile {
+            if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+                tracing::error!("cannot write pidfile {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+        }
+        let live = slotbridge::server::live(proxy, Some(loader));
+        slotbridge::server::serve_live(live, listener, shutdown_signal()).await;
+        if let Some(path) = &pidfile {
+            let _ = std::fs::remove_file(path);
+        }
         ExitCode::SUCCESS
     })
+}
+
+/// `slotbridge reload --pidfile FILE`: sends SIGHUP to the proxy whose pid is in FILE.
+pub fn reload(pidfile: &Path) -> ExitCode {
+    let pid = match std::fs::read_to_string(pidfile) {
+        Ok(text) => match text.trim().parse::<u32>() {
+            Ok(pid) if pid > 1 => pid,
+            _ => {
+                eprintln!("slotbridge: {}: not a pid", pidfile.display());
+                return ExitCode::from(2);
+            }
+        },
+        Err(e) => {
+            eprintln!("slotbridge: {}: {e}", pidfile.display());
+            return ExitCode::from(2);
+        }
+    };
+    // kill(1) instead of a raw syscall: no unsafe code and no extra crate.
+    match std::process::Command::new("kill")
+        .args(["-s", "HUP", &pid.to_string()])
+        .status()
+    {
+        Ok(status) if status.success() => {
+            println!("slotbridge: reload requested (pid {pid}); the outcome is in its log");
+            ExitCode::SUCCESS
+        }
+        Ok(status) => {
+            eprintln!("slotbridge: kill -s HUP {pid} failed ({status})");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("slotbridge: cannot run kill: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 async fn shutdown_signal() {

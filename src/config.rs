@@ -48,6 +48,26 @@ pub struct Config {
     pub cross_slot_transactions: CrossSlotTransactions,
     /// Legacy key layout translation (off unless `layout.file` is set).
     pub layout: LayoutConfig,
+    /// Password of the proxy's `default` user (clients send `AUTH password`); never logged.
+    pub requirepass: Option<Secret>,
+    /// Refuse a non-loopback `listen` while no authentication is configured (as Redis).
+    pub protected_mode: bool,
+    /// Proxy-side ACL users (see [`UserConfig`]).
+    pub users: Vec<UserConfig>,
+    /// Commands the proxy refuses or allows on top of its default policy.
+    pub commands: CommandsConfig,
+    /// Most clients connected at once; the next one gets an error and is closed.
+    pub maxclients: usize,
+    /// Close a client idle this many seconds (0: never, as Redis's default).
+    pub timeout: u64,
+    /// Disconnect a client whose unsent replies exceed this many bytes (0: no limit).
+    pub client_output_buffer_limit_bytes: usize,
+    /// TCP keepalive time on client sockets, seconds (0: off; Redis's default 300).
+    pub tcp_keepalive: u64,
+    /// How long a graceful shutdown waits for in-flight commands, milliseconds.
+    pub shutdown_timeout_ms: u64,
+    /// Written with the proxy's pid at start-up, for `slotbridge reload`.
+    pub pidfile: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -69,6 +89,16 @@ impl Default for Config {
             log_level: "info".into(),
             cross_slot_transactions: CrossSlotTransactions::default(),
             layout: LayoutConfig::default(),
+            requirepass: None,
+            protected_mode: true,
+            users: Vec::new(),
+            commands: CommandsConfig::default(),
+            maxclients: 10_000,
+            timeout: 0,
+            client_output_buffer_limit_bytes: 64 * 1024 * 1024,
+            tcp_keepalive: 300,
+            shutdown_timeout_ms: 10_000,
+            pidfile: None,
         }
     }
 }
@@ -105,7 +135,78 @@ impl LayoutConfig {
     }
 }
 
-/// How the proxy talks to the upstream nodes.
+/// A secret (password): shown as `"<redacted>"` by `Debug`, so it never reaches a log.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
+}
+
+/// An `on`/`off` switch; YAML `true`/`false` work too.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+enum OnOff {
+    Bool(bool),
+    Word(Switch),
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Switch {
+    On,
+    Off,
+}
+
+fn on_off<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    Ok(Option::<OnOff>::deserialize(d)?.map(|v| match v {
+        OnOff::Bool(b) => b,
+        OnOff::Word(w) => w == Switch::On,
+    }))
+}
+
+/// One proxy-side ACL user, checked by the proxy before anything reaches the upstream.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct UserConfig {
+    /// User name (`default` is the user of `AUTH password`).
+    pub name: String,
+    /// Clear-text password.
+    pub password: Option<Secret>,
+    /// SHA-256 of the password, 64 hex digits (instead of `password`).
+    pub password_sha256: Option<Secret>,
+    /// `on`/`off` (default on).
+    #[serde(deserialize_with = "on_off")]
+    pub enabled: Option<bool>,
+    /// Same as `enabled`, in Redis's words (`on`/`off`).
+    #[serde(deserialize_with = "on_off")]
+    pub state: Option<bool>,
+    /// Redis ACL command rules, applied in order: `+@all`, `-@dangerous`, `+get`, `-config|set`.
+    pub commands: Vec<String>,
+    /// Key patterns on the names clients send (`~app:*`, `allkeys`); none: no key access.
+    pub keys: Vec<String>,
+}
+
+impl UserConfig {
+    /// Whether the user may log in (`enabled`/`state`, default on).
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.or(self.state).unwrap_or(true)
+    }
+}
+
+/// Which commands the proxy refuses, on top of its built-in list of dangerous ones.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct CommandsConfig {
+    /// Commands (`flushall`) or subcommands (`config|set`) allowed despite the default policy.
+    pub allow: Vec<String>,
+    /// Commands or subcommands refused as well.
+    pub deny: Vec<String>,
+}
+
 /// Admin endpoint options.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -143,6 +244,7 @@ impl Default for BackendConfig {
 }
 
 impl std::fmt::Debug for BackendConfig {
+    // By hand, so the password never reaches a log.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BackendConfig")
             .field("username", &self.username)
@@ -372,6 +474,25 @@ impl Config {
                 "pubsub.max_buffer_bytes must be at least 1".into(),
             ));
         }
+        self.validate_access()
+    }
+
+    /// Users, command policy, client limits and protected mode.
+    fn validate_access(&self) -> Result<(), ConfigError> {
+        crate::auth::Auth::from_config(self).map_err(ConfigError::Invalid)?;
+        crate::policy::Policy::from_config(&self.commands).map_err(ConfigError::Invalid)?;
+        if self.maxclients == 0 {
+            return Err(ConfigError::Invalid("maxclients must be at least 1".into()));
+        }
+        let open = self.requirepass.is_none() && self.users.is_empty();
+        if open && self.protected_mode && !is_loopback(&self.listen) {
+            return Err(ConfigError::Invalid(format!(
+                "protected_mode: refusing to listen on {} without authentication; set \
+                 requirepass (or users), listen on a loopback address, or set \
+                 protected_mode: false",
+                self.listen
+            )));
+        }
         Ok(())
     }
 
@@ -379,6 +500,16 @@ impl Config {
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.backend.connect_timeout_ms)
     }
+}
+
+/// Whether a `host:port` address only accepts local connections.
+fn is_loopback(addr: &str) -> bool {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn check_host_port(field: &str, addr: &str) -> Result<(), ConfigError> {

@@ -30,8 +30,11 @@
 //! - [`migrate`]: offline `migrate` and `inspect` tools for a keyspace (IO).
 //! - [`admin`]: the admin HTTP endpoint (metrics, health, readiness) (IO).
 //! - [`metrics`]: every metric name and the functions that record them.
+//! - [`auth`], [`policy`]: who a client is and what it may run. Pure.
+//! - [`reload`]: the live configuration (hot reload) and graceful drain (IO).
 
 pub mod admin;
+pub mod auth;
 pub mod backend;
 pub mod client;
 pub mod command;
@@ -39,7 +42,9 @@ pub mod config;
 pub mod dispatch;
 pub mod metrics;
 pub mod migrate;
+pub mod policy;
 pub mod protocol;
+pub mod reload;
 pub mod reply;
 pub mod rewrite;
 pub mod route;

@@ -1,6 +1,6 @@
 //! The `slotbridge` command: run the proxy (default), check a configuration file,
-//! migrate / inspect a keyspace, explain a key's translation, or probe a running proxy's
-//! health.
+//! migrate / inspect a keyspace, explain a key's translation, probe a running proxy's
+//! health, or ask it to reload its configuration.
 
 mod cli;
 
@@ -21,5 +21,6 @@ fn main() -> ExitCode {
         cli::Command::Migrate(args) => cli::migrate(args),
         cli::Command::Inspect(args) => cli::inspect(args),
         cli::Command::Healthcheck { admin_listen } => cli::healthcheck(&admin_listen),
+        cli::Command::Reload { pidfile } => cli::reload(&pidfile),
     }
 }

@@ -1,10 +1,12 @@
 //! Start-up and the accept loop: load the slot map and command table, bind, serve clients
-//! until a shutdown signal.
+//! until a shutdown signal, then drain: stop accepting, let connected clients finish their
+//! in-flight commands (bounded by `shutdown_timeout_ms`), and return.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::admin;
@@ -14,6 +16,7 @@ use crate::config::Config;
 use crate::dispatch::layout::ActiveLayout;
 use crate::dispatch::Proxy;
 use crate::protocol::Proto;
+use crate::reload::{Live, Loader};
 use crate::topology::Topology;
 
 /// How long start-up waits for a first complete slot map before serving anyway.
@@ -29,6 +32,8 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
     } else {
         None
     };
+    let auth = crate::auth::Auth::from_config(&config)?;
+    let policy = crate::policy::Policy::from_config(&config.commands)?;
     let topology = Topology::new(&config)?;
     // The admin endpoint answers from the start, so /readyz reports the wait below.
     let readiness = Arc::new(admin::Readiness::new());
@@ -73,12 +78,14 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         listen_addr: config.listen.clone(),
         config,
         topology,
-        command_metrics: crate::metrics::CommandMetrics::new(&commands),
+        command_metrics: Arc::new(crate::metrics::CommandMetrics::new(&commands)),
         commands,
         started: Instant::now(),
         scripts: Default::default(),
         layout,
         readiness,
+        auth,
+        policy,
     };
     // Before binding: a refused layout must not look like a proxy that is up.
     if let Some(active) = &proxy.layout {
@@ -110,15 +117,32 @@ async fn load_command_table(topology: &Topology) -> CommandTable {
     CommandTable::builtin()
 }
 
-/// Serves clients until `shutdown` completes.
+/// Serves clients until `shutdown` completes, then drains. The configuration cannot be
+/// reloaded (see [`serve_live`]).
 pub async fn serve(
     proxy: Arc<Proxy>,
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    serve_live(Live::new(proxy, None), listener, shutdown).await;
+}
+
+/// A live proxy for `proxy`, reloadable with `loader` (SIGHUP, [`crate::reload::request`]).
+pub fn live(proxy: Arc<Proxy>, loader: Option<Loader>) -> Arc<Live> {
+    Live::new(proxy, loader)
+}
+
+/// Serves clients until `shutdown` completes, reloading on SIGHUP; then drains.
+pub async fn serve_live(
+    live: Arc<Live>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     let registry = Arc::new(Registry::default());
-    let refresher = tokio::spawn(proxy.topology.clone().run_refresher());
+    live.start_refresher();
+    let reloader = tokio::spawn(live.clone().run_reloader());
     {
+        let proxy = live.proxy();
         let routing = proxy.topology.routing();
         tracing::info!(
             listen = %proxy.listen_addr,
@@ -133,9 +157,19 @@ pub async fn serve(
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    tokio::spawn(client::serve(stream, proxy.clone(), registry.clone()));
-                }
+                Ok((stream, _)) => match live.client_slot() {
+                    Some(slot) => {
+                        let session = client::serve(stream, live.clone(), registry.clone());
+                        tokio::spawn(async move {
+                            session.await;
+                            drop(slot);
+                        });
+                    }
+                    None => {
+                        metrics::counter!("slotbridge_clients_rejected_total").increment(1);
+                        tokio::spawn(refuse(stream));
+                    }
+                },
                 Err(e) => {
                     // Out of file descriptors and the like: pause instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -144,6 +178,27 @@ pub async fn serve(
             }
         }
     }
-    refresher.abort();
+    drop(listener);
+    reloader.abort();
+    let timeout = Duration::from_millis(live.proxy().config.shutdown_timeout_ms);
+    tracing::info!(clients = live.clients(), ?timeout, "draining");
+    if !live.drain_clients(timeout).await {
+        tracing::warn!(
+            clients = live.clients(),
+            "shutdown timeout reached; closing the remaining connections"
+        );
+    }
+    live.stop_refresher();
     tracing::info!("slotbridge stopped");
+}
+
+/// Tells a client over `maxclients` why, then closes, as Redis does.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = stream
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
 }

@@ -4,6 +4,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::auth::Auth;
 use crate::protocol::{Proto, Request};
 use crate::reply;
 
@@ -15,6 +16,24 @@ pub struct ConnState {
     pub id: u64,
     pub proto: Proto,
     pub name: Option<Bytes>,
+    /// The authenticated user's name; `None` until the client authenticates.
+    pub user: Option<String>,
+}
+
+impl ConnState {
+    /// The user a new connection starts as: `default` when it needs no password.
+    pub fn initial_user(auth: &Auth) -> Option<String> {
+        auth.open_default().map(|user| user.name.clone())
+    }
+}
+
+/// Whether a client that has not authenticated may send this command (as Redis: AUTH,
+/// HELLO, QUIT and RESET; everything else gets `-NOAUTH`).
+pub fn allowed_before_auth(request: &Request) -> bool {
+    let name = &request.args[0];
+    [&b"auth"[..], b"hello", b"quit", b"reset"]
+        .iter()
+        .any(|allowed| name.eq_ignore_ascii_case(allowed))
 }
 
 /// A locally answered command: the reply, and whether the connection closes after it.
@@ -36,7 +55,12 @@ impl Answer {
 const REDIS_VERSION: &str = "7.0.0";
 
 /// Answers `request` if it is about the connection; `None` sends it on to the dispatcher.
-pub fn answer(state: &mut ConnState, registry: &Registry, request: &Request) -> Option<Answer> {
+pub fn answer(
+    state: &mut ConnState,
+    registry: &Registry,
+    auth: &Auth,
+    request: &Request,
+) -> Option<Answer> {
     let args = &request.args;
     let mut name = [0u8; 16];
     let len = args[0].len();
@@ -70,11 +94,15 @@ pub fn answer(state: &mut ConnState, registry: &Registry, request: &Request) -> 
         ),
         b"select" => Answer::reply(reply::wrong_arity("select")),
         b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
-        b"auth" => Answer::reply(auth(args)),
-        b"hello" => Answer::reply(hello(state, registry, args)),
+        b"auth" => Answer::reply(authenticate(state, auth, args)),
+        b"hello" => Answer::reply(hello(state, registry, auth, args)),
+        b"acl" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"whoami") => {
+            Answer::reply(bulk(state.user.as_deref().unwrap_or("default").as_bytes()))
+        }
         b"reset" if args.len() == 1 => {
             state.proto = Proto::Resp2;
             state.name = None;
+            state.user = ConnState::initial_user(auth);
             registry.update(state.id, |e| {
                 e.name.clear();
                 e.resp = 2;
@@ -86,17 +114,31 @@ pub fn answer(state: &mut ConnState, registry: &Registry, request: &Request) -> 
     }
 }
 
-fn auth(args: &[Bytes]) -> Bytes {
-    match args.len() {
-        2 => reply::error(reply::text::AUTH_NOT_CONFIGURED),
-        // With no password configured, the default user takes any password, as in Redis.
-        3 if args[1].eq_ignore_ascii_case(b"default") => ok(),
-        3 => reply::error("WRONGPASS invalid username-password pair or user is disabled."),
-        _ => reply::error(reply::text::SYNTAX),
+/// AUTH [user] password: on success the connection runs as that user.
+fn authenticate(state: &mut ConnState, auth: &Auth, args: &[Bytes]) -> Bytes {
+    let (user, password) = match args.len() {
+        // With no password configured, `AUTH password` is a mistake worth naming, as in Redis.
+        2 if auth.open_default().is_some() => {
+            return reply::error(reply::text::AUTH_NOT_CONFIGURED)
+        }
+        2 => (&b"default"[..], &args[1]),
+        3 => (&args[1][..], &args[2]),
+        _ => return reply::error(reply::text::SYNTAX),
+    };
+    match auth.check(user, password) {
+        Some(user) => {
+            state.user = Some(user.name.clone());
+            ok()
+        }
+        None => {
+            metrics::counter!("slotbridge_auth_failures_total").increment(1);
+            tracing::debug!(client = state.id, "authentication failed");
+            reply::error(crate::auth::WRONGPASS)
+        }
     }
 }
 
-fn hello(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Bytes {
+fn hello(state: &mut ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]) -> Bytes {
     let mut proto = state.proto;
     let mut name = None;
     if let Some(version) = args.get(1) {
@@ -110,13 +152,16 @@ fn hello(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Bytes {
             None => return reply::error("ERR Protocol version is not an integer or out of range"),
         };
         let mut i = 2;
+        let mut authenticated = state.user.is_some();
         while i < args.len() {
             let more = args.len() - i - 1;
             if args[i].eq_ignore_ascii_case(b"AUTH") && more >= 2 {
-                let answer = auth(&[args[i].clone(), args[i + 1].clone(), args[i + 2].clone()]);
+                let credentials = [args[i].clone(), args[i + 1].clone(), args[i + 2].clone()];
+                let answer = authenticate(state, auth, &credentials);
                 if answer.first() == Some(&b'-') {
                     return answer;
                 }
+                authenticated = true;
                 i += 3;
             } else if args[i].eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
                 if !valid_name(&args[i + 1]) {
@@ -131,6 +176,11 @@ fn hello(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Bytes {
                 ));
             }
         }
+        if !authenticated {
+            return reply::error(crate::auth::NOAUTH_HELLO);
+        }
+    } else if state.user.is_none() {
+        return reply::error(crate::auth::NOAUTH_HELLO);
     }
     state.proto = proto;
     if let Some(name) = name {

@@ -8,16 +8,19 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use futures_util::future::{ready, Either};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
-use crate::dispatch::Proxy;
+use crate::auth;
 use crate::protocol::{Proto, RequestDecoder};
+use crate::reload::Live;
 use crate::reply;
 
 use super::local::{self, ConnState};
@@ -26,31 +29,53 @@ use super::registry::Registry;
 use super::transaction::{Step, Transaction};
 
 const READ_BUFFER: usize = 16 * 1024;
+/// Unsent replies past which the session stops reading new requests, so a client that
+/// reads slowly is slowed down by TCP instead of growing the proxy's memory.
+const OUTPUT_BACKPRESSURE: usize = 256 * 1024;
+/// How long a closing connection keeps reading (and discarding) so the close is a FIN
+/// after the last reply, not a reset that could destroy replies still in flight.
+const CLOSE_LINGER: Duration = Duration::from_millis(500);
 
-/// Serves one client until it disconnects, sends QUIT, or breaks the protocol.
-pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>) {
+/// Serves one client until it disconnects, sends QUIT, breaks the protocol, idles past
+/// `timeout`, exceeds its output buffer limit, or the proxy drains.
+pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) {
     let peer = stream
         .peer_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let local_addr = stream.local_addr().unwrap_or(peer);
     let _ = stream.set_nodelay(true);
+    // Limits are read once: a reload applies them to connections made after it.
+    let proxy = live.proxy();
+    let config = &proxy.config;
+    if config.tcp_keepalive > 0 {
+        let keepalive =
+            socket2::TcpKeepalive::new().with_time(Duration::from_secs(config.tcp_keepalive));
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+    }
+    let max_pipeline = config.limits.max_pipeline;
+    let idle_timeout = (config.timeout > 0).then(|| Duration::from_secs(config.timeout));
+    let output_limit = config.client_output_buffer_limit_bytes;
+    let mut decoder = RequestDecoder::new(config.limits.protocol());
     let guard = registry.register(peer, local_addr);
-    let counted = crate::metrics::ClientConnection::opened();
     let mut state = ConnState {
         id: guard.id,
         proto: Proto::Resp2,
         name: None,
+        user: ConnState::initial_user(&proxy.auth),
     };
+    let mut pubsub = PubSub::new(proxy.clone(), state.id);
+    drop(proxy);
+    let counted = crate::metrics::ClientConnection::opened();
     let (mut reader, mut writer) = stream.into_split();
-    let max_pipeline = proxy.config.limits.max_pipeline;
-    let mut decoder = RequestDecoder::new(proxy.config.limits.protocol());
     let mut input = BytesMut::with_capacity(READ_BUFFER);
     let mut output = BytesMut::new();
     let mut in_flight = FuturesOrdered::new();
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
+    let mut drain = live.drain.subscribe();
+    let mut draining = *drain.borrow();
+    let mut last_input = Instant::now();
     let mut transaction = Transaction::default();
-    let mut pubsub = PubSub::new(proxy.clone(), state.id);
     // A decoded request waiting for the replies before it (a transaction sequence point),
     // and whether a sequence point is in flight, so nothing after it may start yet.
     let mut held = None;
@@ -74,30 +99,58 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                     held = Some(request);
                     break;
                 }
-                Ok(Some(request)) => match transaction.handle(&proxy, state.proto, &request) {
-                    Step::Reply(reply) => in_flight.push_back(Either::Left(ready(reply))),
-                    Step::Run(run) => {
-                        sequence_point = true;
-                        in_flight.push_back(Either::Right(Either::Left(run)));
+                Ok(Some(request)) => {
+                    if draining {
+                        let refused = reply::error(reply::text::SHUTTING_DOWN);
+                        in_flight.push_back(Either::Left(ready(refused)));
+                        continue;
                     }
-                    Step::Pass => match pubsub.intercept(&request, state.proto) {
-                        Intercept::Reply(reply) => in_flight.push_back(Either::Left(ready(reply))),
-                        Intercept::Pending(reply) => {
-                            in_flight.push_back(Either::Right(Either::Right(Either::Right(reply))))
+                    // One snapshot per command: it runs to its end on this configuration.
+                    let proxy = live.proxy();
+                    let user = state.user.as_deref().and_then(|name| proxy.auth.user(name));
+                    if user.is_none() && !local::allowed_before_auth(&request) {
+                        let refused = reply::error(auth::NOAUTH);
+                        in_flight.push_back(Either::Left(ready(refused)));
+                        continue;
+                    }
+                    match transaction.handle(&proxy, state.proto, &request) {
+                        Step::Reply(reply) => {
+                            in_flight.push_back(Either::Left(ready(reply)));
+                            continue;
                         }
-                        Intercept::Pass => match local::answer(&mut state, &registry, &request) {
-                            Some(answer) => {
-                                closing |= answer.close;
-                                in_flight.push_back(Either::Left(ready(answer.reply)));
-                            }
-                            None => {
-                                let run = proxy.clone().execute(request, state.proto);
-                                in_flight
-                                    .push_back(Either::Right(Either::Right(Either::Left(run))));
-                            }
-                        },
-                    },
-                },
+                        Step::Run(run) => {
+                            sequence_point = true;
+                            in_flight.push_back(Either::Right(Either::Left(run)));
+                            continue;
+                        }
+                        Step::Pass => {}
+                    }
+                    match pubsub.intercept(&request, state.proto) {
+                        Intercept::Reply(reply) => {
+                            in_flight.push_back(Either::Left(ready(reply)));
+                            continue;
+                        }
+                        Intercept::Pending(reply) => {
+                            in_flight.push_back(Either::Right(Either::Right(Either::Right(reply))));
+                            continue;
+                        }
+                        Intercept::Pass => {}
+                    }
+                    match local::answer(&mut state, &registry, &proxy.auth, &request) {
+                        Some(answer) => {
+                            closing |= answer.close;
+                            in_flight.push_back(Either::Left(ready(answer.reply)));
+                        }
+                        None => {
+                            let user = user.cloned();
+                            let run =
+                                proxy
+                                    .clone()
+                                    .execute_as(request, state.proto, user.as_deref());
+                            in_flight.push_back(Either::Right(Either::Right(Either::Left(run))));
+                        }
+                    }
+                }
                 Ok(None) => break,
                 Err(error) => {
                     tracing::debug!(client = %peer, %error, "closing client after protocol error");
@@ -106,10 +159,18 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                 }
             }
         }
-        if closing && in_flight.is_empty() {
+        let answered = in_flight.is_empty() && output.is_empty();
+        if answered && (closing || draining) {
+            linger_close(reader, writer).await;
             break;
         }
-        let can_read = !closing && held.is_none() && in_flight.len() < max_pipeline;
+        let can_read = !closing
+            && held.is_none()
+            && in_flight.len() < max_pipeline
+            && output.len() < OUTPUT_BACKPRESSURE;
+        let idle_deadline = idle_timeout
+            .filter(|_| answered)
+            .map(|timeout| last_input + timeout);
         tokio::select! {
             biased;
             Some(first) = in_flight.next(), if !in_flight.is_empty() => {
@@ -118,16 +179,21 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                 while let Some(Some(more)) = in_flight.next().now_or_never() {
                     output.extend_from_slice(&more);
                 }
-                // A subscriber that stopped reading must not hold its messages forever.
-                tokio::select! {
-                    written = writer.write_all(&output) => if written.is_err() {
-                        break;
-                    },
-                    () = pubsub.overflowed() => break,
+                if output_limit > 0 && output.len() > output_limit {
+                    tracing::info!(client = %peer, bytes = output.len(), "closing client over its output buffer limit");
+                    metrics::counter!("slotbridge_client_output_limit_disconnects_total").increment(1);
+                    break;
                 }
-                counted.sent(output.len());
-                output.clear();
             }
+            written = writer.write(&output), if !output.is_empty() => match written {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    counted.sent(n);
+                    output.advance(n);
+                }
+            },
+            // A subscriber that stopped reading must not hold its messages forever.
+            () = pubsub.overflowed(), if pubsub.is_subscribed() => break,
             relay = pubsub.next_event(), if !closing => match relay {
                 // Behind the replies already queued: never ahead of its own confirmation.
                 Relay::Push(message) => in_flight.push_back(Either::Left(ready(message))),
@@ -139,12 +205,43 @@ pub async fn serve(stream: TcpStream, proxy: Arc<Proxy>, registry: Arc<Registry>
                     Ok(0) | Err(_) => break,
                     Ok(n) => counted.received(n),
                 }
+                last_input = Instant::now();
                 if input.capacity() - input.len() < 1024 {
                     input.reserve(READ_BUFFER);
                 }
             }
+            _ = drain.changed(), if !draining => draining = true,
+            _ = sleep_until(idle_deadline), if idle_deadline.is_some() => {
+                tracing::debug!(client = %peer, "closing idle client");
+                break;
+            }
         }
     }
-    let _ = writer.shutdown().await;
     drop(guard);
+}
+
+/// Waits until `deadline`; never returns for `None` (the caller guards the branch anyway).
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Half-closes the connection after the last reply, then discards input for a moment,
+/// so unread client bytes do not turn the close into a reset.
+async fn linger_close(
+    mut reader: tokio::net::tcp::OwnedReadHalf,
+    mut writer: tokio::net::tcp::OwnedWriteHalf,
+) {
+    let _ = writer.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(CLOSE_LINGER, async {
+        while let Ok(n) = reader.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }

@@ -45,13 +45,17 @@ pub struct Proxy {
     /// Start time, for INFO's uptime.
     pub started: Instant,
     /// Lua script bodies seen, by SHA1, to load them where `-NOSCRIPT` says they are missing.
-    pub scripts: ScriptCache,
+    pub scripts: Arc<ScriptCache>,
     /// The legacy key layout in force, if any.
     pub layout: Option<Arc<layout::ActiveLayout>>,
     /// Per-command metric handles (labels from `commands`).
-    pub command_metrics: crate::metrics::CommandMetrics,
+    pub command_metrics: Arc<crate::metrics::CommandMetrics>,
     /// What `/readyz` reports; flip it when draining.
     pub readiness: Arc<crate::admin::Readiness>,
+    /// Proxy users (AUTH, ACL).
+    pub auth: crate::auth::Auth,
+    /// Commands the proxy refuses.
+    pub policy: crate::policy::Policy,
 }
 
 /// How one request will be carried out.
@@ -77,16 +81,55 @@ enum Plan {
 impl Proxy {
     /// Runs one request and returns its complete reply frame.
     pub async fn execute(self: Arc<Self>, request: Request, proto: Proto) -> Bytes {
-        let started = Instant::now();
-        let this = self.clone();
-        let spec = this.commands.lookup(&request.args);
-        let reply = match self.layout.clone() {
-            Some(active) => self.execute_layout(&active, request, proto).await,
-            None => self.execute_spec(spec, request, proto).await,
-        };
-        this.command_metrics
-            .record(spec.map(CommandSpec::name), &reply, started);
-        reply
+        self.execute_as(request, proto, None).await
+    }
+
+    /// Like [`Proxy::execute`], with the command policy and `user`'s ACL checked first
+    /// (`None`: no restrictions). The checks run now, before the returned future is first
+    /// polled, so the future does not borrow `user`. ACL key patterns see the names the
+    /// client sent (legacy names, before any layout rewrite).
+    pub fn execute_as(
+        self: Arc<Self>,
+        request: Request,
+        proto: Proto,
+        user: Option<&crate::auth::User>,
+    ) -> impl std::future::Future<Output = Bytes> + Send + 'static {
+        let refused = self.admit(&request, user);
+        async move {
+            let started = Instant::now();
+            let this = self.clone();
+            let spec = this.commands.lookup(&request.args);
+            let reply = match (refused, self.layout.clone()) {
+                (Some(refusal), _) => refusal,
+                (None, Some(active)) => self.execute_layout(&active, request, proto).await,
+                (None, None) => self.execute_spec(spec, request, proto).await,
+            };
+            this.command_metrics
+                .record(spec.map(CommandSpec::name), &reply, started);
+            reply
+        }
+    }
+
+    /// The refusal for a command the policy or the user's ACL does not allow.
+    fn admit(&self, request: &Request, user: Option<&crate::auth::User>) -> Option<Bytes> {
+        let args = &request.args;
+        let spec = self.commands.lookup(args)?;
+        if !spec.arity_ok(args.len()) {
+            return None;
+        }
+        if let Some(refusal) = self.policy.refusal(&spec.name) {
+            return Some(refusal);
+        }
+        let user = user.filter(|user| !user.is_unrestricted())?;
+        if !user.may_run(spec) {
+            return Some(reply::error(&crate::auth::noperm_command(&spec.name)));
+        }
+        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        spec.keys(args, &mut keys);
+        if !keys.iter().all(|k| user.may_access(&args[k.index])) {
+            return Some(reply::error(crate::auth::NOPERM_KEYS));
+        }
+        None
     }
 
     /// Runs one request whose keys are cluster names already.

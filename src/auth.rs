@@ -1,0 +1,438 @@
+//! Proxy-side authentication and ACL decisions: who a client is (AUTH, HELLO AUTH) and
+//! whether that user may run a command on its keys. Pure: no IO, no clock.
+//!
+//! Invariants:
+//! - Passwords are kept only as SHA-256 digests and compared in constant time, so neither
+//!   the secret nor its length leaks through timing; an unknown user costs a comparison too.
+//! - Command rules apply in order, as Redis's: for one command the last rule that matches it
+//!   decides, and a command no rule matches is denied.
+//! - Key patterns match the names the client sends (the legacy layout), with Redis's glob.
+//! - With no `requirepass` and no users the `default` user is open (`nopass`), as in Redis;
+//!   once any user is configured, `default` is closed unless it is configured too.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::command::{acl_category_bit, CommandSpec};
+use crate::config::{Config, UserConfig};
+use crate::rewrite::glob::glob_match;
+
+/// `-WRONGPASS` text, as Redis 7.
+pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+/// `-NOAUTH` text, as Redis 7.
+pub const NOAUTH: &str = "NOAUTH Authentication required.";
+/// HELLO without AUTH from a client that is not authenticated, as Redis 7.
+pub const NOAUTH_HELLO: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
+/// Key ACL denial text, as Redis 7.
+pub const NOPERM_KEYS: &str =
+    "NOPERM this user has no permissions to access one of the keys used as arguments";
+
+/// The command ACL denial text for `name` (`get`, `config|set`), as Redis 7.
+pub fn noperm_command(name: &str) -> String {
+    format!("NOPERM this user has no permissions to run the '{name}' command")
+}
+
+/// What one command rule names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Selector {
+    All,
+    Category(u64),
+    /// A command (`config`, which covers its subcommands) or one subcommand (`config|set`).
+    Command(String),
+}
+
+impl Selector {
+    fn matches(&self, spec: &CommandSpec) -> bool {
+        match self {
+            Selector::All => true,
+            Selector::Category(bit) => spec.acl_categories & bit != 0,
+            Selector::Command(name) => {
+                spec.name == *name
+                    || spec
+                        .name
+                        .split_once('|')
+                        .is_some_and(|(container, _)| container == name)
+            }
+        }
+    }
+}
+
+/// One proxy user: credentials, command rules, key patterns.
+#[derive(Clone)]
+pub struct User {
+    /// The user name (`ACL WHOAMI`).
+    pub name: String,
+    enabled: bool,
+    /// Accepts any password (the open `default` user).
+    nopass: bool,
+    digests: Vec<[u8; 32]>,
+    /// `(allow, selector)` in configuration order.
+    rules: Vec<(bool, Selector)>,
+    /// `None`: every key.
+    key_patterns: Option<Vec<Vec<u8>>>,
+    /// Fast path: every command and every key.
+    unrestricted: bool,
+}
+
+impl std::fmt::Debug for User {
+    // Digests stay out of logs too: they are as good as the password for an offline attack.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("enabled", &self.enabled)
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl User {
+    /// A user with every command and key (the `default` user of `requirepass`).
+    fn superuser(name: &str, nopass: bool, digests: Vec<[u8; 32]>) -> User {
+        User {
+            name: name.into(),
+            enabled: true,
+            nopass,
+            digests,
+            rules: vec![(true, Selector::All)],
+            key_patterns: None,
+            unrestricted: true,
+        }
+    }
+
+    fn from_config(config: &UserConfig) -> Result<User, String> {
+        let name = config.name.trim();
+        if name.is_empty() || name.bytes().any(|b| b.is_ascii_whitespace()) {
+            return Err(format!("users: invalid user name '{}'", config.name));
+        }
+        let context = |what: &str| format!("users: user '{name}': {what}");
+        let mut digests = Vec::new();
+        if let Some(password) = &config.password {
+            digests.push(digest(password.0.as_bytes()));
+        }
+        if let Some(hex) = &config.password_sha256 {
+            digests.push(parse_hex_digest(&hex.0).ok_or_else(|| {
+                context("password_sha256 must be 64 hex digits (a SHA-256 digest)")
+            })?);
+        }
+        if digests.is_empty() {
+            return Err(context("needs a password or password_sha256"));
+        }
+        let mut rules = Vec::new();
+        for rule in &config.commands {
+            rules.push(parse_rule(rule).map_err(|e| context(&e))?);
+        }
+        let mut key_patterns = Some(Vec::new());
+        for pattern in &config.keys {
+            match pattern.as_str() {
+                "allkeys" | "~*" => key_patterns = None,
+                "resetkeys" => key_patterns = Some(Vec::new()),
+                p if p.starts_with('~') => {
+                    if let Some(patterns) = &mut key_patterns {
+                        patterns.push(p.as_bytes()[1..].to_vec());
+                    }
+                }
+                p => {
+                    return Err(context(&format!(
+                        "key pattern '{p}' must start with '~' (or be 'allkeys')"
+                    )))
+                }
+            }
+        }
+        let all_commands = rules.last() == Some(&(true, Selector::All));
+        Ok(User {
+            name: name.into(),
+            enabled: config.is_enabled(),
+            nopass: false,
+            digests,
+            unrestricted: all_commands && key_patterns.is_none(),
+            rules,
+            key_patterns,
+        })
+    }
+
+    /// Whether this user may run the command `spec` (whatever its keys).
+    pub fn may_run(&self, spec: &CommandSpec) -> bool {
+        if self.unrestricted {
+            return true;
+        }
+        self.rules
+            .iter()
+            .rev()
+            .find(|(_, selector)| selector.matches(spec))
+            .is_some_and(|(allow, _)| *allow)
+    }
+
+    /// Whether this user may use `key` (as the client named it).
+    pub fn may_access(&self, key: &[u8]) -> bool {
+        match &self.key_patterns {
+            None => true,
+            Some(patterns) => patterns.iter().any(|p| glob_match(p, key)),
+        }
+    }
+
+    /// Whether every command and key is allowed (no per-command check needed).
+    pub fn is_unrestricted(&self) -> bool {
+        self.unrestricted
+    }
+
+    /// Whether `password` is this user's, in constant time over the stored digests.
+    fn password_matches(&self, password: &[u8]) -> bool {
+        let offered = digest(password);
+        let mut matched = subtle::Choice::from(0u8);
+        for stored in &self.digests {
+            matched |= stored.ct_eq(&offered);
+        }
+        self.nopass || bool::from(matched)
+    }
+}
+
+/// Every proxy user, built from one configuration.
+#[derive(Debug, Clone)]
+pub struct Auth {
+    users: HashMap<String, Arc<User>>,
+}
+
+impl Auth {
+    /// The users of `config`: `requirepass` (the `default` user's password) and `users`.
+    pub fn from_config(config: &Config) -> Result<Auth, String> {
+        let mut users = HashMap::new();
+        for user in &config.users {
+            let user = User::from_config(user)?;
+            if users.contains_key(&user.name) {
+                return Err(format!("users: user '{}' is defined twice", user.name));
+            }
+            users.insert(user.name.clone(), Arc::new(user));
+        }
+        if let Some(password) = &config.requirepass {
+            if users.contains_key("default") {
+                return Err(
+                    "requirepass and a user named 'default' both set the default user's password; keep one"
+                        .into(),
+                );
+            }
+            if password.0.is_empty() {
+                return Err("requirepass must not be empty".into());
+            }
+            let default = User::superuser("default", false, vec![digest(password.0.as_bytes())]);
+            users.insert("default".into(), Arc::new(default));
+        } else if users.is_empty() {
+            users.insert(
+                "default".into(),
+                Arc::new(User::superuser("default", true, Vec::new())),
+            );
+        }
+        Ok(Auth { users })
+    }
+
+    /// Whether a new connection must authenticate before running commands.
+    pub fn auth_required(&self) -> bool {
+        self.open_default().is_none()
+    }
+
+    /// The `default` user when it takes any password: new clients are logged in as it.
+    pub fn open_default(&self) -> Option<&Arc<User>> {
+        self.users
+            .get("default")
+            .filter(|user| user.nopass && user.enabled)
+    }
+
+    /// The enabled user called `name`.
+    pub fn user(&self, name: &str) -> Option<&Arc<User>> {
+        self.users.get(name).filter(|user| user.enabled)
+    }
+
+    /// Checks a username/password pair; `None` for an unknown or disabled user or a wrong
+    /// password (the caller answers [`WRONGPASS`] to all three alike).
+    pub fn check(&self, name: &[u8], password: &[u8]) -> Option<Arc<User>> {
+        let user = std::str::from_utf8(name)
+            .ok()
+            .and_then(|name| self.users.get(name));
+        match user {
+            Some(user) => (user.password_matches(password) && user.enabled).then(|| user.clone()),
+            None => {
+                // Same work as a known user, so timing does not tell which names exist.
+                let _ = digest(password).ct_eq(&[0u8; 32]);
+                None
+            }
+        }
+    }
+}
+
+fn digest(data: &[u8]) -> [u8; 32] {
+    Sha256::digest(data).into()
+}
+
+fn parse_hex_digest(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim().as_bytes();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (byte, pair) in out.iter_mut().zip(hex.chunks(2)) {
+        let text = std::str::from_utf8(pair).ok()?;
+        *byte = u8::from_str_radix(text, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn parse_rule(rule: &str) -> Result<(bool, Selector), String> {
+    let rule = rule.trim();
+    match rule {
+        "allcommands" => return Ok((true, Selector::All)),
+        "nocommands" => return Ok((false, Selector::All)),
+        _ => {}
+    }
+    let (allow, rest) = match rule.as_bytes().first() {
+        Some(b'+') => (true, &rule[1..]),
+        Some(b'-') => (false, &rule[1..]),
+        _ => {
+            return Err(format!(
+                "command rule '{rule}' must start with '+' or '-' (e.g. +@read, -flushall)"
+            ))
+        }
+    };
+    let selector = if let Some(category) = rest.strip_prefix('@') {
+        if category.eq_ignore_ascii_case("all") {
+            Selector::All
+        } else {
+            Selector::Category(
+                acl_category_bit(category.as_bytes())
+                    .ok_or_else(|| format!("unknown ACL category '@{category}'"))?,
+            )
+        }
+    } else if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_graphic()) {
+        Selector::Command(rest.to_ascii_lowercase())
+    } else {
+        return Err(format!("invalid command rule '{rule}'"));
+    };
+    Ok((allow, selector))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::CommandTable;
+    use crate::config::Secret;
+
+    fn user(commands: &[&str], keys: &[&str]) -> User {
+        User::from_config(&UserConfig {
+            name: "bot".into(),
+            password: Some(Secret("pw".into())),
+            commands: commands.iter().map(|s| s.to_string()).collect(),
+            keys: keys.iter().map(|s| s.to_string()).collect(),
+            ..UserConfig::default()
+        })
+        .unwrap()
+    }
+
+    fn spec<'a>(table: &'a CommandTable, args: &[&str]) -> &'a CommandSpec {
+        let args: Vec<bytes::Bytes> = args
+            .iter()
+            .map(|a| bytes::Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        table.lookup(&args).unwrap()
+    }
+
+    #[test]
+    fn last_matching_rule_decides() {
+        let table = CommandTable::builtin();
+        let u = user(&["+@all", "-@dangerous", "+flushall"], &["allkeys"]);
+        assert!(u.may_run(spec(&table, &["get"])));
+        // KEYS is in @dangerous in Redis 7; FLUSHALL too, but it is allowed again.
+        assert!(!u.may_run(spec(&table, &["keys"])));
+        assert!(u.may_run(spec(&table, &["flushall"])));
+        let reader = user(&["+@read", "-config|get"], &[]);
+        assert!(reader.may_run(spec(&table, &["get"])));
+        assert!(!reader.may_run(spec(&table, &["set"])));
+        assert!(!reader.may_run(spec(&table, &["config", "get"])));
+        let none = user(&[], &[]);
+        assert!(!none.may_run(spec(&table, &["get"])));
+        let container = user(&["+config", "-config|set"], &[]);
+        assert!(container.may_run(spec(&table, &["config", "get"])));
+        assert!(!container.may_run(spec(&table, &["config", "set"])));
+    }
+
+    #[test]
+    fn key_patterns_use_redis_glob() {
+        let u = user(&["+@all"], &["~mybot:*", "~exact"]);
+        assert!(u.may_access(b"mybot:1"));
+        assert!(u.may_access(b"exact"));
+        assert!(!u.may_access(b"other:1"));
+        assert!(!user(&["+@all"], &[]).may_access(b"k"));
+        assert!(user(&["+@all"], &["allkeys"]).may_access(b"k"));
+    }
+
+    #[test]
+    fn passwords_and_sha256_digests() {
+        let sha = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"; // "password"
+        let config = Config {
+            requirepass: Some(Secret("s3cret".into())),
+            users: vec![UserConfig {
+                name: "app".into(),
+                password_sha256: Some(Secret(sha.into())),
+                commands: vec!["+@all".into()],
+                keys: vec!["allkeys".into()],
+                ..UserConfig::default()
+            }],
+            ..Config::default()
+        };
+        let auth = Auth::from_config(&config).unwrap();
+        assert!(auth.auth_required());
+        assert!(auth.check(b"default", b"s3cret").is_some());
+        assert!(auth.check(b"default", b"s3cre").is_none());
+        assert!(auth.check(b"app", b"password").is_some());
+        assert!(auth.check(b"nobody", b"password").is_none());
+    }
+
+    #[test]
+    fn disabled_user_cannot_log_in() {
+        let config = Config {
+            users: vec![UserConfig {
+                name: "off".into(),
+                password: Some(Secret("pw".into())),
+                state: Some(false),
+                ..UserConfig::default()
+            }],
+            ..Config::default()
+        };
+        let auth = Auth::from_config(&config).unwrap();
+        assert!(auth.check(b"off", b"pw").is_none());
+        // Users configured without a default user: the default user is closed.
+        assert!(auth.auth_required());
+        assert!(auth.check(b"default", b"").is_none());
+    }
+
+    #[test]
+    fn open_default_without_any_auth() {
+        let auth = Auth::from_config(&Config::default()).unwrap();
+        assert!(!auth.auth_required());
+        assert!(auth.check(b"default", b"anything").is_some());
+    }
+
+    #[test]
+    fn bad_rules_are_config_errors() {
+        for commands in [&["@read"][..], &["+@nosuch"], &["+"]] {
+            let config = UserConfig {
+                name: "u".into(),
+                password: Some(Secret("p".into())),
+                commands: commands.iter().map(|s| s.to_string()).collect(),
+                ..UserConfig::default()
+            };
+            assert!(User::from_config(&config).is_err(), "{commands:?}");
+        }
+    }
+
+    #[test]
+    fn secrets_do_not_reach_debug_output() {
+        let config = Config {
+            requirepass: Some(Secret("hunter2".into())),
+            ..Config::default()
+        };
+        assert!(!format!("{config:?}").contains("hunter2"));
+        let auth = Auth::from_config(&config).unwrap();
+        assert!(!format!("{auth:?}").contains("digests"));
+    }
+}

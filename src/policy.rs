@@ -1,0 +1,168 @@
+//! The proxy's command policy: which commands it refuses before anything reaches the
+//! upstream. Pure.
+//!
+//! Invariants: a command is refused when it (or its container, for subcommands) is on the
+//! deny list (the built-in [`DEFAULT_DENY`] plus `commands.deny`) and not on
+//! `commands.allow`; a name on both configured lists is a configuration error. CLUSTER
+//! subcommands that address real nodes are refused by emulation, not here, so their error
+//! stays the one that explains why.
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+
+use crate::config::CommandsConfig;
+use crate::reply;
+
+/// Commands refused unless allowed: they lose data, change or stop a node, hand out the
+/// replication stream, or act on one arbitrary node behind the proxy's back.
+pub const DEFAULT_DENY: &[&str] = &[
+    "flushall",
+    "flushdb",
+    "config|set",
+    "config|rewrite",
+    "config|resetstat",
+    "debug",
+    "shutdown",
+    "migrate",
+    "module",
+    "save",
+    "bgsave",
+    "bgrewriteaof",
+    "replicaof",
+    "slaveof",
+    "acl|setuser",
+    "acl|deluser",
+    "acl|save",
+    "acl|load",
+    "failover",
+    "swapdb",
+    "move",
+    "monitor",
+    "sync",
+    "psync",
+    // Sent to one arbitrary master, these would kill some other client's script.
+    "script|kill",
+    "function|kill",
+];
+
+/// The command policy of one configuration.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    deny: HashSet<String>,
+    allow: HashSet<String>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            deny: DEFAULT_DENY.iter().map(|s| s.to_string()).collect(),
+            allow: HashSet::new(),
+        }
+    }
+}
+
+impl Policy {
+    /// The default policy changed by `config`'s allow and deny lists.
+    pub fn from_config(config: &CommandsConfig) -> Result<Policy, String> {
+        let mut policy = Policy::default();
+        let names = |list: &[String], field: &str| -> Result<HashSet<String>, String> {
+            list.iter()
+                .map(|name| {
+                    let name = name.trim().to_ascii_lowercase();
+                    let valid = !name.is_empty()
+                        && name.bytes().all(|b| b.is_ascii_graphic())
+                        && !name.starts_with('|')
+                        && !name.ends_with('|');
+                    if valid {
+                        Ok(name)
+                    } else {
+                        Err(format!("commands.{field}: invalid command name '{name}'"))
+                    }
+                })
+                .collect()
+        };
+        let allow = names(&config.allow, "allow")?;
+        let deny = names(&config.deny, "deny")?;
+        if let Some(both) = allow.intersection(&deny).next() {
+            return Err(format!(
+                "commands: '{both}' is both allowed and denied; keep one"
+            ));
+        }
+        policy.deny.extend(deny);
+        policy.allow = allow;
+        Ok(policy)
+    }
+
+    /// The error reply refusing the command named `name` (`flushall`, `config|set`), or
+    /// `None` when the policy lets it through.
+    pub fn refusal(&self, name: &str) -> Option<Bytes> {
+        let container = name.split_once('|').map(|(container, _)| container);
+        let listed = |set: &HashSet<String>| {
+            set.contains(name) || container.is_some_and(|c| set.contains(c))
+        };
+        if listed(&self.deny) && !listed(&self.allow) {
+            Some(reply::error(&format!(
+                "ERR proxy: '{name}' is disabled by the proxy's command policy (allow it with commands.allow: [{name}])"
+            )))
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(allow: &[&str], deny: &[&str]) -> Policy {
+        Policy::from_config(&CommandsConfig {
+            allow: allow.iter().map(|s| s.to_string()).collect(),
+            deny: deny.iter().map(|s| s.to_string()).collect(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn dangerous_commands_are_refused_by_default() {
+        let p = Policy::default();
+        let reply = p.refusal("flushall").unwrap();
+        assert_eq!(
+            &reply[..],
+            &b"-ERR proxy: 'flushall' is disabled by the proxy's command policy (allow it with commands.allow: [flushall])\r\n"[..]
+        );
+        assert!(p.refusal("config|set").is_some());
+        assert!(
+            p.refusal("module|load").is_some(),
+            "a denied container covers its subcommands"
+        );
+        assert!(p.refusal("config|get").is_none());
+        assert!(p.refusal("get").is_none());
+    }
+
+    #[test]
+    fn allow_and_deny_lists() {
+        let p = policy(&["FLUSHALL", "config"], &["keys"]);
+        assert!(p.refusal("flushall").is_none());
+        assert!(
+            p.refusal("config|set").is_none(),
+            "allowing a container allows its subcommands"
+        );
+        assert!(p.refusal("keys").is_some());
+        assert!(p.refusal("flushdb").is_some());
+    }
+
+    #[test]
+    fn contradictions_and_bad_names_are_errors() {
+        let both = CommandsConfig {
+            allow: vec!["keys".into()],
+            deny: vec!["keys".into()],
+        };
+        assert!(Policy::from_config(&both).is_err());
+        let bad = CommandsConfig {
+            allow: vec!["flush all".into()],
+            deny: vec![],
+        };
+        assert!(Policy::from_config(&bad).is_err());
+    }
+}

@@ -1,0 +1,329 @@
+//! The running proxy's changeable state: the current [`Proxy`] snapshot (swapped whole on a
+//! configuration reload), the graceful-drain flag, and the count of connected clients.
+//!
+//! Invariants:
+//! - Sessions load the snapshot once per command; a command runs to its end on the snapshot
+//!   it started with, so a reload never changes a command half-way.
+//! - A reload either installs a complete new snapshot or changes nothing (invalid file,
+//!   unreachable new upstream): the old one keeps serving and the error is logged and counted.
+//! - The upstream connections are rebuilt only when the upstream or its connection settings
+//!   changed; otherwise the new snapshot shares the running topology.
+//! - Settings bound at start-up (listen addresses, threads, logging, pidfile) keep their
+//!   running values; a reload that changes them logs that a restart is needed.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::auth::Auth;
+use crate::config::Config;
+use crate::dispatch::layout::ActiveLayout;
+use crate::dispatch::Proxy;
+use crate::policy::Policy;
+use crate::topology::Topology;
+
+/// Reads the configuration again (file, then flags and environment), validated.
+pub type Loader = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
+
+/// How long a reload waits for a new upstream's first complete slot map.
+const NEW_UPSTREAM_WAIT: Duration = Duration::from_secs(5);
+
+fn requests() -> &'static Notify {
+    static REQUESTS: OnceLock<Notify> = OnceLock::new();
+    REQUESTS.get_or_init(Notify::new)
+}
+
+/// Asks the running proxy to reload its configuration (as SIGHUP does), e.g. from the
+/// admin server's `POST /reload`. Returns at once; the outcome is logged and counted.
+pub fn request() {
+    requests().notify_one();
+}
+
+/// The graceful-drain state: set once, at SIGTERM/SIGINT.
+#[derive(Debug)]
+pub struct Drain {
+    flag: watch::Sender<bool>,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain {
+            flag: watch::Sender::new(false),
+        }
+    }
+}
+
+impl Drain {
+    /// Whether the proxy is shutting down (readiness should report 503).
+    pub fn is_draining(&self) -> bool {
+        *self.flag.borrow()
+    }
+
+    /// Starts draining: new commands are refused, connections close once answered.
+    pub fn start(&self) {
+        self.flag.send_replace(true);
+    }
+
+    /// A receiver that changes when draining starts.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.flag.subscribe()
+    }
+}
+
+/// The live proxy: what sessions and the accept loop read, what reloads replace.
+pub struct Live {
+    current: ArcSwap<Proxy>,
+    loader: Option<Loader>,
+    refresher: Mutex<Option<JoinHandle<()>>>,
+    reloading: tokio::sync::Mutex<()>,
+    clients: Arc<AtomicUsize>,
+    /// Set when the proxy is shutting down.
+    pub drain: Drain,
+}
+
+/// One connected client's place under `maxclients`; freed on drop.
+#[derive(Debug)]
+pub struct ClientSlot {
+    clients: Arc<AtomicUsize>,
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Live {
+    /// Serves `proxy`; `loader` re-reads the configuration on reload (`None`: reloads fail).
+    pub fn new(proxy: Arc<Proxy>, loader: Option<Loader>) -> Arc<Live> {
+        Arc::new(Live {
+            current: ArcSwap::new(proxy),
+            loader,
+            refresher: Mutex::new(None),
+            reloading: tokio::sync::Mutex::new(()),
+            clients: Arc::new(AtomicUsize::new(0)),
+            drain: Drain::default(),
+        })
+    }
+
+    /// The current snapshot.
+    pub fn proxy(&self) -> Arc<Proxy> {
+        self.current.load_full()
+    }
+
+    /// Clients connected now.
+    pub fn clients(&self) -> usize {
+        self.clients.load(Ordering::Acquire)
+    }
+
+    /// A place for one more client, or `None` when `maxclients` are connected.
+    pub fn client_slot(&self) -> Option<ClientSlot> {
+        let max = self.current.load().config.maxclients;
+        self.clients
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| ClientSlot {
+                clients: self.clients.clone(),
+            })
+    }
+
+    /// Starts the slot-map refresher of the current topology (stopping a previous one).
+    pub fn start_refresher(&self) {
+        let task = tokio::spawn(self.proxy().topology.clone().run_refresher());
+        let old = self
+            .refresher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(task);
+        if let Some(old) = old {
+            old.abort();
+        }
+    }
+
+    /// Stops the refresher (at shutdown).
+    pub fn stop_refresher(&self) {
+        if let Some(task) = self
+            .refresher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            task.abort();
+        }
+    }
+
+    /// Reads the configuration again and installs it; on error nothing changes.
+    pub async fn reload(&self) -> Result<(), String> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let loader = self
+            .loader
+            .as_ref()
+            .ok_or("this proxy was started without a configuration source")?;
+        let mut config = loader()?;
+        let running = self.proxy();
+        keep_startup_settings(&running.config, &mut config);
+        let auth = Auth::from_config(&config)?;
+        let policy = Policy::from_config(&config.commands)?;
+        let new_upstream = upstream_changed(&running.config, &config);
+        let topology = if new_upstream {
+            connect_upstream(&config).await?
+        } else {
+            running.topology.clone()
+        };
+        let layout_changed = config.layout != running.config.layout;
+        let layout = if layout_changed {
+            config
+                .layout
+                .load()
+                .map_err(|e| e.to_string())?
+                .map(|layout| {
+                    Arc::new(ActiveLayout::new(
+                        layout,
+                        config.layout.strict,
+                        config.layout.allow_legacy_data,
+                    ))
+                })
+        } else {
+            running.layout.clone()
+        };
+        let next = Proxy {
+            config,
+            topology,
+            commands: running.commands.clone(),
+            listen_addr: running.listen_addr.clone(),
+            started: running.started,
+            scripts: running.scripts.clone(),
+            layout,
+            command_metrics: running.command_metrics.clone(),
+            readiness: running.readiness.clone(),
+            auth,
+            policy,
+        };
+        // New layout rules are checked (upkeep script loaded, marker read) before they serve.
+        if let (true, Some(active)) = (layout_changed, &next.layout) {
+            crate::dispatch::layout::start(&next, active).await?;
+        }
+        self.current.store(Arc::new(next));
+        if new_upstream {
+            self.start_refresher();
+        }
+        Ok(())
+    }
+
+    /// Reloads on SIGHUP and on [`request`], forever; logs and counts each outcome.
+    pub async fn run_reloader(self: Arc<Self>) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hangup = signal(SignalKind::hangup()).ok();
+        loop {
+            let next_hangup = async {
+                match &mut hangup {
+                    Some(stream) => {
+                        stream.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = next_hangup => {}
+                _ = requests().notified() => {}
+            }
+            match self.reload().await {
+                Ok(()) => {
+                    tracing::info!("configuration reloaded");
+                    metrics::counter!("slotbridge_config_reloads_total", "result" => "ok")
+                        .increment(1);
+                }
+                Err(error) => {
+                    tracing::error!(%error, "configuration reload failed; keeping the running configuration");
+                    metrics::counter!("slotbridge_config_reloads_total", "result" => "error")
+                        .increment(1);
+                }
+            }
+        }
+    }
+
+    /// Drains: refuses new commands, waits up to `timeout` for connected clients to finish.
+    /// Returns whether every client was done in time.
+    pub async fn drain_clients(&self, timeout: Duration) -> bool {
+        // Load balancers see 503 on /readyz from the first moment of the drain.
+        self.proxy().readiness.start_drain();
+        self.drain.start();
+        let deadline = Instant::now() + timeout;
+        while self.clients() > 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+}
+
+/// Start-up settings a reload cannot change: keep the running values, say so if they differ.
+fn keep_startup_settings(running: &Config, next: &mut Config) {
+    let mut changed = Vec::new();
+    if running.listen != next.listen {
+        changed.push("listen");
+        next.listen = running.listen.clone();
+    }
+    if running.admin_listen != next.admin_listen {
+        changed.push("admin_listen");
+        next.admin_listen = running.admin_listen.clone();
+    }
+    if running.threads != next.threads {
+        changed.push("threads");
+        next.threads = running.threads;
+    }
+    if running.log_format != next.log_format || running.log_level != next.log_level {
+        changed.push("log_format/log_level");
+        next.log_format = running.log_format;
+        next.log_level = running.log_level.clone();
+    }
+    if running.pidfile != next.pidfile {
+        changed.push("pidfile");
+        next.pidfile = running.pidfile.clone();
+    }
+    if !changed.is_empty() {
+        tracing::warn!(
+            settings = ?changed,
+            "these settings changed in the configuration but take effect only after a restart"
+        );
+    }
+}
+
+/// Whether the upstream connections must be rebuilt for `next`.
+fn upstream_changed(running: &Config, next: &Config) -> bool {
+    running.cluster != next.cluster
+        || running.standalone != next.standalone
+        || running.backend != next.backend
+        || running.address_map != next.address_map
+        || running.topology != next.topology
+        || running.limits.protocol() != next.limits.protocol()
+}
+
+/// A topology for `config`'s upstream with a complete slot map, or an error.
+async fn connect_upstream(config: &Config) -> Result<Arc<Topology>, String> {
+    let topology = Topology::new(config)?;
+    let deadline = Instant::now() + NEW_UPSTREAM_WAIT;
+    loop {
+        let outcome = topology.refresh().await;
+        if outcome.is_ok() && topology.routing().map.is_complete() {
+            return Ok(topology);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "new upstream not usable: {}",
+                outcome
+                    .err()
+                    .unwrap_or_else(|| "slot map incomplete".into())
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

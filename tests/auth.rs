@@ -1,0 +1,225 @@
+//! Proxy-side authentication and ACLs against a real cluster: NOAUTH before AUTH, exact
+//! WRONGPASS, AUTH for the default user and for ACL users, HELLO 3 AUTH, ACL WHOAMI, NOPERM
+//! for a command and for a key pattern, and protected mode refusing an open public listener.
+//! Expected texts are Redis 7's own.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::{new_dir, shared_cluster, Proxy};
+
+const USERS: &str = r#"
+users:
+  - name: bot
+    password: botpw
+    commands: ["+@read", "+set", "-@dangerous"]
+    keys: ["~mybot:*"]
+  - name: hashed
+    # SHA-256 of "password"
+    password_sha256: 5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8
+    commands: ["+@all"]
+    keys: ["allkeys"]
+  - name: off
+    password: offpw
+    state: off
+    commands: ["+@all"]
+"#;
+
+fn proxy() -> &'static Proxy {
+    static PROXY: OnceLock<Proxy> = OnceLock::new();
+    PROXY.get_or_init(|| {
+        let dir = new_dir("auth-config");
+        let path = dir.join("slotbridge.yaml");
+        std::fs::write(&path, USERS).unwrap();
+        Proxy::start_with_env(
+            &[
+                "--cluster",
+                &shared_cluster().seeds_arg(),
+                "--config",
+                path.to_str().unwrap(),
+            ],
+            &[("SLOTBRIDGE_REQUIREPASS", "toppw")],
+        )
+    })
+}
+
+const WRONGPASS: &str = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+
+#[test]
+fn commands_before_auth_get_noauth() {
+    let mut con = Raw::connect(proxy().addr());
+    for command in [&["GET", "k"][..], &["PING"], &["ACL", "WHOAMI"]] {
+        assert_eq!(con.call(command), "-NOAUTH Authentication required.\r\n");
+    }
+    let hello = con.call(&["HELLO", "3"]);
+    assert!(hello.starts_with("-NOAUTH HELLO must be called"), "{hello}");
+}
+
+#[test]
+fn wrong_password_gets_wrongpass_and_right_one_works() {
+    let mut con = Raw::connect(proxy().addr());
+    assert_eq!(con.call(&["AUTH", "nope"]), WRONGPASS);
+    assert_eq!(con.call(&["AUTH", "default", "nope"]), WRONGPASS);
+    assert_eq!(con.call(&["AUTH", "nosuchuser", "toppw"]), WRONGPASS);
+    assert_eq!(
+        con.call(&["GET", "k"]),
+        "-NOAUTH Authentication required.\r\n"
+    );
+    assert_eq!(con.call(&["AUTH", "toppw"]), "+OK\r\n");
+    assert_eq!(con.call(&["SET", "auth:plain", "v"]), "+OK\r\n");
+    assert_eq!(con.call(&["GET", "auth:plain"]), "$1\r\nv\r\n");
+    assert_eq!(con.call(&["ACL", "WHOAMI"]), "$7\r\ndefault\r\n");
+}
+
+#[test]
+fn disabled_user_cannot_log_in_and_hashed_password_can() {
+    let mut con = Raw::connect(proxy().addr());
+    assert_eq!(con.call(&["AUTH", "off", "offpw"]), WRONGPASS);
+    assert_eq!(con.call(&["AUTH", "hashed", "password"]), "+OK\r\n");
+    assert_eq!(con.call(&["ACL", "WHOAMI"]), "$6\r\nhashed\r\n");
+}
+
+#[test]
+fn acl_user_is_limited_to_its_commands_and_keys() {
+    let mut con = Raw::connect(proxy().addr());
+    assert_eq!(con.call(&["AUTH", "bot", "botpw"]), "+OK\r\n");
+    assert_eq!(con.call(&["SET", "mybot:1", "x"]), "+OK\r\n");
+    assert_eq!(con.call(&["GET", "mybot:1"]), "$1\r\nx\r\n");
+    assert_eq!(
+        con.call(&["GET", "other:1"]),
+        "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
+    );
+    // One key out of the pattern is enough to refuse a multi-key command.
+    assert_eq!(
+        con.call(&["MGET", "mybot:1", "other:1"]),
+        "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
+    );
+    assert_eq!(
+        con.call(&["DEL", "mybot:1"]),
+        "-NOPERM this user has no permissions to run the 'del' command\r\n"
+    );
+    // KEYS is @read but also @dangerous, and the later rule wins.
+    assert_eq!(
+        con.call(&["KEYS", "*"]),
+        "-NOPERM this user has no permissions to run the 'keys' command\r\n"
+    );
+}
+
+#[test]
+fn hello_3_auth_logs_in_and_switches_protocol() {
+    let mut con = Raw::connect(proxy().addr());
+    assert_eq!(con.call(&["HELLO", "3", "AUTH", "bot", "wrong"]), WRONGPASS);
+    let hello = con.call(&["HELLO", "3", "AUTH", "bot", "botpw"]);
+    assert!(hello.starts_with("%7\r\n"), "{hello}");
+    assert!(hello.contains("$5\r\nproto\r\n:3\r\n"), "{hello}");
+    assert_eq!(con.call(&["ACL", "WHOAMI"]), "$3\r\nbot\r\n");
+    // RESP3 null for a missing key.
+    assert_eq!(con.call(&["GET", "mybot:missing"]), "_\r\n");
+}
+
+#[test]
+fn a_redis_client_logs_in_with_a_url() {
+    let url = format!("redis://bot:botpw@{}/", proxy().addr());
+    let client = redis::Client::open(url).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("mybot:url")
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
+    let value: String = redis::cmd("GET").arg("mybot:url").query(&mut con).unwrap();
+    assert_eq!(value, "1");
+}
+
+#[test]
+fn protected_mode_refuses_a_public_listener_without_auth() {
+    let output = Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["--listen", "0.0.0.0:0", "--cluster", "127.0.0.1:1"])
+        .output()
+        .expect("run slotbridge");
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("protected_mode") && stderr.contains("0.0.0.0:0"),
+        "{stderr}"
+    );
+}
+
+/// A raw RESP connection, so replies are checked byte for byte.
+struct Raw {
+    stream: TcpStream,
+}
+
+impl Raw {
+    fn connect(addr: &str) -> Raw {
+        let stream = TcpStream::connect(addr).expect("connect to the proxy");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        Raw { stream }
+    }
+
+    /// Sends one command and returns its complete reply (read until it parses).
+    fn call(&mut self, args: &[&str]) -> String {
+        let mut out = format!("*{}\r\n", args.len());
+        for arg in args {
+            out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        self.stream.write_all(out.as_bytes()).unwrap();
+        self.read_reply()
+    }
+
+    fn read_reply(&mut self) -> String {
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if reply_complete(&reply) {
+                return String::from_utf8_lossy(&reply).into_owned();
+            }
+            let n = self.stream.read(&mut buf).expect("read a reply");
+            assert!(
+                n > 0,
+                "connection closed; got {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            reply.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// Whether `data` holds one whole RESP2/RESP3 reply (enough for the replies tested here).
+fn reply_complete(data: &[u8]) -> bool {
+    fn frame(data: &[u8]) -> Option<usize> {
+        let end = data.windows(2).position(|w| w == b"\r\n")?;
+        let head = std::str::from_utf8(&data[1..end]).ok()?;
+        let rest = end + 2;
+        match data.first()? {
+            b'+' | b'-' | b':' | b'_' | b'#' | b',' => Some(rest),
+            b'$' | b'=' | b'!' => {
+                let len: i64 = head.parse().ok()?;
+                if len < 0 {
+                    return Some(rest);
+                }
+                let total = rest + len as usize + 2;
+                (data.len() >= total).then_some(total)
+            }
+            b'*' | b'~' | b'>' | b'%' => {
+                let count: i64 = head.parse().ok()?;
+                let items = if data[0] == b'%' { count * 2 } else { count };
+                let mut at = rest;
+                for _ in 0..items.max(0) {
+                    at += frame(&data[at..])?;
+                }
+                Some(at)
+            }
+            _ => None,
+        }
+    }
+    frame(data) == Some(data.len())
+}

@@ -1,0 +1,203 @@
+//! Client limits through the proxy: `maxclients` refuses the next client with Redis's error,
+//! `timeout` closes idle clients only, and a client that never reads its replies is
+//! disconnected at `client_output_buffer_limit_bytes` while others keep being served.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{new_dir, shared_cluster, Proxy};
+
+fn proxy_with(config: &str) -> Proxy {
+    let dir = new_dir("limits-config");
+    let path = dir.join("slotbridge.yaml");
+    std::fs::write(&path, config).unwrap();
+    Proxy::start(&[
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--config",
+        path.to_str().unwrap(),
+    ])
+}
+
+/// Reads until the peer closes (`true`) or `timeout` passes without data (`false`).
+fn read_to_close(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, bool) {
+    stream.set_read_timeout(Some(timeout)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                return (out, false)
+            }
+            Err(_) => return (out, true),
+        }
+    }
+}
+
+#[test]
+fn maxclients_refuses_the_next_client() {
+    let proxy = proxy_with("maxclients: 2\n");
+    // The harness's readiness probe may still hold a slot for a moment.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut first = Raw::connect(proxy.addr());
+    let mut second = Raw::connect(proxy.addr());
+    assert_eq!(first.call(&["PING"]), "+PONG\r\n");
+    assert_eq!(second.call(&["PING"]), "+PONG\r\n");
+    let mut third = TcpStream::connect(proxy.addr()).unwrap();
+    let (reply, closed) = read_to_close(&mut third, Duration::from_secs(5));
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "-ERR max number of clients reached\r\n"
+    );
+    assert!(closed);
+    // A freed place is given to the next client.
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut next = Raw::connect(proxy.addr());
+        next.stream.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+        let (reply, _) = read_to_close(&mut next.stream, Duration::from_millis(300));
+        if reply.starts_with(b"+PONG") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no place freed: {reply:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(second.call(&["PING"]), "+PONG\r\n");
+}
+
+#[test]
+fn idle_clients_are_closed_after_timeout() {
+    let proxy = proxy_with("timeout: 1\n");
+    let mut idle = Raw::connect(proxy.addr());
+    let mut busy = Raw::connect(proxy.addr());
+    assert_eq!(idle.call(&["PING"]), "+PONG\r\n");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(busy.call(&["PING"]), "+PONG\r\n");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (data, closed) = read_to_close(&mut idle.stream, Duration::from_secs(2));
+    assert!(
+        data.is_empty() && closed,
+        "idle client still open ({data:?})"
+    );
+    assert_eq!(busy.call(&["PING"]), "+PONG\r\n");
+}
+
+#[test]
+fn a_client_that_does_not_read_is_disconnected_at_the_output_limit() {
+    const LIMIT: usize = 1024 * 1024;
+    const VALUE: usize = 64 * 1024;
+    const GETS: usize = 2000;
+    let proxy = proxy_with(&format!("client_output_buffer_limit_bytes: {LIMIT}\n"));
+    let mut setup = Raw::connect(proxy.addr());
+    let value = "x".repeat(VALUE);
+    assert_eq!(setup.call(&["SET", "limits:big", &value]), "+OK\r\n");
+
+    // Far more replies (128 MB) than socket buffers and the limit can hold, never read.
+    let mut greedy = TcpStream::connect(proxy.addr()).unwrap();
+    greedy
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let get = b"*2\r\n$3\r\nGET\r\n$10\r\nlimits:big\r\n";
+    let requests: Vec<u8> = get.repeat(GETS);
+    // The proxy stops reading and then closes; a write error is expected then.
+    let _ = greedy.write_all(&requests);
+    std::thread::sleep(Duration::from_secs(1));
+    let (received, closed) = read_to_close(&mut greedy, Duration::from_secs(5));
+    assert!(closed, "the non-reading client was not disconnected");
+    assert!(
+        received.len() < GETS * VALUE,
+        "all {} bytes of replies arrived; no limit applied",
+        received.len()
+    );
+
+    // Others are served, and a client reading its replies is not affected.
+    let mut polite = Raw::connect(proxy.addr());
+    for _ in 0..10 {
+        let reply = polite.call(&["GET", "limits:big"]);
+        assert_eq!(reply.len(), VALUE + format!("${VALUE}\r\n\r\n").len());
+    }
+}
+
+/// A raw RESP connection, so replies are checked byte for byte.
+struct Raw {
+    stream: TcpStream,
+}
+
+impl Raw {
+    fn connect(addr: &str) -> Raw {
+        let stream = TcpStream::connect(addr).expect("connect to the proxy");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        Raw { stream }
+    }
+
+    /// Sends one command and returns its complete reply (read until it parses).
+    fn call(&mut self, args: &[&str]) -> String {
+        let mut out = format!("*{}\r\n", args.len());
+        for arg in args {
+            out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        self.stream.write_all(out.as_bytes()).unwrap();
+        self.read_reply()
+    }
+
+    fn read_reply(&mut self) -> String {
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if reply_complete(&reply) {
+                return String::from_utf8_lossy(&reply).into_owned();
+            }
+            let n = self.stream.read(&mut buf).expect("read a reply");
+            assert!(
+                n > 0,
+                "connection closed; got {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            reply.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// Whether `data` holds one whole RESP2/RESP3 reply (enough for the replies tested here).
+fn reply_complete(data: &[u8]) -> bool {
+    fn frame(data: &[u8]) -> Option<usize> {
+        let end = data.windows(2).position(|w| w == b"\r\n")?;
+        let head = std::str::from_utf8(&data[1..end]).ok()?;
+        let rest = end + 2;
+        match data.first()? {
+            b'+' | b'-' | b':' | b'_' | b'#' | b',' => Some(rest),
+            b'$' | b'=' | b'!' => {
+                let len: i64 = head.parse().ok()?;
+                if len < 0 {
+                    return Some(rest);
+                }
+                let total = rest + len as usize + 2;
+                (data.len() >= total).then_some(total)
+            }
+            b'*' | b'~' | b'>' | b'%' => {
+                let count: i64 = head.parse().ok()?;
+                let items = if data[0] == b'%' { count * 2 } else { count };
+                let mut at = rest;
+                for _ in 0..items.max(0) {
+                    at += frame(&data[at..])?;
+                }
+                Some(at)
+            }
+            _ => None,
+        }
+    }
+    frame(data) == Some(data.len())
+}

@@ -1,0 +1,161 @@
+//! The command policy through the proxy: dangerous commands refused by default with an error
+//! that says how to allow them, an allow-list that lets one through, and a deny-list.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{new_dir, shared_cluster, Proxy};
+
+fn proxy_with(config: &str) -> Proxy {
+    let dir = new_dir("policy-config");
+    let path = dir.join("slotbridge.yaml");
+    std::fs::write(&path, config).unwrap();
+    Proxy::start(&[
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--config",
+        path.to_str().unwrap(),
+    ])
+}
+
+fn refusal(name: &str) -> String {
+    format!(
+        "-ERR proxy: '{name}' is disabled by the proxy's command policy (allow it with commands.allow: [{name}])\r\n"
+    )
+}
+
+#[test]
+fn dangerous_commands_are_refused_by_default() {
+    let proxy = Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]);
+    let mut con = Raw::connect(proxy.addr());
+    assert_eq!(con.call(&["SET", "policy:kept", "1"]), "+OK\r\n");
+    let refused: [(&[&str], &str); 8] = [
+        (&["FLUSHALL"], "flushall"),
+        (&["flushdb", "ASYNC"], "flushdb"),
+        (&["CONFIG", "SET", "maxmemory", "1"], "config|set"),
+        (&["DEBUG", "SLEEP", "0"], "debug"),
+        (&["SHUTDOWN", "NOSAVE"], "shutdown"),
+        (&["ACL", "SETUSER", "x"], "acl|setuser"),
+        (&["REPLICAOF", "NO", "ONE"], "replicaof"),
+        (&["SCRIPT", "KILL"], "script|kill"),
+    ];
+    for (command, name) in refused {
+        assert_eq!(con.call(command), refusal(name), "{command:?}");
+    }
+    // Nothing was flushed, and harmless relatives still pass.
+    assert_eq!(con.call(&["GET", "policy:kept"]), "$1\r\n1\r\n");
+    let config = con.call(&["CONFIG", "GET", "maxmemory"]);
+    assert!(config.starts_with("*2\r\n$9\r\nmaxmemory\r\n"), "{config}");
+    // CLUSTER writes keep the emulation's explanation.
+    let cluster = con.call(&["CLUSTER", "FORGET", "abc"]);
+    assert!(
+        cluster.starts_with("-ERR proxy: CLUSTER FORGET is not available"),
+        "{cluster}"
+    );
+}
+
+#[test]
+fn allow_and_deny_lists_change_the_policy() {
+    let proxy = proxy_with("commands:\n  allow: [flushdb]\n  deny: [keys]\n");
+    let mut con = Raw::connect(proxy.addr());
+    assert_eq!(con.call(&["FLUSHDB"]), "+OK\r\n");
+    assert_eq!(con.call(&["FLUSHALL"]), refusal("flushall"));
+    assert_eq!(con.call(&["KEYS", "*"]), refusal("keys"));
+}
+
+#[test]
+fn contradicting_lists_stop_the_proxy_at_start() {
+    let dir = new_dir("policy-bad");
+    let path = dir.join("slotbridge.yaml");
+    std::fs::write(
+        &path,
+        "cluster: [127.0.0.1:7001]\ncommands:\n  allow: [keys]\n  deny: [keys]\n",
+    )
+    .unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+        .args(["check-config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("'keys' is both allowed and denied"),
+        "{stderr}"
+    );
+}
+
+/// A raw RESP connection, so replies are checked byte for byte.
+struct Raw {
+    stream: TcpStream,
+}
+
+impl Raw {
+    fn connect(addr: &str) -> Raw {
+        let stream = TcpStream::connect(addr).expect("connect to the proxy");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        Raw { stream }
+    }
+
+    /// Sends one command and returns its complete reply (read until it parses).
+    fn call(&mut self, args: &[&str]) -> String {
+        let mut out = format!("*{}\r\n", args.len());
+        for arg in args {
+            out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        self.stream.write_all(out.as_bytes()).unwrap();
+        self.read_reply()
+    }
+
+    fn read_reply(&mut self) -> String {
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if reply_complete(&reply) {
+                return String::from_utf8_lossy(&reply).into_owned();
+            }
+            let n = self.stream.read(&mut buf).expect("read a reply");
+            assert!(
+                n > 0,
+                "connection closed; got {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            reply.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// Whether `data` holds one whole RESP2/RESP3 reply (enough for the replies tested here).
+fn reply_complete(data: &[u8]) -> bool {
+    fn frame(data: &[u8]) -> Option<usize> {
+        let end = data.windows(2).position(|w| w == b"\r\n")?;
+        let head = std::str::from_utf8(&data[1..end]).ok()?;
+        let rest = end + 2;
+        match data.first()? {
+            b'+' | b'-' | b':' | b'_' | b'#' | b',' => Some(rest),
+            b'$' | b'=' | b'!' => {
+                let len: i64 = head.parse().ok()?;
+                if len < 0 {
+                    return Some(rest);
+                }
+                let total = rest + len as usize + 2;
+                (data.len() >= total).then_some(total)
+            }
+            b'*' | b'~' | b'>' | b'%' => {
+                let count: i64 = head.parse().ok()?;
+                let items = if data[0] == b'%' { count * 2 } else { count };
+                let mut at = rest;
+                for _ in 0..items.max(0) {
+                    at += frame(&data[at..])?;
+                }
+                Some(at)
+            }
+            _ => None,
+        }
+    }
+    frame(data) == Some(data.len())
+}

@@ -1,0 +1,227 @@
+//! Hot reload through the real binary: SIGHUP (and `slotbridge reload`) re-read the file
+//! while redis-benchmark runs without an error; a broken file changes nothing; new
+//! passwords apply to new logins; an upstream switch from a standalone server to the cluster
+//! is seen by the next command of an already connected client.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{new_dir, shared_cluster, Proxy, Standalone};
+
+fn config_file(text: &str) -> PathBuf {
+    let path = new_dir("reload-config").join("slotbridge.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn cluster_yaml() -> String {
+    let seeds: Vec<String> = shared_cluster()
+        .seeds()
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect();
+    format!("cluster: [{}]\n", seeds.join(", "))
+}
+
+/// Waits until the proxy has logged `needle` `count` times.
+fn wait_log(proxy: &Proxy, needle: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.stderr().matches(needle).count() < count {
+        assert!(
+            Instant::now() < deadline,
+            "expected {count} x {needle:?} in the log:\n{}",
+            proxy.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sighup_ten_times_under_redis_benchmark() {
+    common::require_tool("redis-benchmark");
+    let path = config_file(&cluster_yaml());
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    let port = proxy.addr().rsplit_once(':').unwrap().1.to_string();
+    let benchmark = std::thread::spawn(move || {
+        Command::new("redis-benchmark")
+            .args(["-h", "127.0.0.1", "-p", &port, "-t", "set,get,incr"])
+            .args(["-n", "60000", "-c", "20", "-q"])
+            .output()
+            .expect("redis-benchmark runs")
+    });
+    for i in 0..10 {
+        // Each reload changes something the proxy uses per command.
+        let text = format!("{}retry:\n  attempts: {}\n", cluster_yaml(), 10 + i);
+        std::fs::write(&path, text).unwrap();
+        std::thread::sleep(Duration::from_millis(150));
+        proxy.send_signal("HUP");
+        wait_log(&proxy, "configuration reloaded", i + 1);
+    }
+    let output = benchmark.join().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!text.to_ascii_lowercase().contains("error"), "{text}");
+    assert!(text.contains("SET") && text.contains("INCR"), "{text}");
+    assert!(
+        !proxy.stderr().contains("reload failed"),
+        "{}",
+        proxy.output()
+    );
+}
+
+#[test]
+fn a_broken_file_changes_nothing_and_a_good_one_applies_to_new_logins() {
+    let path = config_file(&format!("{}requirepass: first\n", cluster_yaml()));
+    let pidfile = new_dir("reload-pid").join("slotbridge.pid");
+    let proxy = Proxy::start(&[
+        "--config",
+        path.to_str().unwrap(),
+        "--pidfile",
+        pidfile.to_str().unwrap(),
+    ]);
+    let mut kept = Raw::connect(proxy.addr());
+    assert_eq!(kept.call(&["AUTH", "first"]), "+OK\r\n");
+
+    std::fs::write(
+        &path,
+        format!("{}requirepass: second\nbogus_field: 1\n", cluster_yaml()),
+    )
+    .unwrap();
+    proxy.send_signal("HUP");
+    wait_log(&proxy, "reload failed", 1);
+    let mut con = Raw::connect(proxy.addr());
+    assert_eq!(
+        con.call(&["AUTH", "first"]),
+        "+OK\r\n",
+        "the old config must keep serving"
+    );
+
+    std::fs::write(&path, format!("{}requirepass: second\n", cluster_yaml())).unwrap();
+    reload_with_pidfile(&pidfile);
+    wait_log(&proxy, "configuration reloaded", 1);
+    let mut con = Raw::connect(proxy.addr());
+    assert!(con.call(&["AUTH", "first"]).starts_with("-WRONGPASS"));
+    assert_eq!(con.call(&["AUTH", "second"]), "+OK\r\n");
+    // A connection authenticated before the reload stays authenticated.
+    assert_eq!(kept.call(&["SET", "reload:kept", "1"]), "+OK\r\n");
+}
+
+fn reload_with_pidfile(pidfile: &Path) {
+    let status = Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+        .args(["reload", "--pidfile", pidfile.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn switching_from_standalone_to_cluster_keeps_clients_connected() {
+    let standalone = Standalone::start();
+    let key = "reload:switch";
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("standalone")
+        .query(&mut standalone.connect())
+        .unwrap();
+    let mut cluster_con =
+        common::connect(&shared_cluster().node_for_slot(shared_cluster().keyslot(key)));
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("cluster")
+        .query(&mut cluster_con)
+        .unwrap();
+
+    let path = config_file(&format!("standalone: \"{}\"\n", standalone.addr()));
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    let mut client = Raw::connect(proxy.addr());
+    assert_eq!(client.call(&["GET", key]), "$10\r\nstandalone\r\n");
+
+    std::fs::write(&path, cluster_yaml()).unwrap();
+    proxy.send_signal("HUP");
+    wait_log(&proxy, "configuration reloaded", 1);
+    assert_eq!(client.call(&["GET", key]), "$7\r\ncluster\r\n");
+    let info = client.call(&["INFO", "proxy"]);
+    assert!(info.contains("proxy_upstream:cluster"), "{info}");
+}
+
+/// A raw RESP connection, so replies are checked byte for byte.
+struct Raw {
+    stream: TcpStream,
+}
+
+impl Raw {
+    fn connect(addr: &str) -> Raw {
+        let stream = TcpStream::connect(addr).expect("connect to the proxy");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        Raw { stream }
+    }
+
+    /// Sends one command and returns its complete reply (read until it parses).
+    fn call(&mut self, args: &[&str]) -> String {
+        let mut out = format!("*{}\r\n", args.len());
+        for arg in args {
+            out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        self.stream.write_all(out.as_bytes()).unwrap();
+        self.read_reply()
+    }
+
+    fn read_reply(&mut self) -> String {
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if reply_complete(&reply) {
+                return String::from_utf8_lossy(&reply).into_owned();
+            }
+            let n = self.stream.read(&mut buf).expect("read a reply");
+            assert!(
+                n > 0,
+                "connection closed; got {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            reply.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// Whether `data` holds one whole RESP2/RESP3 reply (enough for the replies tested here).
+fn reply_complete(data: &[u8]) -> bool {
+    fn frame(data: &[u8]) -> Option<usize> {
+        let end = data.windows(2).position(|w| w == b"\r\n")?;
+        let head = std::str::from_utf8(&data[1..end]).ok()?;
+        let rest = end + 2;
+        match data.first()? {
+            b'+' | b'-' | b':' | b'_' | b'#' | b',' => Some(rest),
+            b'$' | b'=' | b'!' => {
+                let len: i64 = head.parse().ok()?;
+                if len < 0 {
+                    return Some(rest);
+                }
+                let total = rest + len as usize + 2;
+                (data.len() >= total).then_some(total)
+            }
+            b'*' | b'~' | b'>' | b'%' => {
+                let count: i64 = head.parse().ok()?;
+                let items = if data[0] == b'%' { count * 2 } else { count };
+                let mut at = rest;
+                for _ in 0..items.max(0) {
+                    at += frame(&data[at..])?;
+                }
+                Some(at)
+            }
+            _ => None,
+        }
+    }
+    frame(data) == Some(data.len())
+}
