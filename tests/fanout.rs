@@ -12,7 +12,14 @@ use common::{query, shared_cluster, Cluster, Proxy, Standalone};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
-    PROXY.get_or_init(|| Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]))
+    PROXY.get_or_init(|| {
+        Proxy::start(&[
+            "--config",
+            "tests/config/allow-admin.yaml",
+            "--cluster",
+            &shared_cluster().seeds_arg(),
+        ])
+    })
 }
 
 fn write_keys(con: &mut redis::Connection, keys: &[String]) {
@@ -159,7 +166,12 @@ fn invalid_scan_cursor_is_refused_like_redis() {
 #[test]
 fn scan_returns_every_key_outside_a_slot_that_moves_mid_scan() {
     let cluster = Cluster::start(3, 0);
-    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let proxy = Proxy::start(&[
+        "--config",
+        "tests/config/allow-admin.yaml",
+        "--cluster",
+        &cluster.seeds_arg(),
+    ]);
     let mut con = proxy.connect();
     // 300 keys in one slot (hash tag) that will move, 3000 elsewhere.
     let moving: Vec<String> = (0..300).map(|i| format!("{{mv}}:{i}")).collect();
@@ -222,7 +234,12 @@ fn scan_returns_every_key_outside_a_slot_that_moves_mid_scan() {
 #[test]
 fn standalone_upstream_fans_out_to_its_one_node() {
     let server = Standalone::start();
-    let proxy = Proxy::start(&["--standalone", server.addr()]);
+    let proxy = Proxy::start(&[
+        "--config",
+        "tests/config/allow-admin.yaml",
+        "--standalone",
+        server.addr(),
+    ]);
     let mut con = proxy.connect();
     let keys: Vec<String> = (0..500).map(|i| format!("solo:{i}")).collect();
     write_keys(&mut con, &keys);

@@ -7,18 +7,22 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{new_dir, shared_cluster, Proxy};
+use common::{new_dir, shared_cluster, Proxy, Standalone};
 
-fn proxy_with(config: &str) -> Proxy {
+/// A proxy in front of its own standalone server: the allowed FLUSHDB must not wipe the
+/// cluster other tests of this binary share.
+fn proxy_with(config: &str) -> (Proxy, Standalone) {
     let dir = new_dir("policy-config");
     let path = dir.join("slotbridge.yaml");
     std::fs::write(&path, config).unwrap();
-    Proxy::start(&[
-        "--cluster",
-        &shared_cluster().seeds_arg(),
+    let server = Standalone::start();
+    let proxy = Proxy::start(&[
+        "--standalone",
+        server.addr(),
         "--config",
         path.to_str().unwrap(),
-    ])
+    ]);
+    (proxy, server)
 }
 
 fn refusal(name: &str) -> String {
@@ -59,7 +63,7 @@ fn dangerous_commands_are_refused_by_default() {
 
 #[test]
 fn allow_and_deny_lists_change_the_policy() {
-    let proxy = proxy_with("commands:\n  allow: [flushdb]\n  deny: [keys]\n");
+    let (proxy, _server) = proxy_with("commands:\n  allow: [flushdb]\n  deny: [keys]\n");
     let mut con = Raw::connect(proxy.addr());
     assert_eq!(con.call(&["FLUSHDB"]), "+OK\r\n");
     assert_eq!(con.call(&["FLUSHALL"]), refusal("flushall"));

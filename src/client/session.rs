@@ -194,7 +194,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             },
             // A subscriber that stopped reading must not hold its messages forever.
             () = pubsub.overflowed(), if pubsub.is_subscribed() => break,
-            relay = pubsub.next_event(), if !closing => match relay {
+            // Messages wait in the subscription's bounded buffer while the client is slow,
+            // so `pubsub.max_buffer_bytes` is what limits a subscriber that does not read.
+            relay = pubsub.next_event(), if !closing && output.len() < OUTPUT_BACKPRESSURE => match relay {
                 // Behind the replies already queued: never ahead of its own confirmation.
                 Relay::Push(message) => in_flight.push_back(Either::Left(ready(message))),
                 Relay::Close => break,
