@@ -162,3 +162,21 @@ fn failover_is_followed_without_client_changes() {
         .expect("write after failover");
     assert_eq!(cluster.node_for_slot(slot), replica);
 }
+
+#[test]
+fn starts_while_a_seed_and_a_node_are_down() {
+    let cluster = Cluster::start(3, 1);
+    let replica = cluster.replicas().into_iter().next().expect("a replica");
+    cluster.kill_node(&replica);
+    // The first seed does not answer at all; the dead replica is listed too.
+    let dead_seed = format!("127.0.0.1:{}", common::free_port());
+    let seeds = format!("{dead_seed},{replica},{}", cluster.seeds_arg());
+    let proxy = Proxy::start(&["--cluster", &seeds]);
+    let mut con = proxy.client().get_connection().unwrap();
+    for i in 0..100 {
+        let key = format!("down:{i}");
+        let _: () = redis::cmd("SET").arg(&key).arg(i).query(&mut con).unwrap();
+        let value: i64 = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+        assert_eq!(value, i);
+    }
+}
