@@ -255,6 +255,8 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[3])
 return redis.call('INCR', KEYS[1])`;
 
+const SCRIPT_DELETE = `return redis.call('DEL', KEYS[1])`;
+
 // A user data entry written from a script (the store's "set with TTL" helper).
 const SCRIPT_USER_SET_PX = `
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -323,6 +325,14 @@ async function runBot(proxy, exp) {
     await cmd(['SET', legacy.user(user, 'tmp', 'borrar'), '1']);
     check((await cmd(['DEL', legacy.user(user, 'tmp', 'borrar')])) === 1, 'user data DEL');
   }
+  // A TTL taken away again: the index must say persistent (inf) from then on.
+  check((await cmd(['PERSIST', legacy.user('u1', 'sesión', 'token')])) === 1, 'user data PERSIST');
+
+  // A contact deleted from a script: the index follows a script's writes too.
+  const dropped = 'baja: {script}';
+  await cmd(['HSET', legacy.contact(dropped), 'id', dropped]);
+  const deleted = await evalScript(SCRIPT_DELETE, [legacy.contact(dropped)], []);
+  check(deleted === 1, `contact deleted by script: DEL gave ${deleted}`);
 
   // Locks: SET NX PX + INCR fence; a second holder is refused; compare-and-delete release.
   for (const key of LOCKS) {
@@ -549,6 +559,11 @@ async function checkListings(proxy, exp, phase) {
   const users = exp.legacyNames(`${P}:user:`);
   const userKeys = await proxy.sendCommand(['KEYS', `${P}:user:*`]);
   checkSameSet(userKeys, users, `${phase}: KEYS ${P}:user:* through the proxy`);
+  // One user's entries, as the store lists ctx.user (the id has a space, braces and UTF-8).
+  const one = `${P}:user:${USERS[1]}:`;
+  const oneKeys = await proxy.sendCommand(['KEYS', `${one}*`]);
+  checkSameSet(oneKeys, exp.legacyNames(one), `${phase}: KEYS ${one}* through the proxy`);
+  check(oneKeys.length === 4, `${phase}: KEYS ${one}* gave ${oneKeys.length} names, want 4`);
 }
 
 // ---------------------------------------------------------------------------------------
