@@ -407,7 +407,8 @@ async function writeCheckpoints(proxy, exp) {
   check((await cmd(['PEXPIRE', legacy.checkpoint('c2'), '240000'])) === 1, 'checkpoint PEXPIRE');
 }
 
-/// Checkpoints with a short TTL; returns their legacy names and when the last one expires.
+/// Checkpoints with a short TTL; returns their records with legacy names, and when the first
+/// and the last of them expire.
 async function writeShortCheckpoints(proxy, exp) {
   const short = [
     ['efímero:1', 1500],
