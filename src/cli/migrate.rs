@@ -9,7 +9,61 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use slotbridge::migrate::Progress;
+
 use super::usage_error;
+
+/// Progress on stderr: a bar on a terminal, otherwise a plain line every few seconds (logs
+/// and CI output get no control characters).
+enum ProgressDisplay {
+    Bar(Option<indicatif::ProgressBar>),
+    Lines(std::time::Instant),
+}
+
+impl ProgressDisplay {
+    /// Every how often a plain progress line is printed.
+    const LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+    fn new(terminal: bool) -> ProgressDisplay {
+        if terminal {
+            ProgressDisplay::Bar(None)
+        } else {
+            ProgressDisplay::Lines(std::time::Instant::now())
+        }
+    }
+
+    fn update(&mut self, p: Progress) {
+        match self {
+            ProgressDisplay::Bar(bar) => {
+                // The total is known only once the keyspace is planned: the bar starts then.
+                let bar = bar.get_or_insert_with(|| {
+                    let bar = indicatif::ProgressBar::new(p.total);
+                    if let Ok(style) = indicatif::ProgressStyle::with_template(
+                        "{bar:40} {pos}/{len} keys  {per_sec}  eta {eta}",
+                    ) {
+                        bar.set_style(style);
+                    }
+                    bar
+                });
+                bar.set_length(p.total);
+                bar.set_position(p.done);
+            }
+            ProgressDisplay::Lines(last) => {
+                if last.elapsed() >= Self::LINE_EVERY || p.done == p.total {
+                    *last = std::time::Instant::now();
+                    eprintln!("progress: {} / {} keys", p.done, p.total);
+                }
+            }
+        }
+    }
+
+    /// Leaves the bar drawn at its last position, so the report starts on a clean line.
+    fn finish(&mut self) {
+        if let ProgressDisplay::Bar(Some(bar)) = self {
+            bar.abandon();
+        }
+    }
+}
 
 /// The rule file `migrate` and `inspect` use when `--layout` is not given.
 const DEFAULT_LAYOUT: &str = "config/botmesh-cluster-v1.yaml";
@@ -108,22 +162,27 @@ fn tool_runtime() -> Result<tokio::runtime::Runtime, String> {
 /// `slotbridge migrate ...`: exit 0 when done, 1 on failure, 2 on bad flags, 3 when it
 /// stopped early (run again), 4 when refused because coordinators are live.
 pub fn migrate(args: MigrateArgs) -> ExitCode {
-    use slotbridge::migrate::{Direction, MigrateError, MigrateOptions, Progress};
+    use slotbridge::migrate::{Direction, MigrateError, MigrateOptions};
     use std::io::IsTerminal;
     let source = match redis_url(&args.source) {
         Ok(url) => url,
         Err(e) => return usage_error(&e),
     };
-    let target = match (&args.target, args.cluster.first()) {
-        (Some(url), _) | (None, Some(url)) => match redis_url(url) {
-            Ok(url) => Some(url),
+    // `--target URL` or every `--cluster` seed, in order: the first that answers is used.
+    let mut seeds = Vec::new();
+    for text in args.target.iter().chain(&args.cluster) {
+        match redis_url(text) {
+            Ok(url) => seeds.push(url),
             Err(e) => return usage_error(&e),
-        },
-        (None, None) => None,
-    };
+        }
+    }
+    let mut seeds = seeds.into_iter();
+    let target = seeds.next();
+    let target_seeds: Vec<_> = seeds.collect();
     let options = MigrateOptions {
         source,
         target,
+        target_seeds,
         prefix: args.prefix,
         layout: args.layout,
         dry_run: args.dry_run,
@@ -142,20 +201,11 @@ pub fn migrate(args: MigrateArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return usage_error(&e),
     };
-    let terminal = std::io::stderr().is_terminal();
-    let mut last_line = std::time::Instant::now();
-    let mut progress = |p: Progress| {
-        if terminal {
-            eprint!("\rcopied {} / {} keys", p.done, p.total);
-            if p.done == p.total {
-                eprintln!();
-            }
-        } else if last_line.elapsed() >= std::time::Duration::from_secs(2) || p.done == p.total {
-            last_line = std::time::Instant::now();
-            eprintln!("progress: {} / {} keys", p.done, p.total);
-        }
-    };
-    match runtime.block_on(slotbridge::migrate::migrate(&options, &mut progress)) {
+    let mut display = ProgressDisplay::new(std::io::stderr().is_terminal());
+    let mut progress = |p: Progress| display.update(p);
+    let result = runtime.block_on(slotbridge::migrate::migrate(&options, &mut progress));
+    display.finish();
+    match result {
         Ok(report) => {
             if args.json {
                 println!("{}", report.to_json());
