@@ -8,47 +8,14 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::{Command, Output};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use common::{query, shared_cluster, Standalone};
+use common::{
+    bucket, keys_on, migrate, migrate_ok, migrate_to_cluster, query, shared_cluster, slotbridge,
+    to_cluster_args, url, write_plain, Standalone,
+};
 
 // ---- helpers ---------------------------------------------------------------------------
-
-fn slotbridge(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_slotbridge"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env_remove("REDIS_USERNAME")
-        .env_remove("REDIS_PASSWORD")
-        .output()
-        .expect("run slotbridge")
-}
-
-fn url(addr: &str) -> String {
-    format!("redis://{addr}")
-}
-
-/// Runs a migration and returns (exit code, stdout); panics with the output on a crash.
-fn migrate(args: &[&str]) -> (i32, String) {
-    let mut full = vec!["migrate"];
-    full.extend_from_slice(args);
-    let out = slotbridge(&full);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let code = out.status.code().unwrap_or_else(|| {
-        panic!(
-            "killed by a signal\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (code, stdout)
-}
-
-fn migrate_ok(args: &[&str]) -> String {
-    let (code, stdout) = migrate(args);
-    assert_eq!(code, 0, "migrate {args:?} failed:\n{stdout}");
-    stdout
-}
 
 /// A number in the JSON report: `"family":{..."field":N` (the report is one line).
 fn json_count(json: &str, family: &str, field: &str) -> u64 {
@@ -80,28 +47,8 @@ fn total(json: &str, field: &str) -> u64 {
         .sum()
 }
 
-/// 32-bit FNV-1a of `id` mod 32, as LAYOUT.md defines buckets.
-fn bucket(id: &str) -> u32 {
-    let mut hash: u32 = 2_166_136_261;
-    for byte in id.bytes() {
-        hash ^= u32::from(byte);
-        hash = hash.wrapping_mul(16_777_619);
-    }
-    hash % 32
-}
-
 fn cmd(name: &str) -> redis::Cmd {
     redis::cmd(name)
-}
-
-/// Every key under `prefix:` on every master of the shared cluster (or one node).
-fn keys_on(addrs: &[String], prefix: &str) -> BTreeSet<String> {
-    let mut keys = BTreeSet::new();
-    for addr in addrs {
-        let found: Vec<String> = query(addr, cmd("KEYS").arg(format!("{prefix}:*"))).expect("KEYS");
-        keys.extend(found);
-    }
-    keys
 }
 
 fn masters() -> Vec<String> {
@@ -126,106 +73,35 @@ fn now_ms() -> i64 {
 
 /// Builds a legacy keyspace of every family under `p` on `node` with plain commands.
 fn legacy_fixture(node: &str, p: &str) {
-    let mut con = common::connect(node);
-    let mut pipe = redis::pipe();
-    pipe.cmd("HSET")
-        .arg(format!("{p}:chat:chat-1"))
-        .arg("title")
-        .arg("one")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:chat:a:b{{c}}"))
-        .arg("odd id")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:contact:u1"))
-        .arg("contact")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:checkpoint:c2"))
-        .arg("cp")
-        .arg("PX")
-        .arg(600_000)
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:schedule:s1"))
-        .arg("sched")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:user:u1:prefs:lang"))
-        .arg("es")
-        .arg("PX")
-        .arg(300_000)
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:lock:team:ops"))
-        .arg("holder")
-        .arg("PX")
-        .arg(200_000)
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:fence:team:ops"))
-        .arg(7)
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:co:leader:sched"))
-        .arg("node-a")
-        .arg("PX")
-        .arg(100_000)
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:co:leader:sched:term"))
-        .arg(3)
-        .ignore();
-    for field in ["seq", "tix", "serving"] {
-        pipe.cmd("SET")
-            .arg(format!("{p}:co:turn:chat-1:{field}"))
-            .arg(5)
-            .ignore();
-    }
-    pipe.cmd("ZADD")
-        .arg(format!("{p}:msgs:chat-1"))
-        .arg(1)
-        .arg("m1")
-        .arg(2)
-        .arg("m2")
-        .arg(3)
-        .arg("x:m3")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:msg:chat-1:m1"))
-        .arg("hello")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:msg:chat-1:m2"))
-        .arg("world")
-        .arg("PX")
-        .arg(400_000)
-        .ignore();
-    // Listed by chat-1's log, but its name is an item of chat `chat-1:x`: skipped.
-    pipe.cmd("SET")
-        .arg(format!("{p}:msg:chat-1:x:m3"))
-        .arg("elsewhere")
-        .ignore();
-    // Listed by no log: an orphan.
-    pipe.cmd("SET")
-        .arg(format!("{p}:msg:chat-1:m9"))
-        .arg("orphan")
-        .ignore();
-    pipe.cmd("RPUSH")
-        .arg(format!("{p}:conv:42"))
-        .arg("a")
-        .arg("b")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:{{durable:outbox}}:1"))
-        .arg("job")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:weird"))
-        .arg("no rule")
-        .ignore();
-    pipe.query::<()>(&mut con).expect("fixture");
+    write_plain(
+        node,
+        p,
+        &[
+            &["HSET", "{p}:chat:chat-1", "title", "one"],
+            &["SET", "{p}:chat:a:b{c}", "odd id"],
+            &["SET", "{p}:contact:u1", "contact"],
+            &["SET", "{p}:checkpoint:c2", "cp", "PX", "600000"],
+            &["SET", "{p}:schedule:s1", "sched"],
+            &["SET", "{p}:user:u1:prefs:lang", "es", "PX", "300000"],
+            &["SET", "{p}:lock:team:ops", "holder", "PX", "200000"],
+            &["SET", "{p}:fence:team:ops", "7"],
+            &["SET", "{p}:co:leader:sched", "node-a", "PX", "100000"],
+            &["SET", "{p}:co:leader:sched:term", "3"],
+            &["SET", "{p}:co:turn:chat-1:seq", "5"],
+            &["SET", "{p}:co:turn:chat-1:tix", "5"],
+            &["SET", "{p}:co:turn:chat-1:serving", "5"],
+            &["ZADD", "{p}:msgs:chat-1", "1", "m1", "2", "m2", "3", "x:m3"],
+            &["SET", "{p}:msg:chat-1:m1", "hello"],
+            &["SET", "{p}:msg:chat-1:m2", "world", "PX", "400000"],
+            // Listed by chat-1's log, but its name is an item of chat `chat-1:x`: skipped.
+            &["SET", "{p}:msg:chat-1:x:m3", "elsewhere"],
+            // Listed by no log: an orphan.
+            &["SET", "{p}:msg:chat-1:m9", "orphan"],
+            &["RPUSH", "{p}:conv:42", "a", "b"],
+            &["SET", "{p}:{durable:outbox}:1", "job"],
+            &["SET", "{p}:weird", "no rule"],
+        ],
+    );
 }
 
 /// (legacy key, cluster:v1 key) pairs the fixture's copyable keys map to, from LAYOUT.md.
@@ -374,15 +250,7 @@ fn legacy_node_to_cluster_then_a_second_run_copies_nothing() {
     let p = "mfull";
     legacy_fixture(node.addr(), p);
     let seeds = shared_cluster().seeds_arg();
-    let json = migrate_ok(&[
-        "--source",
-        &url(node.addr()),
-        "--cluster",
-        &seeds,
-        "--prefix",
-        p,
-        "--json",
-    ]);
+    let json = migrate_to_cluster(node.addr(), &seeds, p, &["--json"]);
     assert_cluster_matches_source(node.addr(), p);
     assert_eq!(
         json_count(&json, "msg", "orphans"),
@@ -399,15 +267,7 @@ fn legacy_node_to_cluster_then_a_second_run_copies_nothing() {
     let source_keys = keys_on(&[node.addr().to_owned()], p);
     assert_eq!(source_keys.len(), 21, "{source_keys:?}");
 
-    let again = migrate_ok(&[
-        "--source",
-        &url(node.addr()),
-        "--cluster",
-        &seeds,
-        "--prefix",
-        p,
-        "--json",
-    ]);
+    let again = migrate_to_cluster(node.addr(), &seeds, p, &["--json"]);
     assert_eq!(total(&again, "copied"), 0, "second run: {again}");
     assert_eq!(total(&again, "overwritten"), 0, "second run: {again}");
     assert_cluster_matches_source(node.addr(), p);
@@ -418,16 +278,12 @@ fn dry_run_writes_nothing() {
     let node = Standalone::start();
     let p = "mdry";
     legacy_fixture(node.addr(), p);
-    let json = migrate_ok(&[
-        "--source",
-        &url(node.addr()),
-        "--cluster",
+    let json = migrate_to_cluster(
+        node.addr(),
         &shared_cluster().seeds_arg(),
-        "--prefix",
         p,
-        "--dry-run",
-        "--json",
-    ]);
+        &["--dry-run", "--json"],
+    );
     assert!(
         keys_on(&masters(), p).is_empty(),
         "dry run wrote to the cluster"
@@ -446,16 +302,10 @@ fn a_run_stopped_half_way_finishes_on_the_next_run() {
     let p = "mhalf";
     legacy_fixture(node.addr(), p);
     let seeds = shared_cluster().seeds_arg();
-    let base = [
-        "--source",
-        &url(node.addr()),
-        "--cluster",
-        &seeds,
-        "--prefix",
-        p,
-        "--json",
-    ];
-    let mut first = base.to_vec();
+    let owned = to_cluster_args(node.addr(), &seeds, p);
+    let mut base: Vec<&str> = owned.iter().map(String::as_str).collect();
+    base.push("--json");
+    let mut first = base.clone();
     first.extend(["--stop-after", "6"]);
     let (code, json) = migrate(&first);
     assert_eq!(code, 3, "stopped early: {json}");
@@ -479,15 +329,7 @@ fn fences_and_terms_only_rise() {
     let term = format!("{p}:co:{{ld:sched}}:term");
     let _: () = on_cluster(&fence, cmd("SET").arg(&fence).arg(100));
     let _: () = on_cluster(&term, cmd("SET").arg(&term).arg(1));
-    let json = migrate_ok(&[
-        "--source",
-        &url(node.addr()),
-        "--cluster",
-        &shared_cluster().seeds_arg(),
-        "--prefix",
-        p,
-        "--json",
-    ]);
+    let json = migrate_to_cluster(node.addr(), &shared_cluster().seeds_arg(), p, &["--json"]);
     let fence_now: i64 = on_cluster(&fence, cmd("GET").arg(&fence));
     let term_now: i64 = on_cluster(&term, cmd("GET").arg(&term));
     assert_eq!(fence_now, 100, "a higher fence on the target stays");
@@ -495,15 +337,12 @@ fn fences_and_terms_only_rise() {
     assert_eq!(json_count(&json, "leader_term", "overwritten"), 1, "{json}");
     assert_eq!(json_count(&json, "fence", "skipped"), 1, "{json}");
     // --overwrite does not lower a fence either.
-    migrate_ok(&[
-        "--source",
-        &url(node.addr()),
-        "--cluster",
+    migrate_to_cluster(
+        node.addr(),
         &shared_cluster().seeds_arg(),
-        "--prefix",
         p,
-        "--overwrite",
-    ]);
+        &["--overwrite"],
+    );
     let fence_now: i64 = on_cluster(&fence, cmd("GET").arg(&fence));
     assert_eq!(fence_now, 100);
 }
@@ -516,25 +355,10 @@ fn existing_target_keys_win_unless_overwrite() {
     let record = format!("{p}:{{ct:{}}}:r:u1", bucket("u1"));
     let _: () = on_cluster(&record, cmd("SET").arg(&record).arg("newer"));
     let seeds = shared_cluster().seeds_arg();
-    migrate_ok(&[
-        "--source",
-        &url(node.addr()),
-        "--cluster",
-        &seeds,
-        "--prefix",
-        p,
-    ]);
+    migrate_to_cluster(node.addr(), &seeds, p, &[]);
     let value: String = on_cluster(&record, cmd("GET").arg(&record));
     assert_eq!(value, "newer");
-    migrate_ok(&[
-        "--source",
-        &url(node.addr()),
-        "--cluster",
-        &seeds,
-        "--prefix",
-        p,
-        "--overwrite",
-    ]);
+    migrate_to_cluster(node.addr(), &seeds, p, &["--overwrite"]);
     let value: String = on_cluster(&record, cmd("GET").arg(&record));
     assert_eq!(value, "contact");
 }
@@ -544,17 +368,12 @@ fn include_copies_one_family_and_leaves_the_marker_unset() {
     let node = Standalone::start();
     let p = "minc";
     legacy_fixture(node.addr(), p);
-    let json = migrate_ok(&[
-        "--source",
-        &url(node.addr()),
-        "--cluster",
+    let json = migrate_to_cluster(
+        node.addr(),
         &shared_cluster().seeds_arg(),
-        "--prefix",
         p,
-        "--include",
-        "chat",
-        "--json",
-    ]);
+        &["--include", "chat", "--json"],
+    );
     let odd = bucket("a:b{c}");
     let expected: BTreeSet<String> = [
         format!("{p}:{{ch:25}}:r:chat-1"),
@@ -603,14 +422,8 @@ fn refuses_while_coordinators_are_live_unless_allowed() {
     let p = "mlive";
     legacy_fixture(node.addr(), p);
     let seeds = shared_cluster().seeds_arg();
-    let args = [
-        "--source",
-        &url(node.addr()),
-        "--cluster",
-        &seeds,
-        "--prefix",
-        p,
-    ];
+    let owned = to_cluster_args(node.addr(), &seeds, p);
+    let args: Vec<&str> = owned.iter().map(String::as_str).collect();
     // A heartbeat: a turn owner key.
     let _: () = query(
         node.addr(),
@@ -658,14 +471,7 @@ fn the_way_back_mirrors_the_cluster_onto_the_legacy_node() {
     let p = "mback";
     legacy_fixture(node.addr(), p);
     let seeds = shared_cluster().seeds_arg();
-    migrate_ok(&[
-        "--source",
-        &url(node.addr()),
-        "--cluster",
-        &seeds,
-        "--prefix",
-        p,
-    ]);
+    migrate_to_cluster(node.addr(), &seeds, p, &[]);
 
     // New writes and deletions on the cluster, as the proxy's index upkeep would do them.
     let nb = bucket("new-chat");
@@ -767,15 +573,7 @@ fn throughput_on_100000_mixed_keys() {
         pipe.query::<()>(&mut con).expect("bench fixture");
     }
     eprintln!("fixture: {:?}", started.elapsed());
-    let json = migrate_ok(&[
-        "--source",
-        &url(node.addr()),
-        "--cluster",
-        &shared_cluster().seeds_arg(),
-        "--prefix",
-        p,
-        "--json",
-    ]);
+    let json = migrate_to_cluster(node.addr(), &shared_cluster().seeds_arg(), p, &["--json"]);
     assert_eq!(total(&json, "copied"), 100_000, "{json}");
     let rate: f64 = json
         .split("\"keys_per_second\":")

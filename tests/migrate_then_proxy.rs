@@ -7,57 +7,27 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{query, shared_cluster, Proxy, Standalone};
+use common::{migrate_to_cluster, query, shared_cluster, write_plain, Proxy, Standalone};
 
 #[test]
 fn a_legacy_client_reads_the_migrated_keyspace_through_the_proxy() {
     let node = Standalone::start();
     let p = "mtp";
-    let mut con = node.connect();
-    let mut pipe = redis::pipe();
-    pipe.cmd("SET")
-        .arg(format!("{p}:chat:chat-1"))
-        .arg("record")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:checkpoint:c2"))
-        .arg("cp")
-        .arg("PX")
-        .arg(600_000)
-        .ignore();
-    pipe.cmd("ZADD")
-        .arg(format!("{p}:msgs:chat-1"))
-        .arg(1)
-        .arg("m1")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:msg:chat-1:m1"))
-        .arg("hello")
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:fence:team:ops"))
-        .arg(7)
-        .ignore();
-    pipe.cmd("SET")
-        .arg(format!("{p}:conv:42"))
-        .arg("conv")
-        .ignore();
-    pipe.query::<()>(&mut con).expect("fixture");
+    write_plain(
+        node.addr(),
+        p,
+        &[
+            &["SET", "{p}:chat:chat-1", "record"],
+            &["SET", "{p}:checkpoint:c2", "cp", "PX", "600000"],
+            &["ZADD", "{p}:msgs:chat-1", "1", "m1"],
+            &["SET", "{p}:msg:chat-1:m1", "hello"],
+            &["SET", "{p}:fence:team:ops", "7"],
+            &["SET", "{p}:conv:42", "conv"],
+        ],
+    );
 
     let cluster = shared_cluster();
-    let out = Command::new(env!("CARGO_BIN_EXE_slotbridge"))
-        .args(["migrate", "--source", &format!("redis://{}", node.addr())])
-        .args(["--cluster", &cluster.seeds_arg(), "--prefix", p])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run migrate");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    migrate_to_cluster(node.addr(), &cluster.seeds_arg(), p, &[]);
 
     let proxy = Proxy::start(&[
         "--cluster",

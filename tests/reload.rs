@@ -5,13 +5,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{new_dir, shared_cluster, Proxy, Standalone};
+use common::{new_dir, shared_cluster, Proxy, Raw, Standalone};
 
 fn config_file(text: &str) -> PathBuf {
     let path = new_dir("reload-config").join("slotbridge.yaml");
@@ -151,77 +149,4 @@ fn switching_from_standalone_to_cluster_keeps_clients_connected() {
     assert_eq!(client.call(&["GET", key]), "$7\r\ncluster\r\n");
     let info = client.call(&["INFO", "proxy"]);
     assert!(info.contains("proxy_upstream:cluster"), "{info}");
-}
-
-/// A raw RESP connection, so replies are checked byte for byte.
-struct Raw {
-    stream: TcpStream,
-}
-
-impl Raw {
-    fn connect(addr: &str) -> Raw {
-        let stream = TcpStream::connect(addr).expect("connect to the proxy");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        Raw { stream }
-    }
-
-    /// Sends one command and returns its complete reply (read until it parses).
-    fn call(&mut self, args: &[&str]) -> String {
-        let mut out = format!("*{}\r\n", args.len());
-        for arg in args {
-            out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        self.stream.write_all(out.as_bytes()).unwrap();
-        self.read_reply()
-    }
-
-    fn read_reply(&mut self) -> String {
-        let mut reply = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            if reply_complete(&reply) {
-                return String::from_utf8_lossy(&reply).into_owned();
-            }
-            let n = self.stream.read(&mut buf).expect("read a reply");
-            assert!(
-                n > 0,
-                "connection closed; got {:?}",
-                String::from_utf8_lossy(&reply)
-            );
-            reply.extend_from_slice(&buf[..n]);
-        }
-    }
-}
-
-/// Whether `data` holds one whole RESP2/RESP3 reply (enough for the replies tested here).
-fn reply_complete(data: &[u8]) -> bool {
-    fn frame(data: &[u8]) -> Option<usize> {
-        let end = data.windows(2).position(|w| w == b"\r\n")?;
-        let head = std::str::from_utf8(&data[1..end]).ok()?;
-        let rest = end + 2;
-        match data.first()? {
-            b'+' | b'-' | b':' | b'_' | b'#' | b',' => Some(rest),
-            b'$' | b'=' | b'!' => {
-                let len: i64 = head.parse().ok()?;
-                if len < 0 {
-                    return Some(rest);
-                }
-                let total = rest + len as usize + 2;
-                (data.len() >= total).then_some(total)
-            }
-            b'*' | b'~' | b'>' | b'%' => {
-                let count: i64 = head.parse().ok()?;
-                let items = if data[0] == b'%' { count * 2 } else { count };
-                let mut at = rest;
-                for _ in 0..items.max(0) {
-                    at += frame(&data[at..])?;
-                }
-                Some(at)
-            }
-            _ => None,
-        }
-    }
-    frame(data) == Some(data.len())
 }

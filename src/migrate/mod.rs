@@ -14,6 +14,8 @@
 //!   `p:{meta}:layout` is written last, only after a complete pass with no error and no
 //!   `--include` filter; the way back removes it.
 //! - Nothing is copied while a coordinator is live (see [`inspect`]) unless `allow_live`.
+//! - A slot that moves during the copy (`MOVED`/`ASK`) does not fail the run: the slot maps
+//!   are re-read and the batch's affected steps retried, which their idempotence allows.
 //!
 //! Not done: the seed turns a schedule that exists only on the legacy side into a deletion
 //! marker keeping its fencing token. That needs the schedule record's format, which no rule
@@ -89,6 +91,8 @@ pub struct MigrateOptions {
     pub source: RedisUrl,
     /// Where keys are written; `None`: in place, on the source.
     pub target: Option<RedisUrl>,
+    /// More seeds of the target cluster, tried in order when `target` does not answer.
+    pub target_seeds: Vec<RedisUrl>,
     /// The bot prefix.
     pub prefix: String,
     /// The rule file.
@@ -159,7 +163,11 @@ pub async fn migrate(
     }
     let source = Endpoint::connect(&opts.source).await?;
     let other_target = match &opts.target {
-        Some(url) => Some(Endpoint::connect(url).await?),
+        Some(url) => {
+            let mut seeds = vec![url.clone()];
+            seeds.extend(opts.target_seeds.iter().cloned());
+            Some(Endpoint::connect_any(&seeds).await?)
+        }
         None => None,
     };
     let target = other_target.as_ref().unwrap_or(&source);
@@ -280,7 +288,7 @@ pub async fn migrate(
             Some(limit) => &batch[..batch.len().min((limit - written) as usize)],
             None => batch,
         };
-        let results = copier.copy_batch(batch).await;
+        let results = copy_following_moves(&copier, batch).await?;
         for (step, result) in batch.iter().zip(results) {
             let deletes_source = opts.delete_source
                 && !opts.dry_run
@@ -367,6 +375,45 @@ pub async fn migrate(
     });
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// How many times a batch's steps that met `MOVED`/`ASK` are retried on a re-read slot map.
+const MOVED_RETRIES: u32 = 10;
+
+/// Copies `batch`; steps that meet a moved slot are retried after re-reading both slot maps
+/// (and loading the scripts on any new master). Retrying is safe: a step's writes are
+/// idempotent (an existing target key is kept or replaced by the same rules, a counter only
+/// rises). Steps still moving after [`MOVED_RETRIES`] attempts are reported as errors.
+async fn copy_following_moves(
+    copier: &Copier<'_>,
+    batch: &[CopyStep],
+) -> Result<Vec<Result<Outcome, String>>, MigrateError> {
+    let mut results = copier.copy_batch(batch).await;
+    for attempt in 1..=MOVED_RETRIES {
+        let moved: Vec<usize> = results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.as_ref().is_err_and(|e| source::is_moved(e)))
+            .map(|(i, _)| i)
+            .collect();
+        if moved.is_empty() {
+            break;
+        }
+        // An ASK means a slot is half-way through a move: give it a moment to finish.
+        tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(attempt))).await;
+        copier.source.refresh().await?;
+        copier.target.refresh().await?;
+        if !copier.dry_run {
+            copier.target.load_script(RESTORE_SCRIPT).await?;
+            copier.target.load_script(SET_IF_GREATER_SCRIPT).await?;
+        }
+        let retry: Vec<CopyStep> = moved.iter().map(|&i| batch[i].clone()).collect();
+        let again = copier.copy_batch(&retry).await;
+        for (i, result) in moved.into_iter().zip(again) {
+            results[i] = result;
+        }
+    }
+    Ok(results)
 }
 
 /// Reads every log's members and plans the items they name (in the log's chat only).

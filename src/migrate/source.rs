@@ -2,11 +2,17 @@
 //! of a cluster), with replies turned into a small value type.
 //!
 //! Invariants: a call that names a key goes to the master that serves the key's slot in the
-//! slot map read at connect time; the tools expect a stable topology while they run, so a
-//! `MOVED`/`ASK` reply is an error, never followed. Walking (`SCAN`) visits every master once.
+//! current slot map. A `MOVED`/`ASK` reply is returned as an error marked with
+//! [`MOVED_MARK`] (see [`is_moved`]) and never followed inside a call: the caller re-reads
+//! the slot map ([`Endpoint::refresh`]) and retries the whole step, which is safe because
+//! every write of the tools is idempotent. Walking (`SCAN`) visits every master once.
+//! Connecting tries every seed in turn until one answers.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+use arc_swap::ArcSwap;
 
 use bytes::Bytes;
 
@@ -150,19 +156,36 @@ impl RedisUrl {
     }
 }
 
-/// An open deployment: one node, or the masters of a cluster.
-pub struct Endpoint {
+/// Starts every error text of a `MOVED`/`ASK` reply, so callers can tell a slot that moved
+/// (retry after [`Endpoint::refresh`]) from a real failure.
+pub const MOVED_MARK: &str = "slot moved: ";
+
+/// Whether an error text (of [`MigrateError::Redis`] or a copy result) is a `MOVED`/`ASK`.
+pub fn is_moved(message: &str) -> bool {
+    message.contains(MOVED_MARK)
+}
+
+/// The slot map and one pipelined connection per master, swapped whole on a refresh.
+struct Topology {
     /// Slot owners; for a single node every slot maps to master 0.
     map: SlotMap,
-    /// One pipelined connection per master, indexed like `map.masters()`.
+    /// Indexed like `map.masters()`.
     conns: Vec<NodeConn>,
+}
+
+/// An open deployment: one node, or the masters of a cluster.
+pub struct Endpoint {
+    topology: ArcSwap<Topology>,
+    /// Where the slot map was first read; asked again when every master fails to answer.
+    seeds: Vec<NodeAddr>,
+    opts: ConnOptions,
     is_cluster: bool,
 }
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")
-            .field("masters", &self.map.masters())
+            .field("masters", &self.masters())
             .field("is_cluster", &self.is_cluster)
             .finish()
     }
@@ -172,67 +195,95 @@ impl Endpoint {
     /// Connects to `url`; when the node runs in cluster mode (`INFO cluster`), reads
     /// `CLUSTER SHARDS` (or `CLUSTER SLOTS`) and connects to every master.
     pub async fn connect(url: &RedisUrl) -> Result<Endpoint, MigrateError> {
+        Endpoint::connect_any(std::slice::from_ref(url)).await
+    }
+
+    /// Like [`Endpoint::connect`], trying each of `seeds` in order until one answers (the
+    /// credentials of the first are used for every node). Fails with every seed's error.
+    pub async fn connect_any(seeds: &[RedisUrl]) -> Result<Endpoint, MigrateError> {
+        let Some(first) = seeds.first() else {
+            return Err(MigrateError::Usage("no address to connect to".to_owned()));
+        };
         let opts = ConnOptions {
             proto: Proto::Resp2,
-            username: url.username.clone(),
-            password: url.password.clone(),
+            username: first.username.clone(),
+            password: first.password.clone(),
             connect_timeout: Duration::from_secs(5),
             ..ConnOptions::default()
         };
-        let addr: NodeAddr = NodeAddr::from(url.addr.as_str());
-        let seed = NodeConn::spawn(addr.clone(), opts.clone());
-        let info = call_conn(&seed, &[b"INFO", b"cluster"]).await?;
-        let info = match info {
-            Reply::Data(text) => text,
-            Reply::Error(e) => return Err(MigrateError::Redis(format!("{addr}: INFO: {e}"))),
-            other => {
-                return Err(MigrateError::Redis(format!(
-                    "{addr}: unexpected INFO reply {other:?}"
-                )))
-            }
-        };
-        let is_cluster = String::from_utf8_lossy(&info)
-            .lines()
-            .any(|line| line.trim() == "cluster_enabled:1");
-        if !is_cluster {
-            return Ok(Endpoint {
-                map: SlotMap::single(addr),
-                conns: vec![seed],
-                is_cluster: false,
-            });
-        }
-        let no_remap = HashMap::new();
-        let shards = raw_call(&seed, &[b"CLUSTER", b"SHARDS"]).await?;
-        let map = match SlotMap::from_cluster_shards(&shards, &no_remap) {
-            Ok(map) if map.is_complete() => map,
-            _ => {
-                let slots = raw_call(&seed, &[b"CLUSTER", b"SLOTS"]).await?;
-                SlotMap::from_cluster_slots(&slots, &addr, &no_remap)
-                    .map_err(|e| MigrateError::Redis(format!("{addr}: slot map: {e}")))?
-            }
-        };
-        if !map.is_complete() {
-            return Err(MigrateError::Redis(format!(
-                "{addr}: the cluster serves {} of 16384 slots",
-                map.slots_covered()
-            )));
-        }
-        let conns = map
-            .masters()
+        let addrs: Vec<NodeAddr> = seeds
             .iter()
-            .map(|master| {
-                if *master == addr {
-                    seed.clone()
-                } else {
-                    NodeConn::spawn(master.clone(), opts.clone())
-                }
-            })
+            .map(|url| NodeAddr::from(url.addr.as_str()))
             .collect();
-        Ok(Endpoint {
-            map,
-            conns,
-            is_cluster: true,
-        })
+        let mut failures = Vec::new();
+        for addr in &addrs {
+            match connect_seed(addr, &opts).await {
+                Ok((topology, is_cluster)) => {
+                    return Ok(Endpoint {
+                        topology: ArcSwap::from_pointee(topology),
+                        seeds: addrs.clone(),
+                        opts,
+                        is_cluster,
+                    })
+                }
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+        Err(MigrateError::Redis(format!(
+            "no seed answered: {}",
+            failures.join("; ")
+        )))
+    }
+
+    /// Re-reads the slot map of a cluster (from its masters, then its seeds) and switches
+    /// to it, keeping the connections of masters that stay. A single node has nothing to
+    /// re-read.
+    pub async fn refresh(&self) -> Result<(), MigrateError> {
+        if !self.is_cluster {
+            return Ok(());
+        }
+        let current = self.topology.load_full();
+        let mut failures = Vec::new();
+        let mut asked: Vec<&NodeAddr> = Vec::new();
+        for (conn, addr) in current
+            .conns
+            .iter()
+            .map(|c| (Some(c), c.addr()))
+            .chain(self.seeds.iter().map(|a| (None, a)))
+        {
+            if asked.contains(&addr) {
+                continue;
+            }
+            asked.push(addr);
+            let conn = conn
+                .cloned()
+                .unwrap_or_else(|| NodeConn::spawn(addr.clone(), self.opts.clone()));
+            match read_slot_map(&conn, addr).await {
+                Ok(map) => {
+                    let conns = map
+                        .masters()
+                        .iter()
+                        .map(|master| {
+                            current
+                                .conns
+                                .iter()
+                                .find(|c| c.addr() == master)
+                                .cloned()
+                                .unwrap_or_else(|| {
+                                    NodeConn::spawn(master.clone(), self.opts.clone())
+                                })
+                        })
+                        .collect();
+                    self.topology.store(Arc::new(Topology { map, conns }));
+                    return Ok(());
+                }
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+        Err(MigrateError::Redis(format!(
+            "cannot re-read the slot map: {}",
+            failures.join("; ")
+        )))
     }
 
     /// Whether this is a cluster (as opposed to a single node).
@@ -240,19 +291,24 @@ impl Endpoint {
         self.is_cluster
     }
 
-    /// The masters' addresses, in node order.
-    pub fn masters(&self) -> &[NodeAddr] {
-        self.map.masters()
+    /// The masters' addresses, in node order (of the current slot map).
+    pub fn masters(&self) -> Vec<NodeAddr> {
+        self.topology.load().map.masters().to_vec()
     }
 
     /// Whether `other` is the same deployment (shares a master address).
     pub fn same_as(&self, other: &Endpoint) -> bool {
-        self.masters().iter().any(|a| other.masters().contains(a))
+        let theirs = other.masters();
+        self.masters().iter().any(|a| theirs.contains(a))
     }
 
     /// The index of the master serving `key`.
     pub fn node_of(&self, key: &[u8]) -> usize {
-        self.map.master_index(key_slot(key)).unwrap_or(0)
+        self.topology
+            .load()
+            .map
+            .master_index(key_slot(key))
+            .unwrap_or(0)
     }
 
     /// Sends `args` to the master serving `key`. The request is encoded before this
@@ -271,7 +327,7 @@ impl Endpoint {
         node: usize,
         args: &[&[u8]],
     ) -> impl std::future::Future<Output = Result<Reply, MigrateError>> + Send + 'static {
-        let conn = self.conns.get(node).cloned();
+        let conn = self.topology.load().conns.get(node).cloned();
         let request = encode_request(args);
         async move {
             let conn =
@@ -285,7 +341,7 @@ impl Endpoint {
             if let Some(e) = reply.error() {
                 if e.starts_with("MOVED") || e.starts_with("ASK") {
                     return Err(MigrateError::Redis(format!(
-                        "{}: {e} (the slot map changed during the run; run again)",
+                        "{}: {MOVED_MARK}{e}",
                         conn.addr()
                     )));
                 }
@@ -297,7 +353,7 @@ impl Endpoint {
     /// Every key matching `pattern` on every master (`SCAN` with `COUNT 1000`).
     pub async fn scan_all(&self, pattern: &[u8]) -> Result<Vec<Bytes>, MigrateError> {
         let mut keys = Vec::new();
-        for node in 0..self.conns.len() {
+        for node in 0..self.topology.load().conns.len() {
             let mut cursor = Bytes::from_static(b"0");
             loop {
                 let reply = self
@@ -332,7 +388,7 @@ impl Endpoint {
     /// Loads `script` on every master; returns its SHA1.
     pub async fn load_script(&self, script: &str) -> Result<Bytes, MigrateError> {
         let mut sha = None;
-        for node in 0..self.conns.len() {
+        for node in 0..self.topology.load().conns.len() {
             let reply = self
                 .call_node(node, &[b"SCRIPT", b"LOAD", script.as_bytes()])
                 .await?;
@@ -343,6 +399,70 @@ impl Endpoint {
         }
         sha.ok_or_else(|| MigrateError::Redis("no master to load a script on".to_owned()))
     }
+}
+
+/// Opens `addr` and reads what it is: a single node, or a cluster with its slot map and a
+/// connection per master.
+async fn connect_seed(
+    addr: &NodeAddr,
+    opts: &ConnOptions,
+) -> Result<(Topology, bool), MigrateError> {
+    let seed = NodeConn::spawn(addr.clone(), opts.clone());
+    let info = call_conn(&seed, &[b"INFO", b"cluster"]).await?;
+    let info = match info {
+        Reply::Data(text) => text,
+        Reply::Error(e) => return Err(MigrateError::Redis(format!("{addr}: INFO: {e}"))),
+        other => {
+            return Err(MigrateError::Redis(format!(
+                "{addr}: unexpected INFO reply {other:?}"
+            )))
+        }
+    };
+    let is_cluster = String::from_utf8_lossy(&info)
+        .lines()
+        .any(|line| line.trim() == "cluster_enabled:1");
+    if !is_cluster {
+        let topology = Topology {
+            map: SlotMap::single(addr.clone()),
+            conns: vec![seed],
+        };
+        return Ok((topology, false));
+    }
+    let map = read_slot_map(&seed, addr).await?;
+    let conns = map
+        .masters()
+        .iter()
+        .map(|master| {
+            if master == addr {
+                seed.clone()
+            } else {
+                NodeConn::spawn(master.clone(), opts.clone())
+            }
+        })
+        .collect();
+    Ok((Topology { map, conns }, true))
+}
+
+/// The complete slot map as `conn` (a cluster node at `addr`) sees it: `CLUSTER SHARDS`, or
+/// `CLUSTER SLOTS` when that is missing or incomplete.
+async fn read_slot_map(conn: &NodeConn, addr: &NodeAddr) -> Result<SlotMap, MigrateError> {
+    let no_remap = HashMap::new();
+    let shards = raw_call(conn, &[b"CLUSTER", b"SHARDS"]).await?;
+    let map = match SlotMap::from_cluster_shards(&shards, &no_remap) {
+        Ok(map) if map.is_complete() => map,
+        _ => {
+            let slots = raw_call(conn, &[b"CLUSTER", b"SLOTS"]).await?;
+            SlotMap::from_cluster_slots(&slots, addr, &no_remap)
+                .map_err(|e| MigrateError::Redis(format!("{addr}: slot map: {e}")))?
+        }
+    };
+    if !map.is_complete() {
+        return Err(MigrateError::Redis(format!(
+            "{addr}: the cluster serves {} of 16384 slots",
+            map.slots_covered()
+        )));
+    }
+    Ok(map)
 }
 
 async fn raw_call(conn: &NodeConn, args: &[&[u8]]) -> Result<Bytes, MigrateError> {

@@ -14,16 +14,22 @@
 #![allow(dead_code, unused_imports)]
 
 mod cluster;
+mod fixtures;
 mod layout;
 mod node;
 mod ports;
 mod process;
 mod proxy;
+mod raw;
 mod standalone;
 
 use std::sync::OnceLock;
 
 pub use cluster::Cluster;
+pub use fixtures::{
+    bucket, keys_on, migrate, migrate_ok, migrate_to_cluster, slotbridge, to_cluster_args, url,
+    write_plain,
+};
 pub use layout::{
     layout_of, parse_cluster_nodes, ClusterLayout, NodeLine, Role, SlotRange, SLOT_COUNT,
 };
@@ -32,6 +38,7 @@ pub use ports::{free_cluster_port, free_port};
 pub use process::new_dir;
 pub use process::require_tool;
 pub use proxy::Proxy;
+pub use raw::{reply_complete, Raw};
 pub use standalone::Standalone;
 
 /// A 3-master cluster without replicas, started on first use and shared by every test of this

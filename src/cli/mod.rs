@@ -1,0 +1,153 @@
+//! Command-line interface: the clap types of every subcommand and the dispatch to their
+//! handlers. Flags (also settable as `SLOTBRIDGE_*` environment variables) are a contract:
+//! their names and meanings do not change.
+//!
+//! `run` merges flags over the YAML file in one place ([`run`]); the one-shot tools live in
+//! [`tools`], and `migrate` / `inspect` in [`migrate`].
+
+mod migrate;
+mod run;
+mod tools;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use slotbridge::config::LogFormat;
+
+use migrate::{InspectArgs, MigrateArgs};
+
+/// A Redis-protocol proxy for Redis Cluster that rewrites legacy key layouts on the fly.
+#[derive(Debug, Parser)]
+#[command(
+    name = "slotbridge",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Subcommands; `run` is the default.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the proxy (the default when no subcommand is given).
+    Run(RunArgs),
+    /// Parse and validate a configuration file, then exit.
+    CheckConfig {
+        /// The YAML file to check.
+        file: PathBuf,
+    },
+    /// Show how a legacy key translates under a layout rule file (prefix, rule, cluster
+    /// key, hash slot, index entry), then exit.
+    ExplainKey {
+        /// The legacy key (or a cluster key, to see what it maps back to).
+        key: String,
+        /// The layout rule file.
+        #[arg(long, value_name = "FILE")]
+        layout: PathBuf,
+        /// A prefix the rules apply to (repeatable; default: the file's `prefixes:`).
+        #[arg(long = "prefix", value_name = "NAME")]
+        prefixes: Vec<String>,
+    },
+    /// Copy a keyspace between the legacy layout and cluster:v1 (bots stopped).
+    Migrate(MigrateArgs),
+    /// Count a keyspace's keys per layout and family, show the marker and live coordinators.
+    Inspect(InspectArgs),
+    /// Exit 0 when a running proxy's admin `/healthz` answers 200 (for container health
+    /// checks, without curl).
+    Healthcheck {
+        /// The proxy's admin address.
+        #[arg(
+            long,
+            env = "SLOTBRIDGE_ADMIN_LISTEN",
+            default_value = "127.0.0.1:9121",
+            value_name = "HOST:PORT"
+        )]
+        admin_listen: String,
+    },
+    /// Make a running proxy re-read its configuration file (sends it SIGHUP).
+    Reload {
+        /// The pidfile the running proxy wrote (its `--pidfile` / `pidfile`).
+        #[arg(long, env = "SLOTBRIDGE_PIDFILE")]
+        pidfile: PathBuf,
+    },
+}
+
+/// Flags of `run`. Each overrides the same field of the config file.
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// YAML configuration file.
+    #[arg(long, env = "SLOTBRIDGE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Client-facing address.
+    #[arg(long, env = "SLOTBRIDGE_LISTEN", value_name = "HOST:PORT")]
+    pub listen: Option<String>,
+    /// Cluster seed nodes, comma-separated.
+    #[arg(
+        long,
+        env = "SLOTBRIDGE_CLUSTER",
+        value_delimiter = ',',
+        value_name = "HOST:PORT,..."
+    )]
+    pub cluster: Vec<String>,
+    /// A single non-cluster upstream node.
+    #[arg(
+        long,
+        env = "SLOTBRIDGE_STANDALONE",
+        conflicts_with = "cluster",
+        value_name = "HOST:PORT"
+    )]
+    pub standalone: Option<String>,
+    /// Admin HTTP address (metrics and health).
+    #[arg(long, env = "SLOTBRIDGE_ADMIN_LISTEN", value_name = "HOST:PORT")]
+    pub admin_listen: Option<String>,
+    /// Runtime worker threads (0: one per core).
+    #[arg(long, env = "SLOTBRIDGE_THREADS")]
+    pub threads: Option<usize>,
+    /// Log format.
+    #[arg(long, env = "SLOTBRIDGE_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Log filter, e.g. `info` or `slotbridge=debug` (falls back to `RUST_LOG`).
+    #[arg(long, env = "SLOTBRIDGE_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// Layout rule file: translate legacy key names (see `layout.file`).
+    #[arg(long, env = "SLOTBRIDGE_LAYOUT", value_name = "FILE")]
+    pub layout: Option<PathBuf>,
+    /// A key prefix the layout applies to; repeatable (see `layout.prefixes`).
+    #[arg(long = "prefix", value_name = "NAME")]
+    pub prefixes: Vec<String>,
+    /// Password clients must send with AUTH (the `default` user's).
+    #[arg(long, env = "SLOTBRIDGE_REQUIREPASS", hide_env_values = true)]
+    pub requirepass: Option<String>,
+    /// Write the proxy's pid to this file (for `slotbridge reload`).
+    #[arg(long, env = "SLOTBRIDGE_PIDFILE")]
+    pub pidfile: Option<PathBuf>,
+}
+
+/// Runs the subcommand `cli` names (`run` when none) and returns the process exit code.
+pub fn dispatch(cli: Cli) -> ExitCode {
+    match cli.command.unwrap_or(Command::Run(cli.run)) {
+        Command::Run(args) => run::run(args),
+        Command::CheckConfig { file } => tools::check_config(&file),
+        Command::ExplainKey {
+            key,
+            layout,
+            prefixes,
+        } => tools::explain_key(&key, &layout, &prefixes),
+        Command::Migrate(args) => migrate::migrate(args),
+        Command::Inspect(args) => migrate::inspect(args),
+        Command::Healthcheck { admin_listen } => tools::healthcheck(&admin_listen),
+        Command::Reload { pidfile } => tools::reload(&pidfile),
+    }
+}
+
+/// Prints a usage problem and returns exit code 2 (bad flags or arguments).
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("slotbridge: {message}");
+    ExitCode::from(2)
+}

@@ -1,0 +1,138 @@
+//! `slotbridge [run]`: merges the flags over the YAML file (one place, also used by every
+//! reload), starts the proxy, and serves until SIGINT or SIGTERM.
+//!
+//! Invariant: a reload re-reads the file and re-applies the same flags, so flags always win
+//! over the file, before and after a reload.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use slotbridge::config::{Config, LogFormat, Secret};
+
+use super::RunArgs;
+
+impl RunArgs {
+    /// The file's configuration with these flags and the backend credential variables
+    /// applied over it.
+    fn config(&self) -> Result<Config, String> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
+            None => Config::default(),
+        };
+        if let Some(listen) = &self.listen {
+            config.listen = listen.clone();
+        }
+        if !self.cluster.is_empty() {
+            config.cluster = self.cluster.clone();
+            config.standalone = None;
+        }
+        if let Some(standalone) = &self.standalone {
+            config.standalone = Some(standalone.clone());
+            config.cluster.clear();
+        }
+        if let Some(admin) = &self.admin_listen {
+            config.admin_listen = admin.clone();
+        }
+        if let Some(threads) = self.threads {
+            config.threads = threads;
+        }
+        if let Some(format) = self.log_format {
+            config.log_format = format;
+        }
+        if let Some(level) = &self.log_level {
+            config.log_level = level.clone();
+        } else if let Ok(level) = std::env::var("RUST_LOG") {
+            config.log_level = level;
+        }
+        if let Some(layout) = &self.layout {
+            config.layout.file = Some(layout.clone());
+        }
+        if !self.prefixes.is_empty() {
+            config.layout.prefixes = self.prefixes.clone();
+        }
+        if let Some(password) = &self.requirepass {
+            config.requirepass = Some(Secret(password.clone()));
+        }
+        if let Some(pidfile) = &self.pidfile {
+            config.pidfile = Some(pidfile.clone());
+        }
+        if let Ok(username) = std::env::var("REDIS_USERNAME") {
+            config.backend.username = Some(username);
+        }
+        if let Ok(password) = std::env::var("REDIS_PASSWORD") {
+            config.backend.password = Some(password);
+        }
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// `slotbridge [run]`: serve until SIGINT or SIGTERM (then drain), reload on SIGHUP.
+pub fn run(args: RunArgs) -> ExitCode {
+    let config = match args.config() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("slotbridge: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&config);
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if config.threads > 0 {
+        runtime.worker_threads(config.threads);
+    }
+    let runtime = match runtime.enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("slotbridge: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let pidfile = config.pidfile.clone();
+    let args = Arc::new(args);
+    let loader: slotbridge::reload::Loader = Box::new(move || args.config());
+    runtime.block_on(async move {
+        let (proxy, listener) = match slotbridge::server::start(config).await {
+            Ok(started) => started,
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if let Some(path) = &pidfile {
+            if let Err(e) = std::fs::write(path, format!("{}\n", std::process::id())) {
+                tracing::error!("cannot write pidfile {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+        }
+        let live = slotbridge::server::live(proxy, Some(loader));
+        slotbridge::server::serve_live(live, listener, shutdown_signal()).await;
+        if let Some(path) = &pidfile {
+            let _ = std::fs::remove_file(path);
+        }
+        ExitCode::SUCCESS
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

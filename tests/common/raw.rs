@@ -1,0 +1,100 @@
+//! A raw RESP test client: one TCP connection, commands sent as RESP arrays of bulk strings, and
+//! each reply returned as its exact wire text, so tests can compare replies byte for byte with
+//! what Redis itself sends.
+//!
+//! Invariants: a read waits at most [`READ_TIMEOUT`] for more bytes (a hung proxy fails the test
+//! instead of hanging it); `call` returns exactly one complete reply, never part of one.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// How long a read may wait for the next bytes of a reply before the test fails.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A raw RESP connection, so replies are checked byte for byte.
+pub struct Raw {
+    /// The underlying connection, for tests that write malformed input or read until close.
+    pub stream: TcpStream,
+}
+
+impl Raw {
+    /// Connects to `addr` (`host:port`); panics with the address if nothing answers.
+    pub fn connect(addr: &str) -> Raw {
+        let stream =
+            TcpStream::connect(addr).unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
+        stream
+            .set_read_timeout(Some(READ_TIMEOUT))
+            .expect("set a read timeout");
+        Raw { stream }
+    }
+
+    /// Sends one command and returns its complete reply (read until it parses).
+    pub fn call(&mut self, args: &[&str]) -> String {
+        self.send(args);
+        self.read_reply()
+    }
+
+    /// Sends one command without reading its reply (for pipelining or push messages).
+    pub fn send(&mut self, args: &[&str]) {
+        let mut out = format!("*{}\r\n", args.len());
+        for arg in args {
+            out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        self.stream
+            .write_all(out.as_bytes())
+            .expect("send a command");
+    }
+
+    /// Reads exactly one complete reply and returns it as (lossy UTF-8) text.
+    pub fn read_reply(&mut self) -> String {
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            if reply_complete(&reply) {
+                return String::from_utf8_lossy(&reply).into_owned();
+            }
+            let n = self.stream.read(&mut buf).expect("read a reply");
+            assert!(
+                n > 0,
+                "connection closed; got {:?}",
+                String::from_utf8_lossy(&reply)
+            );
+            reply.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// Whether `data` holds exactly one whole RESP2/RESP3 reply (aggregates, bulk and simple types;
+/// attributes and streamed aggregates are not needed by the tests).
+pub fn reply_complete(data: &[u8]) -> bool {
+    frame_len(data) == Some(data.len())
+}
+
+/// The length of the first complete frame in `data`, or `None` while it is incomplete.
+fn frame_len(data: &[u8]) -> Option<usize> {
+    let end = data.windows(2).position(|w| w == b"\r\n")?;
+    let head = std::str::from_utf8(&data[1..end]).ok()?;
+    let rest = end + 2;
+    match data.first()? {
+        b'+' | b'-' | b':' | b'_' | b'#' | b',' => Some(rest),
+        b'$' | b'=' | b'!' => {
+            let len: i64 = head.parse().ok()?;
+            if len < 0 {
+                return Some(rest);
+            }
+            let total = rest + usize::try_from(len).ok()? + 2;
+            (data.len() >= total).then_some(total)
+        }
+        b'*' | b'~' | b'>' | b'%' => {
+            let count: i64 = head.parse().ok()?;
+            let items = if data[0] == b'%' { count * 2 } else { count };
+            let mut at = rest;
+            for _ in 0..items.max(0) {
+                at += frame_len(data.get(at..)?)?;
+            }
+            Some(at)
+        }
+        _ => None,
+    }
+}
