@@ -42,6 +42,7 @@ use crate::protocol::Request;
 use crate::rewrite::{IndexEntry, Layout, Reverse};
 
 pub use startup::{start, LEGACY_CHECK_LIMIT};
+pub use upkeep::QueuedUnderLayout;
 
 #[cfg(test)]
 use crate::protocol::encode::encode_request;
