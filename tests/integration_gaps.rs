@@ -146,7 +146,7 @@ fn multi_exec_under_a_layout_writes_cluster_names_and_keeps_indices() {
 
     // The upkeep works when the node lost its script cache: the block loads it first.
     for master in cluster.masters() {
-        let _: () = query(&master, &redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+        let _: () = query(&master, redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
     }
     let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
     queued(
@@ -279,4 +279,128 @@ fn policy_refusal_at_queue_time_aborts_the_transaction() {
         "-EXECABORT Transaction discarded because of previous errors."
     );
     assert_eq!(&lines[4..6], &["$4", "kept"], "nothing was flushed: {out}");
+}
+
+/// A GET on the admin endpoint: status and body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("bad response {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Reads from `stream` until `needle` shows up (or panics after a few seconds).
+fn read_until(stream: &mut TcpStream, needle: &str) -> String {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&out).contains(needle) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {needle:?} in {:?}",
+            String::from_utf8_lossy(&out)
+        );
+        if let Ok(n) = stream.read(&mut buf) {
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Waits until the proxy has logged `needle` at least once.
+fn wait_log(proxy: &Proxy, needle: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !proxy.stderr().contains(needle) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {needle:?} in the log:\n{}",
+            proxy.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Subscribers of `channel` over every cluster master (each node counts its own clients).
+fn cluster_subscribers(channel: &str) -> i64 {
+    shared_cluster()
+        .masters()
+        .iter()
+        .map(|master| {
+            let (_, count): (String, i64) =
+                query(master, redis::cmd("PUBSUB").arg("NUMSUB").arg(channel)).unwrap();
+            count
+        })
+        .sum()
+}
+
+#[test]
+fn a_reload_to_the_cluster_moves_readiness_and_subscriptions_there() {
+    let mut standalone = Standalone::start();
+    let path = new_dir("gaps-reload").join("slotbridge.yaml");
+    std::fs::write(&path, format!("standalone: \"{}\"\n", standalone.addr())).unwrap();
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    assert_eq!(http_get(proxy.admin_addr(), "/readyz").0, 200);
+
+    // A subscriber from before the reload.
+    let mut subscriber = TcpStream::connect(proxy.addr()).unwrap();
+    subscriber
+        .write_all(&resp(&["SUBSCRIBE gaps:before"]))
+        .unwrap();
+    read_until(&mut subscriber, "gaps:before\r\n:1\r\n");
+
+    let seeds: Vec<String> = shared_cluster()
+        .seeds()
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect();
+    std::fs::write(&path, format!("cluster: [{}]\n", seeds.join(", "))).unwrap();
+    proxy.send_signal("HUP");
+    wait_log(&proxy, "configuration reloaded");
+    // The old upstream goes away: readiness must look at the cluster now.
+    standalone.kill();
+    let (status, body) = http_get(proxy.admin_addr(), "/readyz");
+    assert_eq!(
+        status, 200,
+        "/readyz checks the cluster after the switch: {body}"
+    );
+
+    // A new subscription of the same client reaches the cluster, and so does the old one.
+    subscriber
+        .write_all(&resp(&["SUBSCRIBE gaps:after"]))
+        .unwrap();
+    read_until(&mut subscriber, "gaps:after\r\n:2\r\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cluster_subscribers("gaps:after") == 0 || cluster_subscribers("gaps:before") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no cluster subscriber appeared"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let master = shared_cluster().masters()[0].clone();
+    let _: i64 = query(&master, redis::cmd("PUBLISH").arg("gaps:after").arg("new")).unwrap();
+    let _: i64 = query(&master, redis::cmd("PUBLISH").arg("gaps:before").arg("old")).unwrap();
+    let seen = read_until(&mut subscriber, "$3\r\nold\r\n");
+    assert!(
+        seen.contains("$10\r\ngaps:after\r\n$3\r\nnew\r\n"),
+        "{seen:?}"
+    );
 }

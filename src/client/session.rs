@@ -130,7 +130,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         }
                         Step::Pass => {}
                     }
-                    match pubsub.intercept(&request, state.proto) {
+                    match pubsub.intercept(&request, state.proto, &proxy) {
                         Intercept::Reply(reply) => {
                             in_flight.push_back(Either::Left(ready(reply)));
                             continue;
