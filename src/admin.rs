@@ -9,7 +9,7 @@
 
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,6 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::protocol::Proto;
+use crate::reload::Live;
 use crate::route::SLOT_COUNT;
 use crate::topology::Topology;
 
@@ -33,10 +34,13 @@ pub const MAX_CONNECTIONS: usize = 32;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Whether the proxy wants new traffic. Starts ready; a drain flips it for good so load
-/// balancers stop sending clients before the listener closes.
+/// balancers stop sending clients before the listener closes. Once the live proxy exists
+/// it is attached here, so `/readyz` checks the upstream in force after a reload.
 #[derive(Debug, Default)]
 pub struct Readiness {
     draining: AtomicBool,
+    /// Weak: the live proxy's snapshots hold this readiness, which must not keep it alive.
+    live: OnceLock<Weak<Live>>,
 }
 
 impl Readiness {
@@ -54,11 +58,24 @@ impl Readiness {
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
     }
+
+    /// Makes `/readyz` follow `live`'s current upstream (the first call wins).
+    pub fn attach(&self, live: &Arc<Live>) {
+        let _ = self.live.set(Arc::downgrade(live));
+    }
+
+    /// The upstream of the live proxy in force, once attached.
+    fn live_topology(&self) -> Option<Arc<Topology>> {
+        let live = self.live.get()?.upgrade()?;
+        let topology = live.proxy().topology.clone();
+        Some(topology)
+    }
 }
 
 /// What the admin endpoints look at.
 pub struct AdminState {
-    /// The upstream, for `/readyz`.
+    /// The start-up upstream, for `/readyz` until the live proxy is attached to
+    /// `readiness` (then its current upstream is checked instead).
     pub topology: Arc<Topology>,
     /// The drain flag, for `/readyz`.
     pub readiness: Arc<Readiness>,
@@ -72,7 +89,11 @@ impl AdminState {
         if self.readiness.is_draining() {
             return Err("draining".into());
         }
-        let routing = arc_swap::Guard::into_inner(self.topology.routing());
+        let topology = self
+            .readiness
+            .live_topology()
+            .unwrap_or_else(|| self.topology.clone());
+        let routing = arc_swap::Guard::into_inner(topology.routing());
         let covered = routing.map.slots_covered();
         if covered < SLOT_COUNT {
             return Err(format!("slot map covers {covered} of {SLOT_COUNT} slots"));

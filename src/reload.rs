@@ -100,14 +100,18 @@ impl Drop for ClientSlot {
 impl Live {
     /// Serves `proxy`; `loader` re-reads the configuration on reload (`None`: reloads fail).
     pub fn new(proxy: Arc<Proxy>, loader: Option<Loader>) -> Arc<Live> {
-        Arc::new(Live {
+        let readiness = proxy.readiness.clone();
+        let live = Arc::new(Live {
             current: ArcSwap::new(proxy),
             loader,
             refresher: Mutex::new(None),
             reloading: tokio::sync::Mutex::new(()),
             clients: Arc::new(AtomicUsize::new(0)),
             drain: Drain::default(),
-        })
+        });
+        // Reloads keep the readiness flag, so /readyz follows every later snapshot.
+        readiness.attach(&live);
+        live
     }
 
     /// The current snapshot.

@@ -126,8 +126,15 @@ impl PubSub {
         lock(&self.inner).total() > 0
     }
 
-    /// Looks at `request` before anything else does (see [`Intercept`]).
-    pub fn intercept(&mut self, request: &Request, proto: Proto) -> Intercept {
+    /// Looks at `request` before anything else does (see [`Intercept`]). `current` is the
+    /// live snapshot: new subscriptions use its upstream, and after a reload that switched
+    /// the upstream the client's subscriptions move there too.
+    pub fn intercept(
+        &mut self,
+        request: &Request,
+        proto: Proto,
+        current: &Arc<Proxy>,
+    ) -> Intercept {
         let args = &request.args;
         let mut lower = [0u8; 16];
         let name = match args[0].get(..lower.len().min(args[0].len())) {
@@ -147,6 +154,54 @@ impl PubSub {
         let proxy = {
             let mut inner = lock(&self.inner);
             inner.proto = proto;
+            if !Arc::ptr_eq(&inner.proxy, current) {
+                let switched = !Arc::ptr_eq(&inner.proxy.topology, &current.topology);
+                inner.proxy = current.clone();
+                if switched {
+                    // Old links point at the old upstream: subscribe everything again on
+                    // the new one (the restores are idempotent with new subscriptions).
+                    inner.regular = None;
+                    inner.shard_links.clear();
+                    // Sent before this request's own command on the same new link, so
+                    // the backend's subscription counts include what moved.
+                    let link = inner.regular_link(proto);
+                    for (command, kind, names) in [
+                        ("SUBSCRIBE", &b"subscribe"[..], &inner.channels),
+                        ("PSUBSCRIBE", &b"psubscribe"[..], &inner.patterns),
+                    ] {
+                        if names.is_empty() {
+                            continue;
+                        }
+                        let names: Vec<Bytes> = names.iter().cloned().collect();
+                        let call = match &link {
+                            Some(link) => link
+                                .call(command_bytes(command, &names), kind, names.len())
+                                .boxed(),
+                            None => futures_util::future::ready(Err(
+                                reply::text::SLOT_UNSERVED.to_string()
+                            ))
+                            .boxed(),
+                        };
+                        self.background.push(
+                            async move {
+                                match call.await {
+                                    Ok(answer) if answer.first() != Some(&b'-') => Ok(()),
+                                    Ok(answer) => {
+                                        Err(String::from_utf8_lossy(&answer).trim_end().to_string())
+                                    }
+                                    Err(reason) => Err(reason),
+                                }
+                            }
+                            .boxed(),
+                        );
+                    }
+                    if !inner.shard.is_empty() && !inner.restoring_shard {
+                        inner.restoring_shard = true;
+                        self.background
+                            .push(restore_shard(self.inner.clone()).boxed());
+                    }
+                }
+            }
             inner.proxy.clone()
         };
         if let Some(family) = family {

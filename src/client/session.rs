@@ -113,7 +113,12 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         in_flight.push_back(Either::Left(ready(refused)));
                         continue;
                     }
-                    match transaction.handle(&proxy, state.proto, &request) {
+                    match transaction.handle(
+                        &proxy,
+                        state.proto,
+                        &request,
+                        user.map(|user| &**user),
+                    ) {
                         Step::Reply(reply) => {
                             in_flight.push_back(Either::Left(ready(reply)));
                             continue;
@@ -125,7 +130,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         }
                         Step::Pass => {}
                     }
-                    match pubsub.intercept(&request, state.proto) {
+                    match pubsub.intercept(&request, state.proto, &proxy) {
                         Intercept::Reply(reply) => {
                             in_flight.push_back(Either::Left(ready(reply)));
                             continue;

@@ -12,6 +12,13 @@
 //! - WATCH pins a dedicated backend connection; the EXEC goes on that connection, so the
 //!   server's own WATCH check applies. EXEC, DISCARD, UNWATCH and RESET drop the pin,
 //!   which closes the connection and with it the server-side watch.
+//! - Queued commands pass the command policy and the user's ACL (`Proxy::admit`) at
+//!   queue time; a refusal answers its error and flags the transaction, as Redis does.
+//! - Under a layout, a queued command (and a WATCH) is rewritten to cluster names when it
+//!   is queued, and slot checks look at the rewritten keys; writes of index-backed keys
+//!   run wrapped in the upkeep script inside the block (the script is loaded on the
+//!   block's connection first), and EXEC's reply elements are reverse-rewritten as the
+//!   single command's reply would be.
 //! - EXEC and WATCH are sequence points: the session runs them only once every earlier
 //!   reply is in, and runs nothing later until they are answered, because they use a
 //!   different backend connection than the client's other commands.
@@ -23,13 +30,15 @@ use futures_util::future::{join_all, BoxFuture};
 use futures_util::FutureExt;
 use smallvec::SmallVec;
 
+use crate::auth::User;
 use crate::backend::NodeConn;
-use crate::command::{CommandFlags, KeyPos};
+use crate::command::{CommandFlags, CommandSpec, KeyPos};
 use crate::config::CrossSlotTransactions;
 use crate::dispatch::{Proxy, Target, WatchPin};
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::reply::merge::array_elements;
+use crate::rewrite::Forward;
 use crate::route::{key_slot, NodeAddr, Redirect};
 
 const OK: &[u8] = b"+OK\r\n";
@@ -73,8 +82,14 @@ pub enum Step {
 
 /// A command accepted between MULTI and EXEC.
 struct Queued {
-    raw: Bytes,
+    /// What goes inside the backend MULTI; only the first request's reply is the
+    /// command's (the others refresh index entries under a layout).
+    requests: SmallVec<[Bytes; 2]>,
     slot: Option<u16>,
+    /// The command's name when a layout is in force, for the reverse rewrite of its reply.
+    reverse: Option<String>,
+    /// Whether the block needs the layout's upkeep script on its node.
+    needs_script: bool,
 }
 
 /// The state between MULTI and EXEC.
@@ -130,7 +145,15 @@ impl Transaction {
     }
 
     /// Handles `request` if it concerns the transaction; [`Step::Pass`] otherwise.
-    pub fn handle(&mut self, proxy: &Arc<Proxy>, proto: Proto, request: &Request) -> Step {
+    /// `user` is the client's user, for the ACL checks of queued commands and WATCH
+    /// (`None`: no restrictions).
+    pub fn handle(
+        &mut self,
+        proxy: &Arc<Proxy>,
+        proto: Proto,
+        request: &Request,
+        user: Option<&User>,
+    ) -> Step {
         let args = &request.args;
         let mut lower = [0u8; 8];
         let name = args[0].as_ref();
@@ -165,7 +188,7 @@ impl Transaction {
             }
             (b"discard", false) => Step::Reply(reply::error(DISCARD_WITHOUT_MULTI)),
             (b"watch", true) => Step::Reply(reply::error(WATCH_IN_MULTI)),
-            (b"watch", false) => self.watch(proxy, proto, request),
+            (b"watch", false) => self.watch(proxy, proto, request, user),
             (b"unwatch", false) => {
                 self.watch = None;
                 Step::Reply(Bytes::from_static(OK))
@@ -175,7 +198,7 @@ impl Transaction {
                 Step::Pass
             }
             (b"quit", _) => Step::Pass,
-            (_, true) => Step::Reply(self.queue(proxy, request)),
+            (_, true) => Step::Reply(self.queue(proxy, proto, request, user)),
             (b"wait", false) => match self.last_write_slot {
                 Some(slot) => {
                     let proxy = proxy.clone();
@@ -211,19 +234,28 @@ impl Transaction {
         let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
         spec.keys(args, &mut keys);
         if let Some(first) = keys.first() {
-            self.last_write_slot = Some(key_slot(&args[first.index]));
+            let key = &args[first.index];
+            // Under a layout the write lands in the slot of the key's cluster name.
+            let cluster_key = match proxy.layout.as_deref().map(|a| a.layout.forward(key)) {
+                Some(Forward::Rewritten(rewritten)) => rewritten.key,
+                _ => key.clone(),
+            };
+            self.last_write_slot = Some(key_slot(&cluster_key));
         }
     }
 
     /// Checks one command at queue time, as Redis does, and queues it.
-    fn queue(&mut self, proxy: &Proxy, request: &Request) -> Bytes {
-        match self.admit(proxy, request) {
-            Ok(slot) => {
+    fn queue(
+        &mut self,
+        proxy: &Proxy,
+        proto: Proto,
+        request: &Request,
+        user: Option<&User>,
+    ) -> Bytes {
+        match self.admit(proxy, proto, request, user) {
+            Ok(queued) => {
                 if let Some(queue) = &mut self.multi {
-                    queue.commands.push(Queued {
-                        raw: request.raw.clone(),
-                        slot,
-                    });
+                    queue.commands.push(queued);
                 }
                 Bytes::from_static(QUEUED)
             }
@@ -234,15 +266,23 @@ impl Transaction {
         }
     }
 
-    /// The command's slot (`None`: keyless) if it may join the transaction.
-    fn admit(&mut self, proxy: &Proxy, request: &Request) -> Result<Option<u16>, Bytes> {
-        let args = &request.args;
+    /// The command as it will be queued, if it may join the transaction.
+    fn admit(
+        &mut self,
+        proxy: &Proxy,
+        proto: Proto,
+        request: &Request,
+        user: Option<&User>,
+    ) -> Result<Queued, Bytes> {
         let spec = proxy
             .commands
-            .lookup(args)
-            .ok_or_else(|| reply::unknown_command(args))?;
-        if !spec.arity_ok(args.len()) {
+            .lookup(&request.args)
+            .ok_or_else(|| reply::unknown_command(&request.args))?;
+        if !spec.arity_ok(request.args.len()) {
             return Err(reply::wrong_arity(&spec.name));
+        }
+        if let Some(refusal) = proxy.admit(request, user) {
+            return Err(refusal);
         }
         if spec.flags.has(CommandFlags::NO_MULTI) {
             return Err(reply::error(NOT_IN_MULTI));
@@ -254,6 +294,40 @@ impl Transaction {
                 spec.name
             )));
         }
+        let (args, queued) = match proxy.layout.as_deref() {
+            Some(active) => {
+                let rewritten = active.rewrite_request(spec, request.clone())?;
+                let under = active.queued_requests(spec, &rewritten, proto);
+                let queued = Queued {
+                    requests: under.requests,
+                    slot: None,
+                    reverse: Some(spec.name.clone()),
+                    needs_script: under.needs_script,
+                };
+                (rewritten.request.args, queued)
+            }
+            None => {
+                let queued = Queued {
+                    requests: SmallVec::from_elem(request.raw.clone(), 1),
+                    slot: None,
+                    reverse: None,
+                    needs_script: false,
+                };
+                (request.args.clone(), queued)
+            }
+        };
+        let slot = self.bind_slot(proxy, spec, &args)?;
+        Ok(Queued { slot, ..queued })
+    }
+
+    /// Checks that the keys of `args` (cluster names) fit the transaction's slot, binding
+    /// it on the first keyed command; the command's slot (`None`: keyless).
+    fn bind_slot(
+        &mut self,
+        proxy: &Proxy,
+        spec: &CommandSpec,
+        args: &[Bytes],
+    ) -> Result<Option<u16>, Bytes> {
         let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
         spec.keys(args, &mut keys);
         let named: Vec<(&[u8], u16)> = keys
@@ -301,7 +375,25 @@ impl Transaction {
     }
 
     /// WATCH outside MULTI: every key in one slot, the same slot as earlier WATCHes.
-    fn watch(&mut self, proxy: &Arc<Proxy>, proto: Proto, request: &Request) -> Step {
+    fn watch(
+        &mut self,
+        proxy: &Arc<Proxy>,
+        proto: Proto,
+        request: &Request,
+        user: Option<&User>,
+    ) -> Step {
+        if let Some(refusal) = proxy.admit(request, user) {
+            return Step::Reply(refusal);
+        }
+        // Under a layout the cluster names are watched (and decide the slot).
+        let rewritten = match (&proxy.layout, proxy.commands.lookup(&request.args)) {
+            (Some(active), Some(spec)) => match active.rewrite_request(spec, request.clone()) {
+                Ok(rewritten) => rewritten.request,
+                Err(refusal) => return Step::Reply(refusal),
+            },
+            _ => request.clone(),
+        };
+        let request = &rewritten;
         let keys = &request.args[1..];
         let named: Vec<(&[u8], u16)> = keys.iter().map(|k| (&k[..], key_slot(k))).collect();
         let slot = named[0].1;
@@ -395,12 +487,23 @@ impl Transaction {
             } else {
                 None
             };
-            let commands: Vec<Bytes> = queue.commands.into_iter().map(|c| c.raw).collect();
+            let block = Block::of(queue.commands);
             return Step::Run(
                 async move {
-                    proxy
-                        .exec_block(target, &commands, pin, reusable, proto)
-                        .await
+                    let reply = proxy
+                        .exec_block(
+                            target,
+                            &block.prelude,
+                            &block.requests,
+                            pin,
+                            reusable,
+                            proto,
+                        )
+                        .await;
+                    match block.client_elements(&proxy, &reply, proto) {
+                        Some(elements) => array_frame(&elements),
+                        None => reply,
+                    }
                 }
                 .boxed(),
             );
@@ -436,27 +539,39 @@ async fn run_split(
     proto: Proto,
 ) -> Bytes {
     let total = commands.len();
-    let mut groups: Vec<(Vec<usize>, Vec<Bytes>)> = vec![(Vec::new(), Vec::new()); slots.len()];
+    let mut groups: Vec<(Vec<usize>, Vec<Queued>)> = Vec::with_capacity(slots.len());
+    groups.resize_with(slots.len(), Default::default);
     for (index, command) in commands.into_iter().enumerate() {
         let group = command
             .slot
             .and_then(|slot| slots.iter().position(|&s| s == slot))
             .unwrap_or(0);
         groups[group].0.push(index);
-        groups[group].1.push(command.raw);
+        groups[group].1.push(command);
     }
-    let runs = groups.iter().zip(slots.iter()).map(|((_, raws), &slot)| {
-        let proxy = &proxy;
-        async move {
-            proxy
-                .exec_block(Target::Slot(slot), raws, None, None, proto)
-                .await
-        }
-    });
+    let runs = groups
+        .into_iter()
+        .zip(slots.iter())
+        .map(|((indices, queued), &slot)| {
+            let proxy = &proxy;
+            async move {
+                let block = Block::of(queued);
+                let reply = proxy
+                    .exec_block(
+                        Target::Slot(slot),
+                        &block.prelude,
+                        &block.requests,
+                        None,
+                        None,
+                        proto,
+                    )
+                    .await;
+                (indices, block.client_elements(proxy, &reply, proto), reply)
+            }
+        });
     let replies = join_all(runs).await;
     let mut placed: Vec<Option<Bytes>> = vec![None; total];
-    for ((indices, _), reply) in groups.iter().zip(replies) {
-        let elements = array_elements(&reply).filter(|e| e.len() == indices.len());
+    for (indices, elements, reply) in replies {
         match elements {
             Some(elements) => {
                 for (&index, element) in indices.iter().zip(elements) {
@@ -469,7 +584,7 @@ async fn run_split(
                 } else {
                     reply::error("ERR proxy: this slot's part of the transaction did not run")
                 };
-                for &index in indices {
+                for &index in &indices {
                     placed[index] = Some(error.clone());
                 }
             }
@@ -482,6 +597,84 @@ async fn run_split(
             Some(element) => out.put_slice(&element),
             None => out.put_slice(&reply::error("ERR proxy: no reply")),
         }
+    }
+    out.freeze()
+}
+
+/// The backend side of queued commands: what runs inside the MULTI block and before it.
+struct Block {
+    /// Sent before MULTI on the block's connection (the layout's upkeep script).
+    prelude: Vec<Bytes>,
+    /// Every request inside the block, in order.
+    requests: Vec<Bytes>,
+    /// Per queued command: its number of backend replies, and its name when its reply
+    /// must be reverse-rewritten.
+    shapes: Vec<(usize, Option<String>)>,
+}
+
+impl Block {
+    fn of(commands: Vec<Queued>) -> Block {
+        let mut block = Block {
+            prelude: Vec::new(),
+            requests: Vec::with_capacity(commands.len()),
+            shapes: Vec::with_capacity(commands.len()),
+        };
+        if commands.iter().any(|c| c.needs_script) {
+            block
+                .prelude
+                .push(crate::dispatch::layout::ActiveLayout::script_load_request());
+        }
+        for command in commands {
+            block.shapes.push((command.requests.len(), command.reverse));
+            block.requests.extend(command.requests);
+        }
+        block
+    }
+
+    /// EXEC's elements as the client must see them: one per queued command (index
+    /// refreshes dropped), key names reverse-rewritten. `None` when there is nothing to
+    /// change, or `reply` is not the array of the block's replies (a failed WATCH, an
+    /// error): then `reply` goes to the client as it is.
+    fn client_elements(&self, proxy: &Proxy, reply: &Bytes, proto: Proto) -> Option<Vec<Bytes>> {
+        let elements = array_elements(reply).filter(|e| e.len() == self.requests.len())?;
+        if self
+            .shapes
+            .iter()
+            .all(|(n, name)| *n == 1 && name.is_none())
+        {
+            return Some(elements);
+        }
+        let active = proxy.layout.as_deref();
+        let mut out = Vec::with_capacity(self.shapes.len());
+        let mut at = 0;
+        for (count, name) in &self.shapes {
+            let element = elements.get(at)?.clone();
+            at += count;
+            let shown = match (active, name) {
+                (Some(active), Some(name)) => active
+                    .reverse_reply(name, element)
+                    .unwrap_or_else(|| null_reply(proto)),
+                _ => element,
+            };
+            out.push(shown);
+        }
+        Some(out)
+    }
+}
+
+/// The null a reply naming only an internal key shows as.
+fn null_reply(proto: Proto) -> Bytes {
+    let mut out = BytesMut::with_capacity(5);
+    crate::protocol::encode::null(&mut out, proto);
+    out.freeze()
+}
+
+/// An array frame of `elements`.
+fn array_frame(elements: &[Bytes]) -> Bytes {
+    let mut out = BytesMut::new();
+    out.put_slice(format!("*{}\r\n", elements.len()).as_bytes());
+    for element in elements {
+        out.put_slice(element);
     }
     out.freeze()
 }

@@ -207,8 +207,9 @@ impl Proxy {
         merge::integer_frame(total)
     }
 
-    /// One master at a time, so memory holds at most one master's reply plus the output.
-    async fn keys_all(&self, request: Bytes, proto: Proto) -> Bytes {
+    /// KEYS over every master, one at a time, so memory holds at most one master's reply
+    /// plus the output; the merged array, or the first reply that is not an array.
+    pub(super) async fn keys_all(&self, request: Bytes, proto: Proto) -> Bytes {
         let masters = match self.masters_in_order().await {
             Ok(masters) => masters,
             Err(error) => return error,

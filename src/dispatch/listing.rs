@@ -292,19 +292,16 @@ impl Proxy {
         keys_frame(&listed)
     }
 
-    /// KEYS with each of `patterns` on every master (the fan-out for non-indexed keys).
+    /// KEYS with each of `patterns` on every master (the fan-out for non-indexed keys),
+    /// through the fan-out module's KEYS.
     async fn keys_on_all_masters(&self, patterns: &[Bytes]) -> Vec<Result<Vec<Bytes>, Bytes>> {
-        let masters = self.sorted_masters();
-        let calls = patterns.iter().flat_map(|pattern| {
-            masters.iter().map(move |addr| async move {
-                let conn = self.topology.node(addr, Proto::Resp2);
-                match conn.call(encode_request(&[b"KEYS", pattern]), false).await {
-                    Ok(reply) => merge::array_elements(&reply)
-                        .and_then(|keys| keys.iter().map(bulk).collect::<Option<Vec<_>>>())
-                        .ok_or(reply),
-                    Err(e) => Err(reply::unavailable(addr, &format!("{e:?}"))),
-                }
-            })
+        let calls = patterns.iter().map(|pattern| async move {
+            let reply = self
+                .keys_all(encode_request(&[b"KEYS", pattern]), Proto::Resp2)
+                .await;
+            merge::array_elements(&reply)
+                .and_then(|keys| keys.iter().map(bulk).collect::<Option<Vec<_>>>())
+                .ok_or(reply)
         });
         join_all(calls).await
     }

@@ -110,8 +110,10 @@ impl Proxy {
         }
     }
 
-    /// The refusal for a command the policy or the user's ACL does not allow.
-    fn admit(&self, request: &Request, user: Option<&crate::auth::User>) -> Option<Bytes> {
+    /// The refusal for a command the policy or the user's ACL does not allow (`None`:
+    /// allowed, or not a known command with a valid arity, which the caller answers).
+    /// ACL key patterns see the names the client sent.
+    pub fn admit(&self, request: &Request, user: Option<&crate::auth::User>) -> Option<Bytes> {
         let args = &request.args;
         let spec = self.commands.lookup(args)?;
         if !spec.arity_ok(args.len()) {

@@ -113,10 +113,13 @@ impl Proxy {
     /// the block may use if it goes to that node. With `pin` (after WATCH) the block goes
     /// on the pinned connection only; if that node no longer owns the slot, or the pinned
     /// connection was lost since the WATCH, the answer is the null reply of a failed
-    /// WATCH, because the watched keys may have changed unseen.
+    /// WATCH, because the watched keys may have changed unseen. `prelude` requests go
+    /// first on the same connection, outside the block (their replies are dropped): what
+    /// the block needs on that very node, such as a script its EVALSHA calls use.
     pub async fn exec_block(
         &self,
         target: Target,
+        prelude: &[Bytes],
         commands: &[Bytes],
         pin: Option<WatchPin>,
         reusable: Option<NodeConn>,
@@ -154,7 +157,8 @@ impl Proxy {
             let this = conn
                 .take()
                 .unwrap_or_else(|| self.topology.dedicated(&node, proto));
-            let mut requests = Vec::with_capacity(commands.len() + 2);
+            let mut requests = Vec::with_capacity(prelude.len() + commands.len() + 2);
+            requests.extend(prelude.iter().map(|p| (p.clone(), false)));
             requests.push((Bytes::from_static(MULTI), asking));
             requests.extend(commands.iter().map(|c| (c.clone(), false)));
             requests.push((Bytes::from_static(EXEC), false));
@@ -174,7 +178,8 @@ impl Proxy {
                     continue;
                 }
             };
-            let Some((exec_reply, queued)) = replies.split_last() else {
+            let block = replies.get(prelude.len()..).unwrap_or_default();
+            let Some((exec_reply, queued)) = block.split_last() else {
                 return reply::error("ERR proxy: no reply to EXEC");
             };
             // The first refusal at queue time explains the backend's EXECABORT.

@@ -135,12 +135,13 @@ impl Link {
 
     /// Sends `raw` and returns the frames answering it, concatenated: `expected`
     /// confirmations of `kind`, or one error frame. `Err` when the connection failed first.
-    pub(super) async fn call(
+    pub(super) fn call(
         &self,
         raw: Bytes,
         kind: &'static [u8],
         expected: usize,
-    ) -> Result<Bytes, String> {
+    ) -> impl std::future::Future<Output = Result<Bytes, String>> + Send + 'static {
+        // Queued now, not at the first poll: commands go out in the order of these calls.
         let (reply, answer) = oneshot::channel();
         let command = Command {
             raw,
@@ -148,12 +149,16 @@ impl Link {
             expected,
             reply,
         };
-        if self.commands.send(command).is_err() {
-            return Err(format!("{}: subscription connection closed", self.addr));
+        let sent = self.commands.send(command).is_ok();
+        let addr = self.addr.clone();
+        async move {
+            if !sent {
+                return Err(format!("{addr}: subscription connection closed"));
+            }
+            answer
+                .await
+                .map_err(|_| format!("{addr}: subscription connection lost"))
         }
-        answer
-            .await
-            .map_err(|_| format!("{}: subscription connection lost", self.addr))
     }
 }
 

@@ -1,0 +1,118 @@
+//! Applying the key layout (see [`crate::rewrite`]) to requests and replies: legacy key
+//! names in, cluster:v1 names to the cluster, legacy names back out.
+//!
+//! One job: make a legacy client see its legacy keyspace while the data lives under the
+//! cluster:v1 names. The pieces, in the order a request meets them:
+//!
+//! - **Forward rewrite** ([`ActiveLayout::rewrite_request`]): every key position the command
+//!   table knows (`spec.keys()`) goes through [`Layout::forward`] before routing. A new frame
+//!   is built only when some key changes; a key outside every prefix costs a prefix check.
+//!   A key under a prefix that no rule matches passes through (counted per prefix) or, with
+//!   `strict`, the command is refused.
+//! - **Index upkeep**: a command that writes (`KeyFlags::writes`) a key of an index-backed
+//!   family runs inside `lua/index_upkeep.lua` (EVALSHA, EVAL on NOSCRIPT): the command,
+//!   then the index entry (score = PEXPIRETIME, `+inf` when persistent; removed when the
+//!   key is gone), atomically, in the record's slot. Multi-key DEL/UNLINK/MSET spanning
+//!   slots are split per slot here, each part with its own upkeep. Commands that cannot
+//!   run in a script (blocking, `noscript`: EVAL, EVALSHA, FCALL...) run as they are and
+//!   are followed by a refresh-only call of the same script on their index-backed keys:
+//!   the refresh is atomic on its own, not together with the command.
+//! - **Reverse rewrite** of replies that carry key names (RANDOMKEY, the list/zset pops,
+//!   XREAD/XREADGROUP); KEYS and SCAN are answered by [`super::listing`].
+//!
+//! Replies of wrapped commands pass through Lua. Under RESP2 every reply a write command
+//! gives (status, integer, bulk, null, array, error) survives byte for byte. Under RESP3
+//! the script switches to RESP3 (`redis.setresp(3)`), so nulls, maps and doubles come
+//! back typed; a double is re-printed by Lua (`%.17g`), so its digits may differ from the
+//! server's own shortest form (e.g. `ZINCRBY` on an indexed key; records are strings and
+//! hashes in practice).
+
+mod reply;
+mod request;
+mod startup;
+mod upkeep;
+
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use smallvec::SmallVec;
+
+use crate::command::{CommandSpec, KeyPos};
+use crate::protocol::Request;
+use crate::rewrite::{IndexEntry, Layout, Reverse};
+
+pub use startup::{start, LEGACY_CHECK_LIMIT};
+pub use upkeep::QueuedUnderLayout;
+
+#[cfg(test)]
+use crate::protocol::encode::encode_request;
+
+/// The index upkeep script (see its header for KEYS and ARGV).
+pub const UPKEEP_SCRIPT: &str = include_str!("../../../lua/index_upkeep.lua");
+
+/// A layout in force: the rules plus the run-time policy around them.
+#[derive(Debug)]
+pub struct ActiveLayout {
+    /// The compiled rules.
+    pub layout: Layout,
+    /// Refuse keys under a prefix that match no rule.
+    pub strict: bool,
+    /// Start even over legacy data without a marker.
+    pub allow_legacy_data: bool,
+    /// SHA1 of [`UPKEEP_SCRIPT`] as the server reported it at SCRIPT LOAD.
+    script_sha: OnceLock<Bytes>,
+}
+
+/// A record key written by a command, with the index entry that lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexedKey {
+    /// The argument position of the (rewritten) key in the request.
+    pub arg: usize,
+    /// The cluster key of the record.
+    pub record: Bytes,
+    /// Its index entry.
+    pub entry: IndexEntry,
+}
+
+/// A request after the forward rewrite.
+#[derive(Debug, Clone)]
+pub struct RewrittenRequest {
+    /// The request to send: the original when no key changed.
+    pub request: Request,
+    /// Every key position of the request.
+    pub keys: SmallVec<[KeyPos; 4]>,
+    /// Record keys of index-backed families the command may create, change or delete.
+    pub indexed: SmallVec<[IndexedKey; 2]>,
+}
+
+impl ActiveLayout {
+    /// A layout in force with this policy.
+    pub fn new(layout: Layout, strict: bool, allow_legacy_data: bool) -> ActiveLayout {
+        ActiveLayout {
+            layout,
+            strict,
+            allow_legacy_data,
+            script_sha: OnceLock::new(),
+        }
+    }
+
+    /// The legacy name to show for a cluster key, `None` for an internal key.
+    pub fn legacy_name(&self, cluster_key: &[u8]) -> Option<Bytes> {
+        match self.layout.reverse(cluster_key) {
+            Reverse::Outside => Some(Bytes::copy_from_slice(cluster_key)),
+            Reverse::Internal => None,
+            Reverse::Legacy(key) => Some(key),
+        }
+    }
+
+    fn sha(&self) -> Option<&Bytes> {
+        self.script_sha.get()
+    }
+}
+
+fn is_script_call(spec: &CommandSpec) -> bool {
+    matches!(spec.name.as_str(), "eval" | "evalsha" | "fcall")
+}
+
+#[cfg(test)]
+mod tests;

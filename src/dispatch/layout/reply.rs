@@ -1,0 +1,173 @@
+//! The reverse rewrite: cluster key names in replies and keyspace notifications back to
+//! legacy names, internal keys (indices, markers) hidden.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::protocol::{Limits, ReplyScanner};
+use crate::reply::merge;
+use crate::rewrite::Reverse;
+
+use super::ActiveLayout;
+
+impl ActiveLayout {
+    /// The legacy name of a keyspace-notification channel (`__keyspace@<db>__:<key>`), for
+    /// the pub/sub path: `Some(channel)` to deliver under (unchanged when not ours), `None`
+    /// to drop the message (it is about an index or the marker).
+    pub fn legacy_channel(&self, channel: &[u8]) -> Option<Bytes> {
+        const KEYSPACE: &[u8] = b"__keyspace@";
+        let untouched = || Some(Bytes::copy_from_slice(channel));
+        let Some(rest) = channel.strip_prefix(KEYSPACE) else {
+            return untouched();
+        };
+        let Some(split) = rest.windows(3).position(|w| w == b"__:") else {
+            return untouched();
+        };
+        let head_len = KEYSPACE.len() + split + 3;
+        match self.layout.reverse(&channel[head_len..]) {
+            Reverse::Outside => untouched(),
+            Reverse::Internal => None,
+            Reverse::Legacy(key) => {
+                let mut out = Vec::with_capacity(head_len + key.len());
+                out.extend_from_slice(&channel[..head_len]);
+                out.extend_from_slice(&key);
+                Some(Bytes::from(out))
+            }
+        }
+    }
+
+    /// The legacy form of a keyevent notification (`__keyevent@<db>__:<event>`, payload the
+    /// key): `Some(payload)` to deliver, `None` to drop it (an index or the marker).
+    pub fn legacy_keyevent_payload(&self, channel: &[u8], payload: &[u8]) -> Option<Bytes> {
+        if !channel.starts_with(b"__keyevent@") {
+            return Some(Bytes::copy_from_slice(payload));
+        }
+        match self.layout.reverse(payload) {
+            Reverse::Outside => Some(Bytes::copy_from_slice(payload)),
+            Reverse::Internal => None,
+            Reverse::Legacy(key) => Some(key),
+        }
+    }
+
+    /// Rewrites the key names in `reply` (of command `name`) to legacy names; `None` when
+    /// the reply names an internal key and must not be shown (RANDOMKEY).
+    pub fn reverse_reply(&self, name: &str, reply: Bytes) -> Option<Bytes> {
+        match ReplyKeys::of(name) {
+            None => Some(reply),
+            Some(ReplyKeys::Bulk) => match bulk_payload(&reply) {
+                Some(key) => self.legacy_name(key).map(|legacy| bulk_frame(&legacy)),
+                None => Some(reply),
+            },
+            Some(ReplyKeys::FirstElement) => Some(self.rewrite_first_element(reply)),
+            Some(ReplyKeys::StreamNames) => Some(self.rewrite_stream_names(reply)),
+        }
+    }
+
+    fn rewrite_first_element(&self, reply: Bytes) -> Bytes {
+        let Some(elements) = merge::array_elements(&reply) else {
+            return reply;
+        };
+        let Some(first) = elements.first() else {
+            return reply;
+        };
+        let Some(key) = bulk_payload(first) else {
+            return reply;
+        };
+        let Some(legacy) = self.legacy_name(key).filter(|legacy| legacy != key) else {
+            return reply;
+        };
+        let mut parts = elements;
+        parts[0] = bulk_frame(&legacy);
+        rebuild(&reply, &parts)
+    }
+
+    /// XREAD/XREADGROUP: RESP2 `*N` of `[name, entries]` pairs; RESP3 `%N` name -> entries.
+    fn rewrite_stream_names(&self, reply: Bytes) -> Bytes {
+        if reply.first() == Some(&b'%') {
+            let Some(mut parts) = aggregate_elements(&reply, 2) else {
+                return reply;
+            };
+            for pair in parts.chunks_mut(2) {
+                if let Some(legacy) = bulk_payload(&pair[0]).and_then(|key| self.legacy_name(key)) {
+                    pair[0] = bulk_frame(&legacy);
+                }
+            }
+            return rebuild(&reply, &parts);
+        }
+        let Some(mut streams) = merge::array_elements(&reply) else {
+            return reply;
+        };
+        for stream in streams.iter_mut() {
+            *stream = self.rewrite_first_element(stream.clone());
+        }
+        rebuild(&reply, &streams)
+    }
+}
+
+/// Which part of a reply carries key names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplyKeys {
+    /// The reply is one key (RANDOMKEY).
+    Bulk,
+    /// The first element of an array reply is a key (BLPOP, LMPOP, BZPOPMIN...).
+    FirstElement,
+    /// Stream names (XREAD, XREADGROUP).
+    StreamNames,
+}
+
+impl ReplyKeys {
+    fn of(name: &str) -> Option<ReplyKeys> {
+        Some(match name {
+            "randomkey" => ReplyKeys::Bulk,
+            "blpop" | "brpop" | "blmpop" | "lmpop" | "bzpopmin" | "bzpopmax" | "bzmpop"
+            | "zmpop" => ReplyKeys::FirstElement,
+            "xread" | "xreadgroup" => ReplyKeys::StreamNames,
+            _ => return None,
+        })
+    }
+}
+
+/// The payload of a `$len\r\n...\r\n` frame.
+pub(super) fn bulk_payload(frame: &[u8]) -> Option<&[u8]> {
+    let rest = frame.strip_prefix(b"$")?;
+    let end = rest.windows(2).position(|w| w == b"\r\n")?;
+    let len: usize = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+    rest.get(end + 2..end + 2 + len)
+}
+
+pub(super) fn bulk_frame(data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(data.len() + 16);
+    crate::protocol::encode::bulk(&mut out, data);
+    out.freeze()
+}
+
+/// The element frames of any aggregate; `per_entry` is 2 for maps (keys and values).
+pub(super) fn aggregate_elements(frame: &Bytes, per_entry: usize) -> Option<Vec<Bytes>> {
+    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
+    let count: usize = std::str::from_utf8(frame.get(1..header_end)?)
+        .ok()?
+        .parse()
+        .ok()?;
+    let mut elements = Vec::new();
+    let mut offset = header_end + 2;
+    for _ in 0..count.checked_mul(per_entry)? {
+        let mut scanner = ReplyScanner::new(Limits::default());
+        let len = scanner.next_frame_len(frame.get(offset..)?).ok()??;
+        elements.push(frame.slice(offset..offset + len));
+        offset += len;
+    }
+    Some(elements)
+}
+
+/// `original`'s aggregate header followed by `parts`.
+pub(super) fn rebuild(original: &[u8], parts: &[Bytes]) -> Bytes {
+    let header_end = original
+        .windows(2)
+        .position(|w| w == b"\r\n")
+        .map_or(0, |at| at + 2);
+    let mut out = BytesMut::with_capacity(original.len() + 64);
+    out.put_slice(&original[..header_end]);
+    for part in parts {
+        out.put_slice(part);
+    }
+    out.freeze()
+}

@@ -1,0 +1,406 @@
+//! Where features meet, against a real 3-master cluster: the key layout inside MULTI/EXEC
+//! and WATCH, the command policy and ACL at queue time, keyspace notifications under a
+//! layout, and a hot reload that switches the upstream (readiness, new subscriptions).
+//! Expected cluster names and index entries come from LAYOUT.md's worked examples;
+//! expected error transcripts come from a real redis-server.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{new_dir, query, shared_cluster, Cluster, Proxy, Standalone};
+
+const PROFILE: &str = "config/botmesh-cluster-v1.yaml";
+
+/// A proxy over the shared cluster with the botmesh layout for `prefix` and `yaml` as
+/// its configuration file.
+fn layout_proxy(prefix: &str, yaml: &str) -> Proxy {
+    let path = new_dir("gaps-config").join("slotbridge.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    Proxy::start(&[
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--layout",
+        PROFILE,
+        "--prefix",
+        prefix,
+        "--config",
+        path.to_str().unwrap(),
+    ])
+}
+
+/// A command on the node that owns `key` (the cluster, read directly).
+fn on_cluster<T: redis::FromRedisValue>(cluster: &Cluster, key: &str, cmd: &redis::Cmd) -> T {
+    let node = cluster.node_for_slot(cluster.keyslot(key));
+    query(&node, cmd).unwrap_or_else(|e| panic!("{key} on {node}: {e}"))
+}
+
+fn exists_on_cluster(cluster: &Cluster, key: &str) -> bool {
+    on_cluster::<i64>(cluster, key, redis::cmd("EXISTS").arg(key)) == 1
+}
+
+/// Inline commands as RESP multibulk (arguments split on spaces).
+fn resp(lines: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for line in lines {
+        let args: Vec<&str> = line.split(' ').collect();
+        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+        }
+    }
+    out
+}
+
+/// Sends `lines` on a new connection to `addr` and returns everything answered until the
+/// connection stays quiet for a moment.
+fn transcript(addr: &str, lines: &[&str]) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(400)))
+        .unwrap();
+    stream.write_all(&resp(lines)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn queued(con: &mut redis::Connection, cmd: &redis::Cmd) {
+    let reply: String = cmd.query(con).unwrap();
+    assert_eq!(reply, "QUEUED");
+}
+
+#[test]
+fn multi_exec_under_a_layout_writes_cluster_names_and_keeps_indices() {
+    let cluster = shared_cluster();
+    let p = "gapmulti";
+    let proxy = layout_proxy(p, "cross_slot_transactions: split\n");
+    let mut con = proxy.connect();
+    let lock = format!("{p}:lock:team:ops");
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(&lock)
+        .arg("a")
+        .query(&mut con)
+        .unwrap();
+
+    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
+    queued(
+        &mut con,
+        redis::cmd("SET").arg(format!("{p}:chat:chat-1")).arg("v"),
+    );
+    queued(
+        &mut con,
+        redis::cmd("HSET")
+            .arg(format!("{p}:user:u1:prefs:lang"))
+            .arg("value")
+            .arg("en"),
+    );
+    queued(&mut con, redis::cmd("LMPOP").arg(1).arg(&lock).arg("LEFT"));
+    let exec: redis::Value = redis::cmd("EXEC").query(&mut con).unwrap();
+    let redis::Value::Array(elements) = exec else {
+        panic!("EXEC must answer an array: {exec:?}");
+    };
+    assert_eq!(
+        elements.len(),
+        3,
+        "one element per queued command: {elements:?}"
+    );
+    assert_eq!(elements[0], redis::Value::Okay);
+    assert_eq!(elements[1], redis::Value::Int(1));
+    // LMPOP names the list it popped from: the legacy name, as outside MULTI.
+    let popped: (String, Vec<String>) = redis::from_redis_value(&elements[2]).unwrap();
+    assert_eq!(popped, (lock.clone(), vec!["a".to_string()]));
+
+    // LAYOUT.md: chat:chat-1 -> {ch:25}:r:chat-1, user:u1:prefs:lang -> {ud:u1}:e:prefs:lang.
+    let chat = format!("{p}:{{ch:25}}:r:chat-1");
+    let prefs = format!("{p}:{{ud:u1}}:e:prefs:lang");
+    assert!(exists_on_cluster(cluster, &chat));
+    assert!(exists_on_cluster(cluster, &prefs));
+    assert!(!exists_on_cluster(cluster, &format!("{p}:chat:chat-1")));
+    assert!(!exists_on_cluster(
+        cluster,
+        &format!("{p}:user:u1:prefs:lang")
+    ));
+    let ch_idx = format!("{p}:{{ch:25}}:idx");
+    let score: String = on_cluster(
+        cluster,
+        &ch_idx,
+        redis::cmd("ZSCORE").arg(&ch_idx).arg("chat-1"),
+    );
+    assert_eq!(score, "inf", "a persistent record is indexed with +inf");
+    let ud_idx = format!("{p}:{{ud:u1}}:idx");
+    let members: Vec<String> = on_cluster(
+        cluster,
+        &ud_idx,
+        redis::cmd("ZRANGE").arg(&ud_idx).arg(0).arg(-1),
+    );
+    assert_eq!(members, vec!["prefs:lang"]);
+
+    // The upkeep works when the node lost its script cache: the block loads it first.
+    for master in cluster.masters() {
+        let _: () = query(&master, redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+    }
+    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
+    queued(
+        &mut con,
+        redis::cmd("SET")
+            .arg(format!("{p}:chat:chat-1"))
+            .arg("w")
+            .arg("PX")
+            .arg(60_000),
+    );
+    let exec: Vec<String> = redis::cmd("EXEC").query(&mut con).unwrap();
+    assert_eq!(exec, vec!["OK"]);
+    let at: i64 = on_cluster(cluster, &chat, redis::cmd("PEXPIRETIME").arg(&chat));
+    let score: f64 = on_cluster(
+        cluster,
+        &ch_idx,
+        redis::cmd("ZSCORE").arg(&ch_idx).arg("chat-1"),
+    );
+    assert!(at > 0);
+    assert_eq!(score, at as f64, "the index entry follows the new expiry");
+}
+
+#[test]
+fn watch_under_a_layout_watches_the_cluster_name() {
+    let p = "gapwatch";
+    let proxy = layout_proxy(p, "");
+    let key = format!("{p}:chat:chat-1");
+    let mut con = proxy.connect();
+    let mut other = proxy.connect();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("WATCH").arg(&key).query(&mut con).unwrap();
+    // Another client changes the key (stored under its cluster name).
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("2")
+        .query(&mut other)
+        .unwrap();
+    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
+    queued(&mut con, redis::cmd("GET").arg(&key));
+    let exec: redis::Value = redis::cmd("EXEC").query(&mut con).unwrap();
+    assert_eq!(
+        exec,
+        redis::Value::Nil,
+        "a change to a watched key fails EXEC"
+    );
+
+    // Unchanged: EXEC runs.
+    let _: () = redis::cmd("WATCH").arg(&key).query(&mut con).unwrap();
+    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
+    queued(&mut con, redis::cmd("GET").arg(&key));
+    let exec: Vec<String> = redis::cmd("EXEC").query(&mut con).unwrap();
+    assert_eq!(exec, vec!["2"]);
+}
+
+/// The same transaction, through the proxy with a configured ACL user and on a real
+/// redis-server with the same user, answers the same.
+#[test]
+fn queued_commands_pass_the_acl_like_redis() {
+    let users = r#"
+users:
+  - name: bot
+    password: botpw
+    commands: ["+@all", "-del"]
+    keys: ["~gapacl:*"]
+"#;
+    let dir = new_dir("gaps-acl");
+    let path = dir.join("slotbridge.yaml");
+    std::fs::write(&path, users).unwrap();
+    let proxy = Proxy::start(&[
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--config",
+        path.to_str().unwrap(),
+    ]);
+    let server = Standalone::start();
+    let _: () = query(
+        server.addr(),
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("bot")
+            .arg("on")
+            .arg(">botpw")
+            .arg("+@all")
+            .arg("-del")
+            .arg("~gapacl:*"),
+    )
+    .unwrap();
+    let lines = [
+        "AUTH bot botpw",
+        "MULTI",
+        "SET gapacl:{t}1 x",
+        "DEL gapacl:{t}1",
+        "GET other:1",
+        "EXEC",
+        "GET gapacl:{t}1",
+        "WATCH other:1",
+    ];
+    let expected = transcript(server.addr(), &lines);
+    assert!(expected.contains("-NOPERM"), "redis refuses: {expected}");
+    assert!(expected.contains("-EXECABORT"), "redis aborts: {expected}");
+    assert_eq!(transcript(proxy.addr(), &lines), expected);
+}
+
+#[test]
+fn policy_refusal_at_queue_time_aborts_the_transaction() {
+    let proxy = Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]);
+    let out = transcript(
+        proxy.addr(),
+        &[
+            "SET gappolicy:1 kept",
+            "MULTI",
+            "FLUSHALL",
+            "EXEC",
+            "GET gappolicy:1",
+        ],
+    );
+    let lines: Vec<&str> = out.split("\r\n").collect();
+    assert_eq!(lines[0], "+OK");
+    assert_eq!(lines[1], "+OK");
+    assert!(
+        lines[2].starts_with('-'),
+        "FLUSHALL is refused when queued: {out}"
+    );
+    assert_eq!(
+        lines[3],
+        "-EXECABORT Transaction discarded because of previous errors."
+    );
+    assert_eq!(&lines[4..6], &["$4", "kept"], "nothing was flushed: {out}");
+}
+
+/// A GET on the admin endpoint: status and body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("bad response {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Reads from `stream` until `needle` shows up (or panics after a few seconds).
+fn read_until(stream: &mut TcpStream, needle: &str) -> String {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&out).contains(needle) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {needle:?} in {:?}",
+            String::from_utf8_lossy(&out)
+        );
+        if let Ok(n) = stream.read(&mut buf) {
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Waits until the proxy has logged `needle` at least once.
+fn wait_log(proxy: &Proxy, needle: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !proxy.stderr().contains(needle) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {needle:?} in the log:\n{}",
+            proxy.output()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Subscribers of `channel` over every cluster master (each node counts its own clients).
+fn cluster_subscribers(channel: &str) -> i64 {
+    shared_cluster()
+        .masters()
+        .iter()
+        .map(|master| {
+            let (_, count): (String, i64) =
+                query(master, redis::cmd("PUBSUB").arg("NUMSUB").arg(channel)).unwrap();
+            count
+        })
+        .sum()
+}
+
+#[test]
+fn a_reload_to_the_cluster_moves_readiness_and_subscriptions_there() {
+    let mut standalone = Standalone::start();
+    let path = new_dir("gaps-reload").join("slotbridge.yaml");
+    std::fs::write(&path, format!("standalone: \"{}\"\n", standalone.addr())).unwrap();
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    assert_eq!(http_get(proxy.admin_addr(), "/readyz").0, 200);
+
+    // A subscriber from before the reload.
+    let mut subscriber = TcpStream::connect(proxy.addr()).unwrap();
+    subscriber
+        .write_all(&resp(&["SUBSCRIBE gaps:before"]))
+        .unwrap();
+    read_until(&mut subscriber, "gaps:before\r\n:1\r\n");
+
+    let seeds: Vec<String> = shared_cluster()
+        .seeds()
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect();
+    std::fs::write(&path, format!("cluster: [{}]\n", seeds.join(", "))).unwrap();
+    proxy.send_signal("HUP");
+    wait_log(&proxy, "configuration reloaded");
+    // The old upstream goes away: readiness must look at the cluster now.
+    standalone.kill();
+    let (status, body) = http_get(proxy.admin_addr(), "/readyz");
+    assert_eq!(
+        status, 200,
+        "/readyz checks the cluster after the switch: {body}"
+    );
+
+    // A new subscription of the same client reaches the cluster, and so does the old one.
+    subscriber
+        .write_all(&resp(&["SUBSCRIBE gaps:after"]))
+        .unwrap();
+    read_until(&mut subscriber, "gaps:after\r\n:2\r\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cluster_subscribers("gaps:after") == 0 || cluster_subscribers("gaps:before") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no cluster subscriber appeared"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let master = shared_cluster().masters()[0].clone();
+    let _: i64 = query(&master, redis::cmd("PUBLISH").arg("gaps:after").arg("new")).unwrap();
+    let _: i64 = query(&master, redis::cmd("PUBLISH").arg("gaps:before").arg("old")).unwrap();
+    let seen = read_until(&mut subscriber, "$3\r\nold\r\n");
+    assert!(
+        seen.contains("$10\r\ngaps:after\r\n$3\r\nnew\r\n"),
+        "{seen:?}"
+    );
+}
