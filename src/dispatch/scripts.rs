@@ -10,6 +10,10 @@
 //!
 //! SCRIPT EXISTS answers, per SHA, 1 when the proxy remembers the body (EVALSHA will work
 //! wherever it lands) or every master has it; 0 otherwise.
+//!
+//! A script that touches a key outside the slot of its declared keys works on one Redis but
+//! fails on a cluster with a node error that names neither the key nor the remedy; the proxy
+//! keeps the node's text and appends a hint ([`SCRIPT_KEY_HINT`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -261,11 +265,12 @@ impl Proxy {
             if let Some(body) = script {
                 self.scripts.remember(body);
             }
-            return self.forward(target, request.raw.clone(), proto).await;
+            let reply = self.forward(target, request.raw.clone(), proto).await;
+            return with_key_slot_hint(reply);
         }
         let reply = self.forward(target, request.raw.clone(), proto).await;
         if !reply.starts_with(b"-NOSCRIPT") {
-            return reply;
+            return with_key_slot_hint(reply);
         }
         let Some(body) = script.and_then(|sha| self.scripts.get(sha)) else {
             return reply;
@@ -276,8 +281,41 @@ impl Proxy {
             // Loading failed somewhere: the original answer explains more than this does.
             return reply;
         }
-        self.forward(target, request.raw.clone(), proto).await
+        let reply = self.forward(target, request.raw.clone(), proto).await;
+        with_key_slot_hint(reply)
     }
+}
+
+/// What a cluster node says when a script touches a key outside the slot (or node) of its
+/// declared keys, e.g. "Script attempted to access a non local key in a cluster node".
+const SCRIPT_KEY_ERROR: &[u8] = b"Script attempted to access";
+
+/// Appended to [`SCRIPT_KEY_ERROR`] replies. The node's text does not say which key or why;
+/// the usual cause is a key name the script builds itself, which a single Redis accepts.
+pub const SCRIPT_KEY_HINT: &str = " (slotbridge: on a cluster a script may only use keys in the slot of the keys it declares in KEYS; a key it builds from KEYS[1], such as KEYS[1]..':seq', needs the same hash tag, e.g. {user:42} and {user:42}:seq, or a layout rule that gives both names one tag)";
+
+/// `reply` with [`SCRIPT_KEY_HINT`] appended when it is a simple error about a script's key
+/// outside its slot; any other reply unchanged.
+pub fn with_key_slot_hint(reply: Bytes) -> Bytes {
+    let Some(line) = reply
+        .strip_prefix(b"-")
+        .and_then(|rest| rest.strip_suffix(b"\r\n"))
+    else {
+        return reply;
+    };
+    let is_key_error = line
+        .windows(SCRIPT_KEY_ERROR.len())
+        .any(|window| window == SCRIPT_KEY_ERROR);
+    // A simple error is one line: anything else is not the node's script error.
+    if !is_key_error || line.contains(&b'\n') {
+        return reply;
+    }
+    let mut out = BytesMut::with_capacity(reply.len() + SCRIPT_KEY_HINT.len());
+    out.extend_from_slice(b"-");
+    out.extend_from_slice(line);
+    out.extend_from_slice(SCRIPT_KEY_HINT.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.freeze()
 }
 
 #[cfg(test)]
@@ -293,6 +331,31 @@ mod tests {
             &sha_of(b"return 1"),
             b"e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
         );
+    }
+
+    #[test]
+    fn script_key_errors_get_the_hint_and_other_replies_do_not() {
+        // Redis 7.0's text (script.c) when a script touches a key served by another node.
+        let node = "-ERR Script attempted to access a non local key in a cluster node script: 0385493f68b8b3e0750a61d7d91c4f1c964b4fe1, on @user_script:12.\r\n";
+        let hinted = with_key_slot_hint(Bytes::from_static(node.as_bytes()));
+        let text = std::str::from_utf8(&hinted).unwrap();
+        assert!(text.starts_with(node.trim_end()), "{text}");
+        assert!(text.ends_with(")\r\n"), "{text}");
+        assert!(text.contains("hash tag"), "{text}");
+        assert_eq!(text.matches("\r\n").count(), 1, "{text}");
+
+        for other in [
+            &b"-ERR wrong number of arguments for 'eval' command\r\n"[..],
+            b"-NOSCRIPT No matching script. Please use EVAL.\r\n",
+            // A value that merely contains the words is data, not an error.
+            b"$26\r\nScript attempted to access\r\n",
+            b":1\r\n",
+        ] {
+            assert_eq!(
+                &with_key_slot_hint(Bytes::copy_from_slice(other))[..],
+                other
+            );
+        }
     }
 
     #[test]
