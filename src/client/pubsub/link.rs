@@ -299,11 +299,12 @@ fn on_frame(frame: Bytes, pending: &mut VecDeque<Pending>, sink: &Sink, role: Ro
             }
             _ => None,
         };
-        let relay = match (role, keyspace) {
-            (Role::Regular, Some(true)) | (Role::Keyspace, Some(false)) => false,
-            _ => true,
-        };
-        return !relay || sink.send(Event::Push(frame, role));
+        // Each message has one link that relays it: see `Role`.
+        let elsewhere = matches!(
+            (role, keyspace),
+            (Role::Regular, Some(true)) | (Role::Keyspace, Some(false))
+        );
+        return elsewhere || sink.send(Event::Push(frame, role));
     }
     if let Some(head) = pending.front_mut() {
         if head.kind == word {
