@@ -3,7 +3,11 @@
 //!
 //! Channels and patterns share one connection to some master (an ordinary PUBLISH reaches
 //! every node of a cluster); shard channels get one connection per master that owns one
-//! of their slots. The session asks [`PubSub::intercept`] about every request first: a
+//! of their slots. Keyspace notifications are published only on the master of the key, so
+//! keyspace and keyevent channels and patterns get one connection per master, whose
+//! streams are merged (see [`keyspace`] for the names, under a key layout too). Once the
+//! client has a keyspace subscription, subscription confirmations are written here from
+//! the client's own sets, since no single backend connection knows them all. The session asks [`PubSub::intercept`] about every request first: a
 //! subscription command's reply is a future that resolves to the backend's confirmations,
 //! queued with the other replies so everything leaves in request order; messages come from
 //! [`PubSub::next_event`] and are queued behind the replies already waiting, so a message
@@ -16,6 +20,7 @@
 //! `pubsub.max_buffer_bytes`: past it the client is disconnected.
 
 mod frames;
+mod keyspace;
 mod link;
 
 use std::collections::{HashMap, HashSet};
@@ -35,8 +40,8 @@ use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::{key_slot, NodeAddr, Redirect};
 
-pub use frames::channel_out;
-use link::{Event, Link, Sink, SinkState};
+use keyspace::{PatternClass, Upstream};
+use link::{Event, Link, Role, Sink, SinkState};
 
 /// What the session does with a request, as far as Pub/Sub is concerned.
 pub enum Intercept {
@@ -91,6 +96,11 @@ struct Inner {
     regular: Option<Link>,
     /// Shard connections, by master address.
     shard_links: HashMap<NodeAddr, Link>,
+    /// Keyspace subscriptions, by the upstream names subscribed on every keyspace link.
+    keyspace: Upstream,
+    /// Keyspace connections, one per master, while there are keyspace subscriptions.
+    keyspace_links: HashMap<NodeAddr, Link>,
+    restoring_keyspace: bool,
     /// A re-subscription of this kind is running: further failures join it.
     restoring_regular: bool,
     restoring_shard: bool,
@@ -112,6 +122,9 @@ impl PubSub {
                 shard: HashMap::new(),
                 regular: None,
                 shard_links: HashMap::new(),
+                keyspace: Upstream::default(),
+                keyspace_links: HashMap::new(),
+                restoring_keyspace: false,
                 restoring_regular: false,
                 restoring_shard: false,
             })),
@@ -162,20 +175,25 @@ impl PubSub {
                     // the new one (the restores are idempotent with new subscriptions).
                     inner.regular = None;
                     inner.shard_links.clear();
+                    inner.keyspace_links.clear();
                     // Sent before this request's own command on the same new link, so
                     // the backend's subscription counts include what moved.
-                    let link = inner.regular_link(proto);
+                    let (channels, patterns) = inner.regular_names();
+                    let link = if channels.is_empty() && patterns.is_empty() {
+                        None
+                    } else {
+                        inner.regular_link(proto)
+                    };
                     for (command, kind, names) in [
-                        ("SUBSCRIBE", &b"subscribe"[..], &inner.channels),
-                        ("PSUBSCRIBE", &b"psubscribe"[..], &inner.patterns),
+                        ("SUBSCRIBE", &b"subscribe"[..], &channels),
+                        ("PSUBSCRIBE", &b"psubscribe"[..], &patterns),
                     ] {
                         if names.is_empty() {
                             continue;
                         }
-                        let names: Vec<Bytes> = names.iter().cloned().collect();
                         let call = match &link {
                             Some(link) => link
-                                .call(command_bytes(command, &names), kind, names.len())
+                                .call(command_bytes(command, names), kind, names.len())
                                 .boxed(),
                             None => futures_util::future::ready(Err(
                                 reply::text::SLOT_UNSERVED.to_string()
@@ -199,6 +217,11 @@ impl PubSub {
                         inner.restoring_shard = true;
                         self.background
                             .push(restore_shard(self.inner.clone()).boxed());
+                    }
+                    if !inner.keyspace.is_empty() && !inner.restoring_keyspace {
+                        inner.restoring_keyspace = true;
+                        self.background
+                            .push(restore_keyspace(self.inner.clone()).boxed());
                     }
                 }
             }
@@ -243,6 +266,13 @@ impl PubSub {
         let mut inner = lock(&self.inner);
         if family == Family::Shard {
             return inner.shard_command(&self.inner, request.raw.clone(), names, proto, subscribe);
+        }
+        let touches_keyspace = !inner.keyspace.is_empty()
+            || names
+                .iter()
+                .any(|name| classify(family, name) != PatternClass::Ordinary);
+        if touches_keyspace {
+            return inner.keyspace_command(names, proto, family, subscribe);
         }
         let kind: &'static [u8] = match (family, subscribe) {
             (Family::Patterns, true) => b"psubscribe",
@@ -317,9 +347,17 @@ impl PubSub {
                 }
             }
             Some(event) = self.events.recv() => match event {
-                Event::Push(frame) => {
+                Event::Push(frame, role) => {
                     self.sink_state.buffered.fetch_sub(frame.len(), Ordering::Relaxed);
-                    Relay::Push(frame)
+                    if role != Role::Keyspace {
+                        return Relay::Push(frame);
+                    }
+                    let inner = lock(&self.inner);
+                    let layout = inner.proxy.layout.clone();
+                    match inner.keyspace.deliver(layout.as_deref(), frame) {
+                        Some(frames) => Relay::Push(frames),
+                        None => Relay::Idle,
+                    }
                 }
                 Event::ShardLost { channel } => {
                     let mut inner = lock(&self.inner);
@@ -366,6 +404,16 @@ impl PubSub {
                     .push(restore_regular(self.inner.clone()).boxed());
             }
         }
+        let before = inner.keyspace_links.len();
+        inner.keyspace_links.retain(|_, l| l.id != id);
+        if inner.keyspace_links.len() != before
+            && !inner.keyspace.is_empty()
+            && !inner.restoring_keyspace
+        {
+            inner.restoring_keyspace = true;
+            self.background
+                .push(restore_keyspace(self.inner.clone()).boxed());
+        }
         let before = inner.shard_links.len();
         inner.shard_links.retain(|_, l| l.id != id);
         if inner.shard_links.len() != before && !inner.shard.is_empty() && !inner.restoring_shard {
@@ -377,6 +425,136 @@ impl PubSub {
 }
 
 impl Inner {
+    /// SUBSCRIBE, UNSUBSCRIBE, PSUBSCRIBE or PUNSUBSCRIBE once keyspace subscriptions are
+    /// involved: ordinary names go to the regular link, keyspace ones (as upstream names)
+    /// to every master's keyspace link, and the confirmations are written here from the
+    /// client's sets, as Redis counts them (channels plus patterns after each name).
+    fn keyspace_command(
+        &mut self,
+        names: Vec<Bytes>,
+        proto: Proto,
+        family: Family,
+        subscribe: bool,
+    ) -> Intercept {
+        let (command, kind): (&str, &'static [u8]) = match (family, subscribe) {
+            (Family::Patterns, true) => ("PSUBSCRIBE", b"psubscribe"),
+            (Family::Patterns, false) => ("PUNSUBSCRIBE", b"punsubscribe"),
+            (_, true) => ("SUBSCRIBE", b"subscribe"),
+            (_, false) => ("UNSUBSCRIBE", b"unsubscribe"),
+        };
+        let targets: Vec<Bytes> = if names.is_empty() && !subscribe {
+            let set = match family {
+                Family::Patterns => &self.patterns,
+                _ => &self.channels,
+            };
+            set.iter().cloned().collect()
+        } else {
+            names
+        };
+        let classes: Vec<PatternClass> = targets.iter().map(|n| classify(family, n)).collect();
+        // Links first: a subscription that cannot be made changes nothing.
+        let mut regular = self.regular.clone();
+        let mut keyspace_links: Vec<Link> = self.keyspace_links.values().cloned().collect();
+        if subscribe {
+            if classes.iter().any(|c| *c != PatternClass::Keyspace) {
+                regular = self.regular_link(proto);
+                if regular.is_none() {
+                    return Intercept::Reply(reply::error(reply::text::SLOT_UNSERVED));
+                }
+            }
+            if classes.iter().any(|c| *c != PatternClass::Ordinary) {
+                keyspace_links = self.keyspace_links(proto);
+                if keyspace_links.is_empty() {
+                    return Intercept::Reply(reply::error(reply::text::SLOT_UNSERVED));
+                }
+            }
+        }
+        let layout = self.proxy.layout.clone();
+        let mut confirmations = BytesMut::new();
+        let mut regular_names: Vec<Bytes> = Vec::new();
+        let mut upstream_names: Vec<Bytes> = Vec::new();
+        for (name, class) in targets.iter().zip(&classes) {
+            let set = match family {
+                Family::Patterns => &mut self.patterns,
+                _ => &mut self.channels,
+            };
+            let changed = if subscribe {
+                set.insert(name.clone())
+            } else {
+                set.remove(name)
+            };
+            if changed && *class != PatternClass::Keyspace {
+                regular_names.push(name.clone());
+            }
+            if changed && *class != PatternClass::Ordinary {
+                let (upstream, fresh_or_gone) = match (family, subscribe) {
+                    (Family::Patterns, _) => {
+                        let up = keyspace::upstream_pattern(layout.as_deref(), name);
+                        let moved = if subscribe {
+                            self.keyspace.add_pattern(up.clone(), name.clone())
+                        } else {
+                            self.keyspace.remove_pattern(&up, name)
+                        };
+                        (up, moved)
+                    }
+                    (_, _) => {
+                        let up = keyspace::upstream_channel(layout.as_deref(), name);
+                        let moved = if subscribe {
+                            self.keyspace.add_channel(up.clone(), name.clone())
+                        } else {
+                            self.keyspace.remove_channel(&up, name)
+                        };
+                        (up, moved)
+                    }
+                };
+                if fresh_or_gone && !upstream_names.contains(&upstream) {
+                    upstream_names.push(upstream);
+                }
+            }
+            let count = self.channels.len() + self.patterns.len();
+            let kind = std::str::from_utf8(kind).unwrap_or_default();
+            confirmations.extend_from_slice(&frames::confirmation(proto, kind, Some(name), count));
+        }
+        if targets.is_empty() {
+            let count = self.channels.len() + self.patterns.len();
+            let kind = std::str::from_utf8(kind).unwrap_or_default();
+            confirmations.extend_from_slice(&frames::confirmation(proto, kind, None, count));
+        }
+        let mut calls = Vec::new();
+        if let (false, Some(link)) = (regular_names.is_empty(), &regular) {
+            let raw = command_bytes(command, &regular_names);
+            calls.push(link.call(raw, kind, regular_names.len()).boxed());
+        }
+        if !upstream_names.is_empty() {
+            let raw = command_bytes(command, &upstream_names);
+            for link in &keyspace_links {
+                calls.push(link.call(raw.clone(), kind, upstream_names.len()).boxed());
+            }
+        }
+        // The reply futures keep the links they use until their confirmations are in.
+        let (channels, patterns) = self.regular_names();
+        if channels.is_empty() && patterns.is_empty() {
+            self.regular = None;
+        }
+        if self.keyspace.is_empty() {
+            self.keyspace_links.clear();
+        }
+        let confirmations = confirmations.freeze();
+        Intercept::Pending(
+            async move {
+                for answer in futures_util::future::join_all(calls).await {
+                    match answer {
+                        Ok(frame) if frame.first() == Some(&b'-') => return frame,
+                        Ok(_) => {}
+                        Err(reason) => return reply::error(&format!("ERR proxy: {reason}")),
+                    }
+                }
+                confirmations
+            }
+            .boxed(),
+        )
+    }
+
     fn total(&self) -> usize {
         self.channels.len() + self.patterns.len() + self.shard.len()
     }
@@ -387,6 +565,25 @@ impl Inner {
         self.shard.clear();
         self.regular = None;
         self.shard_links.clear();
+        self.keyspace = Upstream::default();
+        self.keyspace_links.clear();
+    }
+
+    /// The channels and patterns the regular link carries (keyspace ones live elsewhere).
+    fn regular_names(&self) -> (Vec<Bytes>, Vec<Bytes>) {
+        let channels = self
+            .channels
+            .iter()
+            .filter(|name| classify(Family::Channels, name) == PatternClass::Ordinary)
+            .cloned()
+            .collect();
+        let patterns = self
+            .patterns
+            .iter()
+            .filter(|name| classify(Family::Patterns, name) != PatternClass::Keyspace)
+            .cloned()
+            .collect();
+        (channels, patterns)
     }
 
     fn options(&self, proto: Proto) -> ConnOptions {
@@ -400,9 +597,35 @@ impl Inner {
         }
     }
 
-    fn new_link(&mut self, addr: NodeAddr, proto: Proto) -> Link {
+    fn new_link(&mut self, addr: NodeAddr, proto: Proto, role: Role) -> Link {
         self.next_link += 1;
-        Link::spawn(self.next_link, addr, self.options(proto), self.sink.clone())
+        Link::spawn(
+            self.next_link,
+            addr,
+            self.options(proto),
+            self.sink.clone(),
+            role,
+        )
+    }
+
+    /// A keyspace connection to every master of the slot map as it is now (opened where
+    /// missing; connections to nodes that are no longer masters are closed).
+    fn keyspace_links(&mut self, proto: Proto) -> Vec<Link> {
+        let mut masters: Vec<NodeAddr> = self.proxy.topology.routing().map.masters().to_vec();
+        if masters.is_empty() {
+            // A standalone upstream: its one node has every key.
+            if let Some(node) = self.proxy.topology.any_master(proto) {
+                masters.push(node.addr().clone());
+            }
+        }
+        self.keyspace_links.retain(|addr, _| masters.contains(addr));
+        for addr in masters {
+            if !self.keyspace_links.contains_key(&addr) {
+                let link = self.new_link(addr.clone(), proto, Role::Keyspace);
+                self.keyspace_links.insert(addr, link);
+            }
+        }
+        self.keyspace_links.values().cloned().collect()
     }
 
     /// The connection for channels and patterns, opened to some master if needed.
@@ -411,7 +634,7 @@ impl Inner {
             return Some(link.clone());
         }
         let addr = self.proxy.topology.any_master(proto)?.addr().clone();
-        let link = self.new_link(addr, proto);
+        let link = self.new_link(addr, proto, Role::Regular);
         self.regular = Some(link.clone());
         Some(link)
     }
@@ -428,7 +651,7 @@ impl Inner {
         if let Some(link) = self.shard_links.get(&addr) {
             return Some(link.clone());
         }
-        let link = self.new_link(addr.clone(), proto);
+        let link = self.new_link(addr.clone(), proto, Role::Shard);
         self.shard_links.insert(addr, link.clone());
         Some(link)
     }
@@ -544,7 +767,8 @@ async fn restore_regular(shared: Arc<Mutex<Inner>>) -> Result<(), String> {
         tokio::time::sleep(retry.backoff(attempt)).await;
         let (link, channels, patterns) = {
             let mut inner = lock(&shared);
-            if inner.channels.is_empty() && inner.patterns.is_empty() {
+            let (channels, patterns) = inner.regular_names();
+            if channels.is_empty() && patterns.is_empty() {
                 inner.restoring_regular = false;
                 return Ok(());
             }
@@ -552,8 +776,6 @@ async fn restore_regular(shared: Arc<Mutex<Inner>>) -> Result<(), String> {
             let Some(link) = inner.regular_link(proto) else {
                 continue;
             };
-            let channels: Vec<Bytes> = inner.channels.iter().cloned().collect();
-            let patterns: Vec<Bytes> = inner.patterns.iter().cloned().collect();
             (link, channels, patterns)
         };
         let mut ok = true;
@@ -590,6 +812,67 @@ async fn restore_regular(shared: Arc<Mutex<Inner>>) -> Result<(), String> {
     }
     lock(&shared).restoring_regular = false;
     Err(format!("re-subscribing channels failed: {last}"))
+}
+
+/// Subscribes every upstream keyspace channel and pattern again on every master
+/// (idempotent where a link still has them).
+async fn restore_keyspace(shared: Arc<Mutex<Inner>>) -> Result<(), String> {
+    let proxy = lock(&shared).proxy.clone();
+    let retry = &proxy.config.retry;
+    let mut last = String::new();
+    for attempt in 0..retry.attempts {
+        tokio::time::sleep(retry.backoff(attempt)).await;
+        let (links, channels, patterns) = {
+            let mut inner = lock(&shared);
+            if inner.keyspace.is_empty() {
+                inner.restoring_keyspace = false;
+                return Ok(());
+            }
+            let proto = link_proto(&inner);
+            let links = inner.keyspace_links(proto);
+            let channels: Vec<Bytes> = inner.keyspace.channels.keys().cloned().collect();
+            let patterns: Vec<Bytes> = inner.keyspace.patterns.keys().cloned().collect();
+            (links, channels, patterns)
+        };
+        if links.is_empty() {
+            last = reply::text::SLOT_UNSERVED.to_string();
+            continue;
+        }
+        let mut ok = true;
+        for link in &links {
+            for (command, kind, names) in [
+                ("SUBSCRIBE", &b"subscribe"[..], &channels),
+                ("PSUBSCRIBE", &b"psubscribe"[..], &patterns),
+            ] {
+                if names.is_empty() {
+                    continue;
+                }
+                let failure = match link
+                    .call(command_bytes(command, names), kind, names.len())
+                    .await
+                {
+                    Ok(answer) if answer.first() != Some(&b'-') => None,
+                    Ok(answer) => Some(String::from_utf8_lossy(&answer).trim_end().to_string()),
+                    Err(reason) => Some(reason),
+                };
+                if let Some(reason) = failure {
+                    last = reason;
+                    ok = false;
+                    let mut inner = lock(&shared);
+                    inner.keyspace_links.retain(|_, l| l.id != link.id);
+                }
+            }
+        }
+        if ok {
+            lock(&shared).restoring_keyspace = false;
+            return Ok(());
+        }
+        proxy.topology.request_refresh();
+    }
+    lock(&shared).restoring_keyspace = false;
+    Err(format!(
+        "re-subscribing keyspace notifications failed: {last}"
+    ))
 }
 
 /// Subscribes every shard channel again on its slot's current master (idempotent where
@@ -638,6 +921,15 @@ async fn restore_shard(shared: Arc<Mutex<Inner>>) -> Result<(), String> {
 /// The protocol new connections of this client speak (messages are relayed as is).
 fn link_proto(inner: &Inner) -> Proto {
     inner.proto
+}
+
+/// Which connections a channel (`family` Channels) or pattern needs.
+fn classify(family: Family, name: &[u8]) -> PatternClass {
+    match family {
+        Family::Patterns => keyspace::pattern_class(name),
+        _ if keyspace::is_keyspace_channel(name) => PatternClass::Keyspace,
+        _ => PatternClass::Ordinary,
+    }
 }
 
 fn command_bytes(command: &str, names: &[Bytes]) -> Bytes {

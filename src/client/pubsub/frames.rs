@@ -1,8 +1,7 @@
 //! The Pub/Sub frames the relay looks into or writes itself: the kind word of a push,
-//! confirmations, RESP2 subscribed-mode PING, the subscribed-mode refusal, and the hook
-//! that maps channel names on their way to the client. Pure; never panics on any input.
+//! confirmations, RESP2 subscribed-mode PING and the subscribed-mode refusal. Pure; never
+//! panics on any input.
 
-use std::borrow::Cow;
 use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -97,43 +96,6 @@ pub(super) fn is_confirmation(word: &[u8]) -> bool {
     )
 }
 
-/// The channel name a client sees for a channel the backend named: the hook for the
-/// layout's reverse rewrite (keyspace notifications such as `__keyspace@0__:<key>` carry
-/// key names). `Cow::Borrowed` leaves a message's bytes untouched.
-pub fn channel_out(channel: &[u8]) -> Cow<'_, [u8]> {
-    Cow::Borrowed(channel)
-}
-
-/// A message frame as the client receives it: re-encoded only when [`channel_out`]
-/// changed its channel name.
-pub(super) fn relay_message(frame: Bytes) -> Bytes {
-    let Some(elems) = elements(&frame) else {
-        return frame;
-    };
-    let channel_index = match kind_word(&frame, &elems) {
-        Some(b"message" | b"smessage") => 1,
-        Some(b"pmessage") => 2,
-        _ => return frame,
-    };
-    let Some(Element::Bulk(range)) = elems.get(channel_index) else {
-        return frame;
-    };
-    let Cow::Owned(mapped) = channel_out(&frame[range.clone()]) else {
-        return frame;
-    };
-    let mut out = BytesMut::with_capacity(frame.len() + mapped.len());
-    out.put_slice(format!("{}{}\r\n", frame[0] as char, elems.len()).as_bytes());
-    for (i, elem) in elems.iter().enumerate() {
-        match elem {
-            Element::Bulk(_) if i == channel_index => put_bulk(&mut out, &mapped),
-            Element::Bulk(range) => put_bulk(&mut out, &frame[range.clone()]),
-            Element::Null => out.put_slice(b"$-1\r\n"),
-            Element::Int(n) => out.put_slice(format!(":{n}\r\n").as_bytes()),
-        }
-    }
-    out.freeze()
-}
-
 /// A subscription confirmation `[kind, channel, count]` as Redis writes it: an array in
 /// RESP2, a push in RESP3; `channel` is null for an UNSUBSCRIBE of nothing.
 pub(super) fn confirmation(
@@ -224,12 +186,5 @@ mod tests {
             confirmation(Proto::Resp2, "unsubscribe", None, 0),
             Bytes::from_static(b"*3\r\n$11\r\nunsubscribe\r\n$-1\r\n:0\r\n")
         );
-    }
-
-    #[test]
-    fn unchanged_channel_leaves_message_bytes_alone() {
-        let message =
-            Bytes::from_static(b"*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$1\r\nc\r\n$1\r\nx\r\n");
-        assert_eq!(relay_message(message.clone()), message);
     }
 }

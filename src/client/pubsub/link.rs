@@ -22,6 +22,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::frames::{self, Element};
+use super::keyspace;
 use crate::backend::{self, ConnOptions};
 use crate::protocol::ReplyScanner;
 use crate::route::NodeAddr;
@@ -29,11 +30,24 @@ use crate::route::NodeAddr;
 /// The read buffer grows by this much when it runs low.
 const READ_CHUNK: usize = 16 * 1024;
 
+/// Which messages a link relays, so that each message reaches the client once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// The one connection for ordinary channels and patterns: keyspace notifications it
+    /// sees (through a pattern such as `*`) are relayed by the keyspace links instead.
+    Regular,
+    /// A connection to one master for keyspace subscriptions: only keyspace
+    /// notifications (an ordinary PUBLISH reaches every node, and the regular link).
+    Keyspace,
+    /// A shard-channel connection: everything.
+    Shard,
+}
+
 /// What a link reports to its client's session.
 #[derive(Debug)]
 pub(super) enum Event {
-    /// A message (or other push) to relay as is.
-    Push(Bytes),
+    /// A message (or other push), from a link of this role.
+    Push(Bytes, Role),
     /// The node unsubscribed the client from a shard channel (its slot moved away).
     ShardLost { channel: Bytes },
     /// The link's connection failed or could not be opened.
@@ -83,7 +97,7 @@ impl Sink {
         if self.state.overflowed.load(Ordering::Relaxed) {
             return false;
         }
-        if let Event::Push(frame) = &event {
+        if let Event::Push(frame, _) = &event {
             let before = self
                 .state
                 .buffered
@@ -127,9 +141,15 @@ pub(super) struct Link {
 
 impl Link {
     /// Starts the link's task; it connects right away.
-    pub(super) fn spawn(id: u64, addr: NodeAddr, opts: ConnOptions, sink: Sink) -> Link {
+    pub(super) fn spawn(
+        id: u64,
+        addr: NodeAddr,
+        opts: ConnOptions,
+        sink: Sink,
+        role: Role,
+    ) -> Link {
         let (commands, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(id, addr.clone(), opts, rx, sink));
+        tokio::spawn(run(id, addr.clone(), opts, rx, sink, role));
         Link { id, addr, commands }
     }
 
@@ -184,9 +204,10 @@ async fn run(
     opts: ConnOptions,
     mut commands: mpsc::UnboundedReceiver<Command>,
     sink: Sink,
+    role: Role,
 ) {
     let end = match backend::connect(&addr, &opts).await {
-        Ok((stream, leftover)) => serve(stream, leftover, &mut commands, &sink, opts).await,
+        Ok((stream, leftover)) => serve(stream, leftover, &mut commands, &sink, opts, role).await,
         Err(reason) => End::Failed(reason),
     };
     if let End::Failed(reason) = end {
@@ -201,6 +222,7 @@ async fn serve(
     commands: &mut mpsc::UnboundedReceiver<Command>,
     sink: &Sink,
     opts: ConnOptions,
+    role: Role,
 ) -> End {
     let (mut read, mut write) = stream.into_split();
     let mut scanner = ReplyScanner::new(opts.limits);
@@ -211,7 +233,7 @@ async fn serve(
             match scanner.next_frame_len(&buf) {
                 Ok(Some(len)) => {
                     let frame = buf.split_to(len).freeze();
-                    if !on_frame(frame, &mut pending, sink) {
+                    if !on_frame(frame, &mut pending, sink, role) {
                         return End::Released;
                     }
                 }
@@ -250,7 +272,7 @@ async fn serve(
 }
 
 /// Sorts one frame; false when the session is gone and the link should stop.
-fn on_frame(frame: Bytes, pending: &mut VecDeque<Pending>, sink: &Sink) -> bool {
+fn on_frame(frame: Bytes, pending: &mut VecDeque<Pending>, sink: &Sink, role: Role) -> bool {
     if frame.first() == Some(&b'-') {
         // Redis answers a refused command with one error, whatever its argument count.
         match pending.pop_front() {
@@ -266,7 +288,23 @@ fn on_frame(frame: Bytes, pending: &mut VecDeque<Pending>, sink: &Sink) -> bool 
     let elems = frames::elements(&frame).unwrap_or_default();
     let word = frames::kind_word(&frame, &elems).unwrap_or_default();
     if !frames::is_confirmation(word) {
-        return sink.send(Event::Push(frames::relay_message(frame)));
+        let channel_at = match word {
+            b"message" => Some(1),
+            b"pmessage" => Some(2),
+            _ => None,
+        };
+        let keyspace = match channel_at.and_then(|at| elems.get(at)) {
+            Some(Element::Bulk(range)) => {
+                Some(keyspace::is_keyspace_channel(&frame[range.clone()]))
+            }
+            _ => None,
+        };
+        // Each message has one link that relays it: see `Role`.
+        let elsewhere = matches!(
+            (role, keyspace),
+            (Role::Regular, Some(true)) | (Role::Keyspace, Some(false))
+        );
+        return elsewhere || sink.send(Event::Push(frame, role));
     }
     if let Some(head) = pending.front_mut() {
         if head.kind == word {
