@@ -35,7 +35,7 @@ use crate::backend::NodeConn;
 use crate::command::{CommandFlags, CommandSpec, KeyPos};
 use crate::config::CrossSlotTransactions;
 use crate::dispatch::{Proxy, Target, WatchPin};
-use crate::protocol::{Proto, Request};
+use crate::protocol::{encode, Proto, Request};
 use crate::reply;
 use crate::reply::merge::array_elements;
 use crate::rewrite::Forward;
@@ -501,7 +501,7 @@ impl Transaction {
                         )
                         .await;
                     match block.client_elements(&proxy, &reply, proto) {
-                        Some(elements) => array_frame(&elements),
+                        Some(elements) => encode::array_frame(elements.len(), &elements),
                         None => reply,
                     }
                 }
@@ -591,7 +591,7 @@ async fn run_split(
         }
     }
     let mut out = BytesMut::new();
-    out.put_slice(format!("*{total}\r\n").as_bytes());
+    encode::array_header(&mut out, total);
     for element in placed {
         match element {
             Some(element) => out.put_slice(&element),
@@ -653,30 +653,13 @@ impl Block {
             let shown = match (active, name) {
                 (Some(active), Some(name)) => active
                     .reverse_reply(name, element)
-                    .unwrap_or_else(|| null_reply(proto)),
+                    .unwrap_or_else(|| encode::null_frame(proto)),
                 _ => element,
             };
             out.push(shown);
         }
         Some(out)
     }
-}
-
-/// The null a reply naming only an internal key shows as.
-fn null_reply(proto: Proto) -> Bytes {
-    let mut out = BytesMut::with_capacity(5);
-    crate::protocol::encode::null(&mut out, proto);
-    out.freeze()
-}
-
-/// An array frame of `elements`.
-fn array_frame(elements: &[Bytes]) -> Bytes {
-    let mut out = BytesMut::new();
-    out.put_slice(format!("*{}\r\n", elements.len()).as_bytes());
-    for element in elements {
-        out.put_slice(element);
-    }
-    out.freeze()
 }
 
 fn lock(cell: &Mutex<PinState>) -> std::sync::MutexGuard<'_, PinState> {
