@@ -32,7 +32,7 @@ mod request;
 mod startup;
 mod upkeep;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -94,6 +94,21 @@ impl ActiveLayout {
             allow_legacy_data,
             script_sha: OnceLock::new(),
         }
+    }
+
+    /// The layout `config` puts in force (its rule file loaded, with its policy), `None`
+    /// when no rule file is configured. Startup and hot reload both build it here.
+    pub fn from_config(
+        config: &crate::config::LayoutConfig,
+    ) -> Result<Option<Arc<ActiveLayout>>, String> {
+        let layout = config.load().map_err(|e| e.to_string())?;
+        Ok(layout.map(|layout| {
+            Arc::new(ActiveLayout::new(
+                layout,
+                config.strict,
+                config.allow_legacy_data,
+            ))
+        }))
     }
 
     /// The legacy name to show for a cluster key, `None` for an internal key.
