@@ -18,7 +18,7 @@
 //!   are followed by a refresh-only call of the same script on their index-backed keys:
 //!   the refresh is atomic on its own, not together with the command.
 //! - **Reverse rewrite** of replies that carry key names (RANDOMKEY, the list/zset pops,
-//!   XREAD/XREADGROUP); KEYS and SCAN are answered by [`super::listing`].
+//!   XREAD/XREADGROUP); KEYS and SCAN are answered by the `listing` module.
 //!
 //! Replies of wrapped commands pass through Lua. Under RESP2 every reply a write command
 //! gives (status, integer, bulk, null, array, error) survives byte for byte. Under RESP3
