@@ -357,10 +357,15 @@ pub fn redirect_ask() {
 /// Why a command is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryReason {
+    /// `-TRYAGAIN` (a multi-key command during a slot migration).
     TryAgain,
+    /// `-CLUSTERDOWN`.
     ClusterDown,
+    /// `-LOADING` (the node is loading its dataset).
     Loading,
+    /// `-READONLY` (the node became a replica).
     ReadOnly,
+    /// `-MASTERDOWN`.
     MasterDown,
     /// The node could not be reached, or the slot had no master yet.
     Unreachable,
