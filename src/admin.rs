@@ -170,14 +170,19 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>) {
 /// A route, decided from the request line alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
+    /// `GET /metrics`: the Prometheus text exposition.
     Metrics,
+    /// `GET /healthz`: the process is up.
     Healthz,
+    /// `GET /readyz`: the proxy can serve commands.
     Readyz,
     /// `POST /reload`: re-read the configuration file (as SIGHUP).
     Reload,
     /// A known path with a method it does not take.
     MethodNotAllowed,
+    /// A path the endpoint does not serve.
     NotFound,
+    /// A request line that is not HTTP/1.x.
     BadRequest,
 }
 

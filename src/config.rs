@@ -366,8 +366,10 @@ impl Default for PubSubConfig {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
+    /// Human-readable lines.
     #[default]
     Text,
+    /// One JSON object per line.
     Json,
 }
 
@@ -387,20 +389,32 @@ pub enum CrossSlotTransactions {
 /// Where the proxy sends commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Upstream {
+    /// A Redis Cluster, reached through these seed nodes.
     Cluster(Vec<String>),
+    /// One standalone Redis server at this address.
     Standalone(String),
 }
 
 /// A configuration problem, with the file it came from when there is one.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file could not be read.
     #[error("{path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why reading failed.
         source: std::io::Error,
     },
+    /// The file is not valid YAML for the configuration.
     #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// The settings parse but do not make sense together.
     #[error("{0}")]
     Invalid(String),
 }

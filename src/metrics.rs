@@ -1,5 +1,6 @@
 //! Every metric the proxy exports: its name, help text, unit, and the function that records
-//! it, in this one place.
+//! it, in this one place. The per-command series live in `command`, the guards that
+//! count open connections in `connection`.
 //!
 //! Invariants: every name is `slotbridge_*`; label values come only from bounded sets (the
 //! command table, the cluster's node addresses, rule families and prefixes, fixed reason
@@ -8,18 +9,17 @@
 //! Without an installed recorder (`admin.metrics: false`) every call is a no-op, except
 //! the few process totals INFO reports, which are plain atomics.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, Counter, Gauge,
-    Histogram, Unit,
-};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::command::CommandTable;
+mod command;
+mod connection;
+
+pub use command::{CommandMetrics, Outcome};
+pub use connection::{BackendConnection, ClientConnection};
 
 /// Commands by name and outcome.
 pub const COMMANDS: &str = "slotbridge_commands_total";
@@ -238,110 +238,6 @@ pub fn totals() -> ProxyTotals {
     }
 }
 
-/// How a command ended, as the `outcome` label says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Any non-error reply.
-    Ok,
-    /// An error reply (from a node or the proxy).
-    Error,
-    /// Refused because the keys span slots.
-    CrossSlot,
-    /// The connection failed after the command was sent; its outcome is unknown.
-    Lost,
-}
-
-/// Marks the proxy's "outcome unknown" error (see `reply::outcome_unknown`).
-const LOST_MARKER: &[u8] = b"failed after the command was sent";
-
-impl Outcome {
-    /// Classifies a complete reply frame by its first bytes (and, for the proxy's own
-    /// lost-reply error, its text).
-    pub fn of_reply(reply: &[u8]) -> Outcome {
-        match reply.first() {
-            Some(b'-') | Some(b'!') => {
-                let body = reply.get(1..).unwrap_or_default();
-                if body.starts_with(b"CROSSSLOT") {
-                    Outcome::CrossSlot
-                } else if body.starts_with(b"ERR proxy: connection")
-                    && body
-                        .windows(LOST_MARKER.len())
-                        .any(|window| window == LOST_MARKER)
-                {
-                    Outcome::Lost
-                } else {
-                    Outcome::Error
-                }
-            }
-            _ => Outcome::Ok,
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            Outcome::Ok => 0,
-            Outcome::Error => 1,
-            Outcome::CrossSlot => 2,
-            Outcome::Lost => 3,
-        }
-    }
-}
-
-/// Label values of [`Outcome`], in [`Outcome::index`] order.
-const OUTCOME_LABELS: [&str; 4] = ["ok", "error", "crossslot", "lost"];
-
-/// One command's series: a counter per outcome and its latency histogram.
-struct CommandHandles {
-    outcomes: [Counter; 4],
-    duration: Histogram,
-}
-
-impl CommandHandles {
-    fn new(command: &str) -> CommandHandles {
-        let counter_for = |outcome: &'static str| counter!(COMMANDS, "command" => command.to_string(), "outcome" => outcome);
-        CommandHandles {
-            outcomes: OUTCOME_LABELS.map(counter_for),
-            duration: metrics::histogram!(COMMAND_DURATION, "command" => command.to_string()),
-        }
-    }
-}
-
-/// Per-command metric handles for every name of the command table, each created on the
-/// command's first use (so unused commands export no series).
-pub struct CommandMetrics {
-    by_name: HashMap<Box<str>, OnceLock<CommandHandles>>,
-    unknown: OnceLock<CommandHandles>,
-}
-
-impl CommandMetrics {
-    /// Slots for every command of `table` (the label set is the table, so it is bounded).
-    pub fn new(table: &CommandTable) -> CommandMetrics {
-        CommandMetrics {
-            by_name: table
-                .iter()
-                .map(|spec| (spec.name.as_str().into(), OnceLock::new()))
-                .collect(),
-            unknown: OnceLock::new(),
-        }
-    }
-
-    /// Records one finished command. `command` is the table name (`None`, or a name not
-    /// in the table, counts as `unknown`); `started` is when it was dispatched.
-    pub fn record(&self, command: Option<&str>, reply: &[u8], started: Instant) {
-        let (name, slot) = match command.and_then(|c| self.by_name.get_key_value(c)) {
-            Some((name, slot)) => (&**name, slot),
-            None => ("unknown", &self.unknown),
-        };
-        let handles = slot.get_or_init(|| CommandHandles::new(name));
-        let outcome = Outcome::of_reply(reply);
-        handles.outcomes[outcome.index()].increment(1);
-        handles.duration.record(started.elapsed().as_secs_f64());
-        if outcome == Outcome::CrossSlot {
-            crossslot_refusal();
-        }
-    }
-}
-
 /// A MOVED redirect was followed.
 pub fn redirect_moved() {
     TOTALS.moved.fetch_add(1, Ordering::Relaxed);
@@ -357,10 +253,15 @@ pub fn redirect_ask() {
 /// Why a command is retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryReason {
+    /// `-TRYAGAIN` (a multi-key command during a slot migration).
     TryAgain,
+    /// `-CLUSTERDOWN`.
     ClusterDown,
+    /// `-LOADING` (the node is loading its dataset).
     Loading,
+    /// `-READONLY` (the node became a replica).
     ReadOnly,
+    /// `-MASTERDOWN`.
     MasterDown,
     /// The node could not be reached, or the slot had no master yet.
     Unreachable,
@@ -425,68 +326,9 @@ pub fn slot_map(slots_covered: usize, masters: usize) {
     gauge!(MASTERS).set(masters as f64);
 }
 
-/// One open client connection: counted on creation, uncounted on drop.
-pub struct ClientConnection {
-    open: Gauge,
-    received: Counter,
-    sent: Counter,
-}
-
-impl ClientConnection {
-    /// Counts a newly accepted client connection.
-    pub fn opened() -> ClientConnection {
-        TOTALS.clients.fetch_add(1, Ordering::Relaxed);
-        counter!(CLIENT_CONNECTIONS_TOTAL).increment(1);
-        let open = gauge!(CLIENT_CONNECTIONS);
-        open.increment(1.0);
-        ClientConnection {
-            open,
-            received: counter!(CLIENT_BYTES_RECEIVED),
-            sent: counter!(CLIENT_BYTES_SENT),
-        }
-    }
-
-    /// `n` bytes were read from this client.
-    pub fn received(&self, n: usize) {
-        self.received.increment(n as u64);
-    }
-
-    /// `n` bytes were written to this client.
-    pub fn sent(&self, n: usize) {
-        self.sent.increment(n as u64);
-    }
-}
-
-impl Drop for ClientConnection {
-    fn drop(&mut self) {
-        TOTALS.clients.fetch_sub(1, Ordering::Relaxed);
-        self.open.decrement(1.0);
-    }
-}
-
 /// A client connection was refused.
 pub fn client_rejected() {
     counter!(CLIENT_CONNECTIONS_REJECTED).increment(1);
-}
-
-/// One open backend connection to a node: counted on creation, uncounted on drop.
-pub struct BackendConnection {
-    open: Gauge,
-}
-
-impl BackendConnection {
-    /// Counts a new connection to `node` (a cluster node address: a bounded set).
-    pub fn opened(node: &str) -> BackendConnection {
-        let open = gauge!(BACKEND_CONNECTIONS, "node" => node.to_string());
-        open.increment(1.0);
-        BackendConnection { open }
-    }
-}
-
-impl Drop for BackendConnection {
-    fn drop(&mut self) {
-        self.open.decrement(1.0);
-    }
 }
 
 /// A connect (TCP or handshake) to `node` failed.

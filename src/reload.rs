@@ -182,17 +182,7 @@ impl Live {
         };
         let layout_changed = config.layout != running.config.layout;
         let layout = if layout_changed {
-            config
-                .layout
-                .load()
-                .map_err(|e| e.to_string())?
-                .map(|layout| {
-                    Arc::new(ActiveLayout::new(
-                        layout,
-                        config.layout.strict,
-                        config.layout.allow_legacy_data,
-                    ))
-                })
+            ActiveLayout::from_config(&config.layout)?
         } else {
             running.layout.clone()
         };

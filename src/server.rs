@@ -63,17 +63,7 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let commands = load_command_table(&topology).await;
-    let layout = config
-        .layout
-        .load()
-        .map_err(|e| e.to_string())?
-        .map(|layout| {
-            Arc::new(ActiveLayout::new(
-                layout,
-                config.layout.strict,
-                config.layout.allow_legacy_data,
-            ))
-        });
+    let layout = ActiveLayout::from_config(&config.layout)?;
     let mut proxy = Proxy {
         listen_addr: config.listen.clone(),
         config,

@@ -3,11 +3,12 @@
 //! The handshake commands are written together in one write and their replies are read
 //! and checked here, so callers of the connection never see them.
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::ConnOptions;
+use crate::protocol::encode::encode_request;
 use crate::protocol::{Proto, ReplyScanner};
 
 /// A reply the handshake waits for, in write order.
@@ -46,15 +47,17 @@ async fn connect_and_greet(
     let mut steps: Vec<Step> = Vec::new();
     if let Some(password) = opts.password.as_deref().filter(|p| !p.is_empty()) {
         match opts.username.as_deref().filter(|u| !u.is_empty()) {
-            Some(user) => {
-                encode_command(&mut out, &[b"AUTH", user.as_bytes(), password.as_bytes()])
-            }
-            None => encode_command(&mut out, &[b"AUTH", password.as_bytes()]),
+            Some(user) => out.extend_from_slice(&encode_request(&[
+                b"AUTH",
+                user.as_bytes(),
+                password.as_bytes(),
+            ])),
+            None => out.extend_from_slice(&encode_request(&[b"AUTH", password.as_bytes()])),
         }
         steps.push(Step::Auth);
     }
     if opts.proto == Proto::Resp3 {
-        encode_command(&mut out, &[b"HELLO", b"3"]);
+        out.extend_from_slice(&encode_request(&[b"HELLO", b"3"]));
         steps.push(Step::Hello);
     }
     let mut buf = BytesMut::with_capacity(4096);
@@ -112,15 +115,5 @@ fn truncate(text: &str, max: usize) -> &str {
     match text.char_indices().nth(max) {
         Some((cut, _)) => &text[..cut],
         None => text,
-    }
-}
-
-/// Appends `args` as a RESP multibulk command.
-pub(super) fn encode_command(out: &mut BytesMut, args: &[&[u8]]) {
-    out.put_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for arg in args {
-        out.put_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.put_slice(arg);
-        out.put_slice(b"\r\n");
     }
 }

@@ -2,10 +2,10 @@
 //! PING, ECHO, QUIT, SELECT, HELLO, AUTH, RESET, READONLY/READWRITE and CLIENT's
 //! connection subcommands. Everything else goes to the dispatcher.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 
 use crate::auth::Auth;
-use crate::protocol::{Proto, Request};
+use crate::protocol::{encode, Proto, Request};
 use crate::reply;
 
 use super::registry::Registry;
@@ -73,10 +73,10 @@ pub fn answer(
     match &name[..len] {
         b"ping" => match args.len() {
             1 => Answer::reply(Bytes::from_static(b"+PONG\r\n")),
-            2 => Answer::reply(bulk(&args[1])),
+            2 => Answer::reply(encode::bulk_frame(&args[1])),
             _ => Answer::reply(reply::wrong_arity("ping")),
         },
-        b"echo" if args.len() == 2 => Answer::reply(bulk(&args[1])),
+        b"echo" if args.len() == 2 => Answer::reply(encode::bulk_frame(&args[1])),
         b"echo" => Answer::reply(reply::wrong_arity("echo")),
         b"quit" => Some(Answer {
             reply: Bytes::from_static(b"+OK\r\n"),
@@ -96,9 +96,9 @@ pub fn answer(
         b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
         b"auth" => Answer::reply(authenticate(state, auth, args)),
         b"hello" => Answer::reply(hello(state, registry, auth, args)),
-        b"acl" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"whoami") => {
-            Answer::reply(bulk(state.user.as_deref().unwrap_or("default").as_bytes()))
-        }
+        b"acl" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"whoami") => Answer::reply(
+            encode::bulk_frame(state.user.as_deref().unwrap_or("default").as_bytes()),
+        ),
         b"reset" if args.len() == 1 => {
             state.proto = Proto::Resp2;
             state.name = None;
@@ -202,16 +202,13 @@ fn hello(state: &mut ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]
         ("role", HelloValue::Text("master")),
         ("modules", HelloValue::EmptyArray),
     ];
-    match proto {
-        Proto::Resp2 => out.put_slice(format!("*{}\r\n", fields.len() * 2).as_bytes()),
-        Proto::Resp3 => out.put_slice(format!("%{}\r\n", fields.len()).as_bytes()),
-    }
+    encode::map_header(&mut out, proto, fields.len());
     for (key, value) in fields {
-        out.put_slice(&bulk(key.as_bytes()));
+        encode::bulk(&mut out, key.as_bytes());
         match value {
-            HelloValue::Text(text) => out.put_slice(&bulk(text.as_bytes())),
-            HelloValue::Int(n) => out.put_slice(format!(":{n}\r\n").as_bytes()),
-            HelloValue::EmptyArray => out.put_slice(b"*0\r\n"),
+            HelloValue::Text(text) => encode::bulk(&mut out, text.as_bytes()),
+            HelloValue::Int(n) => encode::integer(&mut out, n),
+            HelloValue::EmptyArray => encode::array_header(&mut out, 0),
         }
     }
     out.freeze()
@@ -247,13 +244,13 @@ fn client(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Option<
             }
         }
         (b"getname", 2) => match &state.name {
-            Some(name) => bulk(name),
-            None => null(state.proto),
+            Some(name) => encode::bulk_frame(name),
+            None => encode::null_frame(state.proto),
         },
-        (b"id", 2) => Bytes::from(format!(":{}\r\n", state.id)),
+        (b"id", 2) => encode::integer_frame(state.id as i64),
         (b"setinfo", 4) => ok(),
-        (b"info", 2) => bulk(registry.line(state.id).unwrap_or_default().as_bytes()),
-        (b"list", 2) => bulk(registry.list().as_bytes()),
+        (b"info", 2) => encode::bulk_frame(registry.line(state.id).unwrap_or_default().as_bytes()),
+        (b"list", 2) => encode::bulk_frame(registry.list().as_bytes()),
         (b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"list", _) => {
             reply::wrong_arity(&format!("client|{}", String::from_utf8_lossy(&sub)))
         }
@@ -265,19 +262,4 @@ fn client(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Option<
 
 fn ok() -> Bytes {
     Bytes::from_static(b"+OK\r\n")
-}
-
-fn null(proto: Proto) -> Bytes {
-    match proto {
-        Proto::Resp2 => Bytes::from_static(b"$-1\r\n"),
-        Proto::Resp3 => Bytes::from_static(b"_\r\n"),
-    }
-}
-
-fn bulk(data: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(data.len() + 16);
-    out.put_slice(format!("${}\r\n", data.len()).as_bytes());
-    out.put_slice(data);
-    out.put_slice(b"\r\n");
-    out.freeze()
 }

@@ -1,7 +1,7 @@
 //! Client connections: one task per client, replies leave in request order.
 //!
 //! [`session`] runs the connection loop (read, decode, dispatch, write in order);
-//! [`local`] answers what belongs to the connection itself (HELLO, CLIENT, SELECT, AUTH,
+//! `local` answers what belongs to the connection itself (HELLO, CLIENT, SELECT, AUTH,
 //! PING, ...); [`registry`] lists the connected clients for CLIENT LIST.
 
 mod local;

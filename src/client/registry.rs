@@ -9,10 +9,15 @@ use std::time::Instant;
 /// What CLIENT LIST shows of one client.
 #[derive(Debug, Clone)]
 pub struct ClientEntry {
+    /// The client's address (`addr=`).
     pub addr: SocketAddr,
+    /// The proxy address it connected to (`laddr=`).
     pub laddr: SocketAddr,
+    /// Its CLIENT SETNAME name, empty when none (`name=`).
     pub name: String,
+    /// When it connected (`age=`).
     pub created: Instant,
+    /// Its protocol version, 2 or 3 (`resp=`).
     pub resp: u8,
 }
 

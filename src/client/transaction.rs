@@ -23,10 +23,12 @@
 //!   reply is in, and runs nothing later until they are answered, because they use a
 //!   different backend connection than the client's other commands.
 
+mod exec;
+
 use std::sync::{Arc, Mutex};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::future::{join_all, BoxFuture};
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use smallvec::SmallVec;
 
@@ -37,9 +39,10 @@ use crate::config::CrossSlotTransactions;
 use crate::dispatch::{Proxy, Target, WatchPin};
 use crate::protocol::{Proto, Request};
 use crate::reply;
-use crate::reply::merge::array_elements;
 use crate::rewrite::Forward;
 use crate::route::{key_slot, NodeAddr, Redirect};
+
+use self::exec::Queued;
 
 const OK: &[u8] = b"+OK\r\n";
 const QUEUED: &[u8] = b"+QUEUED\r\n";
@@ -78,18 +81,6 @@ pub enum Step {
     Run(BoxFuture<'static, Bytes>),
     /// Not a transaction matter: answer it the usual way.
     Pass,
-}
-
-/// A command accepted between MULTI and EXEC.
-struct Queued {
-    /// What goes inside the backend MULTI; only the first request's reply is the
-    /// command's (the others refresh index entries under a layout).
-    requests: SmallVec<[Bytes; 2]>,
-    slot: Option<u16>,
-    /// The command's name when a layout is in force, for the reverse rewrite of its reply.
-    reverse: Option<String>,
-    /// Whether the block needs the layout's upkeep script on its node.
-    needs_script: bool,
 }
 
 /// The state between MULTI and EXEC.
@@ -487,29 +478,12 @@ impl Transaction {
             } else {
                 None
             };
-            let block = Block::of(queue.commands);
             return Step::Run(
-                async move {
-                    let reply = proxy
-                        .exec_block(
-                            target,
-                            &block.prelude,
-                            &block.requests,
-                            pin,
-                            reusable,
-                            proto,
-                        )
-                        .await;
-                    match block.client_elements(&proxy, &reply, proto) {
-                        Some(elements) => array_frame(&elements),
-                        None => reply,
-                    }
-                }
-                .boxed(),
+                exec::run_single(proxy, target, queue.commands, pin, reusable, proto).boxed(),
             );
         }
         metrics::counter!("slotbridge_split_transactions_total").increment(1);
-        Step::Run(run_split(proxy, queue.commands, slots, proto).boxed())
+        Step::Run(exec::run_split(proxy, queue.commands, slots, proto).boxed())
     }
 
     /// This client's kept connection to the node serving `target`, made on first use.
@@ -526,157 +500,6 @@ impl Transaction {
         self.reusable.push((addr, proto, conn.clone()));
         Some(conn)
     }
-}
-
-/// A transaction spanning slots: one MULTI/EXEC per slot (keyless commands go with the
-/// first slot), run at once, and their replies put back in command order. A slot whose
-/// block failed as a whole (`-EXECABORT`, a lost connection) shows that error in the
-/// place of each of its commands.
-async fn run_split(
-    proxy: Arc<Proxy>,
-    commands: Vec<Queued>,
-    slots: SmallVec<[u16; 4]>,
-    proto: Proto,
-) -> Bytes {
-    let total = commands.len();
-    let mut groups: Vec<(Vec<usize>, Vec<Queued>)> = Vec::with_capacity(slots.len());
-    groups.resize_with(slots.len(), Default::default);
-    for (index, command) in commands.into_iter().enumerate() {
-        let group = command
-            .slot
-            .and_then(|slot| slots.iter().position(|&s| s == slot))
-            .unwrap_or(0);
-        groups[group].0.push(index);
-        groups[group].1.push(command);
-    }
-    let runs = groups
-        .into_iter()
-        .zip(slots.iter())
-        .map(|((indices, queued), &slot)| {
-            let proxy = &proxy;
-            async move {
-                let block = Block::of(queued);
-                let reply = proxy
-                    .exec_block(
-                        Target::Slot(slot),
-                        &block.prelude,
-                        &block.requests,
-                        None,
-                        None,
-                        proto,
-                    )
-                    .await;
-                (indices, block.client_elements(proxy, &reply, proto), reply)
-            }
-        });
-    let replies = join_all(runs).await;
-    let mut placed: Vec<Option<Bytes>> = vec![None; total];
-    for (indices, elements, reply) in replies {
-        match elements {
-            Some(elements) => {
-                for (&index, element) in indices.iter().zip(elements) {
-                    placed[index] = Some(element);
-                }
-            }
-            None => {
-                let error = if reply.first() == Some(&b'-') {
-                    reply
-                } else {
-                    reply::error("ERR proxy: this slot's part of the transaction did not run")
-                };
-                for &index in &indices {
-                    placed[index] = Some(error.clone());
-                }
-            }
-        }
-    }
-    let mut out = BytesMut::new();
-    out.put_slice(format!("*{total}\r\n").as_bytes());
-    for element in placed {
-        match element {
-            Some(element) => out.put_slice(&element),
-            None => out.put_slice(&reply::error("ERR proxy: no reply")),
-        }
-    }
-    out.freeze()
-}
-
-/// The backend side of queued commands: what runs inside the MULTI block and before it.
-struct Block {
-    /// Sent before MULTI on the block's connection (the layout's upkeep script).
-    prelude: Vec<Bytes>,
-    /// Every request inside the block, in order.
-    requests: Vec<Bytes>,
-    /// Per queued command: its number of backend replies, and its name when its reply
-    /// must be reverse-rewritten.
-    shapes: Vec<(usize, Option<String>)>,
-}
-
-impl Block {
-    fn of(commands: Vec<Queued>) -> Block {
-        let mut block = Block {
-            prelude: Vec::new(),
-            requests: Vec::with_capacity(commands.len()),
-            shapes: Vec::with_capacity(commands.len()),
-        };
-        if commands.iter().any(|c| c.needs_script) {
-            block
-                .prelude
-                .push(crate::dispatch::layout::ActiveLayout::script_load_request());
-        }
-        for command in commands {
-            block.shapes.push((command.requests.len(), command.reverse));
-            block.requests.extend(command.requests);
-        }
-        block
-    }
-
-    /// EXEC's elements as the client must see them: one per queued command (index
-    /// refreshes dropped), key names reverse-rewritten. `None` when there is nothing to
-    /// change, or `reply` is not the array of the block's replies (a failed WATCH, an
-    /// error): then `reply` goes to the client as it is.
-    fn client_elements(&self, proxy: &Proxy, reply: &Bytes, proto: Proto) -> Option<Vec<Bytes>> {
-        let elements = array_elements(reply).filter(|e| e.len() == self.requests.len())?;
-        if self
-            .shapes
-            .iter()
-            .all(|(n, name)| *n == 1 && name.is_none())
-        {
-            return Some(elements);
-        }
-        let active = proxy.layout.as_deref();
-        let mut out = Vec::with_capacity(self.shapes.len());
-        let mut at = 0;
-        for (count, name) in &self.shapes {
-            let element = elements.get(at)?.clone();
-            at += count;
-            let shown = match (active, name) {
-                (Some(active), Some(name)) => active
-                    .reverse_reply(name, element)
-                    .unwrap_or_else(|| null_reply(proto)),
-                _ => element,
-            };
-            out.push(shown);
-        }
-        Some(out)
-    }
-}
-
-/// The null a reply naming only an internal key shows as.
-fn null_reply(proto: Proto) -> Bytes {
-    let mut out = BytesMut::with_capacity(5);
-    crate::protocol::encode::null(&mut out, proto);
-    out.freeze()
-}
-
-/// An array frame of `elements`.
-fn array_frame(elements: &[Bytes]) -> Bytes {
-    let mut out = BytesMut::new();
-    out.put_slice(format!("*{}\r\n", elements.len()).as_bytes());
-    for element in elements {
-        out.put_slice(element);
-    }
-    out.freeze()
 }
 
 fn lock(cell: &Mutex<PinState>) -> std::sync::MutexGuard<'_, PinState> {

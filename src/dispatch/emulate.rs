@@ -7,11 +7,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
 
 use crate::command::CommandSpec;
-use crate::protocol::Proto;
+use crate::protocol::{encode, Proto};
 use crate::reply;
 use crate::route::{key_slot, SLOT_COUNT};
 
@@ -63,8 +63,10 @@ impl Proxy {
         let port: u16 = port.parse().unwrap_or(0);
         let id = self.node_id();
         match local {
-            Local::ClusterKeySlot => Bytes::from(format!(":{}\r\n", key_slot(&request.args[2]))),
-            Local::ClusterMyId => bulk(id.as_bytes()),
+            Local::ClusterKeySlot => {
+                encode::integer_frame(i64::from(key_slot(&request.args[2])))
+            }
+            Local::ClusterMyId => encode::bulk_frame(id.as_bytes()),
             Local::ClusterInfo => {
                 let text = format!(
                     "cluster_state:ok\r\ncluster_slots_assigned:{n}\r\ncluster_slots_ok:{n}\r\n\
@@ -85,34 +87,39 @@ impl Proxy {
             }
             Local::ClusterSlots => {
                 let mut out = BytesMut::new();
-                out.put_slice(b"*1\r\n*3\r\n:0\r\n");
-                out.put_slice(format!(":{}\r\n*3\r\n", SLOT_COUNT - 1).as_bytes());
-                out.put_slice(&bulk(host.as_bytes()));
-                out.put_slice(format!(":{port}\r\n").as_bytes());
-                out.put_slice(&bulk(id.as_bytes()));
+                encode::array_header(&mut out, 1);
+                encode::array_header(&mut out, 3);
+                encode::integer(&mut out, 0);
+                encode::integer(&mut out, SLOT_COUNT as i64 - 1);
+                encode::array_header(&mut out, 3);
+                encode::bulk(&mut out, host.as_bytes());
+                encode::integer(&mut out, i64::from(port));
+                encode::bulk(&mut out, id.as_bytes());
                 out.freeze()
             }
             Local::ClusterShards => {
                 let mut out = BytesMut::new();
-                out.put_slice(b"*1\r\n");
-                map_header(&mut out, 2, proto);
-                out.put_slice(&bulk(b"slots"));
-                out.put_slice(format!("*2\r\n:0\r\n:{}\r\n", SLOT_COUNT - 1).as_bytes());
-                out.put_slice(&bulk(b"nodes"));
-                out.put_slice(b"*1\r\n");
-                map_header(&mut out, 7, proto);
+                encode::array_header(&mut out, 1);
+                encode::map_header(&mut out, proto, 2);
+                encode::bulk(&mut out, b"slots");
+                encode::array_header(&mut out, 2);
+                encode::integer(&mut out, 0);
+                encode::integer(&mut out, SLOT_COUNT as i64 - 1);
+                encode::bulk(&mut out, b"nodes");
+                encode::array_header(&mut out, 1);
+                encode::map_header(&mut out, proto, 7);
                 for (k, v) in [("id", id.as_str()), ("ip", host), ("endpoint", host)] {
-                    out.put_slice(&bulk(k.as_bytes()));
-                    out.put_slice(&bulk(v.as_bytes()));
+                    encode::bulk(&mut out, k.as_bytes());
+                    encode::bulk(&mut out, v.as_bytes());
                 }
-                out.put_slice(&bulk(b"port"));
-                out.put_slice(format!(":{port}\r\n").as_bytes());
+                encode::bulk(&mut out, b"port");
+                encode::integer(&mut out, i64::from(port));
                 for (k, v) in [("role", "master"), ("health", "online")] {
-                    out.put_slice(&bulk(k.as_bytes()));
-                    out.put_slice(&bulk(v.as_bytes()));
+                    encode::bulk(&mut out, k.as_bytes());
+                    encode::bulk(&mut out, v.as_bytes());
                 }
-                out.put_slice(&bulk(b"replication-offset"));
-                out.put_slice(b":0\r\n");
+                encode::bulk(&mut out, b"replication-offset");
+                encode::integer(&mut out, 0);
                 out.freeze()
             }
             Local::ClusterOther => reply::error(&format!(
@@ -379,33 +386,11 @@ fn info_text(frame: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(body).into_owned())
 }
 
-fn bulk(data: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(data.len() + 16);
-    out.put_slice(format!("${}\r\n", data.len()).as_bytes());
-    out.put_slice(data);
-    out.put_slice(b"\r\n");
-    out.freeze()
-}
-
 /// Text replies such as INFO: a verbatim string in RESP3, a bulk string in RESP2.
 fn verbatim(text: &[u8], proto: Proto) -> Bytes {
-    match proto {
-        Proto::Resp2 => bulk(text),
-        Proto::Resp3 => {
-            let mut out = BytesMut::with_capacity(text.len() + 20);
-            out.put_slice(format!("={}\r\ntxt:", text.len() + 4).as_bytes());
-            out.put_slice(text);
-            out.put_slice(b"\r\n");
-            out.freeze()
-        }
-    }
-}
-
-fn map_header(out: &mut BytesMut, pairs: usize, proto: Proto) {
-    match proto {
-        Proto::Resp2 => out.put_slice(format!("*{}\r\n", pairs * 2).as_bytes()),
-        Proto::Resp3 => out.put_slice(format!("%{pairs}\r\n").as_bytes()),
-    }
+    let mut out = BytesMut::with_capacity(text.len() + 24);
+    encode::verbatim(&mut out, proto, *b"txt", text);
+    out.freeze()
 }
 
 #[cfg(test)]

@@ -171,14 +171,7 @@ fn scan_options(args: &[Bytes]) -> Result<ScanOptions, Bytes> {
 impl Proxy {
     /// The masters, sorted, so a scan-phase cursor names the same node between calls.
     fn sorted_masters(&self) -> Vec<String> {
-        let mut masters: Vec<String> = self
-            .topology
-            .routing()
-            .map
-            .masters()
-            .iter()
-            .map(|addr| addr.to_string())
-            .collect();
+        let mut masters = self.master_addrs();
         masters.sort();
         masters
     }

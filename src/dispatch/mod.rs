@@ -79,6 +79,17 @@ enum Plan {
 }
 
 impl Proxy {
+    /// The addresses of the masters in the current slot map, in its order.
+    pub(crate) fn master_addrs(&self) -> Vec<String> {
+        self.topology
+            .routing()
+            .map
+            .masters()
+            .iter()
+            .map(|addr| addr.to_string())
+            .collect()
+    }
+
     /// Runs one request and returns its complete reply frame.
     pub async fn execute(self: Arc<Self>, request: Request, proto: Proto) -> Bytes {
         self.execute_as(request, proto, None).await

@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 
 use crate::backend::{BackendError, NodeConn};
+use crate::config::RetryConfig;
 use crate::protocol::{encode, Proto};
 use crate::reply;
 use crate::route::{NodeAddr, Redirect};
@@ -50,19 +51,15 @@ impl Proxy {
         request: Bytes,
         proto: Proto,
     ) -> (Bytes, Option<WatchPin>) {
-        let retry = &self.config.retry;
+        let mut budget = RetryBudget::new(&self.config.retry);
         let mut addr = self.node_for(Target::Slot(slot));
         let mut asking = false;
-        let mut redirects = 0;
-        let mut attempts = 0;
         loop {
             let Some(node) = addr.clone() else {
                 self.topology.request_refresh();
-                if attempts >= retry.attempts {
+                if !budget.wait_for_retry().await {
                     return (reply::error(reply::text::SLOT_UNSERVED), None);
                 }
-                tokio::time::sleep(retry.backoff(attempts)).await;
-                attempts += 1;
                 addr = self.node_for(Target::Slot(slot));
                 continue;
             };
@@ -74,11 +71,9 @@ impl Proxy {
                 }
                 Err(BackendError::NotSent(detail)) => {
                     self.topology.request_refresh();
-                    if attempts >= retry.attempts {
+                    if !budget.wait_for_retry().await {
                         return (reply::unavailable(&node, &detail), None);
                     }
-                    tokio::time::sleep(retry.backoff(attempts)).await;
-                    attempts += 1;
                     addr = self.node_for(Target::Slot(slot));
                     continue;
                 }
@@ -87,8 +82,7 @@ impl Proxy {
                 None if frame.first() == Some(&b'-') => return (frame, None),
                 None => return (frame, Some(WatchPin { conn, asking })),
                 Some(Redirect::Moved { slot, addr: to }) => {
-                    redirects += 1;
-                    if redirects > retry.max_redirects {
+                    if !budget.follow_redirect() {
                         return (reply::error(reply::text::TOO_MANY_REDIRECTS), None);
                     }
                     self.topology.on_moved(slot, &to);
@@ -96,8 +90,7 @@ impl Proxy {
                     asking = false;
                 }
                 Some(Redirect::Ask { addr: to, .. }) => {
-                    redirects += 1;
-                    if redirects > retry.max_redirects {
+                    if !budget.follow_redirect() {
                         return (reply::error(reply::text::TOO_MANY_REDIRECTS), None);
                     }
                     addr = Some(to);
@@ -125,10 +118,8 @@ impl Proxy {
         reusable: Option<NodeConn>,
         proto: Proto,
     ) -> Bytes {
-        let retry = &self.config.retry;
+        let mut budget = RetryBudget::new(&self.config.retry);
         let watched = pin.is_some();
-        let mut redirects = 0;
-        let mut attempts = 0;
         let (mut conn, mut asking) = match pin {
             Some(pin) => {
                 if !pin.conn.is_connected() {
@@ -145,11 +136,9 @@ impl Proxy {
                     Some(node) => node,
                     None => {
                         self.topology.request_refresh();
-                        if attempts >= retry.attempts {
+                        if !budget.wait_for_retry().await {
                             return reply::error(reply::text::SLOT_UNSERVED);
                         }
-                        tokio::time::sleep(retry.backoff(attempts)).await;
-                        attempts += 1;
                         continue;
                     }
                 },
@@ -170,11 +159,9 @@ impl Proxy {
                         return watch_failed(proto);
                     }
                     self.topology.request_refresh();
-                    if attempts >= retry.attempts {
+                    if !budget.wait_for_retry().await {
                         return reply::unavailable(&node, &detail);
                     }
-                    tokio::time::sleep(retry.backoff(attempts)).await;
-                    attempts += 1;
                     continue;
                 }
             };
@@ -194,8 +181,7 @@ impl Proxy {
             }
             match refusal {
                 Redirect::Moved { slot, addr } => {
-                    redirects += 1;
-                    if redirects > retry.max_redirects {
+                    if !budget.follow_redirect() {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
                     self.topology.on_moved(slot, &addr);
@@ -203,8 +189,7 @@ impl Proxy {
                     asking = false;
                 }
                 Redirect::Ask { addr, .. } => {
-                    redirects += 1;
-                    if redirects > retry.max_redirects {
+                    if !budget.follow_redirect() {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
                     conn = Some(self.topology.dedicated(&addr, proto));
@@ -218,11 +203,9 @@ impl Proxy {
                     ) {
                         self.topology.request_refresh();
                     }
-                    if attempts >= retry.attempts {
+                    if !budget.wait_for_retry().await {
                         return exec_reply.clone();
                     }
-                    tokio::time::sleep(retry.backoff(attempts)).await;
-                    attempts += 1;
                     asking = false;
                 }
             }
@@ -233,10 +216,8 @@ impl Proxy {
     /// following MOVED/ASK on new dedicated connections. Dropping the future (the client
     /// went away) drops the connection, which ends the command on the server too.
     pub async fn run_blocking(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
-        let retry = &self.config.retry;
+        let mut budget = RetryBudget::new(&self.config.retry);
         let mut redirected: Option<(NodeAddr, bool)> = None;
-        let mut redirects = 0;
-        let mut attempts = 0;
         loop {
             let (node, asking) = match redirected.take() {
                 Some(hop) => hop,
@@ -244,11 +225,9 @@ impl Proxy {
                     Some(node) => (node, false),
                     None => {
                         self.topology.request_refresh();
-                        if attempts >= retry.attempts {
+                        if !budget.wait_for_retry().await {
                             return reply::error(reply::text::SLOT_UNSERVED);
                         }
-                        tokio::time::sleep(retry.backoff(attempts)).await;
-                        attempts += 1;
                         continue;
                     }
                 },
@@ -262,11 +241,9 @@ impl Proxy {
                 }
                 Err(BackendError::NotSent(detail)) => {
                     self.topology.request_refresh();
-                    if attempts >= retry.attempts {
+                    if !budget.wait_for_retry().await {
                         return reply::unavailable(&node, &detail);
                     }
-                    tokio::time::sleep(retry.backoff(attempts)).await;
-                    attempts += 1;
                     continue;
                 }
             };
@@ -276,16 +253,14 @@ impl Proxy {
             match Redirect::classify(&frame, &node) {
                 None | Some(Redirect::NoScript) => return frame,
                 Some(Redirect::Moved { slot, addr }) => {
-                    redirects += 1;
-                    if redirects > retry.max_redirects {
+                    if !budget.follow_redirect() {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
                     self.topology.on_moved(slot, &addr);
                     redirected = Some((addr, false));
                 }
                 Some(Redirect::Ask { addr, .. }) => {
-                    redirects += 1;
-                    if redirects > retry.max_redirects {
+                    if !budget.follow_redirect() {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
                     redirected = Some((addr, true));
@@ -297,14 +272,46 @@ impl Proxy {
                     ) {
                         self.topology.request_refresh();
                     }
-                    if attempts >= retry.attempts {
+                    if !budget.wait_for_retry().await {
                         return frame;
                     }
-                    tokio::time::sleep(retry.backoff(attempts)).await;
-                    attempts += 1;
                 }
             }
         }
+    }
+}
+
+/// The retries and redirects one request has spent, against the configured limits.
+struct RetryBudget<'a> {
+    retry: &'a RetryConfig,
+    attempts: u32,
+    redirects: u32,
+}
+
+impl<'a> RetryBudget<'a> {
+    fn new(retry: &'a RetryConfig) -> Self {
+        RetryBudget {
+            retry,
+            attempts: 0,
+            redirects: 0,
+        }
+    }
+
+    /// Sleeps the backoff before one more attempt; `false` (without sleeping) when every
+    /// attempt is spent.
+    async fn wait_for_retry(&mut self) -> bool {
+        if self.attempts >= self.retry.attempts {
+            return false;
+        }
+        tokio::time::sleep(self.retry.backoff(self.attempts)).await;
+        self.attempts += 1;
+        true
+    }
+
+    /// Counts one MOVED/ASK hop; `false` once more hops than allowed were taken.
+    fn follow_redirect(&mut self) -> bool {
+        self.redirects += 1;
+        self.redirects <= self.retry.max_redirects
     }
 }
 

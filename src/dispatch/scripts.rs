@@ -77,8 +77,8 @@ impl Run {
     }
 }
 
-/// Script bodies by SHA1, least recently used forgotten first beyond [`MAX_SCRIPTS`] or
-/// [`MAX_SCRIPT_BYTES`]. A body larger than the byte bound is not remembered.
+/// Script bodies by SHA1, least recently used forgotten first beyond `MAX_SCRIPTS` or
+/// `MAX_SCRIPT_BYTES`. A body larger than the byte bound is not remembered.
 pub struct ScriptCache {
     inner: Mutex<CacheInner>,
     max_scripts: usize,

@@ -13,7 +13,7 @@
 //! - Idempotent and resumable: a re-run copies nothing already there. The marker
 //!   `p:{meta}:layout` is written last, only after a complete pass with no error and no
 //!   `--include` filter; the way back removes it.
-//! - Nothing is copied while a coordinator is live (see [`inspect`]) unless `allow_live`.
+//! - Nothing is copied while a coordinator is live (see [`mod@inspect`]) unless `allow_live`.
 //! - A slot that moves during the copy (`MOVED`/`ASK`) does not fail the run: the slot maps
 //!   are re-read and the batch's affected steps retried, which their idempotence allows.
 //!

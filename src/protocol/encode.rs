@@ -144,6 +144,38 @@ pub fn encode_request(args: &[&[u8]]) -> Bytes {
     out.freeze()
 }
 
+/// A complete `$<len>\r\n<data>\r\n` frame, for a reply that is one bulk string.
+pub fn bulk_frame(data: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(data.len() + 24);
+    bulk(&mut out, data);
+    out.freeze()
+}
+
+/// A complete `:<value>\r\n` frame, for a reply that is one integer.
+pub fn integer_frame(value: i64) -> Bytes {
+    let mut out = BytesMut::with_capacity(24);
+    integer(&mut out, value);
+    out.freeze()
+}
+
+/// A complete null frame in the client's protocol (see [`null`]).
+pub fn null_frame(proto: Proto) -> Bytes {
+    match proto {
+        Proto::Resp2 => Bytes::from_static(b"$-1\r\n"),
+        Proto::Resp3 => Bytes::from_static(b"_\r\n"),
+    }
+}
+
+/// A complete array frame whose `count` elements are already-encoded frames.
+pub fn array_frame<'a>(count: usize, elements: impl IntoIterator<Item = &'a Bytes>) -> Bytes {
+    let mut out = BytesMut::new();
+    array_header(&mut out, count);
+    for element in elements {
+        out.extend_from_slice(element);
+    }
+    out.freeze()
+}
+
 fn put_header(out: &mut BytesMut, marker: u8, len: u64) {
     out.put_u8(marker);
     put_unsigned(out, len);
@@ -280,6 +312,17 @@ mod tests {
         assert_eq!(written(|o| integer(o, 1000)), b":1000\r\n");
         assert_eq!(written(|o| bulk(o, b"")), b"$0\r\n\r\n");
         assert_eq!(written(|o| bulk(o, b"a\r\nb")), b"$4\r\na\r\nb\r\n");
+    }
+
+    #[test]
+    fn whole_frames_match_the_resp_spec() {
+        assert_eq!(&bulk_frame(b"ab")[..], b"$2\r\nab\r\n");
+        assert_eq!(&integer_frame(-7)[..], b":-7\r\n");
+        assert_eq!(&null_frame(Proto::Resp2)[..], b"$-1\r\n");
+        assert_eq!(&null_frame(Proto::Resp3)[..], b"_\r\n");
+        let parts = [Bytes::from_static(b":1\r\n"), Bytes::from_static(b"+x\r\n")];
+        assert_eq!(&array_frame(2, &parts)[..], b"*2\r\n:1\r\n+x\r\n");
+        assert_eq!(&array_frame(0, &[])[..], b"*0\r\n");
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Merging the replies of a command that was split by slot back into the one reply a
 //! single Redis would have given. Pure functions over raw reply frames.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 
-use crate::protocol::{Limits, ReplyScanner};
+use crate::protocol::{encode, Limits, ReplyScanner};
 
 /// The element frames of an array (`*`), set (`~`) or push (`>`) reply, as slices of it.
 /// `None` when `frame` is not such an aggregate (an error, a null array...).
@@ -38,17 +38,12 @@ pub fn integer(frame: &[u8]) -> Option<i64> {
 
 /// A `:n` reply.
 pub fn integer_frame(n: i64) -> Bytes {
-    Bytes::from(format!(":{n}\r\n"))
+    encode::integer_frame(n)
 }
 
 /// An array reply made of `elements` (complete frames).
 pub fn array_frame<'a>(count: usize, elements: impl Iterator<Item = &'a Bytes>) -> Bytes {
-    let mut out = BytesMut::new();
-    out.put_slice(format!("*{count}\r\n").as_bytes());
-    for element in elements {
-        out.put_slice(element);
-    }
-    out.freeze()
+    encode::array_frame(count, elements)
 }
 
 /// The first error among `parts`, in request order: what Redis would have answered.

@@ -7,13 +7,20 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 /// `-ERR` error replies with fixed text.
 pub mod text {
+    /// SELECT of a database other than 0 (a cluster has only database 0).
     pub const SELECT_RANGE: &str = "ERR DB index is out of range";
+    /// No master serves the slot, even after a topology refresh.
     pub const SLOT_UNSERVED: &str = "CLUSTERDOWN Hash slot not served";
+    /// More MOVED/ASK hops than `retry.max_redirects` allows.
     pub const TOO_MANY_REDIRECTS: &str =
         "ERR proxy: too many redirects for this command (the cluster is resharding; try again)";
+    /// HELLO with a protocol version other than 2 or 3.
     pub const NO_PROTO: &str = "NOPROTO unsupported protocol version";
+    /// AUTH with a password when no password is configured.
     pub const AUTH_NOT_CONFIGURED: &str = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?";
+    /// A command that arrives while the proxy drains.
     pub const SHUTTING_DOWN: &str = "ERR proxy: shutting down, no new commands accepted";
+    /// Arguments that do not fit the command's syntax.
     pub const SYNTAX: &str = "ERR syntax error";
 }
 

@@ -18,7 +18,7 @@
 //!   are followed by a refresh-only call of the same script on their index-backed keys:
 //!   the refresh is atomic on its own, not together with the command.
 //! - **Reverse rewrite** of replies that carry key names (RANDOMKEY, the list/zset pops,
-//!   XREAD/XREADGROUP); KEYS and SCAN are answered by [`super::listing`].
+//!   XREAD/XREADGROUP); KEYS and SCAN are answered by the `listing` module.
 //!
 //! Replies of wrapped commands pass through Lua. Under RESP2 every reply a write command
 //! gives (status, integer, bulk, null, array, error) survives byte for byte. Under RESP3
@@ -32,7 +32,7 @@ mod request;
 mod startup;
 mod upkeep;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -94,6 +94,21 @@ impl ActiveLayout {
             allow_legacy_data,
             script_sha: OnceLock::new(),
         }
+    }
+
+    /// The layout `config` puts in force (its rule file loaded, with its policy), `None`
+    /// when no rule file is configured. Startup and hot reload both build it here.
+    pub fn from_config(
+        config: &crate::config::LayoutConfig,
+    ) -> Result<Option<Arc<ActiveLayout>>, String> {
+        let layout = config.load().map_err(|e| e.to_string())?;
+        Ok(layout.map(|layout| {
+            Arc::new(ActiveLayout::new(
+                layout,
+                config.strict,
+                config.allow_legacy_data,
+            ))
+        }))
     }
 
     /// The legacy name to show for a cluster key, `None` for an internal key.

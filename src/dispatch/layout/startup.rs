@@ -68,14 +68,7 @@ async fn find_legacy_key(
     active: &ActiveLayout,
     prefix: &str,
 ) -> Result<Option<Bytes>, String> {
-    let masters: Vec<String> = proxy
-        .topology
-        .routing()
-        .map
-        .masters()
-        .iter()
-        .map(|addr| addr.to_string())
-        .collect();
+    let masters = proxy.master_addrs();
     let mut pattern = crate::rewrite::glob::escape_glob(prefix.as_bytes());
     pattern.extend_from_slice(b":*");
     let mut inspected = 0usize;
@@ -112,14 +105,7 @@ async fn find_legacy_key(
 
 /// SCRIPT LOAD on every master; the SHA comes from the server.
 async fn load_script(proxy: &Proxy, active: &ActiveLayout) {
-    let masters: Vec<String> = proxy
-        .topology
-        .routing()
-        .map
-        .masters()
-        .iter()
-        .map(|addr| addr.to_string())
-        .collect();
+    let masters = proxy.master_addrs();
     let load = encode_request(&[b"SCRIPT", b"LOAD", UPKEEP_SCRIPT.as_bytes()]);
     for addr in masters {
         let conn = proxy.topology.node(&addr, Proto::Resp2);

@@ -1,0 +1,192 @@
+//! Running a transaction's queued commands at EXEC and assembling the reply the client
+//! sees: one MULTI/EXEC block on one node, or (`cross_slot_transactions: split`) one
+//! block per slot with the replies put back in command order.
+//!
+//! Invariants: EXEC's reply has one element per queued command, in queue order; the
+//! index refreshes a layout adds inside a block are dropped from it, and key names in
+//! it are reverse-rewritten as the single command's reply would be.
+
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_util::future::join_all;
+use smallvec::SmallVec;
+
+use crate::backend::NodeConn;
+use crate::dispatch::{Proxy, Target, WatchPin};
+use crate::protocol::{encode, Proto};
+use crate::reply;
+use crate::reply::merge::array_elements;
+
+/// A command accepted between MULTI and EXEC.
+pub(super) struct Queued {
+    /// What goes inside the backend MULTI; only the first request's reply is the
+    /// command's (the others refresh index entries under a layout).
+    pub(super) requests: SmallVec<[Bytes; 2]>,
+    pub(super) slot: Option<u16>,
+    /// The command's name when a layout is in force, for the reverse rewrite of its reply.
+    pub(super) reverse: Option<String>,
+    /// Whether the block needs the layout's upkeep script on its node.
+    pub(super) needs_script: bool,
+}
+
+/// A transaction on one slot (or none): one MULTI/EXEC block on `target`'s master, on
+/// the WATCH's pinned connection when there is one.
+pub(super) async fn run_single(
+    proxy: Arc<Proxy>,
+    target: Target,
+    commands: Vec<Queued>,
+    pin: Option<WatchPin>,
+    reusable: Option<NodeConn>,
+    proto: Proto,
+) -> Bytes {
+    let block = Block::of(commands);
+    let reply = proxy
+        .exec_block(
+            target,
+            &block.prelude,
+            &block.requests,
+            pin,
+            reusable,
+            proto,
+        )
+        .await;
+    match block.client_elements(&proxy, &reply, proto) {
+        Some(elements) => encode::array_frame(elements.len(), &elements),
+        None => reply,
+    }
+}
+
+/// A transaction spanning slots: one MULTI/EXEC per slot (keyless commands go with the
+/// first slot), run at once, and their replies put back in command order. A slot whose
+/// block failed as a whole (`-EXECABORT`, a lost connection) shows that error in the
+/// place of each of its commands.
+pub(super) async fn run_split(
+    proxy: Arc<Proxy>,
+    commands: Vec<Queued>,
+    slots: SmallVec<[u16; 4]>,
+    proto: Proto,
+) -> Bytes {
+    let total = commands.len();
+    let mut groups: Vec<(Vec<usize>, Vec<Queued>)> = Vec::with_capacity(slots.len());
+    groups.resize_with(slots.len(), Default::default);
+    for (index, command) in commands.into_iter().enumerate() {
+        let group = command
+            .slot
+            .and_then(|slot| slots.iter().position(|&s| s == slot))
+            .unwrap_or(0);
+        groups[group].0.push(index);
+        groups[group].1.push(command);
+    }
+    let runs = groups
+        .into_iter()
+        .zip(slots.iter())
+        .map(|((indices, queued), &slot)| {
+            let proxy = &proxy;
+            async move {
+                let block = Block::of(queued);
+                let reply = proxy
+                    .exec_block(
+                        Target::Slot(slot),
+                        &block.prelude,
+                        &block.requests,
+                        None,
+                        None,
+                        proto,
+                    )
+                    .await;
+                (indices, block.client_elements(proxy, &reply, proto), reply)
+            }
+        });
+    let replies = join_all(runs).await;
+    let mut placed: Vec<Option<Bytes>> = vec![None; total];
+    for (indices, elements, reply) in replies {
+        match elements {
+            Some(elements) => {
+                for (&index, element) in indices.iter().zip(elements) {
+                    placed[index] = Some(element);
+                }
+            }
+            None => {
+                let error = if reply.first() == Some(&b'-') {
+                    reply
+                } else {
+                    reply::error("ERR proxy: this slot's part of the transaction did not run")
+                };
+                for &index in &indices {
+                    placed[index] = Some(error.clone());
+                }
+            }
+        }
+    }
+    let mut out = BytesMut::new();
+    encode::array_header(&mut out, total);
+    for element in placed {
+        match element {
+            Some(element) => out.put_slice(&element),
+            None => out.put_slice(&reply::error("ERR proxy: no reply")),
+        }
+    }
+    out.freeze()
+}
+
+/// The backend side of queued commands: what runs inside the MULTI block and before it.
+struct Block {
+    /// Sent before MULTI on the block's connection (the layout's upkeep script).
+    prelude: Vec<Bytes>,
+    /// Every request inside the block, in order.
+    requests: Vec<Bytes>,
+    /// Per queued command: its number of backend replies, and its name when its reply
+    /// must be reverse-rewritten.
+    shapes: Vec<(usize, Option<String>)>,
+}
+
+impl Block {
+    fn of(commands: Vec<Queued>) -> Block {
+        let mut block = Block {
+            prelude: Vec::new(),
+            requests: Vec::with_capacity(commands.len()),
+            shapes: Vec::with_capacity(commands.len()),
+        };
+        if commands.iter().any(|c| c.needs_script) {
+            block
+                .prelude
+                .push(crate::dispatch::layout::ActiveLayout::script_load_request());
+        }
+        for command in commands {
+            block.shapes.push((command.requests.len(), command.reverse));
+            block.requests.extend(command.requests);
+        }
+        block
+    }
+
+    /// EXEC's elements as the client must see them: one per queued command (index
+    /// refreshes dropped), key names reverse-rewritten. `None` when there is nothing to
+    /// change, or `reply` is not the array of the block's replies (a failed WATCH, an
+    /// error): then `reply` goes to the client as it is.
+    fn client_elements(&self, proxy: &Proxy, reply: &Bytes, proto: Proto) -> Option<Vec<Bytes>> {
+        let elements = array_elements(reply).filter(|e| e.len() == self.requests.len())?;
+        if self
+            .shapes
+            .iter()
+            .all(|(n, name)| *n == 1 && name.is_none())
+        {
+            return Some(elements);
+        }
+        let active = proxy.layout.as_deref();
+        let mut out = Vec::with_capacity(self.shapes.len());
+        let mut at = 0;
+        for (count, name) in &self.shapes {
+            let element = elements.get(at)?.clone();
+            at += count;
+            let shown = match (active, name) {
+                (Some(active), Some(name)) => active
+                    .reverse_reply(name, element)
+                    .unwrap_or_else(|| encode::null_frame(proto)),
+                _ => element,
+            };
+            out.push(shown);
+        }
+        Some(out)
+    }
+}

@@ -1,0 +1,118 @@
+//! Per-command series: the outcome of each reply and its latency, by command name.
+//!
+//! Invariants: the `command` label takes only names of the command table (or `unknown`),
+//! and each command's handles are created once, on its first use, so recording a command
+//! allocates nothing.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use metrics::{counter, Counter, Histogram};
+
+use super::{crossslot_refusal, COMMANDS, COMMAND_DURATION};
+use crate::command::CommandTable;
+
+/// How a command ended, as the `outcome` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Any non-error reply.
+    Ok,
+    /// An error reply (from a node or the proxy).
+    Error,
+    /// Refused because the keys span slots.
+    CrossSlot,
+    /// The connection failed after the command was sent; its outcome is unknown.
+    Lost,
+}
+
+/// Marks the proxy's "outcome unknown" error (see `reply::outcome_unknown`).
+const LOST_MARKER: &[u8] = b"failed after the command was sent";
+
+impl Outcome {
+    /// Classifies a complete reply frame by its first bytes (and, for the proxy's own
+    /// lost-reply error, its text).
+    pub fn of_reply(reply: &[u8]) -> Outcome {
+        match reply.first() {
+            Some(b'-') | Some(b'!') => {
+                let body = reply.get(1..).unwrap_or_default();
+                if body.starts_with(b"CROSSSLOT") {
+                    Outcome::CrossSlot
+                } else if body.starts_with(b"ERR proxy: connection")
+                    && body
+                        .windows(LOST_MARKER.len())
+                        .any(|window| window == LOST_MARKER)
+                {
+                    Outcome::Lost
+                } else {
+                    Outcome::Error
+                }
+            }
+            _ => Outcome::Ok,
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Outcome::Ok => 0,
+            Outcome::Error => 1,
+            Outcome::CrossSlot => 2,
+            Outcome::Lost => 3,
+        }
+    }
+}
+
+/// Label values of [`Outcome`], in [`Outcome::index`] order.
+const OUTCOME_LABELS: [&str; 4] = ["ok", "error", "crossslot", "lost"];
+
+/// One command's series: a counter per outcome and its latency histogram.
+struct CommandHandles {
+    outcomes: [Counter; 4],
+    duration: Histogram,
+}
+
+impl CommandHandles {
+    fn new(command: &str) -> CommandHandles {
+        let counter_for = |outcome: &'static str| counter!(COMMANDS, "command" => command.to_string(), "outcome" => outcome);
+        CommandHandles {
+            outcomes: OUTCOME_LABELS.map(counter_for),
+            duration: metrics::histogram!(COMMAND_DURATION, "command" => command.to_string()),
+        }
+    }
+}
+
+/// Per-command metric handles for every name of the command table, each created on the
+/// command's first use (so unused commands export no series).
+pub struct CommandMetrics {
+    by_name: HashMap<Box<str>, OnceLock<CommandHandles>>,
+    unknown: OnceLock<CommandHandles>,
+}
+
+impl CommandMetrics {
+    /// Slots for every command of `table` (the label set is the table, so it is bounded).
+    pub fn new(table: &CommandTable) -> CommandMetrics {
+        CommandMetrics {
+            by_name: table
+                .iter()
+                .map(|spec| (spec.name.as_str().into(), OnceLock::new()))
+                .collect(),
+            unknown: OnceLock::new(),
+        }
+    }
+
+    /// Records one finished command. `command` is the table name (`None`, or a name not
+    /// in the table, counts as `unknown`); `started` is when it was dispatched.
+    pub fn record(&self, command: Option<&str>, reply: &[u8], started: Instant) {
+        let (name, slot) = match command.and_then(|c| self.by_name.get_key_value(c)) {
+            Some((name, slot)) => (&**name, slot),
+            None => ("unknown", &self.unknown),
+        };
+        let handles = slot.get_or_init(|| CommandHandles::new(name));
+        let outcome = Outcome::of_reply(reply);
+        handles.outcomes[outcome.index()].increment(1);
+        handles.duration.record(started.elapsed().as_secs_f64());
+        if outcome == Outcome::CrossSlot {
+            crossslot_refusal();
+        }
+    }
+}
