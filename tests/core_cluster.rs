@@ -4,39 +4,15 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{shared_cluster, Proxy};
+use common::{exchange, shared_cluster, Proxy};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
     PROXY.get_or_init(|| Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]))
-}
-
-/// Sends raw bytes and reads until the peer closes or `timeout` passes without data.
-fn exchange(addr: &str, input: &[u8], timeout: Duration) -> (Vec<u8>, bool) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(timeout)).unwrap();
-    stream.write_all(input).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return (out, true),
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e)
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    || e.kind() == std::io::ErrorKind::TimedOut =>
-            {
-                return (out, false)
-            }
-            Err(_) => return (out, true),
-        }
-    }
 }
 
 #[test]

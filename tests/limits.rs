@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{new_dir, shared_cluster, Proxy, Raw};
+use common::{new_dir, read_until_close, shared_cluster, Proxy, Raw};
 
 fn proxy_with(config: &str) -> Proxy {
     let dir = new_dir("limits-config");
@@ -22,26 +22,6 @@ fn proxy_with(config: &str) -> Proxy {
     ])
 }
 
-/// Reads until the peer closes (`true`) or `timeout` passes without data (`false`).
-fn read_to_close(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, bool) {
-    stream.set_read_timeout(Some(timeout)).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 64 * 1024];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return (out, true),
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(e)
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    || e.kind() == std::io::ErrorKind::TimedOut =>
-            {
-                return (out, false)
-            }
-            Err(_) => return (out, true),
-        }
-    }
-}
-
 #[test]
 fn maxclients_refuses_the_next_client() {
     let proxy = proxy_with("maxclients: 2\n");
@@ -52,7 +32,7 @@ fn maxclients_refuses_the_next_client() {
     assert_eq!(first.call(&["PING"]), "+PONG\r\n");
     assert_eq!(second.call(&["PING"]), "+PONG\r\n");
     let mut third = TcpStream::connect(proxy.addr()).unwrap();
-    let (reply, closed) = read_to_close(&mut third, Duration::from_secs(5));
+    let (reply, closed) = read_until_close(&mut third, Duration::from_secs(5));
     assert_eq!(
         String::from_utf8_lossy(&reply),
         "-ERR max number of clients reached\r\n"
@@ -64,7 +44,7 @@ fn maxclients_refuses_the_next_client() {
     loop {
         let mut next = Raw::connect(proxy.addr());
         next.stream.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
-        let (reply, _) = read_to_close(&mut next.stream, Duration::from_millis(300));
+        let (reply, _) = read_until_close(&mut next.stream, Duration::from_millis(300));
         if reply.starts_with(b"+PONG") {
             break;
         }
@@ -85,7 +65,7 @@ fn idle_clients_are_closed_after_timeout() {
         assert_eq!(busy.call(&["PING"]), "+PONG\r\n");
         std::thread::sleep(Duration::from_millis(300));
     }
-    let (data, closed) = read_to_close(&mut idle.stream, Duration::from_secs(2));
+    let (data, closed) = read_until_close(&mut idle.stream, Duration::from_secs(2));
     assert!(
         data.is_empty() && closed,
         "idle client still open ({data:?})"
@@ -113,7 +93,7 @@ fn a_client_that_does_not_read_is_disconnected_at_the_output_limit() {
     // The proxy stops reading and then closes; a write error is expected then.
     let _ = greedy.write_all(&requests);
     std::thread::sleep(Duration::from_secs(1));
-    let (received, closed) = read_to_close(&mut greedy, Duration::from_secs(5));
+    let (received, closed) = read_until_close(&mut greedy, Duration::from_secs(5));
     assert!(closed, "the non-reading client was not disconnected");
     assert!(
         received.len() < GETS * VALUE,

@@ -38,7 +38,7 @@ pub use ports::{free_cluster_port, free_port};
 pub use process::new_dir;
 pub use process::require_tool;
 pub use proxy::Proxy;
-pub use raw::{reply_complete, Raw};
+pub use raw::{exchange, read_until_close, reply_complete, Raw};
 pub use standalone::Standalone;
 
 /// A 3-master cluster without replicas, started on first use and shared by every test of this

@@ -65,6 +65,38 @@ impl Raw {
     }
 }
 
+/// Reads until the peer closes (`true`) or `timeout` passes without data (`false`); a read
+/// error counts as a close. Everything received until then is returned.
+pub fn read_until_close(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, bool) {
+    stream
+        .set_read_timeout(Some(timeout))
+        .expect("set a read timeout");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                return (out, false)
+            }
+            Err(_) => return (out, true),
+        }
+    }
+}
+
+/// Connects to `addr`, sends `input` as is (it may be malformed on purpose), and reads with
+/// [`read_until_close`]: what came back, and whether the peer closed the connection.
+pub fn exchange(addr: &str, input: &[u8], timeout: Duration) -> (Vec<u8>, bool) {
+    let mut stream =
+        TcpStream::connect(addr).unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
+    stream.write_all(input).expect("send raw bytes");
+    read_until_close(&mut stream, timeout)
+}
+
 /// Whether `data` holds exactly one whole RESP2/RESP3 reply (aggregates, bulk and simple types;
 /// attributes and streamed aggregates are not needed by the tests).
 pub fn reply_complete(data: &[u8]) -> bool {
