@@ -1,14 +1,15 @@
 //! Key positions and the table, checked against a real redis-server.
 //!
-//! Each test starts its own `redis-server` on a free loopback port (killed on drop) and
+//! Each test starts its own `redis-server` (the harness's [`common::Standalone`]) and
 //! compares `CommandSpec::keys` with the server's `COMMAND GETKEYS` and
 //! `COMMAND GETKEYSANDFLAGS` for a corpus of invocations, and the table parsed from the
 //! live `COMMAND` reply (RESP2 and RESP3) with the built-in one.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
+use std::time::Duration;
 
 use bytes::Bytes;
 use redis_protocol::resp3::decode::complete::decode;
@@ -16,75 +17,17 @@ use redis_protocol::resp3::types::OwnedFrame;
 use slotbridge::command::{CommandTable, KeyFlags};
 use smallvec::SmallVec;
 
-/// A throwaway redis-server on 127.0.0.1, killed when dropped.
-struct Server {
-    child: Child,
-    port: u16,
-}
+use common::Standalone;
 
-impl Server {
-    /// Starts a server on a free port. Another test may grab the same port between the
-    /// probe and the bind, so a server is only accepted once it reports our child's pid.
-    fn start() -> Server {
-        for _attempt in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("free port")
-                .port();
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server runs");
-            let mut server = Server { child, port };
-            if server.wait_until_ours() {
-                return server;
-            }
-        }
-        panic!("could not start redis-server");
-    }
-
-    /// Waits (10 s at most) until the port answers with our child's `process_id`;
-    /// false when the child exited (port taken) or someone else answers.
-    fn wait_until_ours(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if !matches!(self.child.try_wait(), Ok(None)) {
-                return false;
-            }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                let info = self.connect().call(&argv("INFO server"));
-                let OwnedFrame::BlobString { data, .. } = info else {
-                    return false;
-                };
-                let pid_line = format!("process_id:{}\r\n", self.child.id());
-                return data
-                    .windows(pid_line.len())
-                    .any(|w| w == pid_line.as_bytes());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    fn connect(&self) -> Conn {
-        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        Conn {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+/// A blocking RESP connection to the server at `addr`.
+fn connect(addr: &str) -> Conn {
+    let stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    Conn {
+        stream,
+        buf: Vec::new(),
     }
 }
 
@@ -368,8 +311,8 @@ const CORPUS: &[&str] = &[
 
 #[test]
 fn keys_match_redis_getkeys() {
-    let server = Server::start();
-    let mut conn = server.connect();
+    let server = Standalone::start();
+    let mut conn = connect(server.addr());
     let table = CommandTable::builtin();
     assert!(CORPUS.len() >= 80);
     let mut with_keys = 0;
@@ -387,8 +330,8 @@ fn keys_match_redis_getkeys() {
 
 #[test]
 fn arity_matches_redis() {
-    let server = Server::start();
-    let mut conn = server.connect();
+    let server = Standalone::start();
+    let mut conn = connect(server.addr());
     let table = CommandTable::builtin();
     for invocation in [
         "GET",
@@ -415,11 +358,11 @@ fn arity_matches_redis() {
 
 #[test]
 fn live_command_reply_matches_builtin() {
-    let server = Server::start();
+    let server = Standalone::start();
     let builtin = CommandTable::builtin();
 
-    let raw2 = server.connect().command_then_quit();
-    let mut resp3 = server.connect();
+    let raw2 = connect(server.addr()).command_then_quit();
+    let mut resp3 = connect(server.addr());
     let hello = resp3.call(&argv("HELLO 3"));
     assert!(
         matches!(hello, OwnedFrame::Map { .. }),

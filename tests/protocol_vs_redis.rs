@@ -2,74 +2,39 @@
 //! refuse with the very error text the server replies, wait where the server waits, and
 //! find the arguments the server executes.
 
+mod common;
+
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use slotbridge::protocol::{Limits, RequestDecoder};
 
-/// A `redis-server` on a free loopback port, killed on drop.
-struct RedisServer {
-    child: Child,
-    port: u16,
-}
+use common::Standalone;
 
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("free port")
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed to run this test");
-        let server = RedisServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
+/// Sends `input` to `addr` on a fresh connection and returns what the server replied until it
+/// closed the connection, `expected_len` bytes arrived, or `quiet` passed in silence.
+fn exchange(addr: &str, input: &[u8], expected_len: Option<usize>, quiet: Duration) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(quiet)).expect("timeout");
+    // The server may close mid-write after refusing; what it replied is still readable.
+    let _ = stream.write_all(input);
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if expected_len.is_some_and(|len| reply.len() >= len) {
+            return reply;
         }
-        server
-    }
-
-    /// Sends `input` on a fresh connection and returns what the server replied until it
-    /// closed the connection, `expected_len` bytes arrived, or `quiet` passed in silence.
-    fn exchange(&self, input: &[u8], expected_len: Option<usize>, quiet: Duration) -> Vec<u8> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
-        stream.set_read_timeout(Some(quiet)).expect("timeout");
-        // The server may close mid-write after refusing; what it replied is still readable.
-        let _ = stream.write_all(input);
-        let mut reply = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            if expected_len.is_some_and(|len| reply.len() >= len) {
-                return reply;
+        match stream.read(&mut chunk) {
+            Ok(0) => return reply,
+            Ok(read) => reply.extend_from_slice(&chunk[..read]),
+            Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return reply
             }
-            match stream.read(&mut chunk) {
-                Ok(0) => return reply,
-                Ok(read) => reply.extend_from_slice(&chunk[..read]),
-                Err(error)
-                    if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
-                {
-                    return reply
-                }
-                Err(error) if error.kind() == ErrorKind::ConnectionReset => return reply,
-                Err(error) => panic!("read: {error}"),
-            }
+            Err(error) if error.kind() == ErrorKind::ConnectionReset => return reply,
+            Err(error) => panic!("read: {error}"),
         }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -96,7 +61,7 @@ fn show(input: &[u8]) -> String {
 
 #[test]
 fn malformed_requests_get_the_servers_error_text() {
-    let server = RedisServer::start();
+    let server = Standalone::start();
     let long_inline = vec![b'a'; 70_000];
     let long_count = [&b"*"[..], &vec![b'1'; 70_000]].concat();
     let long_bulk_len = [&b"*1\r\n$"[..], &vec![b'1'; 70_000]].concat();
@@ -126,7 +91,7 @@ fn malformed_requests_get_the_servers_error_text() {
         &long_bulk_len,
     ];
     for input in cases {
-        let reply = server.exchange(input, None, Duration::from_secs(2));
+        let reply = exchange(server.addr(), input, None, Duration::from_secs(2));
         let reply = String::from_utf8_lossy(&reply).into_owned();
         let (_, error) = decode(input);
         let error = error.unwrap_or_else(|| panic!("no error for {:?}", show(input)));
@@ -141,7 +106,7 @@ fn malformed_requests_get_the_servers_error_text() {
 
 #[test]
 fn incomplete_requests_wait_like_the_server() {
-    let server = RedisServer::start();
+    let server = Standalone::start();
     let cases: [&[u8]; 7] = [
         b"*3\r\n$3\r\nSET\r\nfoo",
         // A NUL hides the line end from Redis's `strchr`.
@@ -153,7 +118,7 @@ fn incomplete_requests_wait_like_the_server() {
         b"*1",
     ];
     for input in cases {
-        let reply = server.exchange(input, None, Duration::from_millis(300));
+        let reply = exchange(server.addr(), input, None, Duration::from_millis(300));
         assert_eq!(reply, b"", "server replied to {:?}", show(input));
         assert_eq!(decode(input), (vec![], None), "{:?}", show(input));
     }
@@ -161,7 +126,7 @@ fn incomplete_requests_wait_like_the_server() {
 
 #[test]
 fn valid_requests_decode_to_what_the_server_executes() {
-    let server = RedisServer::start();
+    let server = Standalone::start();
     let cases: [&[u8]; 12] = [
         b"ECHO \"a\\x41\\q\\n\\t\\r\\b\\a\\\\\\\"\"\r\n",
         b"ECHO 'a\\'b\\n'\r\n",
@@ -195,7 +160,12 @@ fn valid_requests_decode_to_what_the_server_executes() {
             }
         }
         assert!(!expected.is_empty(), "{:?} decoded to nothing", show(input));
-        let reply = server.exchange(input, Some(expected.len()), Duration::from_secs(2));
+        let reply = exchange(
+            server.addr(),
+            input,
+            Some(expected.len()),
+            Duration::from_secs(2),
+        );
         assert_eq!(
             String::from_utf8_lossy(&reply),
             String::from_utf8_lossy(&expected),
