@@ -49,4 +49,6 @@ pub mod reply;
 pub mod rewrite;
 pub mod route;
 pub mod server;
+#[cfg(test)]
+mod test_support;
 pub mod topology;

@@ -2,26 +2,9 @@
 //! `KEYS pattern` must return exactly the keys [`super::glob::glob_match`] accepts.
 
 use std::collections::BTreeSet;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use super::glob::glob_match;
-
-/// Kills the server when the test ends, however it ends.
-struct ServerGuard(Child);
-
-impl Drop for ServerGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_loopback_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
-}
+use crate::test_support::RedisServer;
 
 /// A small deterministic generator; the test needs variety, not statistical quality.
 struct XorShift(u64);
@@ -41,27 +24,8 @@ impl XorShift {
 
 #[test]
 fn keys_on_redis_server_agrees_with_glob_match() {
-    let port = free_loopback_port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server must be installed for this test");
-    let _server = ServerGuard(child);
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("client");
-    let mut connection = None;
-    for _ in 0..50 {
-        match client.get_connection() {
-            Ok(conn) => {
-                connection = Some(conn);
-                break;
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-    let mut conn = connection.expect("redis-server did not come up within 5 s");
+    let server = RedisServer::start();
+    let mut conn = server.connect();
 
     let key_bytes = b"ab-]^\\[:\x01\x80\xff";
     let pattern_bytes = b"ab-]^\\[*?:\x01\x80\xff";
