@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{new_dir, query, shared_cluster, Cluster, Proxy, Standalone};
+use common::{new_dir, query, resp_lines, shared_cluster, transcript, Cluster, Proxy, Standalone};
 
 const PROFILE: &str = "config/botmesh-cluster-v1.yaml";
 
@@ -39,38 +39,6 @@ fn on_cluster<T: redis::FromRedisValue>(cluster: &Cluster, key: &str, cmd: &redi
 
 fn exists_on_cluster(cluster: &Cluster, key: &str) -> bool {
     on_cluster::<i64>(cluster, key, redis::cmd("EXISTS").arg(key)) == 1
-}
-
-/// Inline commands as RESP multibulk (arguments split on spaces).
-fn resp(lines: &[&str]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for line in lines {
-        let args: Vec<&str> = line.split(' ').collect();
-        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for arg in args {
-            out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
-        }
-    }
-    out
-}
-
-/// Sends `lines` on a new connection to `addr` and returns everything answered until the
-/// connection stays quiet for a moment.
-fn transcript(addr: &str, lines: &[&str]) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_millis(400)))
-        .unwrap();
-    stream.write_all(&resp(lines)).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn queued(con: &mut redis::Connection, cmd: &redis::Cmd) {
@@ -362,7 +330,7 @@ fn a_reload_to_the_cluster_moves_readiness_and_subscriptions_there() {
     // A subscriber from before the reload.
     let mut subscriber = TcpStream::connect(proxy.addr()).unwrap();
     subscriber
-        .write_all(&resp(&["SUBSCRIBE gaps:before"]))
+        .write_all(&resp_lines(&["SUBSCRIBE gaps:before"]))
         .unwrap();
     read_until(&mut subscriber, "gaps:before\r\n:1\r\n");
 
@@ -384,7 +352,7 @@ fn a_reload_to_the_cluster_moves_readiness_and_subscriptions_there() {
 
     // A new subscription of the same client reaches the cluster, and so does the old one.
     subscriber
-        .write_all(&resp(&["SUBSCRIBE gaps:after"]))
+        .write_all(&resp_lines(&["SUBSCRIBE gaps:after"]))
         .unwrap();
     read_until(&mut subscriber, "gaps:after\r\n:2\r\n");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, new_dir, query, shared_cluster, Cluster, Proxy};
+use common::{free_port, new_dir, query, scan_all, shared_cluster, Cluster, Proxy};
 
 const PROFILE: &str = "config/botmesh-cluster-v1.yaml";
 
@@ -308,25 +308,6 @@ fn frame_len(buf: &[u8]) -> Option<usize> {
 fn sorted(mut names: Vec<String>) -> Vec<String> {
     names.sort();
     names
-}
-
-fn scan_all(con: &mut redis::Connection, pattern: &str) -> Vec<String> {
-    let mut cursor = "0".to_string();
-    let mut all = Vec::new();
-    for _ in 0..10_000 {
-        let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
-            .arg(&cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .query(con)
-            .unwrap();
-        all.extend(keys);
-        if next == "0" {
-            return all;
-        }
-        cursor = next;
-    }
-    panic!("SCAN did not finish");
 }
 
 #[test]

@@ -3,26 +3,13 @@
 
 mod common;
 
-use common::{Cluster, Proxy};
+use common::{scan_all, Cluster, Proxy};
 
-fn scan_all(con: &mut redis::Connection, pattern: &str) -> Vec<String> {
-    let mut cursor = "0".to_string();
-    let mut all = Vec::new();
-    for _ in 0..10_000 {
-        let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
-            .arg(&cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .query(con)
-            .unwrap();
-        all.extend(keys);
-        if next == "0" {
-            all.sort();
-            return all;
-        }
-        cursor = next;
-    }
-    panic!("SCAN did not finish");
+/// Every key `SCAN` lists for `pattern`, sorted.
+fn scan_sorted(con: &mut redis::Connection, pattern: &str) -> Vec<String> {
+    let mut all = scan_all(con, pattern);
+    all.sort();
+    all
 }
 
 #[test]
@@ -55,7 +42,7 @@ fn listing_is_exact_while_a_bucket_slot_migrates() {
     let mut rounds = 0;
     loop {
         assert_eq!(
-            scan_all(&mut con, &format!("{p}:chat:*")),
+            scan_sorted(&mut con, &format!("{p}:chat:*")),
             expected,
             "round {rounds}"
         );
@@ -77,7 +64,7 @@ fn listing_is_exact_while_a_bucket_slot_migrates() {
     );
     cluster.finish_migration(slot, &target);
     assert_eq!(
-        scan_all(&mut con, &format!("{p}:chat:*")),
+        scan_sorted(&mut con, &format!("{p}:chat:*")),
         expected,
         "after the move"
     );
@@ -87,6 +74,6 @@ fn listing_is_exact_while_a_bucket_slot_migrates() {
         .arg(1)
         .query(&mut con)
         .unwrap();
-    let listed = scan_all(&mut con, &format!("{p}:chat:chat-*"));
+    let listed = scan_sorted(&mut con, &format!("{p}:chat:chat-*"));
     assert_eq!(listed, vec![format!("{p}:chat:chat-1")]);
 }

@@ -5,12 +5,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{new_dir, query, shared_cluster, Proxy, Standalone};
+use common::{
+    exchange_on, new_dir, query, resp_lines, shared_cluster, transcript, Proxy, Standalone,
+};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
@@ -36,38 +37,13 @@ fn standalone() -> &'static Standalone {
     SERVER.get_or_init(Standalone::start)
 }
 
-/// Inline commands, one per line, as RESP multibulk.
-fn resp(lines: &[&str]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for line in lines {
-        let args: Vec<&str> = line.split(' ').collect();
-        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for arg in args {
-            out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
-        }
-    }
-    out
-}
-
-/// Sends `input` on `stream` and reads until `quiet` passes without new bytes.
-fn exchange_on(stream: &mut TcpStream, input: &[u8], quiet: Duration) -> Vec<u8> {
-    stream.set_read_timeout(Some(quiet)).unwrap();
-    stream.write_all(input).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return out,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-            Err(_) => return out,
-        }
-    }
-}
-
-fn exchange(addr: &str, lines: &[&str]) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    let out = exchange_on(&mut stream, &resp(lines), Duration::from_millis(400));
-    String::from_utf8_lossy(&out).into_owned()
+/// Runs `script` through `proxy_addr` and on the standalone server, asserts the two
+/// transcripts are identical, and returns the server's.
+fn proxy_matches_redis(proxy_addr: &str, script: &[&str]) -> String {
+    let through_proxy = transcript(proxy_addr, script);
+    let direct = transcript(standalone().addr(), script);
+    assert_eq!(through_proxy, direct);
+    direct
 }
 
 #[test]
@@ -83,9 +59,7 @@ fn same_slot_transaction_matches_a_single_redis_byte_for_byte() {
         "EXEC",
         "GET {txn1}a",
     ];
-    let through_proxy = exchange(proxy().addr(), &script);
-    let direct = exchange(standalone().addr(), &script);
-    assert_eq!(through_proxy, direct);
+    let direct = proxy_matches_redis(proxy().addr(), &script);
     // A real answer, not two identical failures: INCR on a string fails inside EXEC only.
     assert!(direct.contains("+QUEUED") && direct.contains("-ERR value is not an integer"));
     assert!(direct.ends_with("$1\r\n2\r\n"), "{direct:?}");
@@ -116,9 +90,7 @@ fn queue_time_errors_abort_exec_as_redis_does() {
         "EXEC",
         "GET {txn2}c",
     ];
-    let through_proxy = exchange(proxy().addr(), &script);
-    let direct = exchange(standalone().addr(), &script);
-    assert_eq!(through_proxy, direct);
+    let direct = proxy_matches_redis(proxy().addr(), &script);
     assert!(direct.contains("-EXECABORT Transaction discarded because of previous errors."));
     assert!(direct.contains("+RESET"));
 }
@@ -134,9 +106,17 @@ fn resp3_transaction_matches_a_single_redis() {
     ];
     let run = |addr: &str| {
         let mut stream = TcpStream::connect(addr).unwrap();
-        let hello = exchange_on(&mut stream, &resp(&["HELLO 3"]), Duration::from_millis(300));
+        let hello = exchange_on(
+            &mut stream,
+            &resp_lines(&["HELLO 3"]),
+            Duration::from_millis(300),
+        );
         assert!(hello.starts_with(b"%"), "{hello:?}");
-        let out = exchange_on(&mut stream, &resp(&script), Duration::from_millis(400));
+        let out = exchange_on(
+            &mut stream,
+            &resp_lines(&script),
+            Duration::from_millis(400),
+        );
         String::from_utf8_lossy(&out).into_owned()
     };
     let direct = run(standalone().addr());
@@ -170,7 +150,7 @@ fn cross_slot_transaction_is_refused_like_a_cluster_node() {
         &format!("SET {b} 1"),
         "EXEC",
     ];
-    let through_proxy = exchange(proxy().addr(), &script);
+    let through_proxy = transcript(proxy().addr(), &script);
     let lines: Vec<&str> = through_proxy.split("\r\n").collect();
     assert_eq!(lines[0], "+OK");
     assert_eq!(lines[1], "+QUEUED");
@@ -182,7 +162,7 @@ fn cross_slot_transaction_is_refused_like_a_cluster_node() {
     // A cluster node refuses the second key at queue time too (it is not served there),
     // and its EXEC is the same EXECABORT.
     let node = shared_cluster().node_for_slot(shared_cluster().keyslot(&a));
-    let direct = exchange(&node, &script);
+    let direct = transcript(&node, &script);
     let direct_lines: Vec<&str> = direct.split("\r\n").collect();
     assert!(direct_lines[2].starts_with("-MOVED"), "{direct:?}");
     assert_eq!(lines[3], direct_lines[3]);
@@ -206,16 +186,14 @@ fn split_mode_runs_each_slot_and_answers_in_command_order() {
         &format!("GET {b}"),
         "EXEC",
     ];
-    let through_proxy = exchange(split_proxy().addr(), &script);
-    let direct = exchange(standalone().addr(), &script);
-    assert_eq!(through_proxy, direct);
+    let direct = proxy_matches_redis(split_proxy().addr(), &script);
     assert!(direct.ends_with("*5\r\n+OK\r\n+OK\r\n:2\r\n+PONG\r\n$1\r\n2\r\n"));
 }
 
 #[test]
 fn split_mode_refuses_cross_slot_after_watch() {
     let (a, b) = keys_on_two_masters("txn6");
-    let out = exchange(
+    let out = transcript(
         split_proxy().addr(),
         &[
             &format!("WATCH {a}"),
@@ -298,9 +276,13 @@ fn unwatch_discard_and_reset_release_the_pinned_connection() {
             lines.push("MULTI".into());
         }
         let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-        exchange_on(&mut stream, &resp(&lines), Duration::from_millis(300));
+        exchange_on(&mut stream, &resp_lines(&lines), Duration::from_millis(300));
         assert_eq!(connections_running(&node, "watch"), before + 1, "{release}");
-        let answer = exchange_on(&mut stream, &resp(&[release]), Duration::from_millis(300));
+        let answer = exchange_on(
+            &mut stream,
+            &resp_lines(&[release]),
+            Duration::from_millis(300),
+        );
         assert!(answer.starts_with(b"+"), "{release}: {answer:?}");
         let deadline = Instant::now() + Duration::from_secs(3);
         while connections_running(&node, "watch") > before {

@@ -33,12 +33,14 @@ pub use fixtures::{
 pub use layout::{
     layout_of, parse_cluster_nodes, ClusterLayout, NodeLine, Role, SlotRange, SLOT_COUNT,
 };
-pub use node::{connect, query, redis_client, try_connect};
+pub use node::{connect, query, redis_client, scan_all, try_connect};
 pub use ports::{free_cluster_port, free_port};
 pub use process::new_dir;
 pub use process::require_tool;
 pub use proxy::Proxy;
-pub use raw::{exchange, read_until_close, reply_complete, Raw};
+pub use raw::{
+    exchange, exchange_on, read_until_close, reply_complete, resp_lines, transcript, Raw,
+};
 pub use standalone::Standalone;
 
 /// A 3-master cluster without replicas, started on first use and shared by every test of this

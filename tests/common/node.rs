@@ -48,6 +48,27 @@ pub fn query<T: redis::FromRedisValue>(addr: &str, cmd: &redis::Cmd) -> Result<T
     cmd.query(&mut con).map_err(|e| format!("{addr}: {e}"))
 }
 
+/// Every key `SCAN ... MATCH pattern` lists on `con`, in the order returned (panics if the
+/// cursor never comes back to 0 within 10,000 rounds).
+pub fn scan_all(con: &mut redis::Connection, pattern: &str) -> Vec<String> {
+    let mut cursor = "0".to_string();
+    let mut all = Vec::new();
+    for _ in 0..10_000 {
+        let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
+            .arg(&cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .query(con)
+            .unwrap();
+        all.extend(keys);
+        if next == "0" {
+            return all;
+        }
+        cursor = next;
+    }
+    panic!("SCAN did not finish");
+}
+
 /// Which kind of server a node is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeMode {

@@ -97,6 +97,33 @@ pub fn exchange(addr: &str, input: &[u8], timeout: Duration) -> (Vec<u8>, bool) 
     read_until_close(&mut stream, timeout)
 }
 
+/// Writes `input` on an open `stream`, then reads with [`read_until_close`] and returns what
+/// came back.
+pub fn exchange_on(stream: &mut TcpStream, input: &[u8], quiet: Duration) -> Vec<u8> {
+    stream.write_all(input).expect("send raw bytes");
+    read_until_close(stream, quiet).0
+}
+
+/// Inline-style command lines (arguments split on single spaces) as RESP multibulk requests.
+pub fn resp_lines(lines: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for line in lines {
+        let args: Vec<&str> = line.split(' ').collect();
+        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+        }
+    }
+    out
+}
+
+/// Sends `lines` (see [`resp_lines`]) on a new connection to `addr` and returns everything
+/// answered until the connection closes or stays quiet for 400 ms, as (lossy UTF-8) text.
+pub fn transcript(addr: &str, lines: &[&str]) -> String {
+    let (out, _) = exchange(addr, &resp_lines(lines), Duration::from_millis(400));
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Whether `data` holds exactly one whole RESP2/RESP3 reply (aggregates, bulk and simple types;
 /// attributes and streamed aggregates are not needed by the tests).
 pub fn reply_complete(data: &[u8]) -> bool {
