@@ -30,6 +30,13 @@ fn on_cluster<T: redis::FromRedisValue>(cluster: &Cluster, key: &str, cmd: &redi
     query(&node, cmd).unwrap_or_else(|e| panic!("{key} on {node}: {e}"))
 }
 
+/// The PEXPIRETIME of `record` and the score of `member` in `index`, both read on the cluster.
+fn expiry_and_score(cluster: &Cluster, record: &str, index: &str, member: &str) -> (i64, f64) {
+    let at = on_cluster(cluster, record, redis::cmd("PEXPIRETIME").arg(record));
+    let score = on_cluster(cluster, index, redis::cmd("ZSCORE").arg(index).arg(member));
+    (at, score)
+}
+
 fn exists_on_cluster(cluster: &Cluster, key: &str) -> bool {
     on_cluster::<i64>(cluster, key, redis::cmd("EXISTS").arg(key)) == 1
 }
@@ -121,16 +128,7 @@ fn legacy_writes_land_under_cluster_names_with_indices() {
         .arg(60_000)
         .query(&mut con)
         .unwrap();
-    let at: i64 = on_cluster(
-        cluster,
-        &cp_cluster,
-        redis::cmd("PEXPIRETIME").arg(&cp_cluster),
-    );
-    let score: f64 = on_cluster(
-        cluster,
-        &cp_idx,
-        redis::cmd("ZSCORE").arg(&cp_idx).arg("c2"),
-    );
+    let (at, score) = expiry_and_score(cluster, &cp_cluster, &cp_idx, "c2");
     assert!(at > 0);
     assert_eq!(score, at as f64);
     let _: i64 = redis::cmd("PERSIST").arg(&cp).query(&mut con).unwrap();
@@ -145,16 +143,7 @@ fn legacy_writes_land_under_cluster_names_with_indices() {
         .arg(90_000)
         .query(&mut con)
         .unwrap();
-    let at: i64 = on_cluster(
-        cluster,
-        &cp_cluster,
-        redis::cmd("PEXPIRETIME").arg(&cp_cluster),
-    );
-    let score: f64 = on_cluster(
-        cluster,
-        &cp_idx,
-        redis::cmd("ZSCORE").arg(&cp_idx).arg("c2"),
-    );
+    let (at, score) = expiry_and_score(cluster, &cp_cluster, &cp_idx, "c2");
     assert_eq!(score, at as f64, "PEXPIRE re-scores the entry");
 
     // HSET on a user-data key: indexed under <ns>:<key>.
