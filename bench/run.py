@@ -15,6 +15,8 @@ import time
 
 QUICK = "--quick" in sys.argv
 REPS = 1 if QUICK else 3
+if "--reps" in sys.argv:
+    REPS = int(sys.argv[sys.argv.index("--reps") + 1])
 CLIENTS = 50
 KEYSPACE = 100000
 VALUE_SIZE = 64
@@ -148,6 +150,15 @@ def main():
         idle_rss = rss_mb(plain.pid)
         layout_args = ["--layout", os.path.abspath(LAYOUT), "--prefix", "mybot"]
         layout, layout_port = start_proxy(procs, seeds, layout_args, "proxy-layout")
+        # What recording Prometheus metrics costs: the same proxy with `admin.metrics: false`.
+        no_metrics_config = os.path.join(procs.dir, "no-metrics.yaml")
+        with open(no_metrics_config, "w") as f:
+            f.write("admin:\n  metrics: false\n")
+        no_metrics, no_metrics_port = start_proxy(
+            procs, seeds, ["--config", no_metrics_config], "proxy-no-metrics")
+        # The thread-count choice: the default (1 worker) against 2 workers.
+        two_threads, two_threads_port = start_proxy(
+            procs, seeds, ["--threads", "2"], "proxy-2-threads")
         value = "x" * VALUE_SIZE
         inside_set = ["SET", "mybot:conv:__rand_int__", value]
         inside_get = ["GET", "mybot:conv:__rand_int__"]
@@ -164,6 +175,8 @@ def main():
             ("direct --cluster", ports[0], True, None),
             ("proxy", plain_port, False, plain),
             ("proxy + layout, keys outside prefix", layout_port, False, layout),
+            ("proxy, metrics off", no_metrics_port, False, no_metrics),
+            ("proxy, 2 threads", two_threads_port, False, two_threads),
         ]
         results = {}
         for rep in range(REPS):
