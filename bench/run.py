@@ -209,6 +209,43 @@ def main():
         procs.stop()
 
 
+def syscalls_per_request():
+    """`bench/run.sh --syscalls`: proxy syscalls per request under `strace -c -f`, which
+    slows the proxy down, so only the counts mean anything, not the throughput."""
+    if not shutil.which("strace"):
+        raise SystemExit("strace missing: apt-get install -y strace")
+    procs = Processes()
+    try:
+        ports = start_cluster(procs)
+        seeds = [f"127.0.0.1:{p}" for p in ports]
+        proxy, port = start_proxy(procs, seeds, [], "proxy")
+        benchmark(port, "set", 1, 2000)  # warm: backend connections open
+        print("| case | requests | proxy syscalls | per request | writes per request | reads per request |")
+        print("|---|---|---|---|---|---|")
+        for test, pipeline, n in [("set", 1, 20000), ("get", 1, 20000),
+                                  ("set", 16, 100000), ("get", 16, 100000)]:
+            out = os.path.join(procs.dir, "strace.txt")
+            tracer = subprocess.Popen(["strace", "-c", "-f", "-o", out, "-p", str(proxy.pid)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)
+            benchmark(port, test, pipeline, n)
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait(timeout=30)
+            calls = {}
+            with open(out) as f:
+                for line in f:
+                    fields = line.split()
+                    if len(fields) >= 5 and fields[0][0].isdigit():
+                        calls[fields[-1]] = int(fields[3])
+            total = sum(v for k, v in calls.items() if k != "total")
+            writes = sum(calls.get(k, 0) for k in ("write", "writev", "sendto", "sendmsg"))
+            reads = sum(calls.get(k, 0) for k in ("read", "readv", "recvfrom", "recvmsg"))
+            print(f"| {test.upper()} -P {pipeline} | {n} | {total} | {total / n:.2f} | "
+                  f"{writes / n:.2f} | {reads / n:.2f} |")
+    finally:
+        procs.stop()
+
+
 def idle_clients_rss(port, pid):
     sockets = []
     try:
@@ -243,4 +280,7 @@ def print_table(results, targets):
 
 
 if __name__ == "__main__":
-    main()
+    if "--syscalls" in sys.argv:
+        syscalls_per_request()
+    else:
+        main()

@@ -54,7 +54,7 @@ fn rss_idle_and_with_a_thousand_idle_clients() {
 
     let mut clients = Vec::with_capacity(CLIENTS);
     for _ in 0..CLIENTS {
-        let mut conn = TcpStream::connect(proxy.addr()).expect("connect client");
+        let conn = TcpStream::connect(proxy.addr()).expect("connect client");
         conn.set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
         clients.push(conn);
