@@ -145,11 +145,13 @@ fn proxy_round_trip_allocations_per_command_are_bounded() {
         .enable_all()
         .build()
         .expect("runtime");
-    let mut config = Config::default();
-    config.standalone = Some(server.addr().to_string());
-    config.cluster.clear();
-    config.listen = "127.0.0.1:0".into();
-    config.admin_listen = "127.0.0.1:0".into();
+    let config = Config {
+        standalone: Some(server.addr().to_string()),
+        cluster: Vec::new(),
+        listen: "127.0.0.1:0".into(),
+        admin_listen: "127.0.0.1:0".into(),
+        ..Config::default()
+    };
     let (proxy, listener) = runtime
         .block_on(slotbridge::server::start(config))
         .expect("proxy starts");
