@@ -15,6 +15,8 @@ import time
 
 QUICK = "--quick" in sys.argv
 REPS = 1 if QUICK else 3
+if "--reps" in sys.argv:
+    REPS = int(sys.argv[sys.argv.index("--reps") + 1])
 CLIENTS = 50
 KEYSPACE = 100000
 VALUE_SIZE = 64
@@ -148,6 +150,15 @@ def main():
         idle_rss = rss_mb(plain.pid)
         layout_args = ["--layout", os.path.abspath(LAYOUT), "--prefix", "mybot"]
         layout, layout_port = start_proxy(procs, seeds, layout_args, "proxy-layout")
+        # What recording Prometheus metrics costs: the same proxy with `admin.metrics: false`.
+        no_metrics_config = os.path.join(procs.dir, "no-metrics.yaml")
+        with open(no_metrics_config, "w") as f:
+            f.write("admin:\n  metrics: false\n")
+        no_metrics, no_metrics_port = start_proxy(
+            procs, seeds, ["--config", no_metrics_config], "proxy-no-metrics")
+        # The thread-count choice: the default (1 worker) against 2 workers.
+        two_threads, two_threads_port = start_proxy(
+            procs, seeds, ["--threads", "2"], "proxy-2-threads")
         value = "x" * VALUE_SIZE
         inside_set = ["SET", "mybot:conv:__rand_int__", value]
         inside_get = ["GET", "mybot:conv:__rand_int__"]
@@ -164,6 +175,8 @@ def main():
             ("direct --cluster", ports[0], True, None),
             ("proxy", plain_port, False, plain),
             ("proxy + layout, keys outside prefix", layout_port, False, layout),
+            ("proxy, metrics off", no_metrics_port, False, no_metrics),
+            ("proxy, 2 threads", two_threads_port, False, two_threads),
         ]
         results = {}
         for rep in range(REPS):
@@ -192,6 +205,43 @@ def main():
         print()
         print(f"Proxy RSS: idle {idle_rss:.1f} MB, after the runs {rss_mb(plain.pid):.1f} MB; "
               f"with 1000 idle clients {idle_clients_rss(plain_port, plain.pid):.1f} MB")
+    finally:
+        procs.stop()
+
+
+def syscalls_per_request():
+    """`bench/run.sh --syscalls`: proxy syscalls per request under `strace -c -f`, which
+    slows the proxy down, so only the counts mean anything, not the throughput."""
+    if not shutil.which("strace"):
+        raise SystemExit("strace missing: apt-get install -y strace")
+    procs = Processes()
+    try:
+        ports = start_cluster(procs)
+        seeds = [f"127.0.0.1:{p}" for p in ports]
+        proxy, port = start_proxy(procs, seeds, [], "proxy")
+        benchmark(port, "set", 1, 2000)  # warm: backend connections open
+        print("| case | requests | proxy syscalls | per request | writes per request | reads per request |")
+        print("|---|---|---|---|---|---|")
+        for test, pipeline, n in [("set", 1, 20000), ("get", 1, 20000),
+                                  ("set", 16, 100000), ("get", 16, 100000)]:
+            out = os.path.join(procs.dir, "strace.txt")
+            tracer = subprocess.Popen(["strace", "-c", "-f", "-o", out, "-p", str(proxy.pid)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)
+            benchmark(port, test, pipeline, n)
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait(timeout=30)
+            calls = {}
+            with open(out) as f:
+                for line in f:
+                    fields = line.split()
+                    if len(fields) >= 5 and fields[0][0].isdigit():
+                        calls[fields[-1]] = int(fields[3])
+            total = sum(v for k, v in calls.items() if k != "total")
+            writes = sum(calls.get(k, 0) for k in ("write", "writev", "sendto", "sendmsg"))
+            reads = sum(calls.get(k, 0) for k in ("read", "readv", "recvfrom", "recvmsg"))
+            print(f"| {test.upper()} -P {pipeline} | {n} | {total} | {total / n:.2f} | "
+                  f"{writes / n:.2f} | {reads / n:.2f} |")
     finally:
         procs.stop()
 
@@ -230,4 +280,7 @@ def print_table(results, targets):
 
 
 if __name__ == "__main__":
-    main()
+    if "--syscalls" in sys.argv:
+        syscalls_per_request()
+    else:
+        main()

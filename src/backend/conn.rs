@@ -1,7 +1,8 @@
 //! One pipelined connection to one node, shared by many callers.
 //!
 //! A bounded queue feeds a writer task that takes everything waiting, records the expected
-//! replies in the in-flight FIFO, then writes the whole batch with one write. A reader task
+//! replies in the in-flight FIFO, then writes the whole batch with one write. Before taking
+//! the batch it yields once, so requests of other clients that are ready join it. A reader task
 //! per TCP connection cuts complete reply frames off its read buffer and hands them to the
 //! FIFO's entries in order. The writer connects lazily, and after a failed connect it fails
 //! requests fast (`NotSent`) until a capped backoff has passed.
@@ -159,6 +160,19 @@ impl Writer {
         let mut out = BytesMut::with_capacity(READ_CHUNK);
         // Ends when every handle is gone; dropping `self.live` then closes the socket.
         while self.requests.recv_many(&mut batch, MAX_BATCH).await > 0 {
+            if batch.len() < MAX_BATCH {
+                // The first request wakes this task at once (the scheduler runs a task just
+                // woken next), which would make one write per request. Yielding lets the
+                // client sessions that are ready run first, so their requests join this
+                // write: one syscall for many requests.
+                tokio::task::yield_now().await;
+                while batch.len() < MAX_BATCH {
+                    match self.requests.try_recv() {
+                        Ok(item) => batch.push(item),
+                        Err(_) => break,
+                    }
+                }
+            }
             // A caller that gave up before its request was written needs no write.
             batch.retain(|item: &Outbound| !item.reply.is_closed());
             if !batch.is_empty() {

@@ -112,7 +112,11 @@ impl Proxy {
             let spec = this.commands.lookup(&request.args);
             let reply = match (refused, self.layout.clone()) {
                 (Some(refusal), _) => refusal,
-                (None, Some(active)) => self.execute_layout(&active, request, proto).await,
+                // Boxed: the layout path's future is several times the plain one's, and
+                // this future is moved into the session's reply queue for every command.
+                (None, Some(active)) => {
+                    Box::pin(self.execute_layout(&active, request, proto)).await
+                }
                 (None, None) => self.execute_spec(spec, request, proto).await,
             };
             this.command_metrics
@@ -158,15 +162,20 @@ impl Proxy {
         request: Request,
         proto: Proto,
     ) -> Bytes {
+        // Every command's future is as large as the largest plan's and is moved into the
+        // session's reply queue, so the rarer, larger plans run boxed: the plain forward
+        // path stays small and allocation-free.
         match self.plan(spec, &request) {
             Plan::Answer(reply) => reply,
             Plan::Forward(target) => self.forward(target, request.raw, proto).await,
-            Plan::Split(kind) => self.split(kind, &request, proto).await,
-            Plan::Blocking(target) => self.run_blocking(target, request.raw, proto).await,
-            Plan::Emulate(local) => self.emulate(local, &request, proto).await,
-            Plan::Fanout(op) => self.fanout(op, &request, proto).await,
-            Plan::ScriptAdmin(admin) => self.script_admin(admin, &request, proto).await,
-            Plan::Script(run, target) => self.run_script(run, target, &request, proto).await,
+            Plan::Split(kind) => Box::pin(self.split(kind, &request, proto)).await,
+            Plan::Blocking(target) => Box::pin(self.run_blocking(target, request.raw, proto)).await,
+            Plan::Emulate(local) => Box::pin(self.emulate(local, &request, proto)).await,
+            Plan::Fanout(op) => Box::pin(self.fanout(op, &request, proto)).await,
+            Plan::ScriptAdmin(admin) => Box::pin(self.script_admin(admin, &request, proto)).await,
+            Plan::Script(run, target) => {
+                Box::pin(self.run_script(run, target, &request, proto)).await
+            }
         }
     }
 

@@ -69,8 +69,9 @@ enum Progress {
 struct ArgumentScan {
     /// Arguments announced by the header.
     expected: usize,
-    /// `(offset, length)` of each complete argument so far.
-    spans: Vec<(usize, usize)>,
+    /// `(offset, length)` of each complete argument so far. Inline like `Request::args`,
+    /// so decoding a command of up to four arguments does not touch the heap.
+    spans: SmallVec<[(usize, usize); 4]>,
     /// Start of the next unread `$len` line or payload.
     pos: usize,
     /// Where the search for the `$len` line's `\r` resumes.
@@ -181,7 +182,7 @@ impl RequestDecoder {
                     .ok_or_else(|| ProtocolError(INVALID_MULTIBULK_LEN.to_owned()))?;
                 let mut scan = ArgumentScan {
                     expected,
-                    spans: Vec::with_capacity(expected.min(MAX_PREALLOCATED_ARGS)),
+                    spans: SmallVec::with_capacity(expected.min(MAX_PREALLOCATED_ARGS)),
                     pos: header_len,
                     searched: header_len,
                     bulk_len: None,
