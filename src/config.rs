@@ -38,7 +38,7 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Pub/Sub relay settings.
     pub pubsub: PubSubConfig,
-    /// Worker threads of the runtime (0: one per core). Default 1: on a 2-core machine
+    /// Worker threads of the runtime (0: one per core; 1: a current-thread runtime). Default 1: on a 2-core machine
     /// shared with the nodes and the clients, a second worker served no more requests and
     /// spent more CPU per request (bench/RESULTS.md).
     pub threads: usize,

@@ -89,8 +89,13 @@ pub fn run(args: RunArgs) -> ExitCode {
         }
     };
     init_logging(&config);
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if config.threads > 0 {
+    // One thread: a current-thread runtime, so the accept loop, sessions and node
+    // connections wake each other without cross-thread hand-offs.
+    let mut runtime = match config.threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    if config.threads > 1 {
         runtime.worker_threads(config.threads);
     }
     let runtime = match runtime.enable_all().build() {
