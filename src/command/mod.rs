@@ -11,12 +11,14 @@
 
 mod getkeys;
 mod keys;
+mod name_hash;
 mod parse;
 mod table;
 mod value;
 
 pub use getkeys::GetKeysProc;
 pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyPos, KeySpec};
+pub use name_hash::{NameHasher, NameMap};
 pub use table::{
     acl_category_bit, CommandFlags, CommandSpec, CommandTable, ACL_CATEGORIES, MAX_NAME_LEN,
 };

@@ -4,7 +4,7 @@
 //! folds case into a stack buffer and never allocates; the table is immutable once
 //! built and cheap to clone (one `Arc`).
 
-use std::collections::HashMap;
+use super::name_hash::NameMap;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -250,7 +250,7 @@ fn xread_has_block(args: &[Bytes]) -> bool {
 #[derive(Debug, Default)]
 struct TableData {
     specs: Vec<CommandSpec>,
-    by_name: HashMap<Box<[u8]>, usize>,
+    by_name: NameMap<Box<[u8]>, usize>,
 }
 
 /// All commands the proxy knows.
@@ -276,7 +276,7 @@ impl CommandTable {
     /// Parses a `COMMAND` reply (one RESP2 or RESP3 frame, raw bytes).
     pub fn from_command_reply(frame: &[u8]) -> Result<Self, String> {
         let specs = parse_command_reply(frame)?;
-        let mut by_name = HashMap::with_capacity(specs.len());
+        let mut by_name = NameMap::with_capacity_and_hasher(specs.len(), Default::default());
         for (i, spec) in specs.iter().enumerate() {
             by_name.insert(spec.name.as_bytes().into(), i);
         }

@@ -4,11 +4,12 @@
 //! and each command's handles are created once, on its first use, so recording a command
 //! allocates nothing.
 
-use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::Instant;
 
 use metrics::{counter, Counter, Histogram};
+
+use crate::command::NameMap;
 
 use super::{crossslot_refusal, COMMANDS, COMMAND_DURATION};
 use crate::command::CommandTable;
@@ -84,7 +85,7 @@ impl CommandHandles {
 /// Per-command metric handles for every name of the command table, each created on the
 /// command's first use (so unused commands export no series).
 pub struct CommandMetrics {
-    by_name: HashMap<Box<str>, OnceLock<CommandHandles>>,
+    by_name: NameMap<Box<str>, OnceLock<CommandHandles>>,
     unknown: OnceLock<CommandHandles>,
 }
 
