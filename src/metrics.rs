@@ -12,14 +12,16 @@
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, Counter, Unit,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 mod command;
 mod connection;
 
 pub use command::{CommandMetrics, Outcome};
-pub use connection::{BackendConnection, ClientConnection};
+pub use connection::{BackendConnection, BlockedClient, ClientConnection, Subscriber};
 
 /// Commands by name and outcome.
 pub const COMMANDS: &str = "slotbridge_commands_total";
@@ -41,6 +43,9 @@ pub const CLIENT_CONNECTIONS: &str = "slotbridge_client_connections";
 pub const CLIENT_CONNECTIONS_TOTAL: &str = "slotbridge_client_connections_total";
 /// Client connections refused.
 pub const CLIENT_CONNECTIONS_REJECTED: &str = "slotbridge_client_connections_rejected_total";
+/// Clients disconnected for exceeding their output buffer limit.
+pub const CLIENT_OUTPUT_LIMIT_DISCONNECTS: &str =
+    "slotbridge_client_output_limit_disconnects_total";
 /// Open backend connections per node.
 pub const BACKEND_CONNECTIONS: &str = "slotbridge_backend_connections";
 /// Failed backend connects per node.
@@ -52,11 +57,11 @@ pub const CLIENT_BYTES_SENT: &str = "slotbridge_client_bytes_sent_total";
 /// Multi-key commands refused with CROSSSLOT.
 pub const CROSSSLOT_REFUSALS: &str = "slotbridge_crossslot_refusals_total";
 /// Keys rewritten, by rule family.
-pub const REWRITES: &str = "slotbridge_rewrites_total";
+pub const REWRITES: &str = "slotbridge_layout_rewrites_total";
 /// Keys no rule matched, by legacy prefix.
-pub const UNMATCHED_KEYS: &str = "slotbridge_unmatched_keys_total";
+pub const UNMATCHED_KEYS: &str = "slotbridge_layout_unmatched_keys_total";
 /// Index upkeep operations, by rule family.
-pub const INDEX_UPKEEP: &str = "slotbridge_index_upkeep_total";
+pub const INDEX_UPKEEP: &str = "slotbridge_layout_index_upkeep_total";
 /// Clients in subscribe mode.
 pub const PUBSUB_SUBSCRIBERS: &str = "slotbridge_pubsub_subscribers";
 /// Clients waiting in a blocking command.
@@ -130,6 +135,11 @@ fn describe() {
         Unit::Count,
         "Client connections refused (connection limit, shutting down)"
     );
+    describe_counter!(
+        CLIENT_OUTPUT_LIMIT_DISCONNECTS,
+        Unit::Count,
+        "Clients disconnected for exceeding client_output_buffer_limit_bytes"
+    );
     describe_gauge!(
         BACKEND_CONNECTIONS,
         Unit::Count,
@@ -164,7 +174,7 @@ fn describe() {
     describe_counter!(
         INDEX_UPKEEP,
         Unit::Count,
-        "Index maintenance operations, by rule family"
+        "Index upkeep script calls (writes to index-backed keys, one per slot)"
     );
     describe_gauge!(PUBSUB_SUBSCRIBERS, Unit::Count, "Clients in subscribe mode");
     describe_gauge!(
@@ -326,9 +336,14 @@ pub fn slot_map(slots_covered: usize, masters: usize) {
     gauge!(MASTERS).set(masters as f64);
 }
 
-/// A client connection was refused.
+/// A client connection was refused (`maxclients` reached).
 pub fn client_rejected() {
     counter!(CLIENT_CONNECTIONS_REJECTED).increment(1);
+}
+
+/// A client was disconnected for exceeding its output buffer limit.
+pub fn client_output_limit_disconnect() {
+    counter!(CLIENT_OUTPUT_LIMIT_DISCONNECTS).increment(1);
 }
 
 /// A connect (TCP or handshake) to `node` failed.
@@ -342,29 +357,19 @@ pub fn crossslot_refusal() {
 }
 
 /// A key was rewritten by a rule of `family` (a rule family name from the rules file).
-pub fn rewrite(family: &str) {
-    counter!(REWRITES, "family" => family.to_string()).increment(1);
+pub fn rewrite(family: &str) -> Counter {
+    counter!(REWRITES, "family" => family.to_string())
 }
 
 /// A key under the legacy `prefix` (the rule prefix from the rules file, never the key
 /// itself) matched no rule.
-pub fn unmatched(prefix: &str) {
-    counter!(UNMATCHED_KEYS, "prefix" => prefix.to_string()).increment(1);
+pub fn unmatched(prefix: &str) -> Counter {
+    counter!(UNMATCHED_KEYS, "prefix" => prefix.to_string())
 }
 
-/// An index maintenance operation ran for `family` (a rule family name).
-pub fn index_upkeep(family: &str) {
-    counter!(INDEX_UPKEEP, "family" => family.to_string()).increment(1);
-}
-
-/// A client entered (`+1`) or left (`-1`) subscribe mode.
-pub fn pubsub_subscribers(delta: i64) {
-    gauge!(PUBSUB_SUBSCRIBERS).increment(delta as f64);
-}
-
-/// A client started (`+1`) or stopped (`-1`) waiting in a blocking command.
-pub fn blocked_clients(delta: i64) {
-    gauge!(BLOCKED_CLIENTS).increment(delta as f64);
+/// An index upkeep script call ran (one per slot of a write to index-backed keys).
+pub fn index_upkeep() {
+    counter!(INDEX_UPKEEP).increment(1);
 }
 
 /// A transaction spanning slots was split.

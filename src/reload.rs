@@ -230,13 +230,11 @@ impl Live {
             match self.reload().await {
                 Ok(()) => {
                     tracing::info!("configuration reloaded");
-                    metrics::counter!("slotbridge_config_reloads_total", "result" => "ok")
-                        .increment(1);
+                    crate::metrics::config_reload(true);
                 }
                 Err(error) => {
                     tracing::error!(%error, "configuration reload failed; keeping the running configuration");
-                    metrics::counter!("slotbridge_config_reloads_total", "result" => "error")
-                        .increment(1);
+                    crate::metrics::config_reload(false);
                 }
             }
         }

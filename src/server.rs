@@ -156,7 +156,7 @@ pub async fn serve_live(
                         });
                     }
                     None => {
-                        metrics::counter!("slotbridge_clients_rejected_total").increment(1);
+                        crate::metrics::client_rejected();
                         tokio::spawn(refuse(stream));
                     }
                 },

@@ -579,3 +579,97 @@ fn deployment_files_are_consistent() {
         assert!(dockerfile.contains(needed), "Dockerfile lacks {needed:?}");
     }
 }
+
+/// Polls /metrics until `series` has `want`, or fails after a few seconds.
+fn wait_for_value(proxy: &Proxy, series: &str, want: f64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = scrape(proxy).value(series);
+        if now == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} stayed {now}, expected {want}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn layout_blocking_and_pubsub_series_move() {
+    let cluster = common::shared_cluster();
+    let proxy = Proxy::start(&[
+        "--cluster",
+        &cluster.seeds_arg(),
+        "--layout",
+        "config/botmesh-cluster-v1.yaml",
+        "--prefix",
+        "mbm",
+        "--config",
+        &config_file("layout:\n  allow_legacy_data: true\n"),
+    ]);
+    let before = scrape(&proxy);
+    let mut con = proxy.client().get_connection().unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("mbm:chat:c1")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("mbm:lock:l1")
+        .arg("t")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("mbm:nosuchfamily")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("outside:key")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
+    let after = scrape(&proxy);
+    let delta = |series: &str| after.value(series) - before.value(series);
+    assert_eq!(
+        delta("slotbridge_layout_rewrites_total{family=\"chat\"}"),
+        1.0
+    );
+    assert_eq!(
+        delta("slotbridge_layout_rewrites_total{family=\"lock\"}"),
+        1.0
+    );
+    assert_eq!(
+        delta("slotbridge_layout_unmatched_keys_total{prefix=\"mbm\"}"),
+        1.0
+    );
+    // Only the chat record is index-backed.
+    assert_eq!(delta("slotbridge_layout_index_upkeep_total"), 1.0);
+
+    // A client blocked in BLPOP is counted while it waits.
+    let blocker = proxy.client();
+    let blocked = std::thread::spawn(move || {
+        let mut con = blocker.get_connection().unwrap();
+        let popped: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg("outside:list")
+            .arg(2)
+            .query(&mut con)
+            .unwrap();
+        popped
+    });
+    wait_for_value(&proxy, "slotbridge_blocked_clients", 1.0);
+    assert_eq!(blocked.join().unwrap(), None, "BLPOP times out");
+    wait_for_value(&proxy, "slotbridge_blocked_clients", 0.0);
+
+    // A subscriber is counted while it is in subscribe mode.
+    let mut sub_con = proxy.client().get_connection().unwrap();
+    let mut pubsub = sub_con.as_pubsub();
+    pubsub.subscribe("metrics:channel").unwrap();
+    wait_for_value(&proxy, "slotbridge_pubsub_subscribers", 1.0);
+    pubsub.unsubscribe("metrics:channel").unwrap();
+    drop(pubsub);
+    drop(sub_con);
+    wait_for_value(&proxy, "slotbridge_pubsub_subscribers", 0.0);
+}

@@ -131,7 +131,7 @@ fn authenticate(state: &mut ConnState, auth: &Auth, args: &[Bytes]) -> Bytes {
             ok()
         }
         None => {
-            metrics::counter!("slotbridge_auth_failures_total").increment(1);
+            crate::metrics::auth_failure();
             tracing::debug!(client = state.id, "authentication failed");
             reply::error(crate::auth::WRONGPASS)
         }

@@ -64,6 +64,8 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
         user: ConnState::initial_user(&proxy.auth),
     };
     let mut pubsub = PubSub::new(proxy.clone(), state.id);
+    // Counts this client in slotbridge_pubsub_subscribers while it is in subscribe mode.
+    let mut subscriber = crate::metrics::Subscriber::default();
     drop(proxy);
     let counted = crate::metrics::ClientConnection::opened();
     let (mut reader, mut writer) = stream.into_split();
@@ -132,10 +134,12 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     }
                     match pubsub.intercept(&request, state.proto, &proxy) {
                         Intercept::Reply(reply) => {
+                            subscriber.update(pubsub.is_subscribed());
                             in_flight.push_back(Either::Left(ready(reply)));
                             continue;
                         }
                         Intercept::Pending(reply) => {
+                            subscriber.update(pubsub.is_subscribed());
                             in_flight.push_back(Either::Right(Either::Right(Either::Right(reply))));
                             continue;
                         }
@@ -186,7 +190,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 }
                 if output_limit > 0 && output.len() > output_limit {
                     tracing::info!(client = %peer, bytes = output.len(), "closing client over its output buffer limit");
-                    metrics::counter!("slotbridge_client_output_limit_disconnects_total").increment(1);
+                    crate::metrics::client_output_limit_disconnect();
                     break;
                 }
             }
@@ -203,7 +207,10 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             // so `pubsub.max_buffer_bytes` is what limits a subscriber that does not read.
             relay = pubsub.next_event(), if !closing && output.len() < OUTPUT_BACKPRESSURE => match relay {
                 // Behind the replies already queued: never ahead of its own confirmation.
-                Relay::Push(message) => in_flight.push_back(Either::Left(ready(message))),
+                Relay::Push(message) => {
+                    subscriber.update(pubsub.is_subscribed());
+                    in_flight.push_back(Either::Left(ready(message)));
+                }
                 Relay::Close => break,
                 Relay::Idle => {}
             },

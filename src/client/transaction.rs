@@ -482,7 +482,7 @@ impl Transaction {
                 exec::run_single(proxy, target, queue.commands, pin, reusable, proto).boxed(),
             );
         }
-        metrics::counter!("slotbridge_split_transactions_total").increment(1);
+        crate::metrics::split_transaction();
         Step::Run(exec::run_split(proxy, queue.commands, slots, proto).boxed())
     }
 

@@ -110,7 +110,12 @@ impl Proxy {
             let started = Instant::now();
             let this = self.clone();
             let spec = this.commands.lookup(&request.args);
-            let reply = match (refused, self.layout.clone()) {
+            let layout = self
+                .layout
+                .as_ref()
+                .filter(|active| active.concerns(spec, &request.args))
+                .cloned();
+            let reply = match (refused, layout) {
                 (Some(refusal), _) => refusal,
                 // Boxed: the layout path's future is several times the plain one's, and
                 // this future is moved into the session's reply queue for every command.

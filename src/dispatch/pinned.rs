@@ -216,6 +216,7 @@ impl Proxy {
     /// following MOVED/ASK on new dedicated connections. Dropping the future (the client
     /// went away) drops the connection, which ends the command on the server too.
     pub async fn run_blocking(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
+        let _blocked = crate::metrics::BlockedClient::enter();
         let mut budget = RetryBudget::new(&self.config.retry);
         let mut redirected: Option<(NodeAddr, bool)> = None;
         loop {

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use metrics::{counter, gauge, Counter, Gauge};
 
 use super::{
-    BACKEND_CONNECTIONS, CLIENT_BYTES_RECEIVED, CLIENT_BYTES_SENT, CLIENT_CONNECTIONS,
-    CLIENT_CONNECTIONS_TOTAL, TOTALS,
+    BACKEND_CONNECTIONS, BLOCKED_CLIENTS, CLIENT_BYTES_RECEIVED, CLIENT_BYTES_SENT,
+    CLIENT_CONNECTIONS, CLIENT_CONNECTIONS_TOTAL, PUBSUB_SUBSCRIBERS, TOTALS,
 };
 
 /// One open client connection: counted on creation, uncounted on drop.
@@ -66,5 +66,46 @@ impl BackendConnection {
 impl Drop for BackendConnection {
     fn drop(&mut self) {
         self.open.decrement(1.0);
+    }
+}
+
+/// A client waiting in a blocking command: counted while it lives (dropped when the command
+/// answers or the client goes away).
+pub struct BlockedClient;
+
+impl BlockedClient {
+    /// Counts one more blocked client.
+    pub fn enter() -> BlockedClient {
+        gauge!(BLOCKED_CLIENTS).increment(1.0);
+        BlockedClient
+    }
+}
+
+impl Drop for BlockedClient {
+    fn drop(&mut self) {
+        gauge!(BLOCKED_CLIENTS).decrement(1.0);
+    }
+}
+
+/// Whether one client is counted in the subscribers gauge; uncounted on drop.
+#[derive(Default)]
+pub struct Subscriber {
+    counted: bool,
+}
+
+impl Subscriber {
+    /// Records the client's subscribe mode after a command or event that may change it.
+    pub fn update(&mut self, subscribed: bool) {
+        if subscribed != self.counted {
+            let delta = if subscribed { 1.0 } else { -1.0 };
+            gauge!(PUBSUB_SUBSCRIBERS).increment(delta);
+            self.counted = subscribed;
+        }
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.update(false);
     }
 }

@@ -61,6 +61,11 @@ pub struct ActiveLayout {
     pub allow_legacy_data: bool,
     /// SHA1 of [`UPKEEP_SCRIPT`] as the server reported it at SCRIPT LOAD.
     script_sha: OnceLock<Bytes>,
+    /// `slotbridge_layout_rewrites_total` per family, by family id: built once, so counting
+    /// a rewrite allocates nothing.
+    rewrite_counters: Vec<metrics::Counter>,
+    /// `slotbridge_layout_unmatched_keys_total` per prefix, by prefix index.
+    unmatched_counters: Vec<metrics::Counter>,
 }
 
 /// A record key written by a command, with the index entry that lists it.
@@ -88,11 +93,23 @@ pub struct RewrittenRequest {
 impl ActiveLayout {
     /// A layout in force with this policy.
     pub fn new(layout: Layout, strict: bool, allow_legacy_data: bool) -> ActiveLayout {
+        let rewrite_counters = layout
+            .families()
+            .iter()
+            .map(|f| crate::metrics::rewrite(f))
+            .collect();
+        let unmatched_counters = layout
+            .prefixes()
+            .iter()
+            .map(|p| crate::metrics::unmatched(p))
+            .collect();
         ActiveLayout {
             layout,
             strict,
             allow_legacy_data,
             script_sha: OnceLock::new(),
+            rewrite_counters,
+            unmatched_counters,
         }
     }
 
@@ -109,6 +126,22 @@ impl ActiveLayout {
                 config.allow_legacy_data,
             ))
         }))
+    }
+
+    /// Whether a request needs the layout path: a key under one of its prefixes, or no key
+    /// at all (KEYS, SCAN, RANDOMKEY and the like list names the layout must translate or
+    /// hide). Requests whose keys are all outside every prefix take the plain path: a
+    /// prefix check per key, no rewrite, no allocation.
+    pub fn concerns(&self, spec: Option<&CommandSpec>, args: &[Bytes]) -> bool {
+        let Some(spec) = spec else {
+            return false;
+        };
+        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        spec.keys(args, &mut keys);
+        keys.is_empty()
+            || keys
+                .iter()
+                .any(|key| self.layout.prefix_of(&args[key.index]).is_some())
     }
 
     /// The legacy name to show for a cluster key, `None` for an internal key.

@@ -31,10 +31,11 @@ impl ActiveLayout {
             match self.layout.forward(name) {
                 Forward::Outside => {}
                 Forward::Unmatched { prefix } => {
-                    let prefix_name = self.layout.prefixes()[prefix].clone();
-                    metrics::counter!("slotbridge_layout_unmatched_keys_total", "prefix" => prefix_name.clone())
-                        .increment(1);
+                    if let Some(counter) = self.unmatched_counters.get(prefix) {
+                        counter.increment(1);
+                    }
                     if self.strict {
+                        let prefix_name = &self.layout.prefixes()[prefix];
                         return Err(reply::error(&format!(
                             "ERR key '{}' is under layout prefix '{prefix_name}' but matches no layout rule (layout.strict is on)",
                             name.escape_ascii()
@@ -43,8 +44,11 @@ impl ActiveLayout {
                 }
                 Forward::Rewritten(rewritten) => {
                     if rewritten.key != *name {
-                        metrics::counter!("slotbridge_layout_rewrites_total", "family" => self.layout.family_name(rewritten.family).to_owned())
-                            .increment(1);
+                        if let Some(counter) =
+                            self.rewrite_counters.get(usize::from(rewritten.family.0))
+                        {
+                            counter.increment(1);
+                        }
                     }
                     if let Some(entry) = rewritten.index {
                         if script || key.flags.writes() {

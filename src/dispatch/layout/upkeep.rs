@@ -217,6 +217,7 @@ impl Proxy {
         command: &[Bytes],
         proto: Proto,
     ) -> Bytes {
+        crate::metrics::index_upkeep();
         let build = |verb: &'static [u8], script: &[u8]| {
             upkeep_frame(verb, script, indexed, other_keys, command, proto)
         };
