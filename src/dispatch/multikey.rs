@@ -85,14 +85,14 @@ impl Proxy {
             let part = &mut parts[index];
             part.key_order.push(key_number);
             for arg in &args[first..(first + stride).min(args.len())] {
-                put_bulk(&mut part.request, arg);
+                crate::protocol::encode::bulk(&mut part.request, arg);
                 part.argc += 1;
             }
         }
         let sends = parts.iter().map(|part| {
             let mut frame = BytesMut::with_capacity(part.request.len() + 32);
             frame.put_slice(format!("*{}\r\n", part.argc).as_bytes());
-            put_bulk(&mut frame, &args[0]);
+            crate::protocol::encode::bulk(&mut frame, &args[0]);
             frame.put_slice(&part.request);
             self.forward(Target::Slot(part.slot), frame.freeze(), proto)
         });
@@ -105,16 +105,7 @@ impl Proxy {
                 .into_iter()
                 .next()
                 .unwrap_or_else(|| Bytes::from_static(b"+OK\r\n")),
-            Kind::Count => {
-                let mut total = 0i64;
-                for reply in &replies {
-                    match merge::integer(reply) {
-                        Some(n) => total += n,
-                        None => return reply.clone(),
-                    }
-                }
-                merge::integer_frame(total)
-            }
+            Kind::Count => merge::sum_counts(&replies),
             Kind::Mget => {
                 let key_count = args.len() - 1;
                 let mut values: Vec<Option<Bytes>> = vec![None; key_count];
@@ -134,10 +125,4 @@ impl Proxy {
             }
         }
     }
-}
-
-fn put_bulk(out: &mut BytesMut, arg: &[u8]) {
-    out.put_slice(format!("${}\r\n", arg.len()).as_bytes());
-    out.put_slice(arg);
-    out.put_slice(b"\r\n");
 }

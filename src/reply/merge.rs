@@ -46,6 +46,19 @@ pub fn array_frame<'a>(count: usize, elements: impl Iterator<Item = &'a Bytes>) 
     encode::array_frame(count, elements)
 }
 
+/// The sum of integer replies (DEL, EXISTS ... split by slot); the first reply that is not
+/// an integer is returned as is, as the whole command's answer.
+pub fn sum_counts(replies: &[Bytes]) -> Bytes {
+    let mut total = 0i64;
+    for reply in replies {
+        match integer(reply) {
+            Some(n) => total += n,
+            None => return reply.clone(),
+        }
+    }
+    integer_frame(total)
+}
+
 /// The first error among `parts`, in request order: what Redis would have answered.
 pub fn first_error(parts: &[Bytes]) -> Option<&Bytes> {
     parts.iter().find(|p| p.first() == Some(&b'-'))
@@ -80,5 +93,17 @@ mod tests {
         assert_eq!(integer(b":42\r\n"), Some(42));
         assert_eq!(integer(b"+OK\r\n"), None);
         assert_eq!(integer_frame(-3), Bytes::from_static(b":-3\r\n"));
+    }
+
+    #[test]
+    fn counts_sum_and_non_integers_win() {
+        let parts = [Bytes::from_static(b":2\r\n"), Bytes::from_static(b":3\r\n")];
+        assert_eq!(sum_counts(&parts), Bytes::from_static(b":5\r\n"));
+        let odd = [
+            Bytes::from_static(b":2\r\n"),
+            Bytes::from_static(b"+OK\r\n"),
+        ];
+        assert_eq!(sum_counts(&odd), Bytes::from_static(b"+OK\r\n"));
+        assert_eq!(sum_counts(&[]), Bytes::from_static(b":0\r\n"));
     }
 }

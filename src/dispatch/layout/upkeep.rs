@@ -171,16 +171,7 @@ impl Proxy {
             return error.clone();
         }
         match kind {
-            Kind::Count => {
-                let mut total = 0i64;
-                for reply in &replies {
-                    match merge::integer(reply) {
-                        Some(n) => total += n,
-                        None => return reply.clone(),
-                    }
-                }
-                merge::integer_frame(total)
-            }
+            Kind::Count => merge::sum_counts(&replies),
             _ => Bytes::from_static(b"+OK\r\n"),
         }
     }
