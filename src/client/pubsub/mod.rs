@@ -1,0 +1,336 @@
+//! Pub/Sub for one client: its subscriptions, the dedicated backend connections that carry
+//! them, and the commands allowed while it is subscribed.
+//!
+//! Channels and patterns share one connection to some master (an ordinary PUBLISH reaches
+//! every node of a cluster); shard channels get one connection per master that owns one
+//! of their slots. Keyspace notifications are published only on the master of the key, so
+//! keyspace and keyevent channels and patterns get one connection per master, whose
+//! streams are merged (see [`keyspace`] for the names, under a key layout too). Once the
+//! client has a keyspace subscription, subscription confirmations are written here from
+//! the client's own sets, since no single backend connection knows them all (see
+//! [`subscriptions`]); [`restore`] opens the connections and subscribes them again after
+//! failures. The session asks [`PubSub::intercept`] about every request first: a
+//! subscription command's reply is a future that resolves to the backend's confirmations,
+//! queued with the other replies so everything leaves in request order; messages come from
+//! [`PubSub::next_event`] and are queued behind the replies already waiting, so a message
+//! never overtakes the confirmation of its own subscription.
+//!
+//! Invariants: the subscription sets here are what the client believes it is subscribed
+//! to; the backend connections are made to agree with them (a shard channel whose slot
+//! moved, or a connection that failed, is subscribed again silently). A client with no
+//! subscription holds no connection. Messages waiting for the client never exceed
+//! `pubsub.max_buffer_bytes`: past it the client is disconnected.
+
+mod frames;
+mod keyspace;
+mod link;
+mod restore;
+mod subscriptions;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use tokio::sync::mpsc;
+
+use crate::dispatch::Proxy;
+use crate::protocol::{Proto, Request};
+use crate::reply;
+use crate::route::NodeAddr;
+
+use keyspace::{PatternClass, Upstream};
+use link::{Event, Link, Role, Sink, SinkState};
+use restore::{resubscribe, subscribe_commands, Restore};
+
+/// What the session does with a request, as far as Pub/Sub is concerned.
+pub enum Intercept {
+    /// Not a Pub/Sub matter: handle it as usual.
+    Pass,
+    /// Answered here.
+    Reply(Bytes),
+    /// Answered by the backend: queue this reply future in request order.
+    Pending(BoxFuture<'static, Bytes>),
+}
+
+/// What [`PubSub::next_event`] has for the session.
+pub enum Relay {
+    /// A message to queue behind the replies already waiting.
+    Push(Bytes),
+    /// The client must be disconnected (it fell too far behind, or its subscriptions
+    /// could not be restored).
+    Close,
+    /// Nothing for the client (internal bookkeeping happened).
+    Idle,
+}
+
+/// Which subscription command family a request belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Channels,
+    Patterns,
+    Shard,
+}
+
+/// One client's Pub/Sub state; see the module docs.
+pub struct PubSub {
+    inner: Arc<Mutex<Inner>>,
+    events: mpsc::UnboundedReceiver<Event>,
+    sink_state: Arc<SinkState>,
+    /// Re-subscriptions in progress; an `Err` means they gave up.
+    background: Background,
+}
+
+/// The part shared with reply futures and re-subscriptions.
+struct Inner {
+    proxy: Arc<Proxy>,
+    sink: Sink,
+    /// The client's protocol, which new connections speak.
+    proto: Proto,
+    next_link: u64,
+    channels: HashSet<Bytes>,
+    patterns: HashSet<Bytes>,
+    /// Shard channel -> its slot.
+    shard: HashMap<Bytes, u16>,
+    /// The connection for channels and patterns, while there are any.
+    regular: Option<Link>,
+    /// Shard connections, by master address.
+    shard_links: HashMap<NodeAddr, Link>,
+    /// Keyspace subscriptions, by the upstream names subscribed on every keyspace link.
+    keyspace: Upstream,
+    /// Keyspace connections, one per master, while there are keyspace subscriptions.
+    keyspace_links: HashMap<NodeAddr, Link>,
+    restoring_keyspace: bool,
+    /// A re-subscription of this kind is running: further failures join it.
+    restoring_regular: bool,
+    restoring_shard: bool,
+}
+
+impl PubSub {
+    /// The state of client `client_id`, with no subscription.
+    pub fn new(proxy: Arc<Proxy>, client_id: u64) -> PubSub {
+        let (sink, events) = Sink::new(proxy.config.pubsub.max_buffer_bytes, client_id);
+        let sink_state = sink.state().clone();
+        PubSub {
+            inner: Arc::new(Mutex::new(Inner {
+                proxy,
+                sink,
+                proto: Proto::Resp2,
+                next_link: 0,
+                channels: HashSet::new(),
+                patterns: HashSet::new(),
+                shard: HashMap::new(),
+                regular: None,
+                shard_links: HashMap::new(),
+                keyspace: Upstream::default(),
+                keyspace_links: HashMap::new(),
+                restoring_keyspace: false,
+                restoring_regular: false,
+                restoring_shard: false,
+            })),
+            events,
+            sink_state,
+            background: FuturesUnordered::new(),
+        }
+    }
+
+    /// Whether the client has any subscription (Redis's subscribed mode).
+    pub fn is_subscribed(&self) -> bool {
+        lock(&self.inner).total() > 0
+    }
+
+    /// Looks at `request` before anything else does (see [`Intercept`]). `current` is the
+    /// live snapshot: new subscriptions use its upstream, and after a reload that switched
+    /// the upstream the client's subscriptions move there too.
+    pub fn intercept(
+        &mut self,
+        request: &Request,
+        proto: Proto,
+        current: &Arc<Proxy>,
+    ) -> Intercept {
+        let args = &request.args;
+        let mut lower = [0u8; 16];
+        let name = match args[0].get(..lower.len().min(args[0].len())) {
+            Some(bytes) if bytes.len() == args[0].len() => {
+                lower[..bytes.len()].copy_from_slice(bytes);
+                lower[..bytes.len()].make_ascii_lowercase();
+                &lower[..bytes.len()]
+            }
+            _ => &b""[..],
+        };
+        let family = match name {
+            b"subscribe" | b"unsubscribe" => Some(Family::Channels),
+            b"psubscribe" | b"punsubscribe" => Some(Family::Patterns),
+            b"ssubscribe" | b"sunsubscribe" => Some(Family::Shard),
+            _ => None,
+        };
+        let proxy = {
+            let mut inner = lock(&self.inner);
+            inner.proto = proto;
+            if !Arc::ptr_eq(&inner.proxy, current) {
+                let switched = !Arc::ptr_eq(&inner.proxy.topology, &current.topology);
+                inner.proxy = current.clone();
+                if switched {
+                    // Old links point at the old upstream: subscribe everything again on
+                    // the new one (the restores are idempotent with new subscriptions).
+                    inner.regular = None;
+                    inner.shard_links.clear();
+                    inner.keyspace_links.clear();
+                    // Sent before this request's own command on the same new link, so
+                    // the backend's subscription counts include what moved.
+                    let (channels, patterns) = inner.regular_names();
+                    let link = if channels.is_empty() && patterns.is_empty() {
+                        None
+                    } else {
+                        inner.regular_link(proto)
+                    };
+                    for (command, kind, names) in subscribe_commands(&channels, &patterns) {
+                        let call = match &link {
+                            Some(link) => resubscribe(link, command, kind, names).boxed(),
+                            None => futures_util::future::ready(Err(
+                                reply::text::SLOT_UNSERVED.to_string()
+                            ))
+                            .boxed(),
+                        };
+                        self.background.push(call);
+                    }
+                    if !inner.shard.is_empty() {
+                        Restore::Shard.start(&mut inner, &self.inner, &mut self.background);
+                    }
+                    if !inner.keyspace.is_empty() {
+                        Restore::Keyspace.start(&mut inner, &self.inner, &mut self.background);
+                    }
+                }
+            }
+            inner.proxy.clone()
+        };
+        if let Some(family) = family {
+            if let Some(spec) = proxy.commands.lookup(args) {
+                if !spec.arity_ok(args.len()) {
+                    return Intercept::Reply(reply::wrong_arity(&spec.name));
+                }
+            }
+            let subscribe = matches!(name, b"subscribe" | b"psubscribe" | b"ssubscribe");
+            return self.subscription(request, proto, family, subscribe);
+        }
+        match name {
+            b"reset" => {
+                // RESET leaves subscribed mode; dropping the links closes their connections.
+                lock(&self.inner).clear();
+                Intercept::Pass
+            }
+            b"quit" => Intercept::Pass,
+            _ if proto == Proto::Resp3 || !self.is_subscribed() => Intercept::Pass,
+            b"ping" if args.len() <= 2 => {
+                Intercept::Reply(frames::subscribed_pong(args.get(1).map(|a| &a[..])))
+            }
+            _ => Intercept::Reply(match proxy.commands.lookup(args) {
+                None => reply::unknown_command(args),
+                Some(spec) if !spec.arity_ok(args.len()) => reply::wrong_arity(&spec.name),
+                Some(spec) => frames::refusal(&spec.name),
+            }),
+        }
+    }
+
+    /// The next thing for the session: a message, a reason to close, or nothing. Never
+    /// returns while there is nothing to do.
+    pub async fn next_event(&mut self) -> Relay {
+        if self.sink_state.overflowed.load(Ordering::Relaxed) {
+            return Relay::Close;
+        }
+        let overflowed = self.overflowed();
+        tokio::select! {
+            Some(result) = self.background.next(), if !self.background.is_empty() => {
+                match result {
+                    Ok(()) => Relay::Idle,
+                    Err(reason) => {
+                        tracing::warn!(error = %reason, "closing a subscriber whose subscriptions could not be restored");
+                        Relay::Close
+                    }
+                }
+            }
+            Some(event) = self.events.recv() => match event {
+                Event::Push(frame, role) => {
+                    self.sink_state.buffered.fetch_sub(frame.len(), Ordering::Relaxed);
+                    if role != Role::Keyspace {
+                        return Relay::Push(frame);
+                    }
+                    let inner = lock(&self.inner);
+                    let layout = inner.proxy.layout.clone();
+                    match inner.keyspace.deliver(layout.as_deref(), frame) {
+                        Some(frames) => Relay::Push(frames),
+                        None => Relay::Idle,
+                    }
+                }
+                Event::ShardLost { channel } => {
+                    let mut inner = lock(&self.inner);
+                    if inner.shard.contains_key(&channel) && !inner.restoring_shard {
+                        inner.proxy.topology.request_refresh();
+                        Restore::Shard.start(&mut inner, &self.inner, &mut self.background);
+                    }
+                    Relay::Idle
+                }
+                Event::Down { link, reason } => {
+                    tracing::debug!(error = %reason, "subscription connection down");
+                    self.on_link_down(link);
+                    Relay::Idle
+                }
+            },
+            () = overflowed => Relay::Close,
+        }
+    }
+
+    /// Resolves once the client exceeded its message buffer limit. Borrows nothing, so
+    /// it can race a write that the client stopped reading.
+    pub fn overflowed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let state = self.sink_state.clone();
+        async move {
+            loop {
+                if state.overflowed.load(Ordering::Relaxed) {
+                    return;
+                }
+                state.wake.notified().await;
+            }
+        }
+    }
+
+    fn on_link_down(&mut self, id: u64) {
+        let mut inner = lock(&self.inner);
+        inner.proxy.topology.request_refresh();
+        if inner.regular.as_ref().is_some_and(|l| l.id == id) {
+            inner.regular = None;
+            if !inner.channels.is_empty() || !inner.patterns.is_empty() {
+                Restore::Regular.start(&mut inner, &self.inner, &mut self.background);
+            }
+        }
+        let before = inner.keyspace_links.len();
+        inner.keyspace_links.retain(|_, l| l.id != id);
+        if inner.keyspace_links.len() != before && !inner.keyspace.is_empty() {
+            Restore::Keyspace.start(&mut inner, &self.inner, &mut self.background);
+        }
+        let before = inner.shard_links.len();
+        inner.shard_links.retain(|_, l| l.id != id);
+        if inner.shard_links.len() != before && !inner.shard.is_empty() {
+            Restore::Shard.start(&mut inner, &self.inner, &mut self.background);
+        }
+    }
+}
+
+/// Which connections a channel (`family` Channels) or pattern needs.
+fn classify(family: Family, name: &[u8]) -> PatternClass {
+    match family {
+        Family::Patterns => keyspace::pattern_class(name),
+        _ if keyspace::is_keyspace_channel(name) => PatternClass::Keyspace,
+        _ => PatternClass::Ordinary,
+    }
+}
+
+/// The re-subscriptions in progress for one client; an `Err` means one gave up.
+type Background = FuturesUnordered<BoxFuture<'static, Result<(), String>>>;
+
+fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    inner.lock().unwrap_or_else(|e| e.into_inner())
+}
