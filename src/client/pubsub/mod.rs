@@ -82,6 +82,10 @@ pub struct PubSub {
     sink_state: Arc<SinkState>,
     /// Re-subscriptions in progress; an `Err` means they gave up.
     background: Background,
+    /// Whether the client sent a (P|S)SUBSCRIBE since it connected or last sent RESET.
+    /// Until it does it can hold no subscription, and every other command passes without
+    /// taking the lock: the common case costs one name comparison.
+    used: bool,
 }
 
 /// The part shared with reply futures and re-subscriptions.
@@ -134,6 +138,7 @@ impl PubSub {
             events,
             sink_state,
             background: FuturesUnordered::new(),
+            used: false,
         }
     }
 
@@ -167,6 +172,10 @@ impl PubSub {
             b"ssubscribe" | b"sunsubscribe" => Some(Family::Shard),
             _ => None,
         };
+        if family.is_none() && !self.used {
+            return Intercept::Pass;
+        }
+        self.used = true;
         let proxy = {
             let mut inner = lock(&self.inner);
             inner.proto = proto;
@@ -220,6 +229,7 @@ impl PubSub {
             b"reset" => {
                 // RESET leaves subscribed mode; dropping the links closes their connections.
                 lock(&self.inner).clear();
+                self.used = false;
                 Intercept::Pass
             }
             b"quit" => Intercept::Pass,
