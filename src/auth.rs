@@ -10,13 +10,12 @@
 //! - With no `requirepass` and no users the `default` user is open (`nopass`), as in Redis;
 //!   once any user is configured, `default` is closed unless it is configured too.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::command::{acl_category_bit, CommandSpec};
+use crate::command::{acl_category_bit, CommandSpec, NameMap};
 use crate::config::{Config, UserConfig};
 use crate::rewrite::glob::glob_match;
 
@@ -192,13 +191,14 @@ impl User {
 /// Every proxy user, built from one configuration.
 #[derive(Debug, Clone)]
 pub struct Auth {
-    users: HashMap<String, Arc<User>>,
+    /// Looked up for every command (a reload may disable a user): the table's fast hasher.
+    users: NameMap<String, Arc<User>>,
 }
 
 impl Auth {
     /// The users of `config`: `requirepass` (the `default` user's password) and `users`.
     pub fn from_config(config: &Config) -> Result<Auth, String> {
-        let mut users = HashMap::new();
+        let mut users = NameMap::default();
         for user in &config.users {
             let user = User::from_config(user)?;
             if users.contains_key(&user.name) {

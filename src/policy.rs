@@ -8,10 +8,15 @@
 //! stays the one that explains why.
 
 use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 
 use bytes::Bytes;
 
+use crate::command::NameHasher;
 use crate::config::CommandsConfig;
+
+/// A set of command names, hashed like the command table's (checked for every command).
+type NameSet = HashSet<String, BuildHasherDefault<NameHasher>>;
 use crate::reply;
 
 /// Commands refused unless allowed: they lose data, change or stop a node, hand out the
@@ -49,15 +54,15 @@ pub const DEFAULT_DENY: &[&str] = &[
 /// The command policy of one configuration.
 #[derive(Debug, Clone)]
 pub struct Policy {
-    deny: HashSet<String>,
-    allow: HashSet<String>,
+    deny: NameSet,
+    allow: NameSet,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         Policy {
             deny: DEFAULT_DENY.iter().map(|s| s.to_string()).collect(),
-            allow: HashSet::new(),
+            allow: NameSet::default(),
         }
     }
 }
@@ -66,7 +71,7 @@ impl Policy {
     /// The default policy changed by `config`'s allow and deny lists.
     pub fn from_config(config: &CommandsConfig) -> Result<Policy, String> {
         let mut policy = Policy::default();
-        let names = |list: &[String], field: &str| -> Result<HashSet<String>, String> {
+        let names = |list: &[String], field: &str| -> Result<NameSet, String> {
             list.iter()
                 .map(|name| {
                     let name = name.trim().to_ascii_lowercase();
@@ -98,9 +103,8 @@ impl Policy {
     /// `None` when the policy lets it through.
     pub fn refusal(&self, name: &str) -> Option<Bytes> {
         let container = name.split_once('|').map(|(container, _)| container);
-        let listed = |set: &HashSet<String>| {
-            set.contains(name) || container.is_some_and(|c| set.contains(c))
-        };
+        let listed =
+            |set: &NameSet| set.contains(name) || container.is_some_and(|c| set.contains(c));
         if listed(&self.deny) && !listed(&self.allow) {
             Some(reply::error(&format!(
                 "ERR proxy: '{name}' is disabled by the proxy's command policy (allow it with commands.allow: [{name}])"

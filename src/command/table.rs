@@ -288,19 +288,31 @@ impl CommandTable {
     /// The spec for a request's arguments (resolving container commands such as
     /// `OBJECT ENCODING` to their subcommand). Case-insensitive, no allocation.
     pub fn lookup(&self, args: &[Bytes]) -> Option<&CommandSpec> {
+        self.lookup_index(args).and_then(|index| self.spec(index))
+    }
+
+    /// Like [`CommandTable::lookup`], as the spec's position in this table: a handle a
+    /// caller can keep across an `await` without borrowing the table, and that indexes
+    /// per-command data built from [`CommandTable::iter`] (same order).
+    pub fn lookup_index(&self, args: &[Bytes]) -> Option<usize> {
         let mut buf = [0u8; MAX_NAME_LEN];
         let name_len = fold_into(&mut buf, 0, args.first()?)?;
-        let spec = self.get_bytes(&buf[..name_len])?;
-        if !spec.has_subcommands {
-            return Some(spec);
+        let index = *self.data.by_name.get(&buf[..name_len])?;
+        if !self.data.specs.get(index)?.has_subcommands {
+            return Some(index);
         }
         let sub = args.get(1).and_then(|sub| {
             let bar = buf.get_mut(name_len)?;
             *bar = b'|';
             let full_len = fold_into(&mut buf, name_len + 1, sub)?;
-            self.get_bytes(&buf[..full_len])
+            self.data.by_name.get(&buf[..full_len]).copied()
         });
-        Some(sub.unwrap_or(spec))
+        Some(sub.unwrap_or(index))
+    }
+
+    /// The spec at `index` (from [`CommandTable::lookup_index`]).
+    pub fn spec(&self, index: usize) -> Option<&CommandSpec> {
+        self.data.specs.get(index)
     }
 
     /// The spec with this exact lower-case name (`get`, `object|encoding`).

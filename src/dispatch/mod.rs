@@ -105,11 +105,13 @@ impl Proxy {
         proto: Proto,
         user: Option<&crate::auth::User>,
     ) -> impl std::future::Future<Output = Bytes> + Send + 'static {
-        let refused = self.admit(&request, user);
+        // One name lookup per command: the index serves the checks, the plan and the metrics.
+        let command = self.commands.lookup_index(&request.args);
+        let refused = self.admit_spec(command.and_then(|i| self.commands.spec(i)), &request, user);
         async move {
             let started = Instant::now();
             let this = self.clone();
-            let spec = this.commands.lookup(&request.args);
+            let spec = command.and_then(|i| this.commands.spec(i));
             let layout = self
                 .layout
                 .as_ref()
@@ -124,8 +126,7 @@ impl Proxy {
                 }
                 (None, None) => self.execute_spec(spec, request, proto).await,
             };
-            this.command_metrics
-                .record(spec.map(CommandSpec::name), &reply, started);
+            this.command_metrics.record(command, &reply, started);
             reply
         }
     }
@@ -134,8 +135,17 @@ impl Proxy {
     /// allowed, or not a known command with a valid arity, which the caller answers).
     /// ACL key patterns see the names the client sent.
     pub fn admit(&self, request: &Request, user: Option<&crate::auth::User>) -> Option<Bytes> {
+        self.admit_spec(self.commands.lookup(&request.args), request, user)
+    }
+
+    fn admit_spec(
+        &self,
+        spec: Option<&CommandSpec>,
+        request: &Request,
+        user: Option<&crate::auth::User>,
+    ) -> Option<Bytes> {
         let args = &request.args;
-        let spec = self.commands.lookup(args)?;
+        let spec = spec?;
         if !spec.arity_ok(args.len()) {
             return None;
         }

@@ -9,8 +9,6 @@ use std::time::Instant;
 
 use metrics::{counter, Counter, Histogram};
 
-use crate::command::NameMap;
-
 use super::{crossslot_refusal, COMMANDS, COMMAND_DURATION};
 use crate::command::CommandTable;
 
@@ -85,7 +83,9 @@ impl CommandHandles {
 /// Per-command metric handles for every name of the command table, each created on the
 /// command's first use (so unused commands export no series).
 pub struct CommandMetrics {
-    by_name: NameMap<Box<str>, OnceLock<CommandHandles>>,
+    /// By command-table index (the table's `iter` order).
+    by_index: Vec<OnceLock<CommandHandles>>,
+    names: Vec<Box<str>>,
     unknown: OnceLock<CommandHandles>,
 }
 
@@ -93,18 +93,18 @@ impl CommandMetrics {
     /// Slots for every command of `table` (the label set is the table, so it is bounded).
     pub fn new(table: &CommandTable) -> CommandMetrics {
         CommandMetrics {
-            by_name: table
-                .iter()
-                .map(|spec| (spec.name.as_str().into(), OnceLock::new()))
-                .collect(),
+            by_index: table.iter().map(|_| OnceLock::new()).collect(),
+            names: table.iter().map(|spec| spec.name.as_str().into()).collect(),
             unknown: OnceLock::new(),
         }
     }
 
-    /// Records one finished command. `command` is the table name (`None`, or a name not
-    /// in the table, counts as `unknown`); `started` is when it was dispatched.
-    pub fn record(&self, command: Option<&str>, reply: &[u8], started: Instant) {
-        let (name, slot) = match command.and_then(|c| self.by_name.get_key_value(c)) {
+    /// Records one finished command. `command` is its index in the command table the
+    /// metrics were built from (`None` counts as `unknown`); `started` is when it was
+    /// dispatched.
+    pub fn record(&self, command: Option<usize>, reply: &[u8], started: Instant) {
+        let known = command.and_then(|i| Some((self.names.get(i)?, self.by_index.get(i)?)));
+        let (name, slot) = match known {
             Some((name, slot)) => (&**name, slot),
             None => ("unknown", &self.unknown),
         };
