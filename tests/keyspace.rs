@@ -91,14 +91,7 @@ fn one_key_per_master(cluster: &Cluster, base: &str) -> Vec<String> {
 }
 
 fn under_layout(cluster: &Cluster) {
-    let proxy = Proxy::start(&[
-        "--cluster",
-        &cluster.seeds_arg(),
-        "--layout",
-        PROFILE,
-        "--prefix",
-        "mybot",
-    ]);
+    let proxy = Proxy::start_with_layout(&cluster.seeds_arg(), PROFILE, "mybot");
     let mut writer = proxy.connect();
     // Chat records spread over 32 buckets: find two that live on different masters.
     let ids: Vec<String> = (0..16).map(|n| format!("ks{n}")).collect();

@@ -14,14 +14,7 @@ use common::{free_port, new_dir, query, scan_all, shared_cluster, Cluster, Proxy
 const PROFILE: &str = "config/botmesh-cluster-v1.yaml";
 
 fn layout_proxy(cluster: &Cluster, prefix: &str) -> Proxy {
-    Proxy::start(&[
-        "--cluster",
-        &cluster.seeds_arg(),
-        "--layout",
-        PROFILE,
-        "--prefix",
-        prefix,
-    ])
+    Proxy::start_with_layout(&cluster.seeds_arg(), PROFILE, prefix)
 }
 
 /// A command on the node that owns `key` (the cluster, read directly).
@@ -582,14 +575,11 @@ fn script_deriving_a_key_works_with_the_hash_tag_rule() {
         error.to_string().contains("Script attempted to access"),
         "{error}"
     );
-    let tagged = Proxy::start(&[
-        "--cluster",
+    let tagged = Proxy::start_with_layout(
         &cluster.seeds_arg(),
-        "--layout",
         "config/examples/hash-tag-generic.yaml",
-        "--prefix",
         p,
-    ]);
+    );
     assert_eq!(call(&tagged).unwrap(), 1);
     // Captures are percent-encoded (LAYOUT.md): `:` becomes `%3A`.
     let seq = format!("{p}:{{rl:{}}}:seq", user.replace(':', "%3A"));

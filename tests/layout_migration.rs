@@ -16,14 +16,7 @@ fn scan_sorted(con: &mut redis::Connection, pattern: &str) -> Vec<String> {
 fn listing_is_exact_while_a_bucket_slot_migrates() {
     let cluster = Cluster::start(3, 0);
     let p = "lymig";
-    let proxy = Proxy::start(&[
-        "--cluster",
-        &cluster.seeds_arg(),
-        "--layout",
-        "config/botmesh-cluster-v1.yaml",
-        "--prefix",
-        p,
-    ]);
+    let proxy = Proxy::start_with_layout(&cluster.seeds_arg(), "config/botmesh-cluster-v1.yaml", p);
     let mut con = proxy.client().get_connection().unwrap();
     let mut expected: Vec<String> = (0..300).map(|i| format!("{p}:chat:c-{i}")).collect();
     for name in &expected {

@@ -99,14 +99,7 @@ fn run_bot(proxy: &str, masters: &[String]) -> (bool, String) {
 fn node_redis_legacy_bot_sees_its_legacy_keyspace_and_the_cluster_holds_cluster_v1() {
     require_node();
     let cluster = Cluster::start(3, 0);
-    let proxy = Proxy::start(&[
-        "--cluster",
-        &cluster.seeds_arg(),
-        "--layout",
-        PROFILE,
-        "--prefix",
-        "mybot",
-    ]);
+    let proxy = Proxy::start_with_layout(&cluster.seeds_arg(), PROFILE, "mybot");
     let (ok, output) = run_bot(proxy.addr(), &cluster.masters());
     assert!(
         ok,

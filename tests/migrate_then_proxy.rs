@@ -29,14 +29,7 @@ fn a_legacy_client_reads_the_migrated_keyspace_through_the_proxy() {
     let cluster = shared_cluster();
     migrate_to_cluster(node.addr(), &cluster.seeds_arg(), p, &[]);
 
-    let proxy = Proxy::start(&[
-        "--cluster",
-        &cluster.seeds_arg(),
-        "--layout",
-        "config/botmesh-cluster-v1.yaml",
-        "--prefix",
-        p,
-    ]);
+    let proxy = Proxy::start_with_layout(&cluster.seeds_arg(), "config/botmesh-cluster-v1.yaml", p);
     let get = |key: String| -> Option<String> {
         query(proxy.addr(), redis::cmd("GET").arg(key)).unwrap()
     };

@@ -84,14 +84,11 @@ fn redis_py_seed_patterns_pass_through_the_proxy() {
         "--config",
         split_config.to_str().unwrap(),
     ]);
-    let tagged = Proxy::start(&[
-        "--cluster",
+    let tagged = Proxy::start_with_layout(
         &seeds,
-        "--layout",
         "config/examples/hash-tag-generic.yaml",
-        "--prefix",
         LAYOUT_PREFIX,
-    ]);
+    );
 
     let log_path = dir.join("pytest.log");
     let log = fs::File::create(&log_path).unwrap();

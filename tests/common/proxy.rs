@@ -32,6 +32,12 @@ pub struct Proxy {
 }
 
 impl Proxy {
+    /// Starts the proxy in front of cluster `seeds` with the layout rule file `profile`
+    /// (e.g. `config/botmesh-cluster-v1.yaml`) applied to `prefix`.
+    pub fn start_with_layout(seeds: &str, profile: &str, prefix: &str) -> Proxy {
+        Proxy::start(&["--cluster", seeds, "--layout", profile, "--prefix", prefix])
+    }
+
     /// Starts the proxy with `--listen` and `--admin-listen` on free ports, then `args`
     /// (e.g. `["--cluster", "127.0.0.1:7001,127.0.0.1:7002"]`), and waits until it serves.
     pub fn start(args: &[&str]) -> Proxy {
