@@ -190,16 +190,17 @@ fn proxy_round_trip_allocations_per_command_are_bounded() {
     drop(client);
     eprintln!("allocations per command (pipeline, allocations): {report:?}");
     for (pipeline, per_command) in report {
-        // Two remain per command, both in the proxy's async plumbing:
-        // - the reply channel from the node connection's reader task to the caller
-        //   (a oneshot: one shared cell);
-        // - the `FuturesOrdered` task node that keeps a client's replies in order.
-        // Amortised on top: tokio's mpsc blocks (one per 32 queued requests, recycled) and
-        // the metrics histogram's sample blocks. Decoding, lookup, routing, forwarding the
-        // raw bytes and batching the replies allocate nothing (see the test above).
+        // A plain GET/SET is sent in its client's batch for its master (one queue message
+        // per master per read) and its reply comes back through the client's sink, so no
+        // allocation is tied to a command. What remains is amortised: a batch of more than
+        // one request copies them into one buffer (one allocation per master per read,
+        // about 3 per 16 commands at -P 16), tokio's queue blocks (one per 32 messages)
+        // and the metrics histogram's sample blocks. Decoding, lookup, routing and
+        // batching the replies allocate nothing (see the test above).
+        let bound = if pipeline == 1 { 0.1 } else { 0.3 };
         assert!(
-            per_command <= 2.5,
-            "{per_command:.2} allocations per command at -P {pipeline}"
+            per_command <= bound,
+            "{per_command:.2} allocations per command at -P {pipeline} (bound {bound})"
         );
     }
 }

@@ -1,12 +1,15 @@
 //! One pipelined connection to one node, shared by many callers.
 //!
-//! A bounded queue feeds a writer task that takes everything waiting, records the expected
+//! A queue feeds a writer task that takes everything waiting, records the expected
 //! replies in the in-flight FIFO, then writes the whole batch with one write. Before taking
 //! the batch it yields once, so requests of other clients that are ready join it. A reader task
 //! per TCP connection cuts complete reply frames off its read buffer and hands them to the
-//! FIFO's entries in order. The writer connects lazily, and after a failed connect it fails
+//! FIFO's entries in order. A queue entry is either one call (its reply goes back over a
+//! oneshot) or a client's batch (its replies go to the client's sink, see `sink`). The
+//! writer connects lazily, and after a failed connect it fails
 //! requests fast (`NotSent`) until a capped backoff has passed.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,13 +22,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::fifo::{InFlight, Pending, ReplySender};
+use super::sink::Batch;
 use super::{handshake, BackendError, ConnOptions};
 use crate::protocol::{Limits, ReplyScanner};
 use crate::route::NodeAddr;
 
-/// Requests that may wait for the writer before callers are slowed down.
-const QUEUE_DEPTH: usize = 4096;
-/// Most requests written in one batch (one write).
+/// Most queue entries written in one batch (one write).
 const MAX_BATCH: usize = 512;
 /// Written just before a request sent with `asking`.
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
@@ -44,15 +46,69 @@ pub struct NodeConn {
 
 struct Shared {
     addr: NodeAddr,
-    queue: mpsc::Sender<Outbound>,
+    // Unbounded: what waits here is bounded by the callers, each client session keeping
+    // at most `max_pipeline` requests in flight, and a send that cannot block lets a
+    // session hand over a batch without suspending between its requests.
+    queue: mpsc::UnboundedSender<Outbound>,
     connected: Arc<AtomicBool>,
 }
 
-/// A request waiting for the writer.
-struct Outbound {
-    request: Bytes,
-    asking: bool,
-    reply: ReplySender,
+/// What waits for the writer.
+enum Outbound {
+    /// One request whose caller awaits its reply.
+    Call {
+        request: Bytes,
+        asking: bool,
+        reply: ReplySender,
+    },
+    /// Requests of one client, replying to its sink.
+    Batch(Batch),
+}
+
+impl Outbound {
+    /// Whether every caller gave up before the write, so nothing needs writing.
+    fn is_abandoned(&self) -> bool {
+        match self {
+            Outbound::Call { reply, .. } => reply.is_closed(),
+            Outbound::Batch(batch) => batch.replies.is_abandoned(),
+        }
+    }
+
+    fn write_into(&self, out: &mut BytesMut) {
+        match self {
+            Outbound::Call {
+                request, asking, ..
+            } => {
+                if *asking {
+                    out.extend_from_slice(ASKING);
+                }
+                out.extend_from_slice(request);
+            }
+            Outbound::Batch(batch) => out.extend_from_slice(&batch.requests),
+        }
+    }
+
+    /// Records the replies this entry expects, in write order.
+    fn expect_replies(self, pending: &mut VecDeque<Pending>) {
+        match self {
+            Outbound::Call { asking, reply, .. } => {
+                if asking {
+                    pending.push_back(Pending::AskingAck);
+                }
+                pending.push_back(Pending::Reply(reply));
+            }
+            Outbound::Batch(batch) => pending.push_back(Pending::Batch(batch.replies)),
+        }
+    }
+
+    fn fail(self, error: &BackendError) {
+        match self {
+            Outbound::Call { reply, .. } => {
+                let _ = reply.send(Err(error.clone()));
+            }
+            Outbound::Batch(mut batch) => batch.replies.fail(error),
+        }
+    }
 }
 
 impl std::fmt::Debug for NodeConn {
@@ -68,7 +124,7 @@ impl NodeConn {
     /// Starts the connection's writer task (it connects on first use). Must be called
     /// from within a Tokio runtime.
     pub fn spawn(addr: NodeAddr, opts: ConnOptions) -> NodeConn {
-        let (queue, requests) = mpsc::channel(QUEUE_DEPTH);
+        let (queue, requests) = mpsc::unbounded_channel();
         let connected = Arc::new(AtomicBool::new(false));
         let writer = Writer {
             addr: addr.clone(),
@@ -95,12 +151,12 @@ impl NodeConn {
     /// reply is consumed here. Error replies from the node are replies, not errors.
     pub async fn call(&self, request: Bytes, asking: bool) -> Result<Bytes, BackendError> {
         let (reply, answer) = oneshot::channel();
-        let outbound = Outbound {
+        let outbound = Outbound::Call {
             request,
             asking,
             reply,
         };
-        if self.shared.queue.send(outbound).await.is_err() {
+        if self.shared.queue.send(outbound).is_err() {
             return Err(BackendError::NotSent(format!(
                 "{}: connection task stopped",
                 self.shared.addr
@@ -114,6 +170,21 @@ impl NodeConn {
                 self.shared.addr
             )))
         })
+    }
+
+    /// Queues a client's batch; its replies (or `NotSent`/`Lost`) reach the batch's sink.
+    pub fn send_batch(&self, batch: Batch) {
+        if let Err(returned) = self.shared.queue.send(Outbound::Batch(batch)) {
+            returned.0.fail(&BackendError::NotSent(format!(
+                "{}: connection task stopped",
+                self.shared.addr
+            )));
+        }
+    }
+
+    /// Whether `self` and `other` are handles to the same connection.
+    pub fn same(&self, other: &NodeConn) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// Whether a connection to the node is currently established and authenticated.
@@ -146,7 +217,7 @@ impl Drop for Live {
 struct Writer {
     addr: NodeAddr,
     opts: ConnOptions,
-    requests: mpsc::Receiver<Outbound>,
+    requests: mpsc::UnboundedReceiver<Outbound>,
     connected: Arc<AtomicBool>,
     live: Option<Live>,
     backoff: Duration,
@@ -174,7 +245,7 @@ impl Writer {
                 }
             }
             // A caller that gave up before its request was written needs no write.
-            batch.retain(|item: &Outbound| !item.reply.is_closed());
+            batch.retain(|item: &Outbound| !item.is_abandoned());
             if !batch.is_empty() {
                 self.write_batch(&mut batch, &mut out).await;
             }
@@ -186,10 +257,7 @@ impl Writer {
     async fn write_batch(&mut self, batch: &mut Vec<Outbound>, out: &mut BytesMut) {
         out.clear();
         for item in batch.iter() {
-            if item.asking {
-                out.extend_from_slice(ASKING);
-            }
-            out.extend_from_slice(&item.request);
+            item.write_into(out);
         }
         // A connection found dead before anything was written gets one replacement.
         for _ in 0..2 {
@@ -214,10 +282,7 @@ impl Writer {
             };
             let recorded = live.in_flight.push_with(|pending| {
                 for item in batch.drain(..) {
-                    if item.asking {
-                        pending.push_back(Pending::AskingAck);
-                    }
-                    pending.push_back(Pending::Reply(item.reply));
+                    item.expect_replies(pending);
                 }
             });
             if !recorded {
@@ -280,10 +345,9 @@ impl Writer {
 }
 
 fn fail_not_sent(items: impl Iterator<Item = Outbound>, reason: &str) {
+    let error = BackendError::NotSent(reason.to_string());
     for item in items {
-        let _ = item
-            .reply
-            .send(Err(BackendError::NotSent(reason.to_string())));
+        item.fail(&error);
     }
 }
 
@@ -298,10 +362,18 @@ async fn read_replies(
     addr: NodeAddr,
     limits: Limits,
 ) {
-    let reason = read_loop(read, buf, &in_flight, &addr, limits).await;
+    // Entries taken off the FIFO whose replies have not all arrived (a batch's frames can
+    // straddle reads); they fail with the rest when the connection ends.
+    let mut owners = VecDeque::new();
+    let reason = read_loop(read, buf, &in_flight, &mut owners, &addr, limits).await;
     connected.store(false, Ordering::Relaxed);
     tracing::warn!(addr = %addr, error = %reason, "backend connection lost");
-    in_flight.close_and_fail(&format!("{addr}: {reason}"));
+    let reason = format!("{addr}: {reason}");
+    in_flight.close_and_fail(&reason);
+    let error = BackendError::Lost(reason);
+    for owner in owners {
+        owner.fail(&error);
+    }
 }
 
 /// Returns why reading stopped.
@@ -309,12 +381,13 @@ async fn read_loop(
     mut read: OwnedReadHalf,
     mut buf: BytesMut,
     in_flight: &InFlight,
+    owners: &mut VecDeque<Pending>,
     addr: &NodeAddr,
     limits: Limits,
 ) -> String {
     let mut scanner = ReplyScanner::new(limits);
     let mut frames: Vec<Bytes> = Vec::new();
-    let mut owners: Vec<Pending> = Vec::new();
+    let mut popped: Vec<Pending> = Vec::new();
     loop {
         loop {
             match scanner.next_frame_len(&buf) {
@@ -331,26 +404,45 @@ async fn read_loop(
                 Err(error) => return format!("unreadable reply: {error}"),
             }
         }
-        if !frames.is_empty() {
-            in_flight.pop_into(frames.len(), &mut owners);
-            let unexpected = frames.len() > owners.len();
-            for (frame, owner) in frames.drain(..).zip(owners.drain(..)) {
-                match owner {
-                    Pending::Reply(sender) => {
+        let mut ready = frames.drain(..);
+        while ready.len() > 0 {
+            if owners.is_empty() {
+                // Entries taken here beyond these frames (or a batch whose frames straddle
+                // reads) wait in `owners` for the next read.
+                in_flight.pop_into(ready.len(), &mut popped);
+                owners.extend(popped.drain(..));
+                if owners.is_empty() {
+                    return "reply without a request".to_string();
+                }
+            }
+            let Some(owner) = owners.front_mut() else {
+                continue;
+            };
+            match owner {
+                Pending::Batch(batch) => {
+                    batch.deliver_from(&mut ready);
+                    if !batch.is_done() {
+                        continue;
+                    }
+                }
+                Pending::Reply(_) | Pending::AskingAck => {}
+            }
+            match owners.pop_front() {
+                Some(Pending::Reply(sender)) => {
+                    if let Some(frame) = ready.next() {
                         // The caller may have given up; its reply is simply dropped.
                         let _ = sender.send(Ok(frame));
                     }
-                    Pending::AskingAck => {
-                        if !frame.starts_with(b"+OK") {
-                            tracing::debug!(addr = %addr, "ASKING not acknowledged");
-                        }
+                }
+                Some(Pending::AskingAck) => {
+                    if !ready.next().is_some_and(|frame| frame.starts_with(b"+OK")) {
+                        tracing::debug!(addr = %addr, "ASKING not acknowledged");
                     }
                 }
-            }
-            if unexpected {
-                return "reply without a request".to_string();
+                Some(Pending::Batch(_)) | None => {}
             }
         }
+        drop(ready);
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }

@@ -10,6 +10,7 @@ use std::sync::{Mutex, PoisonError};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use super::sink::BatchReplies;
 use super::BackendError;
 
 /// Where a caller waits for its reply.
@@ -21,6 +22,21 @@ pub(super) enum Pending {
     AskingAck,
     /// A caller's reply.
     Reply(ReplySender),
+    /// The replies of a client's batch (one frame per request of the batch).
+    Batch(BatchReplies),
+}
+
+impl Pending {
+    /// Answers the caller(s) with `error` (the `ASKING` acknowledgement has none).
+    pub(super) fn fail(self, error: &BackendError) {
+        match self {
+            Pending::AskingAck => {}
+            Pending::Reply(sender) => {
+                let _ = sender.send(Err(error.clone()));
+            }
+            Pending::Batch(mut batch) => batch.fail(error),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -70,9 +86,7 @@ impl InFlight {
             state.pending.drain(..).collect()
         };
         for entry in drained {
-            if let Pending::Reply(sender) = entry {
-                let _ = sender.send(Err(BackendError::Lost(reason.to_string())));
-            }
+            entry.fail(&BackendError::Lost(reason.to_string()));
         }
     }
 }

@@ -11,11 +11,13 @@
 mod conn;
 mod fifo;
 mod handshake;
+mod sink;
 
 use std::time::Duration;
 
 pub use conn::NodeConn;
 pub use handshake::connect;
+pub use sink::{Batch, BatchBuilder, Delivery, ReplySink};
 
 use crate::protocol::{Limits, Proto};
 

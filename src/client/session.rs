@@ -1,8 +1,9 @@
 //! One client connection: read, decode, dispatch, and write replies in request order.
 //!
 //! Requests are dispatched as soon as they are decoded, so a pipeline runs in parallel
-//! across masters; their replies are collected in a `FuturesOrdered`, which yields them in
-//! request order. Replies that are ready together leave in one write. At most
+//! across masters; the [`Pipeline`] sends plain forwards in one batch per master and
+//! hands replies back in request order. Replies that are ready together leave in one
+//! write. At most
 //! `max_pipeline` commands of one client are in flight; past that the session stops
 //! reading (TCP back-pressure) until replies drain.
 
@@ -11,9 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use futures_util::future::{ready, Either};
-use futures_util::stream::{FuturesOrdered, StreamExt};
-use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -24,6 +22,7 @@ use crate::reload::Live;
 use crate::reply;
 
 use super::local::{self, ConnState};
+use super::pipeline::Pipeline;
 use super::pubsub::{Intercept, PubSub, Relay};
 use super::registry::Registry;
 use super::transaction::{Step, Transaction};
@@ -71,7 +70,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     let (mut reader, mut writer) = stream.into_split();
     let mut input = BytesMut::with_capacity(READ_BUFFER);
     let mut output = BytesMut::new();
-    let mut in_flight = FuturesOrdered::new();
+    let mut in_flight = Pipeline::default();
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
     let mut drain = live.drain.subscribe();
@@ -84,6 +83,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     let mut sequence_point = false;
 
     loop {
+        // One configuration snapshot and one clock read serve all requests of this pass.
+        let mut snapshot = None;
+        let mut pass_started = None;
         // Turn buffered bytes into dispatched requests, as far as the pipeline limit allows.
         while !closing && in_flight.len() < max_pipeline {
             if sequence_point && !in_flight.is_empty() {
@@ -103,71 +105,73 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 }
                 Ok(Some(request)) => {
                     if draining {
-                        let refused = reply::error(reply::text::SHUTTING_DOWN);
-                        in_flight.push_back(Either::Left(ready(refused)));
+                        in_flight.push_ready(reply::error(reply::text::SHUTTING_DOWN));
                         continue;
                     }
-                    // One snapshot per command: it runs to its end on this configuration.
-                    let proxy = live.proxy();
+                    // A command runs to its end on the configuration it started with.
+                    let proxy = snapshot.get_or_insert_with(|| live.proxy());
                     let user = state.user.as_deref().and_then(|name| proxy.auth.user(name));
                     if user.is_none() && !local::allowed_before_auth(&request) {
-                        let refused = reply::error(auth::NOAUTH);
-                        in_flight.push_back(Either::Left(ready(refused)));
+                        in_flight.push_ready(reply::error(auth::NOAUTH));
                         continue;
                     }
-                    match transaction.handle(
-                        &proxy,
-                        state.proto,
-                        &request,
-                        user.map(|user| &**user),
-                    ) {
+                    match transaction.handle(proxy, state.proto, &request, user.map(|user| &**user))
+                    {
                         Step::Reply(reply) => {
-                            in_flight.push_back(Either::Left(ready(reply)));
+                            in_flight.push_ready(reply);
                             continue;
                         }
                         Step::Run(run) => {
                             sequence_point = true;
-                            in_flight.push_back(Either::Right(Either::Left(run)));
+                            in_flight.push_future(run).await;
                             continue;
                         }
                         Step::Pass => {}
                     }
-                    match pubsub.intercept(&request, state.proto, &proxy) {
+                    match pubsub.intercept(&request, state.proto, proxy) {
                         Intercept::Reply(reply) => {
                             subscriber.update(pubsub.is_subscribed());
-                            in_flight.push_back(Either::Left(ready(reply)));
+                            in_flight.push_ready(reply);
                             continue;
                         }
                         Intercept::Pending(reply) => {
                             subscriber.update(pubsub.is_subscribed());
-                            in_flight.push_back(Either::Right(Either::Right(Either::Right(reply))));
+                            in_flight.push_future(reply).await;
                             continue;
                         }
                         Intercept::Pass => {}
                     }
-                    match local::answer(&mut state, &registry, &proxy.auth, &request) {
-                        Some(answer) => {
-                            closing |= answer.close;
-                            in_flight.push_back(Either::Left(ready(answer.reply)));
-                        }
-                        None => {
-                            let user = user.cloned();
-                            let run =
-                                proxy
-                                    .clone()
-                                    .execute_as(request, state.proto, user.as_deref());
-                            in_flight.push_back(Either::Right(Either::Right(Either::Left(run))));
-                        }
+                    if let Some(answer) =
+                        local::answer(&mut state, &registry, &proxy.auth, &request)
+                    {
+                        closing |= answer.close;
+                        in_flight.push_ready(answer.reply);
+                        continue;
                     }
+                    let user = user.map(|user| &**user);
+                    if let Some(direct) = proxy.direct(&request, state.proto, user) {
+                        let started = *pass_started.get_or_insert_with(std::time::Instant::now);
+                        in_flight.push_direct(
+                            proxy.clone(),
+                            direct,
+                            request.raw,
+                            state.proto,
+                            started,
+                        );
+                        continue;
+                    }
+                    let run = proxy.clone().execute_as(request, state.proto, user);
+                    in_flight.push_future(run).await;
                 }
                 Ok(None) => break,
                 Err(error) => {
                     tracing::debug!(client = %peer, %error, "closing client after protocol error");
-                    in_flight.push_back(Either::Left(ready(reply::error(&format!("ERR {error}")))));
+                    in_flight.push_ready(reply::error(&format!("ERR {error}")));
                     closing = true;
                 }
             }
         }
+        in_flight.send_staged();
         let answered = in_flight.is_empty() && output.is_empty();
         if answered && (closing || draining) {
             linger_close(reader, writer).await;
@@ -182,12 +186,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             .map(|timeout| last_input + timeout);
         tokio::select! {
             biased;
-            Some(first) = in_flight.next(), if !in_flight.is_empty() => {
-                output.extend_from_slice(&first);
-                // Everything else already answered leaves in the same write.
-                while let Some(Some(more)) = in_flight.next().now_or_never() {
-                    output.extend_from_slice(&more);
-                }
+            () = in_flight.progress(), if !in_flight.is_empty() => {
+                // Everything answered, in order, leaves in the same write.
+                in_flight.write_ready(&mut output);
                 if output_limit > 0 && output.len() > output_limit {
                     tracing::info!(client = %peer, bytes = output.len(), "closing client over its output buffer limit");
                     crate::metrics::client_output_limit_disconnect();
@@ -209,7 +210,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 // Behind the replies already queued: never ahead of its own confirmation.
                 Relay::Push(message) => {
                     subscriber.update(pubsub.is_subscribed());
-                    in_flight.push_back(Either::Left(ready(message)));
+                    in_flight.push_ready(message);
                 }
                 Relay::Close => break,
                 Relay::Idle => {}

@@ -25,34 +25,65 @@ impl Proxy {
     /// Sends `request` (one raw RESP command) and returns its reply frame, after redirects
     /// and retries. Errors that reach the client are final.
     pub async fn forward(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
+        self.forward_from(target, request, proto, None).await
+    }
+
+    /// Like [`Proxy::forward`] for a request already sent once to `conn` (the master of
+    /// its slot) that came back with `answer`: the first attempt's outcome is handled as
+    /// `forward` would have handled it.
+    pub async fn forward_after(
+        &self,
+        target: Target,
+        request: Bytes,
+        proto: Proto,
+        conn: NodeConn,
+        answer: Result<Bytes, BackendError>,
+    ) -> Bytes {
+        self.forward_from(target, request, proto, Some((conn, answer)))
+            .await
+    }
+
+    async fn forward_from(
+        &self,
+        target: Target,
+        request: Bytes,
+        proto: Proto,
+        mut answered: Option<(NodeConn, Result<Bytes, BackendError>)>,
+    ) -> Bytes {
         let retry = &self.config.retry;
         let mut redirects = 0;
         let mut attempts = 0;
         // The node a redirect names, and whether it was an ASK (send ASKING first).
         let mut redirected: Option<(NodeConn, bool)> = None;
         loop {
-            let (conn, asking) = match redirected.take() {
-                Some((conn, asking)) => (Some(conn), asking),
-                None => (
-                    match target {
-                        Target::Slot(slot) => self.topology.master_for_slot(slot, proto),
-                        Target::AnyMaster => self.topology.any_master(proto),
-                    },
-                    false,
-                ),
-            };
-            let Some(conn) = conn else {
-                // The slot map does not cover the slot (yet): wait for a refresh.
-                self.topology.request_refresh();
-                if attempts >= retry.attempts {
-                    return reply::error(reply::text::SLOT_UNSERVED);
+            let (conn, answer) = match answered.take() {
+                Some(first) => first,
+                None => {
+                    let (conn, asking) = match redirected.take() {
+                        Some((conn, asking)) => (Some(conn), asking),
+                        None => (
+                            match target {
+                                Target::Slot(slot) => self.topology.master_for_slot(slot, proto),
+                                Target::AnyMaster => self.topology.any_master(proto),
+                            },
+                            false,
+                        ),
+                    };
+                    let Some(conn) = conn else {
+                        // The slot map does not cover the slot (yet): wait for a refresh.
+                        self.topology.request_refresh();
+                        if attempts >= retry.attempts {
+                            return reply::error(reply::text::SLOT_UNSERVED);
+                        }
+                        metrics::retry(RetryReason::Unreachable);
+                        tokio::time::sleep(retry.backoff(attempts)).await;
+                        attempts += 1;
+                        continue;
+                    };
+                    let answer = conn.call(request.clone(), asking).await;
+                    (conn, answer)
                 }
-                metrics::retry(RetryReason::Unreachable);
-                tokio::time::sleep(retry.backoff(attempts)).await;
-                attempts += 1;
-                continue;
             };
-            let answer = conn.call(request.clone(), asking).await;
             let frame = match answer {
                 Ok(frame) => frame,
                 Err(BackendError::Lost(detail)) => {
@@ -70,12 +101,11 @@ impl Proxy {
                     continue;
                 }
             };
-            if frame.first() != Some(&b'-') {
+            let Some(redirect) = follow_up(&frame, conn.addr()) else {
                 return frame;
-            }
-            match Redirect::classify(&frame, conn.addr()) {
-                None | Some(Redirect::NoScript) => return frame,
-                Some(Redirect::Moved { slot, addr }) => {
+            };
+            match redirect {
+                Redirect::Moved { slot, addr } => {
                     redirects += 1;
                     if redirects > retry.max_redirects {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
@@ -84,7 +114,7 @@ impl Proxy {
                     self.topology.on_moved(slot, &addr);
                     redirected = Some((self.topology.node(&addr, proto), false));
                 }
-                Some(Redirect::Ask { addr, .. }) => {
+                Redirect::Ask { addr, .. } => {
                     redirects += 1;
                     if redirects > retry.max_redirects {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
@@ -92,7 +122,7 @@ impl Proxy {
                     metrics::redirect_ask();
                     redirected = Some((self.topology.node(&addr, proto), true));
                 }
-                Some(retryable) => {
+                retryable => {
                     if matches!(
                         retryable,
                         Redirect::ReadOnly | Redirect::MasterDown | Redirect::ClusterDown
@@ -111,4 +141,19 @@ impl Proxy {
             }
         }
     }
+}
+
+/// What a reply asks the proxy to do instead of passing it on: a redirect to follow or an
+/// answer to retry (`None` for a final reply).
+fn follow_up(frame: &[u8], from: &str) -> Option<Redirect> {
+    if frame.first() != Some(&b'-') {
+        return None;
+    }
+    Redirect::classify(frame, from).filter(|redirect| *redirect != Redirect::NoScript)
+}
+
+/// Whether `frame`, from the node at `from`, is what the client gets: neither a redirect
+/// nor an error worth retrying.
+pub fn is_final(frame: &[u8], from: &str) -> bool {
+    follow_up(frame, from).is_none()
 }

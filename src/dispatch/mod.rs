@@ -20,6 +20,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
+use crate::backend::{BackendError, NodeConn};
 use crate::command::{CommandSpec, CommandTable, KeyPos};
 use crate::config::Config;
 use crate::protocol::{Proto, Request};
@@ -28,7 +29,7 @@ use crate::route::key_slot;
 use crate::topology::Topology;
 
 pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
-pub use forward::Target;
+pub use forward::{is_final, Target};
 pub use pinned::{watch_failed, WatchPin};
 pub use scripts::ScriptCache;
 
@@ -56,6 +57,18 @@ pub struct Proxy {
     pub auth: crate::auth::Auth,
     /// Commands the proxy refuses.
     pub policy: crate::policy::Policy,
+}
+
+/// A request the client session may send straight to the master of its slot, batched
+/// with its neighbours: a known command, allowed, outside every layout prefix, whose keys
+/// share one slot, and whose plan is a plain forward (no split, script, block or emulation).
+pub struct Direct {
+    /// The command's index in the command table (for its metrics).
+    pub command: usize,
+    /// The slot of its keys.
+    pub slot: u16,
+    /// The shared connection to that slot's master.
+    pub conn: NodeConn,
 }
 
 /// How one request will be carried out.
@@ -129,6 +142,55 @@ impl Proxy {
             this.command_metrics.record(command, &reply, started);
             reply
         }
+    }
+
+    /// How `request` can go straight to a master, if it can: the same checks and the same
+    /// plan as [`Proxy::execute_as`], stopped where that would forward the raw bytes.
+    pub fn direct(
+        &self,
+        request: &Request,
+        proto: Proto,
+        user: Option<&crate::auth::User>,
+    ) -> Option<Direct> {
+        let command = self.commands.lookup_index(&request.args)?;
+        let spec = self.commands.spec(command)?;
+        if self.admit_spec(Some(spec), request, user).is_some() {
+            return None;
+        }
+        if let Some(active) = &self.layout {
+            if active.concerns(Some(spec), &request.args) {
+                return None;
+            }
+        }
+        let Plan::Forward(Target::Slot(slot)) = self.plan(Some(spec), request) else {
+            return None;
+        };
+        let conn = self.topology.master_for_slot(slot, proto)?;
+        Some(Direct {
+            command,
+            slot,
+            conn,
+        })
+    }
+
+    /// Finishes a [`Direct`] request whose first answer was not final (a redirect, a
+    /// retryable error, a connection failure), as [`Proxy::forward`] would have, and
+    /// records it in the command metrics.
+    pub async fn follow_up(
+        self: Arc<Self>,
+        direct: Direct,
+        request: Bytes,
+        proto: Proto,
+        answer: Result<Bytes, BackendError>,
+        started: Instant,
+    ) -> Bytes {
+        let target = Target::Slot(direct.slot);
+        let reply = self
+            .forward_after(target, request, proto, direct.conn, answer)
+            .await;
+        self.command_metrics
+            .record(Some(direct.command), &reply, started);
+        reply
     }
 
     /// The refusal for a command the policy or the user's ACL does not allow (`None`:

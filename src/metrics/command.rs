@@ -5,7 +5,7 @@
 //! allocates nothing.
 
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use metrics::{counter, Counter, Histogram};
 
@@ -103,6 +103,12 @@ impl CommandMetrics {
     /// metrics were built from (`None` counts as `unknown`); `started` is when it was
     /// dispatched.
     pub fn record(&self, command: Option<usize>, reply: &[u8], started: Instant) {
+        self.record_elapsed(command, reply, started.elapsed());
+    }
+
+    /// Like [`CommandMetrics::record`], with the latency measured by the caller (who may
+    /// time many commands with one pair of clock reads).
+    pub fn record_elapsed(&self, command: Option<usize>, reply: &[u8], elapsed: Duration) {
         let known = command.and_then(|i| Some((self.names.get(i)?, self.by_index.get(i)?)));
         let (name, slot) = match known {
             Some((name, slot)) => (&**name, slot),
@@ -111,7 +117,7 @@ impl CommandMetrics {
         let handles = slot.get_or_init(|| CommandHandles::new(name));
         let outcome = Outcome::of_reply(reply);
         handles.outcomes[outcome.index()].increment(1);
-        handles.duration.record(started.elapsed().as_secs_f64());
+        handles.duration.record(elapsed.as_secs_f64());
         if outcome == Outcome::CrossSlot {
             crossslot_refusal();
         }

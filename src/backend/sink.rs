@@ -1,0 +1,270 @@
+//! Batches: many requests of one client to one node, sent as one queue message, with
+//! their replies handed to the client's [`ReplySink`].
+//!
+//! A oneshot channel per request costs an allocation and a wake-up per command; a batch
+//! costs one queue message, one in-flight entry and one wake-up per node per client read,
+//! however many requests it carries. Replies are tagged with the sequence numbers the
+//! client session gave its requests, so the session puts them back in request order.
+//! Invariant: every request of a batch gets exactly one delivery (its reply, `NotSent` or
+//! `Lost`), whichever way the batch ends, even when it is dropped unanswered.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::task::AtomicWaker;
+use smallvec::SmallVec;
+
+use super::BackendError;
+
+/// One reply for one request of a batch.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The sequence number the session gave the request.
+    pub seq: u64,
+    /// The reply frame, or why there is none.
+    pub reply: Result<Bytes, BackendError>,
+}
+
+#[derive(Default)]
+struct SinkState {
+    delivered: Vec<Delivery>,
+    closed: bool,
+}
+
+/// Where one client session collects the replies of its batches.
+#[derive(Default)]
+pub struct ReplySink {
+    state: Mutex<SinkState>,
+    waker: AtomicWaker,
+}
+
+impl ReplySink {
+    /// An open sink.
+    pub fn new() -> Arc<ReplySink> {
+        Arc::new(ReplySink::default())
+    }
+
+    /// Moves the replies delivered so far into `into`; otherwise registers the task to be
+    /// woken by the next delivery.
+    pub fn poll_take(&self, cx: &mut Context<'_>, into: &mut Vec<Delivery>) -> Poll<()> {
+        // Registered before looking, so a delivery racing with this call still wakes.
+        self.waker.register(cx.waker());
+        let mut state = self.lock();
+        if state.delivered.is_empty() {
+            return Poll::Pending;
+        }
+        std::mem::swap(&mut state.delivered, into);
+        Poll::Ready(())
+    }
+
+    /// Refuses every later delivery (the client went away): replies then go nowhere
+    /// instead of piling up, and batches not yet written are not written.
+    pub fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        state.delivered = Vec::new();
+    }
+
+    /// Whether the client went away.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Consumes `deliveries` even when closed: the caller counts what was taken.
+    fn deliver(&self, deliveries: impl Iterator<Item = Delivery>) {
+        {
+            let mut state = self.lock();
+            if state.closed {
+                deliveries.for_each(drop);
+                return;
+            }
+            state.delivered.extend(deliveries);
+        }
+        self.waker.wake();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SinkState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Collects one client's requests to one node: their bytes, back to back, and their
+/// sequence numbers.
+#[derive(Default)]
+pub struct BatchBuilder {
+    /// The only request so far, kept as is so a batch of one copies nothing.
+    single: Option<Bytes>,
+    joined: BytesMut,
+    seqs: SmallVec<[u64; 8]>,
+}
+
+impl BatchBuilder {
+    /// Adds one complete RESP request whose reply is delivered under `seq`.
+    pub fn push(&mut self, request: Bytes, seq: u64) {
+        if self.seqs.is_empty() {
+            self.single = Some(request);
+        } else {
+            if let Some(first) = self.single.take() {
+                self.joined.extend_from_slice(&first);
+            }
+            self.joined.extend_from_slice(&request);
+        }
+        self.seqs.push(seq);
+    }
+
+    /// The batch, replying into `sink`.
+    pub fn finish(self, sink: Arc<ReplySink>) -> Batch {
+        let requests = match self.single {
+            Some(single) => single,
+            None => self.joined.freeze(),
+        };
+        Batch {
+            requests,
+            replies: BatchReplies {
+                sink,
+                seqs: self.seqs,
+                answered: 0,
+            },
+        }
+    }
+}
+
+/// Requests to write as one, and where their replies go.
+pub struct Batch {
+    pub(super) requests: Bytes,
+    pub(super) replies: BatchReplies,
+}
+
+/// The replies a batch still owes, in request order.
+pub(super) struct BatchReplies {
+    sink: Arc<ReplySink>,
+    seqs: SmallVec<[u64; 8]>,
+    /// How many of `seqs` were answered already.
+    answered: usize,
+}
+
+impl BatchReplies {
+    /// Whether the client went away, so writing the batch is pointless.
+    pub(super) fn is_abandoned(&self) -> bool {
+        self.sink.is_closed()
+    }
+
+    /// Whether every request got its delivery.
+    pub(super) fn is_done(&self) -> bool {
+        self.answered == self.seqs.len()
+    }
+
+    /// Hands as many of `frames` (front first) as this batch still expects to the sink.
+    pub(super) fn deliver_from(&mut self, frames: &mut impl Iterator<Item = Bytes>) {
+        let seqs = &self.seqs[self.answered..];
+        let mut taken = 0;
+        self.sink
+            .deliver(seqs.iter().zip(frames).map(|(&seq, frame)| {
+                taken += 1;
+                Delivery {
+                    seq,
+                    reply: Ok(frame),
+                }
+            }));
+        self.answered += taken;
+    }
+
+    /// Answers every request not answered yet with `error`.
+    pub(super) fn fail(&mut self, error: &BackendError) {
+        let seqs = &self.seqs[self.answered..];
+        self.sink.deliver(seqs.iter().map(|&seq| Delivery {
+            seq,
+            reply: Err(error.clone()),
+        }));
+        self.answered = self.seqs.len();
+    }
+}
+
+impl Drop for BatchReplies {
+    fn drop(&mut self) {
+        if !self.is_done() {
+            self.fail(&BackendError::Lost(
+                "connection closed before the reply".to_string(),
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Waker;
+
+    fn take(sink: &ReplySink) -> Vec<(u64, Result<Bytes, BackendError>)> {
+        let mut into = Vec::new();
+        let mut cx = Context::from_waker(Waker::noop());
+        let _ = sink.poll_take(&mut cx, &mut into);
+        into.into_iter().map(|d| (d.seq, d.reply)).collect()
+    }
+
+    #[test]
+    fn a_batch_of_one_keeps_the_request_bytes() {
+        let mut builder = BatchBuilder::default();
+        let request = Bytes::from_static(b"*1\r\n$4\r\nPING\r\n");
+        builder.push(request.clone(), 7);
+        let batch = builder.finish(ReplySink::new());
+        assert_eq!(batch.requests.as_ptr(), request.as_ptr());
+    }
+
+    #[test]
+    fn replies_are_tagged_in_order_across_partial_deliveries() {
+        let sink = ReplySink::new();
+        let mut builder = BatchBuilder::default();
+        for (seq, request) in [(3, "a"), (5, "b"), (9, "c")] {
+            builder.push(Bytes::from(request), seq);
+        }
+        let mut batch = builder.finish(sink.clone());
+        assert_eq!(&batch.requests[..], b"abc");
+        let mut first = [Bytes::from("+1")].into_iter();
+        batch.replies.deliver_from(&mut first);
+        assert!(!batch.replies.is_done());
+        let mut rest = [Bytes::from("+2"), Bytes::from("+3"), Bytes::from("+next")].into_iter();
+        batch.replies.deliver_from(&mut rest);
+        assert!(batch.replies.is_done());
+        assert_eq!(
+            rest.next().as_deref(),
+            Some(&b"+next"[..]),
+            "frames of the next owner"
+        );
+        let got = take(&sink);
+        let seqs: Vec<u64> = got.iter().map(|(seq, _)| *seq).collect();
+        assert_eq!(seqs, [3, 5, 9]);
+        assert_eq!(got[2].1.as_deref().ok(), Some(&b"+3"[..]));
+    }
+
+    #[test]
+    fn a_dropped_batch_fails_what_it_still_owes_as_lost() {
+        let sink = ReplySink::new();
+        let mut builder = BatchBuilder::default();
+        builder.push(Bytes::from("a"), 1);
+        builder.push(Bytes::from("b"), 2);
+        let mut batch = builder.finish(sink.clone());
+        batch
+            .replies
+            .deliver_from(&mut [Bytes::from("+1")].into_iter());
+        drop(batch);
+        let got = take(&sink);
+        assert_eq!(got.len(), 2);
+        assert!(matches!(got[1], (2, Err(BackendError::Lost(_)))));
+    }
+
+    #[test]
+    fn a_closed_sink_takes_nothing() {
+        let sink = ReplySink::new();
+        let mut builder = BatchBuilder::default();
+        builder.push(Bytes::from("a"), 1);
+        let mut batch = builder.finish(sink.clone());
+        sink.close();
+        assert!(batch.replies.is_abandoned());
+        batch
+            .replies
+            .fail(&BackendError::NotSent("test".to_string()));
+        assert!(take(&sink).is_empty());
+    }
+}

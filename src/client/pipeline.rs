@@ -1,0 +1,255 @@
+//! One client's requests in flight, kept in request order until their replies are written.
+//!
+//! Most requests are [`Direct`]: one slot, a plain forward of the bytes as sent. Those are
+//! batched per master, one queue message for all of a client's requests to that master
+//! found in one read, and their replies come back through the client's [`ReplySink`]
+//! tagged with the request's sequence number. Everything else runs as a future. A direct
+//! request whose reply is not final (a redirect, a retryable error, a lost connection)
+//! becomes a future that carries on as `Proxy::forward` would.
+//!
+//! Order: a batch leaves when the session finishes a read's worth of requests, and before
+//! any later future is first polled, so requests reach each node in the order the client
+//! sent them, as far as their futures send on first poll (as with plain futures).
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use smallvec::SmallVec;
+
+use crate::backend::{BatchBuilder, Delivery, NodeConn, ReplySink};
+use crate::dispatch::{is_final, Direct, Proxy};
+use crate::protocol::Proto;
+
+/// A request that is not a plain forward, or a forward that needs another attempt.
+type Running = Pin<Box<dyn Future<Output = Bytes> + Send>>;
+
+/// A direct request sent in a batch, with what it takes to finish it if its reply is not
+/// final.
+struct Sent {
+    proxy: Arc<Proxy>,
+    direct: Direct,
+    request: Bytes,
+    proto: Proto,
+    started: Instant,
+}
+
+/// Where one request stands.
+enum Slot {
+    /// Its reply, waiting for the replies before it.
+    Ready(Bytes),
+    /// Sent in a batch; its reply arrives through the sink.
+    Sent(Sent),
+    /// A future in `running` produces its reply.
+    Running,
+}
+
+/// A running future and the sequence number of its request.
+struct Tagged {
+    seq: u64,
+    future: Running,
+}
+
+impl Future for Tagged {
+    type Output = (u64, Bytes);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(u64, Bytes)> {
+        let seq = self.seq;
+        self.future.as_mut().poll(cx).map(|reply| (seq, reply))
+    }
+}
+
+/// A client's requests in flight, in request order.
+pub struct Pipeline {
+    /// One per request not yet written to the client, oldest first.
+    slots: VecDeque<Slot>,
+    /// The sequence number of `slots[0]`.
+    first_seq: u64,
+    running: FuturesUnordered<Tagged>,
+    sink: Arc<ReplySink>,
+    /// Deliveries taken off the sink (kept to reuse its buffer).
+    delivered: Vec<Delivery>,
+    /// Direct requests of the current read, per master, not yet sent.
+    staged: SmallVec<[(NodeConn, BatchBuilder); 4]>,
+}
+
+impl Default for Pipeline {
+    fn default() -> Self {
+        Pipeline {
+            slots: VecDeque::new(),
+            first_seq: 0,
+            running: FuturesUnordered::new(),
+            sink: ReplySink::new(),
+            delivered: Vec::new(),
+            staged: SmallVec::new(),
+        }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        self.sink.close();
+    }
+}
+
+impl Pipeline {
+    /// Requests whose replies are not yet written (answered or not).
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Queues a reply known already.
+    pub fn push_ready(&mut self, reply: Bytes) {
+        self.slots.push_back(Slot::Ready(reply));
+    }
+
+    /// Stages a direct request; it leaves with its batch (see [`Pipeline::send_staged`]).
+    pub fn push_direct(
+        &mut self,
+        proxy: Arc<Proxy>,
+        direct: Direct,
+        request: Bytes,
+        proto: Proto,
+        started: Instant,
+    ) {
+        let seq = self.next_seq();
+        let staged = match self
+            .staged
+            .iter_mut()
+            .position(|(conn, _)| conn.same(&direct.conn))
+        {
+            Some(i) => &mut self.staged[i].1,
+            None => {
+                self.staged
+                    .push((direct.conn.clone(), BatchBuilder::default()));
+                &mut self.staged.last_mut().expect("just pushed").1
+            }
+        };
+        staged.push(request.clone(), seq);
+        self.slots.push_back(Slot::Sent(Sent {
+            proxy,
+            direct,
+            request,
+            proto,
+            started,
+        }));
+    }
+
+    /// Sends the staged batches, one per master.
+    pub fn send_staged(&mut self) {
+        for (conn, builder) in self.staged.drain(..) {
+            conn.send_batch(builder.finish(self.sink.clone()));
+        }
+    }
+
+    /// Runs `future` for the next request: the staged batches leave first, then the
+    /// future is polled once, so whatever it sends on its first poll follows the
+    /// requests before it.
+    pub async fn push_future(&mut self, future: impl Future<Output = Bytes> + Send + 'static) {
+        self.send_staged();
+        let seq = self.next_seq();
+        self.slots.push_back(Slot::Running);
+        self.running.push(Tagged {
+            seq,
+            future: Box::pin(future),
+        });
+        std::future::poll_fn(|cx| {
+            self.poll_running(cx);
+            Poll::Ready(())
+        })
+        .await;
+    }
+
+    /// Moves finished replies into their slots; ready when the oldest has its reply.
+    pub fn poll_progress(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.sink.poll_take(cx, &mut self.delivered).is_ready() {
+            // One clock read times every reply of this wake-up.
+            let now = Instant::now();
+            let mut delivered = std::mem::take(&mut self.delivered);
+            for delivery in delivered.drain(..) {
+                self.complete(delivery, now);
+            }
+            self.delivered = delivered;
+        }
+        self.poll_running(cx);
+        match self.slots.front() {
+            Some(Slot::Ready(_)) => Poll::Ready(()),
+            _ => Poll::Pending,
+        }
+    }
+
+    /// Waits for [`Pipeline::poll_progress`].
+    pub async fn progress(&mut self) {
+        std::future::poll_fn(|cx| self.poll_progress(cx)).await
+    }
+
+    /// Appends the replies that are next in order to `out`.
+    pub fn write_ready(&mut self, out: &mut BytesMut) {
+        while let Some(Slot::Ready(reply)) = self.slots.front() {
+            out.extend_from_slice(reply);
+            self.slots.pop_front();
+            self.first_seq += 1;
+        }
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.first_seq + self.slots.len() as u64
+    }
+
+    fn slot(&mut self, seq: u64) -> Option<&mut Slot> {
+        let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
+        self.slots.get_mut(index)
+    }
+
+    fn poll_running(&mut self, cx: &mut Context<'_>) {
+        while let Poll::Ready(Some((seq, reply))) = self.running.poll_next_unpin(cx) {
+            if let Some(slot) = self.slot(seq) {
+                *slot = Slot::Ready(reply);
+            }
+        }
+    }
+
+    /// Settles a direct request with its first answer.
+    fn complete(&mut self, delivery: Delivery, now: Instant) {
+        let Some(slot) = self.slot(delivery.seq) else {
+            return;
+        };
+        let Slot::Sent(sent) = std::mem::replace(slot, Slot::Running) else {
+            debug_assert!(false, "a delivery for a request not sent in a batch");
+            return;
+        };
+        let answer = match delivery.reply {
+            Ok(reply) if is_final(&reply, sent.direct.conn.addr()) => {
+                let elapsed = now.saturating_duration_since(sent.started);
+                let command = Some(sent.direct.command);
+                sent.proxy
+                    .command_metrics
+                    .record_elapsed(command, &reply, elapsed);
+                *slot = Slot::Ready(reply);
+                return;
+            }
+            answer => answer,
+        };
+        let Sent {
+            proxy,
+            direct,
+            request,
+            proto,
+            started,
+        } = sent;
+        let future = proxy.follow_up(direct, request, proto, answer, started);
+        self.running.push(Tagged {
+            seq: delivery.seq,
+            future: Box::pin(future),
+        });
+    }
+}
