@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use slotbridge::backend::{BackendError, ConnOptions, NodeConn};
+use slotbridge::backend::{BackendError, BatchBuilder, ConnOptions, NodeConn, ReplySink};
 use slotbridge::protocol::Proto;
 use slotbridge::route::NodeAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -351,6 +351,55 @@ async fn lost_reply_is_reported_and_never_resent() {
     let (seen, next) = fake.await.expect("fake");
     assert_eq!(seen, request.to_vec());
     assert_eq!(next, ping.to_vec());
+}
+
+/// A client batch is one write; its replies may straddle reads; when the connection drops,
+/// the requests still unanswered are reported `Lost`, each exactly once.
+#[tokio::test]
+async fn batch_replies_arrive_tagged_and_unanswered_ones_are_lost() {
+    let (listener, addr) = fake_node().await;
+    let conn = NodeConn::spawn(addr, ConnOptions::default());
+    let requests = [
+        command(&["INCR", "a"]),
+        command(&["INCR", "b"]),
+        command(&["INCR", "c"]),
+    ];
+    let written: Vec<u8> = requests.iter().flat_map(|r| r.to_vec()).collect();
+    let expected_len = written.len();
+    let fake = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let seen = read_exactly(&mut stream, expected_len).await;
+        // The second reply is cut in two writes, so it reaches the proxy in two reads.
+        stream.write_all(b":1\r\n:").await.expect("fake write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stream.write_all(b"2\r\n").await.expect("fake write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen
+    });
+    let sink = ReplySink::new();
+    let mut batch = BatchBuilder::default();
+    for (seq, request) in [7u64, 8, 12].into_iter().zip(&requests) {
+        batch.push(request.clone(), seq);
+    }
+    conn.send_batch(batch.finish(sink.clone()));
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while got.len() < 3 {
+            let mut taken = Vec::new();
+            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
+            got.extend(taken.into_iter().map(|d| (d.seq, d.reply)));
+        }
+    })
+    .await
+    .expect("three deliveries");
+    assert_eq!(fake.await.expect("fake"), written, "one write, in order");
+    assert_eq!(got[0], (7, Ok(Bytes::from_static(b":1\r\n"))));
+    assert_eq!(got[1], (8, Ok(Bytes::from_static(b":2\r\n"))));
+    assert!(
+        matches!(&got[2], (12, Err(BackendError::Lost(_)))),
+        "{:?}",
+        got[2]
+    );
 }
 
 #[tokio::test]

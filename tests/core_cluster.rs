@@ -278,3 +278,57 @@ fn multi_key_commands_split_by_slot() {
         .unwrap_err();
     assert_eq!(err.kind(), redis::ErrorKind::CrossSlot, "{err}");
 }
+
+/// `count` commands over a few keys, mixing what the proxy batches per master (SET, GET,
+/// INCR, APPEND), splits by slot (MSET, MGET, DEL, EXISTS), runs as a script (EVAL) and
+/// answers itself (PING, ECHO), with error replies among them (INCR of a text, GET of a list).
+fn mixed_pipeline(prefix: &str, count: usize) -> Vec<String> {
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |bound: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % bound
+    };
+    let key = |n: u64| format!("{prefix}:k{n}");
+    (0..count)
+        .map(|i| {
+            let (a, b, c) = (key(next(12)), key(next(12)), key(next(12)));
+            match next(12) {
+                0 => format!("SET {a} v{i}"),
+                1 => format!("GET {a}"),
+                2 => format!("INCR {a}"),
+                3 => format!("MSET {a} {i} {b} x{i} {c} {i}"),
+                4 => format!("MGET {a} {b} {c}"),
+                5 => format!("EVAL return(redis.call('GET',KEYS[1])) 1 {a}"),
+                6 => format!("DEL {a} {b}"),
+                7 => format!("EXISTS {a} {b} {c}"),
+                8 => format!("APPEND {a} +{i}"),
+                9 => format!("LPUSH {prefix}:k11 {i}"),
+                10 => "PING".to_string(),
+                _ => format!("ECHO e{i}"),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_mixed_pipeline_answers_like_one_redis() {
+    let lines = mixed_pipeline("core:mixed", 600);
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let wire = common::resp_lines(&lines);
+    let single = common::Standalone::start();
+    let expected = common::Raw::connect(single.addr()).pipeline(&wire, lines.len());
+    // The same bytes in one write, so the proxy sees them in a few reads and batches them.
+    let got = common::Raw::connect(proxy().addr()).pipeline(&wire, lines.len());
+    let errors = expected.iter().filter(|r| r.first() == Some(&b'-')).count();
+    assert!(errors > 0, "the pipeline exercises error replies too");
+    for (i, (got, expected)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(
+            String::from_utf8_lossy(got),
+            String::from_utf8_lossy(expected),
+            "reply {i} to {:?}",
+            lines[i]
+        );
+    }
+}

@@ -21,9 +21,17 @@ fn keys_in_one_slot(cluster: &Cluster, count: usize) -> (u16, Vec<String>) {
 fn slot_migration_is_invisible_to_a_plain_client() {
     let cluster = Cluster::start(3, 0);
     let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
-    let (slot, keys) = keys_in_one_slot(&cluster, 200);
+    let (slot, all_keys) = keys_in_one_slot(&cluster, 300);
+    // The pipelined check below uses keys 100..200, the workers the others. The source
+    // lists a slot's keys newest first, so moving 150 keys moves about half of those.
+    let piped = &all_keys[100..200];
+    let keys: Vec<String> = all_keys[..100]
+        .iter()
+        .chain(&all_keys[200..])
+        .cloned()
+        .collect();
     let mut con = proxy.client().get_connection().unwrap();
-    for key in &keys {
+    for key in &all_keys {
         let _: () = redis::cmd("SET")
             .arg(key)
             .arg(format!("{key}:0"))
@@ -72,7 +80,45 @@ fn slot_migration_is_invisible_to_a_plain_client() {
 
     // Move the slot by hand, holding it half-way for a while so clients meet ASK.
     cluster.begin_migration(slot, &target);
-    cluster.migrate_keys(slot, &target, 100);
+    cluster.migrate_keys(slot, &target, 150);
+    // Half-way: one write of GET, SET, GET per key, some keys answered by the source and
+    // some redirected with ASK, all within the same per-master batches.
+    let moved = piped
+        .iter()
+        // The source answers ASK (not 0) for a key it no longer has while migrating.
+        .filter(|key| common::query::<i64>(&source, redis::cmd("EXISTS").arg(key)) != Ok(1))
+        .count();
+    assert!(
+        moved > 0 && moved < piped.len(),
+        "{moved} of {} pipelined keys moved: the check needs both kinds",
+        piped.len()
+    );
+    let mut lines = Vec::new();
+    for key in piped {
+        lines.push(format!("GET {key}"));
+        lines.push(format!("SET {key} {key}:piped"));
+        lines.push(format!("GET {key}"));
+    }
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let replies =
+        common::Raw::connect(proxy.addr()).pipeline(&common::resp_lines(&lines), lines.len());
+    for (key, replies) in piped.iter().zip(replies.chunks(3)) {
+        let text: Vec<String> = replies
+            .iter()
+            .map(|r| String::from_utf8_lossy(r).into_owned())
+            .collect();
+        let before = format!("{key}:0");
+        let after = format!("{key}:piped");
+        assert_eq!(
+            text,
+            [
+                format!("${}\r\n{before}\r\n", before.len()),
+                "+OK\r\n".to_string(),
+                format!("${}\r\n{after}\r\n", after.len())
+            ],
+            "pipelined replies for {key} during the move"
+        );
+    }
     // A multi-key command while keys are split between nodes gets TRYAGAIN internally and
     // succeeds once the move settles.
     let mget_client = proxy.client();

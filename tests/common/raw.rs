@@ -65,6 +65,43 @@ impl Raw {
     }
 }
 
+impl Raw {
+    /// Writes `wire` (any number of requests) in one write and returns the next `count`
+    /// replies, each as its exact bytes.
+    pub fn pipeline(&mut self, wire: &[u8], count: usize) -> Vec<Vec<u8>> {
+        self.stream.write_all(wire).expect("send a pipeline");
+        let mut data = Vec::new();
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            let replies = split_replies(&data);
+            if replies.len() >= count {
+                return replies.into_iter().take(count).collect();
+            }
+            let n = self
+                .stream
+                .read(&mut buf)
+                .unwrap_or_else(|e| panic!("reading reply {} of {count}: {e}", replies.len() + 1));
+            assert!(
+                n > 0,
+                "connection closed after {} of {count} replies",
+                replies.len()
+            );
+            data.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// The complete replies at the front of `data`, each as its bytes.
+pub fn split_replies(data: &[u8]) -> Vec<Vec<u8>> {
+    let mut replies = Vec::new();
+    let mut at = 0;
+    while let Some(len) = data.get(at..).and_then(frame_len) {
+        replies.push(data[at..at + len].to_vec());
+        at += len;
+    }
+    replies
+}
+
 /// Reads until the peer closes (`true`) or `timeout` passes without data (`false`); a read
 /// error counts as a close. Everything received until then is returned.
 pub fn read_until_close(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, bool) {
