@@ -17,7 +17,7 @@ use std::time::Duration;
 
 pub use conn::NodeConn;
 pub use handshake::connect;
-pub use sink::{Batch, BatchBuilder, Delivery, ReplySink};
+pub use sink::{Batch, BatchBuilder, Batches, Delivery, ReplySink};
 
 use crate::protocol::{Limits, Proto};
 

@@ -15,7 +15,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
 use smallvec::SmallVec;
 
-use super::BackendError;
+use super::{BackendError, NodeConn};
 
 /// One reply for one request of a batch.
 #[derive(Debug)]
@@ -126,6 +126,33 @@ impl BatchBuilder {
                 seqs: self.seqs,
                 answered: 0,
             },
+        }
+    }
+}
+
+/// Batches under construction, one per node.
+#[derive(Default)]
+pub struct Batches {
+    staged: SmallVec<[(NodeConn, BatchBuilder); 4]>,
+}
+
+impl Batches {
+    /// Adds `request` to `conn`'s batch; its reply is delivered under `seq`.
+    pub fn push(&mut self, conn: &NodeConn, request: Bytes, seq: u64) {
+        let index = match self.staged.iter().position(|(c, _)| c.same(conn)) {
+            Some(index) => index,
+            None => {
+                self.staged.push((conn.clone(), BatchBuilder::default()));
+                self.staged.len() - 1
+            }
+        };
+        self.staged[index].1.push(request, seq);
+    }
+
+    /// Sends every batch, its replies going to `sink`.
+    pub fn send(&mut self, sink: &Arc<ReplySink>) {
+        for (conn, builder) in self.staged.drain(..) {
+            conn.send_batch(builder.finish(sink.clone()));
         }
     }
 }

@@ -20,9 +20,8 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use smallvec::SmallVec;
 
-use crate::backend::{BatchBuilder, Delivery, NodeConn, ReplySink};
+use crate::backend::{Batches, Delivery, ReplySink};
 use crate::dispatch::{is_final, Direct, Proxy};
 use crate::protocol::Proto;
 
@@ -75,7 +74,7 @@ pub struct Pipeline {
     /// Deliveries taken off the sink (kept to reuse its buffer).
     delivered: Vec<Delivery>,
     /// Direct requests of the current read, per master, not yet sent.
-    staged: SmallVec<[(NodeConn, BatchBuilder); 4]>,
+    staged: Batches,
 }
 
 impl Default for Pipeline {
@@ -86,7 +85,7 @@ impl Default for Pipeline {
             running: FuturesUnordered::new(),
             sink: ReplySink::new(),
             delivered: Vec::new(),
-            staged: SmallVec::new(),
+            staged: Batches::default(),
         }
     }
 }
@@ -122,19 +121,7 @@ impl Pipeline {
         started: Instant,
     ) {
         let seq = self.next_seq();
-        let staged = match self
-            .staged
-            .iter_mut()
-            .position(|(conn, _)| conn.same(&direct.conn))
-        {
-            Some(i) => &mut self.staged[i].1,
-            None => {
-                self.staged
-                    .push((direct.conn.clone(), BatchBuilder::default()));
-                &mut self.staged.last_mut().expect("just pushed").1
-            }
-        };
-        staged.push(request.clone(), seq);
+        self.staged.push(&direct.conn, request.clone(), seq);
         self.slots.push_back(Slot::Sent(Sent {
             proxy,
             direct,
@@ -146,9 +133,7 @@ impl Pipeline {
 
     /// Sends the staged batches, one per master.
     pub fn send_staged(&mut self) {
-        for (conn, builder) in self.staged.drain(..) {
-            conn.send_batch(builder.finish(self.sink.clone()));
-        }
+        self.staged.send(&self.sink);
     }
 
     /// Runs `future` for the next request: the staged batches leave first, then the

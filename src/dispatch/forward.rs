@@ -4,7 +4,9 @@
 
 use bytes::Bytes;
 
-use crate::backend::{BackendError, NodeConn};
+use futures_util::future::join_all;
+
+use crate::backend::{BackendError, Batches, NodeConn, ReplySink};
 use crate::metrics::{self, RetryReason};
 use crate::protocol::Proto;
 use crate::reply;
@@ -41,6 +43,51 @@ impl Proxy {
     ) -> Bytes {
         self.forward_from(target, request, proto, Some((conn, answer)))
             .await
+    }
+
+    /// Forwards single-slot requests all at once, one batch per master, and returns their
+    /// replies in request order, each followed through redirects and retries as
+    /// [`Proxy::forward`] would.
+    pub async fn forward_each(&self, requests: &[(u16, Bytes)], proto: Proto) -> Vec<Bytes> {
+        let sink = ReplySink::new();
+        let mut batches = Batches::default();
+        let conns: Vec<Option<NodeConn>> = requests
+            .iter()
+            .enumerate()
+            .map(|(seq, (slot, request))| {
+                let conn = self.topology.master_for_slot(*slot, proto)?;
+                batches.push(&conn, request.clone(), seq as u64);
+                Some(conn)
+            })
+            .collect();
+        batches.send(&sink);
+        let mut answers: Vec<Option<Result<Bytes, BackendError>>> = vec![None; requests.len()];
+        // Every batched request gets exactly one delivery, whatever happens to its node.
+        let mut missing = conns.iter().filter(|conn| conn.is_some()).count();
+        let mut taken = Vec::new();
+        while missing > 0 {
+            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
+            for delivery in taken.drain(..) {
+                if let Some(answer) = answers.get_mut(delivery.seq as usize) {
+                    missing -= usize::from(answer.is_none());
+                    *answer = Some(delivery.reply);
+                }
+            }
+        }
+        let finished = requests.iter().zip(conns).zip(answers).map(
+            |(((slot, request), conn), answer)| async move {
+                let target = Target::Slot(*slot);
+                match (conn, answer) {
+                    (Some(conn), Some(Ok(frame))) if is_final(&frame, conn.addr()) => frame,
+                    (Some(conn), Some(answer)) => {
+                        self.forward_after(target, request.clone(), proto, conn, answer)
+                            .await
+                    }
+                    _ => self.forward(target, request.clone(), proto).await,
+                }
+            },
+        );
+        join_all(finished).await
     }
 
     async fn forward_from(

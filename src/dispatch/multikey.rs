@@ -2,17 +2,17 @@
 //! in parallel, merged back in the client's key order. Only commands whose split result is
 //! what one Redis would answer are split; everything else gets `-CROSSSLOT`.
 
-use std::collections::HashMap;
+use std::ops::Range;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures_util::future::join_all;
+use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
 
 use crate::command::CommandSpec;
-use crate::protocol::Proto;
+use crate::protocol::{encode, Proto};
 use crate::reply::merge;
 use crate::route::key_slot;
 
-use super::{Proxy, Target};
+use super::Proxy;
 
 /// The commands that can be split by slot, and how their parts merge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,15 +45,6 @@ impl Kind {
     }
 }
 
-/// One slot's share of a split command.
-struct Part {
-    slot: u16,
-    /// Positions (in key order) of this part's keys in the original request.
-    key_order: Vec<usize>,
-    request: BytesMut,
-    argc: usize,
-}
-
 impl Proxy {
     /// Splits a multi-key request by slot, runs the parts in parallel, merges the replies.
     pub(super) async fn split(
@@ -69,34 +60,43 @@ impl Proxy {
         if (args.len() - 1) % stride != 0 {
             return crate::reply::wrong_arity("mset");
         }
-        let mut parts: Vec<Part> = Vec::new();
-        let mut part_of_slot: HashMap<u16, usize> = HashMap::new();
-        for (key_number, first) in (1..args.len()).step_by(stride).enumerate() {
-            let slot = key_slot(&args[first]);
-            let index = *part_of_slot.entry(slot).or_insert_with(|| {
-                parts.push(Part {
-                    slot,
-                    key_order: Vec::new(),
-                    request: BytesMut::new(),
-                    argc: 1,
-                });
-                parts.len() - 1
-            });
-            let part = &mut parts[index];
-            part.key_order.push(key_number);
-            for arg in &args[first..(first + stride).min(args.len())] {
-                crate::protocol::encode::bulk(&mut part.request, arg);
-                part.argc += 1;
+        let key_count = (args.len() - 1) / stride;
+        let key_args = |key_number: usize| {
+            let first = 1 + key_number * stride;
+            &args[first..first + stride]
+        };
+        // Key numbers grouped by slot, each group in key order (sorting by slot, then key
+        // number, needs no map); groups in the order of their first key, as the client
+        // named them.
+        let mut by_slot: SmallVec<[(u16, usize); 16]> = (0..key_count)
+            .map(|key_number| (key_slot(&key_args(key_number)[0]), key_number))
+            .collect();
+        by_slot.sort_unstable();
+        let mut parts: SmallVec<[Range<usize>; 8]> = SmallVec::new();
+        for (i, (slot, _)) in by_slot.iter().enumerate() {
+            match parts.last_mut() {
+                Some(part) if by_slot[part.start].0 == *slot => part.end = i + 1,
+                _ => parts.push(i..i + 1),
             }
         }
-        let sends = parts.iter().map(|part| {
-            let mut frame = BytesMut::with_capacity(part.request.len() + 32);
-            frame.put_slice(format!("*{}\r\n", part.argc).as_bytes());
-            crate::protocol::encode::bulk(&mut frame, &args[0]);
-            frame.put_slice(&part.request);
-            self.forward(Target::Slot(part.slot), frame.freeze(), proto)
-        });
-        let replies = join_all(sends).await;
+        parts.sort_unstable_by_key(|part| by_slot[part.start].1);
+        // Every part's frame in one buffer, split off as each is complete.
+        let mut wire =
+            BytesMut::with_capacity(request.raw.len() + parts.len() * (args[0].len() + 32));
+        let requests: Vec<(u16, Bytes)> = parts
+            .iter()
+            .map(|part| {
+                encode::array_header(&mut wire, 1 + part.len() * stride);
+                encode::bulk(&mut wire, &args[0]);
+                for (_, key_number) in &by_slot[part.clone()] {
+                    for arg in key_args(*key_number) {
+                        encode::bulk(&mut wire, arg);
+                    }
+                }
+                (by_slot[part.start].0, wire.split().freeze())
+            })
+            .collect();
+        let replies = self.forward_each(&requests, proto).await;
         if let Some(error) = merge::first_error(&replies) {
             return error.clone();
         }
@@ -107,16 +107,15 @@ impl Proxy {
                 .unwrap_or_else(|| Bytes::from_static(b"+OK\r\n")),
             Kind::Count => merge::sum_counts(&replies),
             Kind::Mget => {
-                let key_count = args.len() - 1;
                 let mut values: Vec<Option<Bytes>> = vec![None; key_count];
                 for (part, reply) in parts.iter().zip(&replies) {
                     let Some(elements) = merge::array_elements(reply) else {
                         return reply.clone();
                     };
-                    if elements.len() != part.key_order.len() {
+                    if elements.len() != part.len() {
                         return reply.clone();
                     }
-                    for (key_number, element) in part.key_order.iter().zip(elements) {
+                    for ((_, key_number), element) in by_slot[part.clone()].iter().zip(elements) {
                         values[*key_number] = Some(element);
                     }
                 }
