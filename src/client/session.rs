@@ -75,6 +75,10 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     let mut closing = false;
     let mut drain = live.drain.subscribe();
     let mut draining = *drain.borrow();
+    // Made once, not per loop turn: each new `changed()` would join and leave the
+    // watch's waiter list.
+    let drain_changed = drain.changed();
+    tokio::pin!(drain_changed);
     let mut last_input = Instant::now();
     let mut transaction = Transaction::default();
     // A decoded request waiting for the replies before it (a transaction sequence point),
@@ -203,10 +207,10 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 }
             },
             // A subscriber that stopped reading must not hold its messages forever.
-            () = pubsub.overflowed(), if pubsub.is_subscribed() => break,
+            () = pubsub.overflowed(), if pubsub.is_used() && pubsub.is_subscribed() => break,
             // Messages wait in the subscription's bounded buffer while the client is slow,
             // so `pubsub.max_buffer_bytes` is what limits a subscriber that does not read.
-            relay = pubsub.next_event(), if !closing && output.len() < OUTPUT_BACKPRESSURE => match relay {
+            relay = pubsub.next_event(), if pubsub.is_used() && !closing && output.len() < OUTPUT_BACKPRESSURE => match relay {
                 // Behind the replies already queued: never ahead of its own confirmation.
                 Relay::Push(message) => {
                     subscriber.update(pubsub.is_subscribed());
@@ -225,7 +229,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     input.reserve(READ_BUFFER);
                 }
             }
-            _ = drain.changed(), if !draining => draining = true,
+            _ = &mut drain_changed, if !draining => draining = true,
             _ = sleep_until(idle_deadline), if idle_deadline.is_some() => {
                 tracing::debug!(client = %peer, "closing idle client");
                 break;

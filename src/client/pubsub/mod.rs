@@ -142,6 +142,12 @@ impl PubSub {
         }
     }
 
+    /// Whether the client subscribed since it connected or last sent RESET: until then it
+    /// has no subscription, no message can arrive for it, and its session need not look.
+    pub fn is_used(&self) -> bool {
+        self.used
+    }
+
     /// Whether the client has any subscription (Redis's subscribed mode).
     pub fn is_subscribed(&self) -> bool {
         lock(&self.inner).total() > 0
