@@ -267,15 +267,19 @@ def median(rows, key):
 
 
 def print_table(results, targets):
-    print(f"| case | target | req/s (median of {REPS}) | ratio to direct | p50 ms | p99 ms | req per proxy CPU-s |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| case | target | req/s (median of {REPS}) | ratio to direct | ratio, each repetition | "
+          "p50 ms | p99 ms | req per proxy CPU-s |")
+    print("|---|---|---|---|---|---|---|---|")
     for (label, target), rows in results.items():
         rps = median(rows, "rps")
         direct = results.get((label, targets[0][0]))
-        ratio = f"{rps / median(direct, 'rps'):.2f}" if direct and target != targets[0][0] else "-"
+        compared = direct and target != targets[0][0]
+        ratio = f"{rps / median(direct, 'rps'):.2f}" if compared else "-"
+        # Each repetition's ratio to the direct run next to it: the spread shows the noise.
+        each = " ".join(f"{r['rps'] / d['rps']:.2f}" for r, d in zip(rows, direct)) if compared else "-"
         cpu = sum(r["cpu"] for r in rows)
         per_cpu = f"{sum(r['n'] for r in rows) / cpu / 1000:.0f}k" if cpu > 0 else "-"
-        print(f"| {label} | {target} | {rps:,.0f} | {ratio} | {median(rows, 'p50'):.3f} | "
+        print(f"| {label} | {target} | {rps:,.0f} | {ratio} | {each} | {median(rows, 'p50'):.3f} | "
               f"{median(rows, 'p99'):.3f} | {per_cpu} |")
 
 
