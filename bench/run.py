@@ -23,6 +23,8 @@ VALUE_SIZE = 64
 N_P1 = 20000 if QUICK else 100000
 N_P16 = 100000 if QUICK else 500000
 PROXY = os.path.abspath("target/release/slotbridge")
+# `--predixy PATH`: a predixy binary built elsewhere, measured as one more target.
+PREDIXY = sys.argv[sys.argv.index("--predixy") + 1] if "--predixy" in sys.argv else None
 LAYOUT = "config/botmesh-cluster-v1.yaml"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -109,6 +111,39 @@ def start_proxy(procs, seeds, extra, name):
     return proc, port
 
 
+def start_predixy(procs, seeds):
+    """predixy in front of the same cluster, one worker thread like the proxy's default."""
+    port = free_port()
+    servers = "\n".join(f"        + {seed}" for seed in seeds)
+    config = os.path.join(procs.dir, "predixy.conf")
+    with open(config, "w") as f:
+        f.write(f"""Name bench
+Bind 127.0.0.1:{port}
+WorkerThreads 1
+ClientTimeout 300
+LogVerbSample 0
+LogDebugSample 0
+LogInfoSample 0
+LogNoticeSample 0
+LogWarnSample 1
+LogErrorSample 1
+Authority {{
+    Auth {{
+        Mode write
+    }}
+}}
+ClusterServerPool {{
+    MasterReadPriority 100
+    Servers {{
+{servers}
+    }}
+}}
+""")
+    proc = procs.start([PREDIXY, config], "predixy")
+    wait_port(port)
+    return proc, port
+
+
 def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -178,6 +213,9 @@ def main():
             ("proxy, metrics off", no_metrics_port, False, no_metrics),
             ("proxy, 2 threads", two_threads_port, False, two_threads),
         ]
+        if PREDIXY:
+            predixy, predixy_port = start_predixy(procs, seeds)
+            targets.append(("predixy (peer, 1 thread)", predixy_port, False, predixy))
         results = {}
         for rep in range(REPS):
             for label, test, pipeline, n, _ in cases:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Throughput and latency of slotbridge against a direct cluster-aware client, same run.
 #
-#   bench/run.sh [--quick] [--reps N] [--syscalls]
+#   bench/run.sh [--quick] [--reps N] [--syscalls] [--predixy PATH]
 #
 # Builds the release proxy, starts a 3-master cluster on free loopback ports, and runs
 # redis-benchmark interleaved against (a) the cluster directly (--cluster), (b) the proxy,
@@ -9,7 +9,8 @@
 # prefix. Prints a markdown table of medians over 3 repetitions, ratios to (a), requests per
 # proxy CPU-second (from /proc) and RSS. Two more proxies run as targets: one with
 # `admin.metrics: false` (the cost of metrics) and one with 2 worker threads (the default is
-# 1). `--syscalls` instead counts the proxy's syscalls per request under strace. Stops
+# 1). `--predixy PATH` adds a predixy binary (built separately) as one more target, in front of
+# the same cluster. `--syscalls` instead counts the proxy's syscalls per request under strace. Stops
 # everything it started. Loopback only; every run is bounded by its request count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
