@@ -106,6 +106,8 @@ impl BatchBuilder {
             self.single = Some(request);
         } else {
             if let Some(first) = self.single.take() {
+                // Room for a few more of the same size: one allocation for most batches.
+                self.joined.reserve(4 * (first.len() + request.len()));
                 self.joined.extend_from_slice(&first);
             }
             self.joined.extend_from_slice(&request);

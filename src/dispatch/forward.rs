@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use futures_util::future::join_all;
+use smallvec::SmallVec;
 
 use crate::backend::{BackendError, Batches, NodeConn, ReplySink};
 use crate::metrics::{self, RetryReason};
@@ -51,17 +52,22 @@ impl Proxy {
     pub async fn forward_each(&self, requests: &[(u16, Bytes)], proto: Proto) -> Vec<Bytes> {
         let sink = ReplySink::new();
         let mut batches = Batches::default();
-        let conns: Vec<Option<NodeConn>> = requests
-            .iter()
-            .enumerate()
-            .map(|(seq, (slot, request))| {
-                let conn = self.topology.master_for_slot(*slot, proto)?;
-                batches.push(&conn, request.clone(), seq as u64);
-                Some(conn)
-            })
-            .collect();
+        let conns: SmallVec<[Option<NodeConn>; 8]> = {
+            // One routing snapshot for all parts.
+            let routing = self.topology.routing();
+            requests
+                .iter()
+                .enumerate()
+                .map(|(seq, (slot, request))| {
+                    let conn = routing.master_for_slot(*slot)?.get(proto).clone();
+                    batches.push(&conn, request.clone(), seq as u64);
+                    Some(conn)
+                })
+                .collect()
+        };
         batches.send(&sink);
-        let mut answers: Vec<Option<Result<Bytes, BackendError>>> = vec![None; requests.len()];
+        let mut answers: SmallVec<[Option<Result<Bytes, BackendError>>; 8]> =
+            requests.iter().map(|_| None).collect();
         // Every batched request gets exactly one delivery, whatever happens to its node.
         let mut missing = conns.iter().filter(|conn| conn.is_some()).count();
         let mut taken = Vec::new();
@@ -73,6 +79,16 @@ impl Proxy {
                     *answer = Some(delivery.reply);
                 }
             }
+        }
+        let settled = conns
+            .iter()
+            .zip(&answers)
+            .all(|(conn, answer)| match (conn, answer) {
+                (Some(conn), Some(Ok(frame))) => is_final(frame, conn.addr()),
+                _ => false,
+            });
+        if settled {
+            return answers.into_iter().flatten().flatten().collect();
         }
         let finished = requests.iter().zip(conns).zip(answers).map(
             |(((slot, request), conn), answer)| async move {

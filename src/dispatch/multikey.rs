@@ -83,7 +83,7 @@ impl Proxy {
         // Every part's frame in one buffer, split off as each is complete.
         let mut wire =
             BytesMut::with_capacity(request.raw.len() + parts.len() * (args[0].len() + 32));
-        let requests: Vec<(u16, Bytes)> = parts
+        let requests: SmallVec<[(u16, Bytes); 8]> = parts
             .iter()
             .map(|part| {
                 encode::array_header(&mut wire, 1 + part.len() * stride);
