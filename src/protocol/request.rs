@@ -188,7 +188,11 @@ impl RequestDecoder {
                     bulk_len: None,
                 };
                 let step = scan_arguments(&mut scan, buf, &self.limits)?;
-                self.progress = Progress::Arguments(scan);
+                // Parked only when incomplete: a whole request (the common case) is not
+                // moved into `progress` just to be reset.
+                if let Step::NeedMore = step {
+                    self.progress = Progress::Arguments(scan);
+                }
                 Ok(step)
             }
             Progress::Arguments(scan) => scan_arguments(scan, buf, &self.limits),
