@@ -1,6 +1,7 @@
 //! Client limits through the proxy: `maxclients` refuses the next client with Redis's error,
-//! `timeout` closes idle clients only, and a client that never reads its replies is
-//! disconnected at `client_output_buffer_limit_bytes` while others keep being served.
+//! `timeout` closes idle clients only, a client that never reads its replies is
+//! disconnected at `client_output_buffer_limit_bytes` while others keep being served, and
+//! clients that hang up with thousands of requests in flight disturb no one.
 
 mod common;
 
@@ -107,4 +108,52 @@ fn a_client_that_does_not_read_is_disconnected_at_the_output_limit() {
         let reply = polite.call(&["GET", "limits:big"]);
         assert_eq!(reply.len(), VALUE + format!("${VALUE}\r\n\r\n").len());
     }
+}
+
+#[test]
+fn clients_that_hang_up_mid_pipeline_do_not_disturb_others() {
+    let proxy = proxy_with("");
+    // A reader that checks its own writes the whole time.
+    let addr = proxy.addr().to_string();
+    let steady = std::thread::spawn(move || {
+        let mut con = Raw::connect(&addr);
+        for i in 0..300 {
+            let key = format!("limits:steady:{}", i % 17);
+            assert_eq!(con.call(&["SET", &key, &i.to_string()]), "+OK\r\n");
+            let expected = format!("${}\r\n{i}\r\n", i.to_string().len());
+            assert_eq!(con.call(&["GET", &key]), expected, "{key}");
+        }
+    });
+    // Clients that send thousands of batched requests and go away without reading, some
+    // closing at once and some after part of the replies came back.
+    let mut request = Vec::new();
+    for i in 0..4000 {
+        let key = format!("limits:gone:{}", i % 97);
+        request.extend_from_slice(
+            format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\nx\r\n", key.len()).as_bytes(),
+        );
+        request.extend_from_slice(
+            format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).as_bytes(),
+        );
+    }
+    for round in 0..20 {
+        let mut gone = TcpStream::connect(proxy.addr()).unwrap();
+        let _ = gone.write_all(&request);
+        if round % 2 == 1 {
+            let mut some = [0u8; 4096];
+            let _ = std::io::Read::read(&mut gone, &mut some);
+        }
+        drop(gone);
+    }
+    steady
+        .join()
+        .expect("the steady client saw only its own replies");
+    let mut after = Raw::connect(proxy.addr());
+    assert_eq!(after.call(&["SET", "limits:after", "1"]), "+OK\r\n");
+    assert_eq!(after.call(&["GET", "limits:after"]), "$1\r\n1\r\n");
+    assert!(
+        !proxy.stderr().contains("panicked"),
+        "the proxy panicked: {}",
+        proxy.output()
+    );
 }
