@@ -3,9 +3,8 @@
 //! Requests are dispatched as soon as they are decoded, so a pipeline runs in parallel
 //! across masters; the [`Pipeline`] sends plain forwards in one batch per master and
 //! hands replies back in request order. Replies that are ready together leave in one
-//! write. At most
-//! `max_pipeline` commands of one client are in flight; past that the session stops
-//! reading (TCP back-pressure) until replies drain.
+//! write. At most `max_pipeline` commands of one client are in flight; past that the
+//! session stops reading (TCP back-pressure) until replies drain.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
