@@ -195,6 +195,7 @@ impl Live {
             scripts: running.scripts.clone(),
             layout,
             command_metrics: running.command_metrics.clone(),
+            forwardable: running.forwardable.clone(),
             readiness: running.readiness.clone(),
             auth,
             policy,

@@ -215,6 +215,14 @@ impl CommandSpec {
         acl_category_bit(name.as_bytes()).is_some_and(|bit| self.acl_categories & bit != 0)
     }
 
+    /// Whether some arguments make this command block (see [`CommandSpec::blocks`]).
+    pub fn may_block(&self) -> bool {
+        matches!(
+            self.name.as_str(),
+            "xread" | "xreadgroup" | "wait" | "waitaof"
+        ) || self.is_blocking()
+    }
+
     /// Whether this invocation may hold its connection while waiting: BLPOP and the
     /// other `blocking` commands always, XREAD/XREADGROUP only with a `BLOCK` option,
     /// and WAIT / WAITAOF (not flagged `blocking` by Redis, but they wait).

@@ -51,6 +51,8 @@ pub struct Proxy {
     pub layout: Option<Arc<layout::ActiveLayout>>,
     /// Per-command metric handles (labels from `commands`).
     pub command_metrics: Arc<crate::metrics::CommandMetrics>,
+    /// Which commands of `commands` a single-slot request forwards as is.
+    pub forwardable: Arc<Forwardable>,
     /// What `/readyz` reports; flip it when draining.
     pub readiness: Arc<crate::admin::Readiness>,
     /// Proxy users (AUTH, ACL).
@@ -69,6 +71,48 @@ pub struct Direct {
     pub slot: u16,
     /// The shared connection to that slot's master.
     pub conn: NodeConn,
+}
+
+/// Per command-table index: whether the planner forwards a single-slot request of that
+/// command as is (no emulation, fan-out, script handling, blocking or special route), so
+/// [`Proxy::direct`] skips the planner's name checks for the common commands.
+pub struct Forwardable(Box<[bool]>);
+
+impl Forwardable {
+    /// The flags for every command of `table`, in its order.
+    pub fn of(table: &CommandTable) -> Forwardable {
+        Forwardable(table.iter().map(forwards_as_is).collect())
+    }
+
+    fn get(&self, command: usize) -> bool {
+        self.0.get(command).copied().unwrap_or(false)
+    }
+}
+
+/// Whether [`Proxy::plan`] sends a single-slot request of `spec` on as it came, whatever
+/// its arguments: none of its special cases applies. `direct` asserts in debug builds that
+/// the plan agrees.
+fn forwards_as_is(spec: &CommandSpec) -> bool {
+    emulate::Local::classify(spec, &[]).is_none()
+        && fanout::Op::classify(spec).is_none()
+        && scripts::Admin::classify(spec).is_none()
+        && !routes_specially(spec)
+        && scripts::Run::of(spec).is_none()
+        && !spec.may_block()
+}
+
+/// Shard-channel publishing (routed by channel) and subscriptions (client connections only).
+fn routes_specially(spec: &CommandSpec) -> bool {
+    matches!(
+        spec.name.as_str(),
+        "spublish"
+            | "subscribe"
+            | "psubscribe"
+            | "ssubscribe"
+            | "unsubscribe"
+            | "punsubscribe"
+            | "sunsubscribe"
+    )
 }
 
 /// How one request will be carried out.
@@ -152,19 +196,30 @@ impl Proxy {
         proto: Proto,
         user: Option<&crate::auth::User>,
     ) -> Option<Direct> {
-        let command = self.commands.lookup_index(&request.args)?;
+        let args = &request.args;
+        let command = self.commands.lookup_index(args)?;
+        if !self.forwardable.get(command) {
+            return None;
+        }
         let spec = self.commands.spec(command)?;
-        if self.admit_spec(Some(spec), request, user).is_some() {
+        if !spec.arity_ok(args.len()) || self.admit_spec(Some(spec), request, user).is_some() {
             return None;
         }
         if let Some(active) = &self.layout {
-            if active.concerns(Some(spec), &request.args) {
+            if active.concerns(Some(spec), args) {
                 return None;
             }
         }
-        let Plan::Forward(Target::Slot(slot)) = self.plan(Some(spec), request) else {
+        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        spec.keys(args, &mut keys);
+        let Ok(Some(slot)) = common_slot(args, &keys) else {
             return None;
         };
+        debug_assert!(
+            matches!(self.plan(Some(spec), request), Plan::Forward(Target::Slot(s)) if s == slot),
+            "{} is flagged forwardable but the planner does otherwise",
+            spec.name
+        );
         let conn = self.topology.master_for_slot(slot, proto)?;
         Some(Direct {
             command,
@@ -273,18 +328,16 @@ impl Proxy {
         if let Some(admin) = scripts::Admin::classify(spec) {
             return Plan::ScriptAdmin(admin);
         }
-        match spec.name.as_str() {
+        if routes_specially(spec) {
             // Redis 7 marks shard channels `not_key`, yet they route by slot like keys.
-            "spublish" => return Plan::Forward(Target::Slot(key_slot(&args[1]))),
+            if spec.name == "spublish" {
+                return Plan::Forward(Target::Slot(key_slot(&args[1])));
+            }
             // Subscriptions live on the client's own connections (client::pubsub); on a
             // shared connection they would swallow every other client's replies.
-            "subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe"
-            | "sunsubscribe" => {
-                return Plan::Answer(reply::error(
-                    "ERR proxy: subscriptions are only possible on a client connection",
-                ))
-            }
-            _ => {}
+            return Plan::Answer(reply::error(
+                "ERR proxy: subscriptions are only possible on a client connection",
+            ));
         }
         let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
         spec.keys(args, &mut keys);
@@ -330,4 +383,47 @@ fn cross_slot_error(args: &[Bytes], keys: &[KeyPos]) -> Bytes {
         .map(|k| (&args[k.index][..], key_slot(&args[k.index])))
         .collect();
     reply::cross_slot(&named)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forwardable(table: &CommandTable, flags: &Forwardable, name: &str) -> bool {
+        let args: Vec<Bytes> = name
+            .split(' ')
+            .map(|part| Bytes::copy_from_slice(part.as_bytes()))
+            .collect();
+        let index = table.lookup_index(&args).expect(name);
+        flags.get(index)
+    }
+
+    #[test]
+    fn only_commands_the_planner_forwards_as_is_are_forwardable() {
+        let table = CommandTable::builtin();
+        let flags = Forwardable::of(&table);
+        for name in [
+            "get", "set", "incr", "hset", "zadd", "lrange", "expire", "mget",
+        ] {
+            assert!(forwardable(&table, &flags, name), "{name}");
+        }
+        for name in [
+            "eval",
+            "evalsha",
+            "blpop",
+            "xread",
+            "wait",
+            "keys",
+            "scan",
+            "dbsize",
+            "info",
+            "cluster info",
+            "script load",
+            "flushall",
+            "spublish",
+            "subscribe",
+        ] {
+            assert!(!forwardable(&table, &flags, name), "{name}");
+        }
+    }
 }
