@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::auth;
+use crate::dispatch::Route;
 use crate::protocol::{Proto, RequestDecoder};
 use crate::reload::Live;
 use crate::reply;
@@ -152,19 +153,25 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         continue;
                     }
                     let user = user.map(|user| &**user);
-                    if let Some(direct) = proxy.direct(&request, state.proto, user) {
-                        let started = *pass_started.get_or_insert_with(std::time::Instant::now);
-                        in_flight.push_direct(
-                            proxy.clone(),
-                            direct,
-                            request.raw,
-                            state.proto,
-                            started,
-                        );
-                        continue;
+                    match proxy.route(&request, state.proto, user) {
+                        Route::Direct(direct) => {
+                            let started = *pass_started.get_or_insert_with(std::time::Instant::now);
+                            in_flight.push_direct(
+                                proxy.clone(),
+                                direct,
+                                request.raw,
+                                state.proto,
+                                started,
+                            );
+                        }
+                        Route::Planned(command) => {
+                            let run =
+                                proxy
+                                    .clone()
+                                    .execute_indexed(command, request, state.proto, user);
+                            in_flight.push_future(run).await;
+                        }
                     }
-                    let run = proxy.clone().execute_as(request, state.proto, user);
-                    in_flight.push_future(run).await;
                 }
                 Ok(None) => break,
                 Err(error) => {

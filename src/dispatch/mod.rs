@@ -73,6 +73,14 @@ pub struct Direct {
     pub conn: NodeConn,
 }
 
+/// How the client session runs a request, decided with one command-name lookup.
+pub enum Route {
+    /// Straight to a master, in the client's batch for it.
+    Direct(Direct),
+    /// As a future ([`Proxy::execute_indexed`]), with the command's table index if known.
+    Planned(Option<usize>),
+}
+
 /// Per command-table index: whether the planner forwards a single-slot request of that
 /// command as is (no emulation, fan-out, script handling, blocking or special route), so
 /// [`Proxy::direct`] skips the planner's name checks for the common commands.
@@ -162,8 +170,19 @@ impl Proxy {
         proto: Proto,
         user: Option<&crate::auth::User>,
     ) -> impl std::future::Future<Output = Bytes> + Send + 'static {
-        // One name lookup per command: the index serves the checks, the plan and the metrics.
         let command = self.commands.lookup_index(&request.args);
+        self.execute_indexed(command, request, proto, user)
+    }
+
+    /// Like [`Proxy::execute_as`] for a request whose command-table index is known: one name
+    /// lookup per command serves the checks, the plan and the metrics.
+    pub fn execute_indexed(
+        self: Arc<Self>,
+        command: Option<usize>,
+        request: Request,
+        proto: Proto,
+        user: Option<&crate::auth::User>,
+    ) -> impl std::future::Future<Output = Bytes> + Send + 'static {
         let refused = self.admit_spec(command.and_then(|i| self.commands.spec(i)), &request, user);
         async move {
             let started = Instant::now();
@@ -188,16 +207,30 @@ impl Proxy {
         }
     }
 
-    /// How `request` can go straight to a master, if it can: the same checks and the same
-    /// plan as [`Proxy::execute_as`], stopped where that would forward the raw bytes.
-    pub fn direct(
+    /// Whether `request` can go straight to a master ([`Route::Direct`]: the same checks
+    /// and the same plan as [`Proxy::execute_as`], stopped where that would forward the raw
+    /// bytes) or runs as a future.
+    pub fn route(
         &self,
+        request: &Request,
+        proto: Proto,
+        user: Option<&crate::auth::User>,
+    ) -> Route {
+        let command = self.commands.lookup_index(&request.args);
+        match command.and_then(|command| self.direct(command, request, proto, user)) {
+            Some(direct) => Route::Direct(direct),
+            None => Route::Planned(command),
+        }
+    }
+
+    fn direct(
+        &self,
+        command: usize,
         request: &Request,
         proto: Proto,
         user: Option<&crate::auth::User>,
     ) -> Option<Direct> {
         let args = &request.args;
-        let command = self.commands.lookup_index(args)?;
         if !self.forwardable.get(command) {
             return None;
         }
