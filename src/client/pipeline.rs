@@ -238,3 +238,39 @@ impl Pipeline {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(pipeline: &mut Pipeline) -> String {
+        let mut out = BytesMut::new();
+        pipeline.write_ready(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn replies_leave_in_request_order_whatever_order_they_finish_in() {
+        let mut pipeline = Pipeline::default();
+        let (first_done, first) = tokio::sync::oneshot::channel::<()>();
+        pipeline.push_ready(Bytes::from_static(b"a"));
+        pipeline
+            .push_future(async move {
+                let _ = first.await;
+                Bytes::from_static(b"b")
+            })
+            .await;
+        pipeline
+            .push_future(async { Bytes::from_static(b"c") })
+            .await;
+        pipeline.push_ready(Bytes::from_static(b"d"));
+        assert_eq!(pipeline.len(), 4);
+        // "c" is done already, but waits behind "b".
+        assert_eq!(written(&mut pipeline), "a");
+        assert_eq!(pipeline.len(), 3);
+        first_done.send(()).expect("the future waits");
+        pipeline.progress().await;
+        assert_eq!(written(&mut pipeline), "bcd");
+        assert!(pipeline.is_empty());
+    }
+}
