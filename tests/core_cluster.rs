@@ -312,23 +312,59 @@ fn mixed_pipeline(prefix: &str, count: usize) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_mixed_pipeline_answers_like_one_redis() {
-    let lines = mixed_pipeline("core:mixed", 600);
+/// Replies one redis-server gives to `mixed_pipeline(prefix, count)`: they do not depend
+/// on the prefix (no reply names a key), so one run serves every prefix.
+fn replies_of_one_redis(count: usize) -> Vec<Vec<u8>> {
+    let lines = mixed_pipeline("one", count);
     let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
-    let wire = common::resp_lines(&lines);
     let single = common::Standalone::start();
-    let expected = common::Raw::connect(single.addr()).pipeline(&wire, lines.len());
-    // The same bytes in one write, so the proxy sees them in a few reads and batches them.
-    let got = common::Raw::connect(proxy().addr()).pipeline(&wire, lines.len());
-    let errors = expected.iter().filter(|r| r.first() == Some(&b'-')).count();
+    let replies = common::Raw::connect(single.addr()).pipeline(&common::resp_lines(&lines), count);
+    let errors = replies.iter().filter(|r| r.first() == Some(&b'-')).count();
     assert!(errors > 0, "the pipeline exercises error replies too");
-    for (i, (got, expected)) in got.iter().zip(&expected).enumerate() {
+    replies
+}
+
+/// Sends `mixed_pipeline(prefix, expected.len())` to `addr` in one write and compares
+/// every reply with `expected`.
+fn check_mixed_pipeline(addr: &str, prefix: &str, expected: &[Vec<u8>]) {
+    let lines = mixed_pipeline(prefix, expected.len());
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    // The same bytes in one write, so the proxy sees them in a few reads and batches them.
+    let got = common::Raw::connect(addr).pipeline(&common::resp_lines(&lines), lines.len());
+    for (i, (got, expected)) in got.iter().zip(expected).enumerate() {
         assert_eq!(
             String::from_utf8_lossy(got),
             String::from_utf8_lossy(expected),
             "reply {i} to {:?}",
             lines[i]
         );
+    }
+}
+
+#[test]
+fn a_mixed_pipeline_answers_like_one_redis() {
+    let expected = replies_of_one_redis(600);
+    check_mixed_pipeline(proxy().addr(), "core:mixed", &expected);
+}
+
+#[test]
+fn mixed_pipelines_on_a_two_thread_proxy_answer_like_one_redis() {
+    let expected = std::sync::Arc::new(replies_of_one_redis(600));
+    let proxy = Proxy::start(&["--cluster", &shared_cluster().seeds_arg(), "--threads", "2"]);
+    let clients: Vec<_> = (0..4)
+        .map(|n| {
+            let addr = proxy.addr().to_string();
+            let expected = expected.clone();
+            std::thread::spawn(move || {
+                for round in 0..3 {
+                    check_mixed_pipeline(&addr, &format!("core:mt{n}:{round}"), &expected);
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client
+            .join()
+            .expect("every client got one redis-server's replies");
     }
 }
