@@ -165,6 +165,21 @@ pub struct Batch {
     pub(super) replies: BatchReplies,
 }
 
+impl Batch {
+    /// Requests framed back to back already, one per sequence number in `seqs`, replying
+    /// into `sink`.
+    pub fn joined(requests: Bytes, seqs: &[u64], sink: Arc<ReplySink>) -> Batch {
+        Batch {
+            requests,
+            replies: BatchReplies {
+                sink,
+                seqs: SmallVec::from_slice(seqs),
+                answered: 0,
+            },
+        }
+    }
+}
+
 /// The replies a batch still owes, in request order.
 pub(super) struct BatchReplies {
     sink: Arc<ReplySink>,

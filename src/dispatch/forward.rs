@@ -2,12 +2,14 @@
 //! the answers that arrive before anything ran (TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN,
 //! READONLY, node unreachable). A command whose reply was lost is never resent.
 
-use bytes::Bytes;
+use std::ops::Range;
+
+use bytes::{Bytes, BytesMut};
 
 use futures_util::future::join_all;
 use smallvec::SmallVec;
 
-use crate::backend::{BackendError, Batches, NodeConn, ReplySink};
+use crate::backend::{BackendError, Batch, NodeConn, ReplySink};
 use crate::metrics::{self, RetryReason};
 use crate::protocol::Proto;
 use crate::reply;
@@ -46,28 +48,75 @@ impl Proxy {
             .await
     }
 
-    /// Forwards single-slot requests all at once, one batch per master, and returns their
-    /// replies in request order, each followed through redirects and retries as
-    /// [`Proxy::forward`] would.
-    pub async fn forward_each(&self, requests: &[(u16, Bytes)], proto: Proto) -> Vec<Bytes> {
-        let sink = ReplySink::new();
-        let mut batches = Batches::default();
+    /// Forwards `slots.len()` single-slot requests at once and returns their replies in
+    /// request order, each followed through redirects and retries as [`Proxy::forward`]
+    /// would. Request `i` goes to the master of `slots[i]` and is framed by `frame(i, out)`.
+    /// All are framed into one buffer, grouped per master, so each master's batch is one
+    /// slice of it: one allocation and no copy whatever the number of parts.
+    pub async fn forward_each(
+        &self,
+        slots: &[u16],
+        frame: impl Fn(usize, &mut BytesMut),
+        size_hint: usize,
+        proto: Proto,
+    ) -> Vec<Bytes> {
+        let count = slots.len();
         let conns: SmallVec<[Option<NodeConn>; 8]> = {
             // One routing snapshot for all parts.
             let routing = self.topology.routing();
-            requests
+            slots
                 .iter()
-                .enumerate()
-                .map(|(seq, (slot, request))| {
-                    let conn = routing.master_for_slot(*slot)?.get(proto).clone();
-                    batches.push(&conn, request.clone(), seq as u64);
-                    Some(conn)
-                })
+                .map(|slot| Some(routing.master_for_slot(*slot)?.get(proto).clone()))
                 .collect()
         };
-        batches.send(&sink);
+        // Request numbers grouped by master (unmapped slots last), in order within a group.
+        let mut groups: SmallVec<[NodeConn; 4]> = SmallVec::new();
+        let mut order: SmallVec<[(usize, usize); 16]> = conns
+            .iter()
+            .enumerate()
+            .map(|(i, conn)| {
+                let group = match conn {
+                    Some(conn) => match groups.iter().position(|g| g.same(conn)) {
+                        Some(group) => group,
+                        None => {
+                            groups.push(conn.clone());
+                            groups.len() - 1
+                        }
+                    },
+                    None => usize::MAX,
+                };
+                (group, i)
+            })
+            .collect();
+        order.sort_unstable();
+        let mut wire = BytesMut::with_capacity(size_hint);
+        let mut spans: SmallVec<[Range<usize>; 8]> = (0..count).map(|_| 0..0).collect();
+        for &(_, i) in &order {
+            let start = wire.len();
+            frame(i, &mut wire);
+            spans[i] = start..wire.len();
+        }
+        let wire = wire.freeze();
+        let requests: SmallVec<[Bytes; 8]> =
+            spans.iter().map(|span| wire.slice(span.clone())).collect();
+        let sink = ReplySink::new();
+        let mut seqs: SmallVec<[u64; 16]> = SmallVec::new();
+        for (group, conn) in groups.iter().enumerate() {
+            seqs.clear();
+            seqs.extend(
+                order
+                    .iter()
+                    .filter(|(g, _)| *g == group)
+                    .map(|&(_, i)| i as u64),
+            );
+            let (Some(&first), Some(&last)) = (seqs.first(), seqs.last()) else {
+                continue;
+            };
+            let joined = wire.slice(spans[first as usize].start..spans[last as usize].end);
+            conn.send_batch(Batch::joined(joined, &seqs, sink.clone()));
+        }
         let mut answers: SmallVec<[Option<Result<Bytes, BackendError>>; 8]> =
-            requests.iter().map(|_| None).collect();
+            (0..count).map(|_| None).collect();
         // Every batched request gets exactly one delivery, whatever happens to its node.
         let mut missing = conns.iter().filter(|conn| conn.is_some()).count();
         let mut taken = Vec::new();
@@ -90,16 +139,16 @@ impl Proxy {
         if settled {
             return answers.into_iter().flatten().flatten().collect();
         }
-        let finished = requests.iter().zip(conns).zip(answers).map(
+        let finished = slots.iter().zip(requests).zip(conns).zip(answers).map(
             |(((slot, request), conn), answer)| async move {
                 let target = Target::Slot(*slot);
                 match (conn, answer) {
                     (Some(conn), Some(Ok(frame))) if is_final(&frame, conn.addr()) => frame,
                     (Some(conn), Some(answer)) => {
-                        self.forward_after(target, request.clone(), proto, conn, answer)
+                        self.forward_after(target, request, proto, conn, answer)
                             .await
                     }
-                    _ => self.forward(target, request.clone(), proto).await,
+                    _ => self.forward(target, request, proto).await,
                 }
             },
         );

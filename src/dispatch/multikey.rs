@@ -80,23 +80,19 @@ impl Proxy {
             }
         }
         parts.sort_unstable_by_key(|part| by_slot[part.start].1);
-        // Every part's frame in one buffer, split off as each is complete.
-        let mut wire =
-            BytesMut::with_capacity(request.raw.len() + parts.len() * (args[0].len() + 32));
-        let requests: SmallVec<[(u16, Bytes); 8]> = parts
-            .iter()
-            .map(|part| {
-                encode::array_header(&mut wire, 1 + part.len() * stride);
-                encode::bulk(&mut wire, &args[0]);
-                for (_, key_number) in &by_slot[part.clone()] {
-                    for arg in key_args(*key_number) {
-                        encode::bulk(&mut wire, arg);
-                    }
+        let slots: SmallVec<[u16; 8]> = parts.iter().map(|part| by_slot[part.start].0).collect();
+        let frame = |i: usize, out: &mut BytesMut| {
+            let part = &parts[i];
+            encode::array_header(out, 1 + part.len() * stride);
+            encode::bulk(out, &args[0]);
+            for (_, key_number) in &by_slot[part.clone()] {
+                for arg in key_args(*key_number) {
+                    encode::bulk(out, arg);
                 }
-                (by_slot[part.start].0, wire.split().freeze())
-            })
-            .collect();
-        let replies = self.forward_each(&requests, proto).await;
+            }
+        };
+        let size_hint = request.raw.len() + parts.len() * (args[0].len() + 32);
+        let replies = self.forward_each(&slots, frame, size_hint, proto).await;
         if let Some(error) = merge::first_error(&replies) {
             return error.clone();
         }
