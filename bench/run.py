@@ -241,6 +241,11 @@ def main():
                 results.setdefault(("GET 1 client (latency)", target), []).append(r)
         print_table(results, targets)
         print()
+        latency = [results[("GET 1 client (latency)", t[0])] for t in targets[:2]]
+        added = {q: median(latency[1], q) - median(latency[0], q) for q in ("p50", "p99")}
+        print(f"Added by the proxy hop (GET, 1 client): p50 +{added['p50'] * 1000:.0f} us, "
+              f"p99 +{added['p99'] * 1000:.0f} us")
+        print()
         print(f"Proxy RSS: idle {idle_rss:.1f} MB, after the runs {rss_mb(plain.pid):.1f} MB; "
               f"with 1000 idle clients {idle_clients_rss(plain_port, plain.pid):.1f} MB")
     finally:
