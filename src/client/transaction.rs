@@ -147,14 +147,7 @@ impl Transaction {
     ) -> Step {
         let args = &request.args;
         let mut lower = [0u8; 8];
-        let name = args[0].as_ref();
-        let name = if name.len() <= lower.len() {
-            lower[..name.len()].copy_from_slice(name);
-            lower[..name.len()].make_ascii_lowercase();
-            &lower[..name.len()]
-        } else {
-            &[][..]
-        };
+        let name = request.lower_name(&mut lower);
         let argc = args.len();
         match (name, self.multi.is_some()) {
             (b"multi" | b"exec" | b"discard" | b"unwatch", _) if argc != 1 => {

@@ -48,6 +48,19 @@ impl Request {
     pub fn name(&self) -> &[u8] {
         &self.args[0]
     }
+
+    /// The command name lower-cased into `buf`, for matching against a few known names
+    /// without allocating; empty when the name is longer than `buf` (so it matches none).
+    pub fn lower_name<'b>(&self, buf: &'b mut [u8]) -> &'b [u8] {
+        let name = self.name();
+        let Some(dest) = buf.get_mut(..name.len()) else {
+            return &[];
+        };
+        for (d, s) in dest.iter_mut().zip(name) {
+            *d = s.to_ascii_lowercase();
+        }
+        dest
+    }
 }
 
 /// Where the decoder stands in the request at the front of the buffer.

@@ -164,14 +164,7 @@ impl PubSub {
     ) -> Intercept {
         let args = &request.args;
         let mut lower = [0u8; 16];
-        let name = match args[0].get(..lower.len().min(args[0].len())) {
-            Some(bytes) if bytes.len() == args[0].len() => {
-                lower[..bytes.len()].copy_from_slice(bytes);
-                lower[..bytes.len()].make_ascii_lowercase();
-                &lower[..bytes.len()]
-            }
-            _ => &b""[..],
-        };
+        let name = request.lower_name(&mut lower);
         let family = match name {
             b"subscribe" | b"unsubscribe" => Some(Family::Channels),
             b"psubscribe" | b"punsubscribe" => Some(Family::Patterns),
