@@ -298,6 +298,18 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn lower_name_fits_the_buffer_or_matches_nothing() {
+        let mut decoder = RequestDecoder::new(Limits::default());
+        let mut buf = BytesMut::from(&b"*1\r\n$4\r\nExEc\r\n*1\r\n$9\r\nSUBSCRIBE\r\n"[..]);
+        let exec = decoder.decode(&mut buf).unwrap().unwrap();
+        let subscribe = decoder.decode(&mut buf).unwrap().unwrap();
+        let mut lower = [0u8; 8];
+        assert_eq!(exec.lower_name(&mut lower), b"exec");
+        assert_eq!(subscribe.lower_name(&mut lower), b"");
+        assert_eq!(subscribe.lower_name(&mut [0u8; 16]), b"subscribe");
+    }
+
     fn multibulk(args: &[&[u8]]) -> Vec<u8> {
         let mut out = format!("*{}\r\n", args.len()).into_bytes();
         for arg in args {
