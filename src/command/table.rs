@@ -217,20 +217,24 @@ impl CommandSpec {
 
     /// Whether some arguments make this command block (see [`CommandSpec::blocks`]).
     pub fn may_block(&self) -> bool {
-        matches!(
-            self.name.as_str(),
-            "xread" | "xreadgroup" | "wait" | "waitaof"
-        ) || self.is_blocking()
+        self.blocks_by_option()
+            || matches!(self.name.as_str(), "wait" | "waitaof")
+            || self.is_blocking()
+    }
+
+    /// XREAD and XREADGROUP, which block only with a `BLOCK` option.
+    fn blocks_by_option(&self) -> bool {
+        matches!(self.name.as_str(), "xread" | "xreadgroup")
     }
 
     /// Whether this invocation may hold its connection while waiting: BLPOP and the
     /// other `blocking` commands always, XREAD/XREADGROUP only with a `BLOCK` option,
     /// and WAIT / WAITAOF (not flagged `blocking` by Redis, but they wait).
     pub fn blocks(&self, args: &[Bytes]) -> bool {
-        match self.name.as_str() {
-            "xread" | "xreadgroup" => xread_has_block(args),
-            "wait" | "waitaof" => true,
-            _ => self.is_blocking(),
+        if self.blocks_by_option() {
+            xread_has_block(args)
+        } else {
+            self.may_block()
         }
     }
 }
