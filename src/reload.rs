@@ -195,7 +195,7 @@ impl Live {
             scripts: running.scripts.clone(),
             layout,
             command_metrics: running.command_metrics.clone(),
-            forwardable: running.forwardable.clone(),
+            forwardable: Arc::new(crate::dispatch::Forwardable::of(&running.commands, &policy)),
             readiness: running.readiness.clone(),
             auth,
             policy,

@@ -69,7 +69,7 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         config,
         topology,
         command_metrics: Arc::new(crate::metrics::CommandMetrics::new(&commands)),
-        forwardable: Arc::new(crate::dispatch::Forwardable::of(&commands)),
+        forwardable: Arc::new(crate::dispatch::Forwardable::of(&commands, &policy)),
         commands,
         started: Instant::now(),
         scripts: Default::default(),

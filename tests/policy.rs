@@ -1,5 +1,6 @@
 //! The command policy through the proxy: dangerous commands refused by default with an error
-//! that says how to allow them, an allow-list that lets one through, and a deny-list.
+//! that says how to allow them, an allow-list that lets one through, and a deny-list (also
+//! of a plain single-key command).
 
 mod common;
 
@@ -59,11 +60,17 @@ fn dangerous_commands_are_refused_by_default() {
 
 #[test]
 fn allow_and_deny_lists_change_the_policy() {
-    let (proxy, _server) = proxy_with("commands:\n  allow: [flushdb]\n  deny: [keys]\n");
+    let (proxy, _server) = proxy_with("commands:\n  allow: [flushdb]\n  deny: [keys, append]\n");
     let mut con = Raw::connect(proxy.addr());
     assert_eq!(con.call(&["FLUSHDB"]), "+OK\r\n");
     assert_eq!(con.call(&["FLUSHALL"]), refusal("flushall"));
     assert_eq!(con.call(&["KEYS", "*"]), refusal("keys"));
+    // A plain single-key command the proxy would otherwise batch straight to its master.
+    assert_eq!(
+        con.call(&["APPEND", "policy:denied", "x"]),
+        refusal("append")
+    );
+    assert_eq!(con.call(&["EXISTS", "policy:denied"]), ":0\r\n");
 }
 
 #[test]

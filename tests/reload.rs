@@ -1,7 +1,8 @@
 //! Hot reload through the real binary: SIGHUP (and `slotbridge reload`) re-read the file
 //! while redis-benchmark runs without an error; a broken file changes nothing; new
-//! passwords apply to new logins; an upstream switch from a standalone server to the cluster
-//! is seen by the next command of an already connected client.
+//! passwords apply to new logins; a newly denied command is refused on open connections; an
+//! upstream switch from a standalone server to the cluster is seen by the next command of an
+//! already connected client.
 
 mod common;
 
@@ -111,6 +112,28 @@ fn a_broken_file_changes_nothing_and_a_good_one_applies_to_new_logins() {
     assert_eq!(con.call(&["AUTH", "second"]), "+OK\r\n");
     // A connection authenticated before the reload stays authenticated.
     assert_eq!(kept.call(&["SET", "reload:kept", "1"]), "+OK\r\n");
+}
+
+#[test]
+fn a_command_denied_by_a_reload_is_refused_on_open_connections() {
+    let path = config_file(&cluster_yaml());
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    let mut con = Raw::connect(proxy.addr());
+    assert_eq!(con.call(&["SET", "reload:denied", "a"]), "+OK\r\n");
+    assert_eq!(con.call(&["APPEND", "reload:denied", "b"]), ":2\r\n");
+
+    std::fs::write(
+        &path,
+        format!("{}commands:\n  deny: [append]\n", cluster_yaml()),
+    )
+    .unwrap();
+    proxy.send_signal("HUP");
+    wait_log(&proxy, "configuration reloaded", 1);
+    assert_eq!(
+        con.call(&["APPEND", "reload:denied", "c"]),
+        "-ERR proxy: 'append' is disabled by the proxy's command policy (allow it with commands.allow: [append])\r\n"
+    );
+    assert_eq!(con.call(&["GET", "reload:denied"]), "$2\r\nab\r\n");
 }
 
 fn reload_with_pidfile(pidfile: &Path) {

@@ -82,14 +82,21 @@ pub enum Route {
 }
 
 /// Per command-table index: whether the planner forwards a single-slot request of that
-/// command as is (no emulation, fan-out, script handling, blocking or special route), so
-/// [`Proxy::direct`] skips the planner's name checks for the common commands.
+/// command as is (no emulation, fan-out, script handling, blocking or special route) and the
+/// command policy allows it, so [`Proxy::direct`] skips the planner's name checks and the
+/// policy's name lookup for the common commands.
 pub struct Forwardable(Box<[bool]>);
 
 impl Forwardable {
-    /// The flags for every command of `table`, in its order.
-    pub fn of(table: &CommandTable) -> Forwardable {
-        Forwardable(table.iter().map(forwards_as_is).collect())
+    /// The flags for every command of `table`, in its order, under `policy` (a refused
+    /// command takes the planned path, which answers the refusal).
+    pub fn of(table: &CommandTable, policy: &crate::policy::Policy) -> Forwardable {
+        Forwardable(
+            table
+                .iter()
+                .map(|spec| forwards_as_is(spec) && policy.refusal(&spec.name).is_none())
+                .collect(),
+        )
     }
 
     fn get(&self, command: usize) -> bool {
@@ -235,7 +242,8 @@ impl Proxy {
             return None;
         }
         let spec = self.commands.spec(command)?;
-        if !spec.arity_ok(args.len()) || self.admit_spec(Some(spec), request, user).is_some() {
+        // The policy's refusals are not forwardable (see `Forwardable::of`).
+        if !spec.arity_ok(args.len()) || Self::user_refusal(spec, request, user).is_some() {
             return None;
         }
         if let Some(active) = &self.layout {
@@ -302,6 +310,17 @@ impl Proxy {
         if let Some(refusal) = self.policy.refusal(&spec.name) {
             return Some(refusal);
         }
+        Self::user_refusal(spec, request, user)
+    }
+
+    /// The refusal for a command `user`'s ACL does not allow (`None`: allowed, or no user
+    /// restrictions). ACL key patterns see the names the client sent.
+    fn user_refusal(
+        spec: &CommandSpec,
+        request: &Request,
+        user: Option<&crate::auth::User>,
+    ) -> Option<Bytes> {
+        let args = &request.args;
         let user = user.filter(|user| !user.is_unrestricted())?;
         if !user.may_run(spec) {
             return Some(reply::error(&crate::auth::noperm_command(&spec.name)));
@@ -434,7 +453,7 @@ mod tests {
     #[test]
     fn only_commands_the_planner_forwards_as_is_are_forwardable() {
         let table = CommandTable::builtin();
-        let flags = Forwardable::of(&table);
+        let flags = Forwardable::of(&table, &crate::policy::Policy::default());
         for name in [
             "get", "set", "incr", "hset", "zadd", "lrange", "expire", "mget",
         ] {
@@ -458,5 +477,20 @@ mod tests {
         ] {
             assert!(!forwardable(&table, &flags, name), "{name}");
         }
+    }
+
+    #[test]
+    fn commands_the_policy_refuses_are_not_forwardable() {
+        let table = CommandTable::builtin();
+        let policy = crate::policy::Policy::from_config(&crate::config::CommandsConfig {
+            allow: vec![],
+            deny: vec!["get".to_string(), "object".to_string()],
+        })
+        .unwrap();
+        let flags = Forwardable::of(&table, &policy);
+        for name in ["get", "object encoding"] {
+            assert!(!forwardable(&table, &flags, name), "{name}");
+        }
+        assert!(forwardable(&table, &flags, "set"));
     }
 }
