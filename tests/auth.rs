@@ -1,6 +1,7 @@
 //! Proxy-side authentication and ACLs against a real cluster: NOAUTH before AUTH, exact
 //! WRONGPASS, AUTH for the default user and for ACL users, HELLO 3 AUTH, ACL WHOAMI, NOPERM
-//! for a command and for a key pattern, and protected mode refusing an open public listener.
+//! for a command and for a key pattern, logins and RESET inside one pipelined write, and
+//! protected mode refusing an open public listener.
 //! Expected texts are Redis 7's own.
 
 mod common;
@@ -105,6 +106,39 @@ fn acl_user_is_limited_to_its_commands_and_keys() {
         con.call(&["KEYS", "*"]),
         "-NOPERM this user has no permissions to run the 'keys' command\r\n"
     );
+}
+
+#[test]
+fn a_login_inside_one_pipelined_write_applies_to_the_commands_after_it() {
+    let mut con = Raw::connect(proxy().addr());
+    let wire = common::resp_lines(&[
+        "AUTH toppw",
+        "SET other:piped 1",
+        "AUTH bot botpw",
+        "SET other:piped 2",
+        "SET mybot:piped 3",
+        "RESET",
+        "GET mybot:piped",
+        "AUTH toppw",
+        "GET other:piped",
+    ]);
+    let replies: Vec<String> = con
+        .pipeline(&wire, 9)
+        .iter()
+        .map(|reply| String::from_utf8_lossy(reply).into_owned())
+        .collect();
+    let expected = [
+        "+OK\r\n",
+        "+OK\r\n",
+        "+OK\r\n",
+        "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n",
+        "+OK\r\n",
+        "+RESET\r\n",
+        "-NOAUTH Authentication required.\r\n",
+        "+OK\r\n",
+        "$1\r\n1\r\n",
+    ];
+    assert_eq!(replies, expected);
 }
 
 #[test]

@@ -90,6 +90,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
         // One configuration snapshot and one clock read serve all requests of this pass.
         let mut snapshot = None;
         let mut pass_started = None;
+        // The client's user under that snapshot; looked up again after a local command
+        // (AUTH, HELLO and RESET change it).
+        let mut pass_user = None;
         // Turn buffered bytes into dispatched requests, as far as the pipeline limit allows.
         while !closing && in_flight.len() < max_pipeline {
             if sequence_point && !in_flight.is_empty() {
@@ -114,7 +117,15 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     }
                     // A command runs to its end on the configuration it started with.
                     let proxy = snapshot.get_or_insert_with(|| live.proxy());
-                    let user = state.user.as_deref().and_then(|name| proxy.auth.user(name));
+                    let user = pass_user
+                        .get_or_insert_with(|| {
+                            state
+                                .user
+                                .as_deref()
+                                .and_then(|name| proxy.auth.user(name))
+                                .cloned()
+                        })
+                        .as_ref();
                     if user.is_none() && !local::allowed_before_auth(&request) {
                         in_flight.push_ready(reply::error(auth::NOAUTH));
                         continue;
@@ -149,12 +160,16 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         local::answer(&mut state, &registry, &proxy.auth, &request)
                     {
                         closing |= answer.close;
+                        pass_user = None;
                         in_flight.push_ready(answer.reply);
                         continue;
                     }
                     let user = user.map(|user| &**user);
                     match proxy.route(&request, state.proto, user) {
                         Route::Direct(direct) => {
+                            if direct.writes {
+                                transaction.note_write_slot(direct.slot);
+                            }
                             let started = *pass_started.get_or_insert_with(std::time::Instant::now);
                             in_flight.push_direct(
                                 proxy.clone(),
@@ -165,6 +180,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                             );
                         }
                         Route::Planned(command) => {
+                            transaction.note_write(proxy, command, &request.args);
                             let run =
                                 proxy
                                     .clone()

@@ -194,10 +194,8 @@ impl Transaction {
                 }
                 None => Step::Pass,
             },
-            (_, false) => {
-                self.note_write(proxy, args);
-                Step::Pass
-            }
+            // Writes are noted after routing (see `note_write`), which knows the command.
+            (_, false) => Step::Pass,
         }
     }
 
@@ -207,9 +205,14 @@ impl Transaction {
         }
     }
 
-    /// Remembers the slot of a write, for WAIT.
-    fn note_write(&mut self, proxy: &Proxy, args: &[Bytes]) {
-        let Some(spec) = proxy.commands.lookup(args) else {
+    /// Remembers the slot of a write sent straight to its master, for WAIT.
+    pub fn note_write_slot(&mut self, slot: u16) {
+        self.last_write_slot = Some(slot);
+    }
+
+    /// Remembers the slot of a write the planner runs (`command`: its table index), for WAIT.
+    pub fn note_write(&mut self, proxy: &Proxy, command: Option<usize>, args: &[Bytes]) {
+        let Some(spec) = command.and_then(|command| proxy.commands.spec(command)) else {
             return;
         };
         if !spec.is_write() || !spec.arity_ok(args.len()) {

@@ -69,6 +69,8 @@ pub struct Direct {
     pub command: usize,
     /// The slot of its keys.
     pub slot: u16,
+    /// Whether the command writes (the client's next WAIT goes to this slot's master).
+    pub writes: bool,
     /// The shared connection to that slot's master.
     pub conn: NodeConn,
 }
@@ -265,6 +267,7 @@ impl Proxy {
         Some(Direct {
             command,
             slot,
+            writes: spec.is_write(),
             conn,
         })
     }
