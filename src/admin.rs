@@ -64,6 +64,14 @@ impl Readiness {
         let _ = self.live.set(Arc::downgrade(live));
     }
 
+    /// The per-command metrics of the live proxy, once attached (their latency histograms
+    /// are rendered beside the recorder's exposition).
+    fn live_command_metrics(&self) -> Option<Arc<crate::metrics::CommandMetrics>> {
+        let live = self.live.get()?.upgrade()?;
+        let metrics = live.proxy().command_metrics.clone();
+        Some(metrics)
+    }
+
     /// The upstream of the live proxy in force, once attached.
     fn live_topology(&self) -> Option<Arc<Topology>> {
         let live = self.live.get()?.upgrade()?;
@@ -135,17 +143,8 @@ pub async fn bind(addr: &str) -> Result<TcpListener, String> {
         .map_err(|e| format!("cannot listen on {addr} (admin): {e}"))
 }
 
-/// Serves admin requests forever, and runs the recorder's upkeep periodically.
+/// Serves admin requests forever.
 pub async fn serve(listener: TcpListener, state: Arc<AdminState>) {
-    if let Some(handle) = state.metrics.clone() {
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(crate::metrics::UPKEEP_INTERVAL);
-            loop {
-                every.tick().await;
-                handle.run_upkeep();
-            }
-        });
-    }
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -313,11 +312,17 @@ async fn handle_connection(mut stream: TcpStream, state: &AdminState) {
 async fn respond(route: Route, state: &AdminState) -> Response {
     match route {
         Route::Metrics => match &state.metrics {
-            Some(handle) => Response {
-                status: 200,
-                content_type: "text/plain; version=0.0.4; charset=utf-8",
-                body: handle.render().into_bytes(),
-            },
+            Some(handle) => {
+                let mut body = handle.render();
+                if let Some(commands) = state.readiness.live_command_metrics() {
+                    commands.render_durations(&mut body);
+                }
+                Response {
+                    status: 200,
+                    content_type: "text/plain; version=0.0.4; charset=utf-8",
+                    body: body.into_bytes(),
+                }
+            }
             None => Response::text(404, "metrics are disabled\n"),
         },
         Route::Healthz => Response::text(200, "ok\n"),

@@ -1,5 +1,6 @@
 //! Every metric the proxy exports: its name, help text, unit, and the function that records
-//! it, in this one place. The per-command series live in `command`, the guards that
+//! it, in this one place. The per-command series live in `command` (their latency
+//! histograms, kept by the proxy rather than the recorder, in `histogram`), the guards that
 //! count open connections in `connection`.
 //!
 //! Invariants: every name is `slotbridge_*`; label values come only from bounded sets (the
@@ -10,15 +11,13 @@
 //! the few process totals INFO reports, which are plain atomics.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
 
-use metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, Counter, Unit,
-};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics::{counter, describe_counter, describe_gauge, gauge, Counter, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 mod command;
 mod connection;
+mod histogram;
 
 pub use command::{CommandMetrics, Outcome};
 pub use connection::{BackendConnection, BlockedClient, ClientConnection, Subscriber};
@@ -73,22 +72,16 @@ pub const AUTH_FAILURES: &str = "slotbridge_auth_failures_total";
 /// Configuration reloads by result.
 pub const CONFIG_RELOADS: &str = "slotbridge_config_reloads_total";
 
-/// Histogram buckets of [`COMMAND_DURATION`], seconds: 100 µs to 1 s.
-pub const DURATION_BUCKETS: [f64; 13] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-];
+/// Help text of [`COMMAND_DURATION`], a histogram [`CommandMetrics`] keeps and renders
+/// itself (buckets: `histogram::BUCKETS`, 100 µs to 1 s).
+pub const COMMAND_DURATION_HELP: &str =
+    "Time from dispatching a command to its complete reply, by command";
 
 /// Builds the Prometheus recorder, installs it as the process-wide recorder and describes
 /// every metric. Returns the handle that renders the exposition; `Err` when a recorder is
 /// already installed (only one per process).
 pub fn install() -> Result<PrometheusHandle, String> {
-    let recorder = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full(COMMAND_DURATION.to_string()),
-            &DURATION_BUCKETS,
-        )
-        .map_err(|e| e.to_string())?
-        .build_recorder();
+    let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).map_err(|e| e.to_string())?;
     describe();
@@ -101,11 +94,6 @@ fn describe() {
         COMMANDS,
         Unit::Count,
         "Commands handled, by lower-case command name (unknown commands as \"unknown\") and outcome (ok, error, crossslot, lost)"
-    );
-    describe_histogram!(
-        COMMAND_DURATION,
-        Unit::Seconds,
-        "Time from dispatching a command to its complete reply, by command"
     );
     describe_counter!(REDIRECTS, Unit::Count, "MOVED and ASK redirects followed");
     describe_counter!(
@@ -387,9 +375,6 @@ pub fn config_reload(ok: bool) {
     let result = if ok { "ok" } else { "error" };
     counter!(CONFIG_RELOADS, "result" => result).increment(1);
 }
-
-/// How often the recorder's histograms are compacted.
-pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {

@@ -32,6 +32,7 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
     } else {
         None
     };
+    let metrics_enabled = metrics.is_some();
     let auth = crate::auth::Auth::from_config(&config)?;
     let policy = crate::policy::Policy::from_config(&config.commands)?;
     let topology = Topology::new(&config)?;
@@ -68,7 +69,10 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         listen_addr: config.listen.clone(),
         config,
         topology,
-        command_metrics: Arc::new(crate::metrics::CommandMetrics::new(&commands)),
+        command_metrics: Arc::new(crate::metrics::CommandMetrics::new(
+            &commands,
+            metrics_enabled,
+        )),
         forwardable: Arc::new(crate::dispatch::Forwardable::of(&commands, &policy)),
         commands,
         started: Instant::now(),

@@ -77,7 +77,10 @@ impl Exposition {
                     ["counter", "gauge", "histogram", "summary"].contains(&kind.as_str()),
                     "{line}"
                 );
-                typed.insert(name, kind);
+                assert!(
+                    typed.insert(name, kind).is_none(),
+                    "a second TYPE line: {line}"
+                );
                 continue;
             }
             assert!(!line.starts_with('#'), "unknown comment: {line}");
@@ -297,6 +300,13 @@ fn metrics_move_with_traffic_redirects_retries_and_crossslot() {
         after.has(le_1s) && after.has(le_100us),
         "buckets 100 µs .. 1 s"
     );
+    let le_inf = "slotbridge_command_duration_seconds_bucket{command=\"set\",le=\"+Inf\"}";
+    assert_eq!(
+        after.value(le_inf),
+        after.value("slotbridge_command_duration_seconds_count{command=\"set\"}")
+    );
+    assert!(after.value(le_100us) <= after.value(le_1s));
+    assert!(after.value("slotbridge_command_duration_seconds_sum{command=\"set\"}") > 0.0);
     // A MOVED asks for a refresh, which runs in the background (rate-limited): wait for it.
     let refreshes = "slotbridge_topology_refreshes_total{result=\"ok\"}";
     let deadline = Instant::now() + Duration::from_secs(5);

@@ -4,12 +4,14 @@
 //! and each command's handles are created once, on its first use, so recording a command
 //! allocates nothing.
 
+use std::fmt::Write;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use metrics::{counter, Counter, Histogram};
+use metrics::{counter, Counter};
 
-use super::{crossslot_refusal, COMMANDS, COMMAND_DURATION};
+use super::histogram::{escape_label, LatencyHistogram};
+use super::{crossslot_refusal, COMMANDS, COMMAND_DURATION, COMMAND_DURATION_HELP};
 use crate::command::CommandTable;
 
 /// How a command ended, as the `outcome` label says it.
@@ -67,7 +69,7 @@ const OUTCOME_LABELS: [&str; 4] = ["ok", "error", "crossslot", "lost"];
 /// One command's series: a counter per outcome and its latency histogram.
 struct CommandHandles {
     outcomes: [Counter; 4],
-    duration: Histogram,
+    duration: LatencyHistogram,
 }
 
 impl CommandHandles {
@@ -75,7 +77,7 @@ impl CommandHandles {
         let counter_for = |outcome: &'static str| counter!(COMMANDS, "command" => command.to_string(), "outcome" => outcome);
         CommandHandles {
             outcomes: OUTCOME_LABELS.map(counter_for),
-            duration: metrics::histogram!(COMMAND_DURATION, "command" => command.to_string()),
+            duration: LatencyHistogram::default(),
         }
     }
 }
@@ -83,6 +85,8 @@ impl CommandHandles {
 /// Per-command metric handles for every name of the command table, each created on the
 /// command's first use (so unused commands export no series).
 pub struct CommandMetrics {
+    /// `false` when metrics are disabled: recording does nothing.
+    enabled: bool,
     /// By command-table index (the table's `iter` order).
     by_index: Vec<OnceLock<CommandHandles>>,
     names: Vec<Box<str>>,
@@ -90,9 +94,11 @@ pub struct CommandMetrics {
 }
 
 impl CommandMetrics {
-    /// Slots for every command of `table` (the label set is the table, so it is bounded).
-    pub fn new(table: &CommandTable) -> CommandMetrics {
+    /// Slots for every command of `table` (the label set is the table, so it is bounded);
+    /// `enabled: false` records nothing.
+    pub fn new(table: &CommandTable, enabled: bool) -> CommandMetrics {
         CommandMetrics {
+            enabled,
             by_index: table.iter().map(|_| OnceLock::new()).collect(),
             names: table.iter().map(|spec| spec.name.as_str().into()).collect(),
             unknown: OnceLock::new(),
@@ -109,6 +115,9 @@ impl CommandMetrics {
     /// Like [`CommandMetrics::record`], with the latency measured by the caller (who may
     /// time many commands with one pair of clock reads).
     pub fn record_elapsed(&self, command: Option<usize>, reply: &[u8], elapsed: Duration) {
+        if !self.enabled {
+            return;
+        }
         let known = command.and_then(|i| Some((self.names.get(i)?, self.by_index.get(i)?)));
         let (name, slot) = match known {
             Some((name, slot)) => (&**name, slot),
@@ -117,9 +126,31 @@ impl CommandMetrics {
         let handles = slot.get_or_init(|| CommandHandles::new(name));
         let outcome = Outcome::of_reply(reply);
         handles.outcomes[outcome.index()].increment(1);
-        handles.duration.record(elapsed.as_secs_f64());
+        handles.duration.record(elapsed);
         if outcome == Outcome::CrossSlot {
             crossslot_refusal();
+        }
+    }
+
+    /// Appends the latency histograms of the commands used so far to `out`, in the
+    /// Prometheus text format (nothing when none was used).
+    pub fn render_durations(&self, out: &mut String) {
+        let used = self
+            .names
+            .iter()
+            .map(|name| &**name)
+            .zip(&self.by_index)
+            .chain(std::iter::once(("unknown", &self.unknown)))
+            .filter_map(|(name, slot)| Some((name, slot.get()?)));
+        let mut described = false;
+        for (name, handles) in used {
+            if !described {
+                let _ = writeln!(out, "# HELP {COMMAND_DURATION} {COMMAND_DURATION_HELP}");
+                let _ = writeln!(out, "# TYPE {COMMAND_DURATION} histogram");
+                described = true;
+            }
+            let labels = format!("command=\"{}\"", escape_label(name));
+            handles.duration.render(out, COMMAND_DURATION, &labels);
         }
     }
 }
