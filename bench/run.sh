@@ -7,11 +7,14 @@
 # redis-benchmark interleaved against (a) the cluster directly (--cluster), (b) the proxy,
 # (c) the proxy with config/botmesh-cluster-v1.yaml loaded, on keys outside and inside its
 # prefix. Prints a markdown table of medians over 3 repetitions, ratios to (a), requests per
-# proxy CPU-second (from /proc) and RSS. Two more proxies run as targets: one with
-# `admin.metrics: false` (the cost of metrics) and one with 2 worker threads (the default is
-# 1). `--predixy PATH` adds a predixy binary (built separately) as one more target, in front of
-# the same cluster. `--syscalls` instead counts the proxy's syscalls per request under strace. Stops
-# everything it started. Loopback only; every run is bounded by its request count.
+# proxy CPU-second (from /proc) and RSS. Direct runs get 5 times the requests: a `--cluster`
+# run ends on redis-benchmark's 250 ms timer, which rounds its elapsed time up, and only a
+# long run makes that small (the output states the bound). Two more proxies run as targets:
+# one with `admin.metrics: false` (the cost of metrics) and one with 2 worker threads (the
+# default is 1). `--predixy PATH` adds a predixy binary (built separately) as one more target,
+# in front of the same cluster. `--syscalls` instead counts the proxy's syscalls per request
+# under strace. Stops everything it started. Loopback only; every run is bounded by its
+# request count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark missing: apt-get install -y redis-tools" >&2; exit 1; }
