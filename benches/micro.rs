@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use smallvec::SmallVec;
 
-use slotbridge::command::{CommandTable, KeyPos};
+use slotbridge::command::{CommandTable, KeyList};
 use slotbridge::protocol::{encode, Limits, Proto, ReplyScanner, RequestDecoder};
 use slotbridge::rewrite::{Forward, Layout};
 use slotbridge::route::key_slot;
@@ -79,7 +79,7 @@ fn routing(c: &mut Criterion) {
         b.iter(|| key_slot(black_box(b"mybot:{ch:25}:r:chat-1")))
     });
     group.bench_function("lookup + keys GET", |b| {
-        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        let mut keys: KeyList = SmallVec::new();
         b.iter(|| {
             let spec = table.lookup(black_box(&get)).unwrap();
             spec.keys(&get, &mut keys);
@@ -87,7 +87,7 @@ fn routing(c: &mut Criterion) {
         })
     });
     group.bench_function("lookup + keys EVAL", |b| {
-        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        let mut keys: KeyList = SmallVec::new();
         b.iter(|| {
             let spec = table.lookup(black_box(&eval)).unwrap();
             spec.keys(&eval, &mut keys);

@@ -34,7 +34,7 @@ use smallvec::SmallVec;
 
 use crate::auth::User;
 use crate::backend::NodeConn;
-use crate::command::{CommandFlags, CommandSpec, KeyPos};
+use crate::command::{CommandFlags, CommandSpec, KeyList};
 use crate::config::CrossSlotTransactions;
 use crate::dispatch::{Proxy, Target, WatchPin};
 use crate::protocol::{Proto, Request};
@@ -218,7 +218,7 @@ impl Transaction {
         if !spec.is_write() || !spec.arity_ok(args.len()) {
             return;
         }
-        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);
         if let Some(first) = keys.first() {
             let key = &args[first.index];
@@ -315,7 +315,7 @@ impl Transaction {
         spec: &CommandSpec,
         args: &[Bytes],
     ) -> Result<Option<u16>, Bytes> {
-        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);
         let named: Vec<(&[u8], u16)> = keys
             .iter()

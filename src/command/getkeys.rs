@@ -7,9 +7,8 @@
 //! pushed is `< args.len()`.
 
 use bytes::Bytes;
-use smallvec::SmallVec;
 
-use super::keys::{KeyFlags, KeyPos};
+use super::keys::{KeyFlags, KeyList, KeyPos};
 
 /// A command's own key-finding routine, chosen by command name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +66,7 @@ impl GetKeysProc {
     }
 
     /// Runs the routine over `args` (command name at 0), appending to `out`.
-    pub fn find_keys(self, args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
+    pub fn find_keys(self, args: &[Bytes], out: &mut KeyList) {
         match self {
             Self::Sort => sort_keys(args, out),
             Self::SortRo => push(out, args, 1, KeyFlags::RO | KeyFlags::ACCESS),
@@ -85,7 +84,7 @@ impl GetKeysProc {
     }
 }
 
-fn push(out: &mut SmallVec<[KeyPos; 4]>, args: &[Bytes], index: usize, flags: u16) {
+fn push(out: &mut KeyList, args: &[Bytes], index: usize, flags: u16) {
     if index < args.len() {
         out.push(KeyPos {
             index,
@@ -123,7 +122,7 @@ fn atoi(text: &[u8]) -> i64 {
     }
 }
 
-fn sort_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
+fn sort_keys(args: &[Bytes], out: &mut KeyList) {
     push(out, args, 1, KeyFlags::RO | KeyFlags::ACCESS);
     let mut store = None;
     let mut i = 2;
@@ -144,7 +143,7 @@ fn sort_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
     }
 }
 
-fn migrate_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
+fn migrate_keys(args: &[Bytes], out: &mut KeyList) {
     let flags = KeyFlags::RW | KeyFlags::ACCESS | KeyFlags::DELETE;
     let mut keys = 3..4;
     let mut i = 6;
@@ -174,7 +173,7 @@ fn migrate_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
     }
 }
 
-fn set_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
+fn set_keys(args: &[Bytes], out: &mut KeyList) {
     let reads = args.iter().skip(3).any(|arg| is(arg, "get"));
     let flags = if reads {
         KeyFlags::RW | KeyFlags::ACCESS | KeyFlags::UPDATE
@@ -184,7 +183,7 @@ fn set_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
     push(out, args, 1, flags);
 }
 
-fn bitfield_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
+fn bitfield_keys(args: &[Bytes], out: &mut KeyList) {
     // Read-only only when every operation is a complete GET (OVERFLOW aside); anything
     // else, a syntax error included, is taken as a write.
     let argc = args.len();
@@ -211,7 +210,7 @@ fn bitfield_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
     push(out, args, 1, flags);
 }
 
-fn georadius_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
+fn georadius_keys(args: &[Bytes], out: &mut KeyList) {
     let mut stored = None;
     let mut i = 5;
     while i < args.len() {
@@ -227,7 +226,7 @@ fn georadius_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
     }
 }
 
-fn xread_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
+fn xread_keys(args: &[Bytes], out: &mut KeyList) {
     let mut streams_at = None;
     let mut i = 1;
     while i < args.len() {
@@ -256,13 +255,7 @@ fn xread_keys(args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
     }
 }
 
-fn numkeys_keys(
-    args: &[Bytes],
-    store: usize,
-    count: usize,
-    first: usize,
-    out: &mut SmallVec<[KeyPos; 4]>,
-) {
+fn numkeys_keys(args: &[Bytes], store: usize, count: usize, first: usize, out: &mut KeyList) {
     let Some(count_arg) = args.get(count) else {
         return;
     };
@@ -319,7 +312,7 @@ mod tests {
                     code /= 9;
                 }
                 for proc_ in procs {
-                    let mut out = SmallVec::new();
+                    let mut out = KeyList::new();
                     proc_.find_keys(&args, &mut out);
                     assert!(
                         out.iter().all(|k| k.index < args.len()),

@@ -76,6 +76,10 @@ impl KeyFlags {
     }
 }
 
+/// A request's keys, in argument order. Inline room for 16: MSET/MGET/DEL of up to 16 keys,
+/// whose keys are listed several times per request (route, plan, split), need no heap.
+pub type KeyList = SmallVec<[KeyPos; 16]>;
+
 /// One key of a request: its argument index and what the command does with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyPos {
@@ -164,7 +168,7 @@ pub(crate) fn find_keys(
     proc_: Option<GetKeysProc>,
     legacy: LegacyRange,
     args: &[Bytes],
-    out: &mut SmallVec<[KeyPos; 4]>,
+    out: &mut KeyList,
 ) {
     out.clear();
     let has_keyspec = specs.iter().any(|s| !s.flags.has(KeyFlags::NOT_KEY));
@@ -198,7 +202,7 @@ fn walk_specs(
     specs: &[KeySpec],
     args: &[Bytes],
     partial: bool,
-    out: &mut SmallVec<[KeyPos; 4]>,
+    out: &mut KeyList,
 ) -> Result<(), SpecFailure> {
     for spec in specs {
         if spec.flags.has(KeyFlags::NOT_KEY) {
@@ -213,11 +217,7 @@ fn walk_specs(
     Ok(())
 }
 
-fn walk_one_spec(
-    spec: &KeySpec,
-    args: &[Bytes],
-    out: &mut SmallVec<[KeyPos; 4]>,
-) -> Result<(), SpecFailure> {
+fn walk_one_spec(spec: &KeySpec, args: &[Bytes], out: &mut KeyList) -> Result<(), SpecFailure> {
     let argc = args.len() as i64;
     let first = match &spec.begin_search {
         BeginSearch::Index(pos) => i64::from(*pos),
@@ -313,7 +313,7 @@ fn find_keyword(args: &[Bytes], keyword: &[u8], startfrom: i64) -> Option<i64> {
 }
 
 /// The legacy (first, last, step) walk of Redis 6, for tables without key specs.
-fn legacy_range(legacy: LegacyRange, args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
+fn legacy_range(legacy: LegacyRange, args: &[Bytes], out: &mut KeyList) {
     let argc = args.len() as i64;
     let first = i64::from(legacy.first);
     let step = i64::from(legacy.step);

@@ -17,7 +17,7 @@ mod table;
 mod value;
 
 pub use getkeys::GetKeysProc;
-pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyPos, KeySpec};
+pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyList, KeyPos, KeySpec};
 pub use name_hash::{NameHasher, NameMap};
 pub use table::{
     acl_category_bit, CommandFlags, CommandSpec, CommandTable, ACL_CATEGORIES, MAX_NAME_LEN,

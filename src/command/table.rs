@@ -8,10 +8,9 @@ use super::name_hash::NameMap;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use smallvec::SmallVec;
 
 use super::getkeys::GetKeysProc;
-use super::keys::{self, KeyPos, KeySpec, LegacyRange};
+use super::keys::{self, KeyList, KeySpec, LegacyRange};
 use super::parse::parse_command_reply;
 
 /// Longest name a lookup can resolve, `container|sub` included. Redis 7's longest is
@@ -181,7 +180,7 @@ impl CommandSpec {
     /// Key positions for this invocation (`args[0]` is the command name), in the order
     /// Redis's `COMMAND GETKEYS` reports them. `out` is cleared first. Arguments that do
     /// not fit give the keys Redis would find (often none); arity is checked separately.
-    pub fn keys(&self, args: &[Bytes], out: &mut SmallVec<[KeyPos; 4]>) {
+    pub fn keys(&self, args: &[Bytes], out: &mut KeyList) {
         let legacy = LegacyRange {
             first: self.first_key,
             last: self.last_key,

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 
 use crate::backend::{BackendError, NodeConn};
-use crate::command::{CommandSpec, CommandTable, KeyPos};
+use crate::command::{CommandSpec, CommandTable, KeyList, KeyPos};
 use crate::config::Config;
 use crate::protocol::{Proto, Request};
 use crate::reply;
@@ -253,7 +253,7 @@ impl Proxy {
                 return None;
             }
         }
-        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);
         let Ok(Some(slot)) = common_slot(args, &keys) else {
             return None;
@@ -328,7 +328,7 @@ impl Proxy {
         if !user.may_run(spec) {
             return Some(reply::error(&crate::auth::noperm_command(&spec.name)));
         }
-        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);
         if !keys.iter().all(|k| user.may_access(&args[k.index])) {
             return Some(reply::error(crate::auth::NOPERM_KEYS));
@@ -394,7 +394,7 @@ impl Proxy {
                 "ERR proxy: subscriptions are only possible on a client connection",
             ));
         }
-        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);
         let target = match common_slot(args, &keys) {
             Ok(Some(slot)) => Target::Slot(slot),

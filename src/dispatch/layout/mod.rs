@@ -37,7 +37,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::command::{CommandSpec, KeyPos};
+use crate::command::{CommandSpec, KeyList};
 use crate::protocol::Request;
 use crate::rewrite::{IndexEntry, Layout, Reverse};
 
@@ -85,7 +85,7 @@ pub struct RewrittenRequest {
     /// The request to send: the original when no key changed.
     pub request: Request,
     /// Every key position of the request.
-    pub keys: SmallVec<[KeyPos; 4]>,
+    pub keys: KeyList,
     /// Record keys of index-backed families the command may create, change or delete.
     pub indexed: SmallVec<[IndexedKey; 2]>,
 }
@@ -136,7 +136,7 @@ impl ActiveLayout {
         let Some(spec) = spec else {
             return false;
         };
-        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);
         keys.is_empty()
             || keys

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::command::{CommandSpec, KeyPos};
+use crate::command::{CommandSpec, KeyList};
 use crate::protocol::encode::encode_request;
 use crate::protocol::Request;
 use crate::reply;
@@ -20,7 +20,7 @@ impl ActiveLayout {
         spec: &CommandSpec,
         request: Request,
     ) -> Result<RewrittenRequest, Bytes> {
-        let mut keys: SmallVec<[KeyPos; 4]> = SmallVec::new();
+        let mut keys: KeyList = SmallVec::new();
         spec.keys(&request.args, &mut keys);
         // Scripts declare keys they may write whatever the key spec flags say.
         let script = is_script_call(spec);
