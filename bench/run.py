@@ -156,6 +156,13 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def machine_ticks():
+    """(idle, total) clock ticks of all CPUs so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    return values[3] + values[4], sum(values)
+
+
 def rss_mb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -228,9 +235,17 @@ def main():
                 for target, port, cluster, proc in targets:
                     runs = n * DIRECT_SCALE if cluster else n
                     before = cpu_seconds(proc.pid) if proc else 0
+                    idle_before, total_before = machine_ticks()
+                    started = time.monotonic()
                     r = benchmark(port, test, pipeline, runs, cluster=cluster)
+                    wall = time.monotonic() - started
+                    idle_after, total_after = machine_ticks()
                     r["cpu"] = (cpu_seconds(proc.pid) - before) if proc else 0
                     r["n"] = runs
+                    # Where the CPU went: the proxy's share of one core, and how much of the
+                    # whole machine stayed idle (a funnel that waits shows both below 100 %).
+                    r["busy"] = r["cpu"] / wall
+                    r["idle"] = (idle_after - idle_before) / max(1, total_after - total_before)
                     results.setdefault((label, target), []).append(r)
             # Keys inside the layout prefix: unchanged names, and an index-backed family.
             for label, command in [("SET inside prefix (unchanged name) -P 1", inside_set),
@@ -328,8 +343,8 @@ def median(rows, key):
 
 def print_table(results, targets):
     print(f"| case | target | req/s (median of {REPS}) | ratio to direct | ratio, each repetition | "
-          "p50 ms | p99 ms | req per proxy CPU-s |")
-    print("|---|---|---|---|---|---|---|---|")
+          "p50 ms | p99 ms | req per proxy CPU-s | proxy CPU, % of a core | machine idle |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (label, target), rows in results.items():
         rps = median(rows, "rps")
         direct = results.get((label, targets[0][0]))
@@ -339,8 +354,10 @@ def print_table(results, targets):
         each = " ".join(f"{r['rps'] / d['rps']:.2f}" for r, d in zip(rows, direct)) if compared else "-"
         cpu = sum(r["cpu"] for r in rows)
         per_cpu = f"{sum(r['n'] for r in rows) / cpu / 1000:.0f}k" if cpu > 0 else "-"
+        busy = f"{median(rows, 'busy') * 100:.0f} %" if cpu > 0 and "busy" in rows[0] else "-"
+        idle = f"{median(rows, 'idle') * 100:.0f} %" if "idle" in rows[0] else "-"
         print(f"| {label} | {target} | {rps:,.0f} | {ratio} | {each} | {median(rows, 'p50'):.3f} | "
-              f"{median(rows, 'p99'):.3f} | {per_cpu} |")
+              f"{median(rows, 'p99'):.3f} | {per_cpu} | {busy} | {idle} |")
 
 
 if __name__ == "__main__":
