@@ -64,19 +64,11 @@ impl Readiness {
         let _ = self.live.set(Arc::downgrade(live));
     }
 
-    /// The per-command metrics of the live proxy, once attached (their latency histograms
-    /// are rendered beside the recorder's exposition).
-    fn live_command_metrics(&self) -> Option<Arc<crate::metrics::CommandMetrics>> {
+    /// The configuration snapshot in force, once attached: its upstream for `/readyz`, its
+    /// per-command metrics (latency histograms) for `/metrics`.
+    fn live_proxy(&self) -> Option<Arc<crate::dispatch::Proxy>> {
         let live = self.live.get()?.upgrade()?;
-        let metrics = live.proxy().command_metrics.clone();
-        Some(metrics)
-    }
-
-    /// The upstream of the live proxy in force, once attached.
-    fn live_topology(&self) -> Option<Arc<Topology>> {
-        let live = self.live.get()?.upgrade()?;
-        let topology = live.proxy().topology.clone();
-        Some(topology)
+        Some(live.proxy())
     }
 }
 
@@ -99,7 +91,8 @@ impl AdminState {
         }
         let topology = self
             .readiness
-            .live_topology()
+            .live_proxy()
+            .map(|proxy| proxy.topology.clone())
             .unwrap_or_else(|| self.topology.clone());
         let routing = arc_swap::Guard::into_inner(topology.routing());
         let covered = routing.map.slots_covered();
@@ -314,8 +307,8 @@ async fn respond(route: Route, state: &AdminState) -> Response {
         Route::Metrics => match &state.metrics {
             Some(handle) => {
                 let mut body = handle.render();
-                if let Some(commands) = state.readiness.live_command_metrics() {
-                    commands.render_durations(&mut body);
+                if let Some(proxy) = state.readiness.live_proxy() {
+                    proxy.command_metrics.render_durations(&mut body);
                 }
                 Response {
                     status: 200,
