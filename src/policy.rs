@@ -99,19 +99,22 @@ impl Policy {
         Ok(policy)
     }
 
-    /// The error reply refusing the command named `name` (`flushall`, `config|set`), or
-    /// `None` when the policy lets it through.
-    pub fn refusal(&self, name: &str) -> Option<Bytes> {
+    /// Whether the policy refuses the command named `name` (`flushall`, `config|set`).
+    pub fn refuses(&self, name: &str) -> bool {
         let container = name.split_once('|').map(|(container, _)| container);
         let listed =
             |set: &NameSet| set.contains(name) || container.is_some_and(|c| set.contains(c));
-        if listed(&self.deny) && !listed(&self.allow) {
-            Some(reply::error(&format!(
+        listed(&self.deny) && !listed(&self.allow)
+    }
+
+    /// The error reply refusing the command named `name`, or `None` when the policy lets
+    /// it through.
+    pub fn refusal(&self, name: &str) -> Option<Bytes> {
+        self.refuses(name).then(|| {
+            reply::error(&format!(
                 "ERR proxy: '{name}' is disabled by the proxy's command policy (allow it with commands.allow: [{name}])"
-            )))
-        } else {
-            None
-        }
+            ))
+        })
     }
 }
 

@@ -96,7 +96,7 @@ impl Forwardable {
         Forwardable(
             table
                 .iter()
-                .map(|spec| forwards_as_is(spec) && policy.refusal(&spec.name).is_none())
+                .map(|spec| forwards_as_is(spec) && !policy.refuses(&spec.name))
                 .collect(),
         )
     }
