@@ -402,6 +402,73 @@ async fn batch_replies_arrive_tagged_and_unanswered_ones_are_lost() {
     );
 }
 
+/// More than the socket buffers hold, queued while the node is not reading: the callers'
+/// own writes (each request here is past the flush size) and the writer's wait for a
+/// writable socket keep the requests whole and in order, and every reply reaches its request.
+#[tokio::test]
+async fn requests_past_the_socket_buffers_arrive_whole_and_in_order() {
+    const REQUESTS: usize = 2000;
+    let (listener, addr) = fake_node().await;
+    let conn = NodeConn::spawn(addr, ConnOptions::default());
+    let value = "x".repeat(9 * 1024);
+    let requests: Vec<Bytes> = (0..REQUESTS)
+        .map(|i| command(&["SET", &format!("k{i}"), &value]))
+        .collect();
+    let written: Vec<u8> = requests.iter().flat_map(|r| r.iter().copied()).collect();
+    let total = written.len();
+    let fake = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        // Not reading yet: the proxy's socket buffer fills and its writes block.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let seen = read_exactly(&mut stream, total).await;
+        let replies: String = (0..REQUESTS).map(|i| format!(":{i}\r\n")).collect();
+        stream
+            .write_all(replies.as_bytes())
+            .await
+            .expect("fake write");
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest).await;
+        seen
+    });
+    let sink = ReplySink::new();
+    let send = |seq: usize| {
+        let mut batch = BatchBuilder::default();
+        batch.push(requests[seq].clone(), seq as u64);
+        conn.send_batch(batch.finish(sink.clone()));
+    };
+    send(0);
+    while !conn.is_connected() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // One at a time with the connection up: each send writes what is queued itself.
+    for seq in 1..REQUESTS {
+        send(seq);
+        tokio::task::yield_now().await;
+    }
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while got.len() < REQUESTS {
+            let mut taken = Vec::new();
+            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
+            got.extend(taken.into_iter().map(|d| (d.seq, d.reply)));
+        }
+    })
+    .await
+    .expect("a reply for every request");
+    for (i, (seq, reply)) in got.into_iter().enumerate() {
+        assert_eq!(seq, i as u64);
+        assert_eq!(reply, Ok(Bytes::from(format!(":{i}\r\n"))), "request {i}");
+    }
+    drop(conn);
+    let seen = tokio::time::timeout(Duration::from_secs(5), fake)
+        .await
+        .expect("connection not closed after the last handle was dropped")
+        .expect("fake");
+    let first_difference = seen.iter().zip(&written).position(|(a, b)| a != b);
+    assert_eq!(first_difference, None, "bytes out of order");
+    assert_eq!(seen.len(), written.len());
+}
+
 #[tokio::test]
 async fn asking_is_written_before_the_request_and_its_ok_swallowed() {
     let (listener, addr) = fake_node().await;

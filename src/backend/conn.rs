@@ -1,23 +1,29 @@
 //! One pipelined connection to one node, shared by many callers.
 //!
-//! A queue feeds a writer task that takes everything waiting, records the expected
-//! replies in the in-flight FIFO, then writes the whole batch with one write. Before taking
-//! the batch it yields once, so requests of other clients that are ready join it. A reader task
-//! per TCP connection cuts complete reply frames off its read buffer and hands them to the
-//! FIFO's entries in order. A queue entry is either one call (its reply goes back over a
-//! oneshot) or a client's batch (its replies go to the client's sink, see `sink`). The
-//! writer connects lazily, and after a failed connect it fails
-//! requests fast (`NotSent`) until a capped backoff has passed.
+//! Callers append their requests to the connection's outbox; a writer task takes everything
+//! waiting, records the expected replies in the in-flight FIFO, then writes it all with one
+//! write. Before that it yields once, so requests of other clients that are ready join the
+//! write: one syscall for many requests. When the outbox already holds [`FLUSH_BYTES`], the
+//! caller that filled it writes it at once instead, so a burst of pipelined clients reaches
+//! the node in a few writes that the node starts on while the proxy still reads the rest of
+//! the burst, rather than in one write after the whole burst was read. Every write happens
+//! under the outbox's lock, from the front of its unwritten bytes, so requests reach the
+//! node in the order they were queued. A reader task per TCP connection cuts complete reply
+//! frames off its read buffer and hands them to the FIFO's entries in order. A queue entry
+//! is either one call (its reply goes back over a oneshot) or a client's batch (its replies
+//! go to the client's sink, see `sink`). The writer connects lazily, and after a failed
+//! connect it fails requests fast (`NotSent`) until a capped backoff has passed.
 
 use std::collections::VecDeque;
+use std::io::ErrorKind;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::AsyncReadExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -27,8 +33,11 @@ use super::{handshake, BackendError, ConnOptions};
 use crate::protocol::{Limits, ReplyScanner};
 use crate::route::NodeAddr;
 
-/// Most queue entries written in one batch (one write).
-const MAX_BATCH: usize = 512;
+/// Queued request bytes at which the caller that queues more writes them itself. Small
+/// enough that a burst of pipelined clients leaves in several writes the node can start on
+/// (Redis reads 16 KiB per connection per turn of its event loop), large enough that
+/// unpipelined clients still share one write per turn of the proxy's.
+const FLUSH_BYTES: usize = 8 * 1024;
 /// Written just before a request sent with `asking`.
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// Wait before the first reconnect attempt after a failure; doubles up to the maximum.
@@ -46,11 +55,104 @@ pub struct NodeConn {
 
 struct Shared {
     addr: NodeAddr,
-    // Unbounded: what waits here is bounded by the callers, each client session keeping
-    // at most `max_pipeline` requests in flight, and a send that cannot block lets a
-    // session hand over a batch without suspending between its requests.
-    queue: mpsc::UnboundedSender<Outbound>,
+    channel: Arc<Channel>,
     connected: Arc<AtomicBool>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The last handle is gone: the writer writes what is queued, then ends.
+        self.channel.lock().closed = true;
+        self.channel.wake.notify_one();
+    }
+}
+
+/// What the handles and the writer task share.
+struct Channel {
+    // Unbounded: what waits here is bounded by the callers, each client session keeping
+    // at most `max_pipeline` requests in flight, and a queue that cannot block lets a
+    // session hand over a batch without suspending between its requests.
+    outbox: Mutex<Outbox>,
+    /// Wakes the writer task when the queue gets its first entry, a write is blocked, or
+    /// the last handle is gone.
+    wake: Notify,
+}
+
+impl Channel {
+    fn lock(&self) -> MutexGuard<'_, Outbox> {
+        self.outbox.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Default)]
+struct Outbox {
+    /// Entries not yet written, oldest first.
+    queued: Vec<Outbound>,
+    /// The request bytes of `queued`.
+    queued_bytes: usize,
+    /// The established connection, if any (only the writer task connects).
+    link: Option<Link>,
+    /// Every handle is gone.
+    closed: bool,
+}
+
+/// How far a flush of the outbox got.
+enum Flushed {
+    /// Everything queued is written.
+    All,
+    /// The socket's buffer is full; the rest waits in the link's `unwritten`.
+    Blocked(Arc<OwnedWriteHalf>),
+    /// No usable connection: the writer must (re)connect before anything queued is written.
+    NoLink,
+}
+
+impl Outbox {
+    /// Records the queued entries' replies in the in-flight FIFO and writes as much as the
+    /// socket takes without waiting. A failed write drops the connection (its in-flight
+    /// entries fail as lost).
+    fn flush(&mut self, addr: &NodeAddr, connected: &AtomicBool) -> Flushed {
+        let Some(link) = self.link.as_mut() else {
+            return Flushed::NoLink;
+        };
+        if !self.queued.is_empty() {
+            let unwritten = &mut link.unwritten;
+            let queued = &mut self.queued;
+            let recorded = link.in_flight.push_with(|pending| {
+                // A caller that gave up before its request was written needs no write.
+                for item in queued.drain(..).filter(|item| !item.is_abandoned()) {
+                    item.write_into(unwritten);
+                    item.expect_replies(pending);
+                }
+            });
+            if !recorded {
+                // The reader stopped: nothing of the queue was taken.
+                self.link = None;
+                return Flushed::NoLink;
+            }
+            self.queued_bytes = 0;
+        }
+        while !link.unwritten.is_empty() {
+            match link.write.try_write(&link.unwritten) {
+                Ok(n) => link.unwritten.advance(n),
+                Err(error) if error.kind() == ErrorKind::WouldBlock => {
+                    return Flushed::Blocked(link.write.clone());
+                }
+                Err(error) => {
+                    tracing::warn!(addr = %addr, %error, "backend write failed");
+                    link.in_flight
+                        .close_and_fail(&format!("{addr}: write failed: {error}"));
+                    connected.store(false, Ordering::Relaxed);
+                    self.link = None;
+                    return if self.queued.is_empty() {
+                        Flushed::All
+                    } else {
+                        Flushed::NoLink
+                    };
+                }
+            }
+        }
+        Flushed::All
+    }
 }
 
 /// What waits for the writer.
@@ -71,6 +173,16 @@ impl Outbound {
         match self {
             Outbound::Call { reply, .. } => reply.is_closed(),
             Outbound::Batch(batch) => batch.replies.is_abandoned(),
+        }
+    }
+
+    /// The bytes [`Outbound::write_into`] writes.
+    fn len(&self) -> usize {
+        match self {
+            Outbound::Call {
+                request, asking, ..
+            } => request.len() + if *asking { ASKING.len() } else { 0 },
+            Outbound::Batch(batch) => batch.requests.len(),
         }
     }
 
@@ -124,14 +236,16 @@ impl NodeConn {
     /// Starts the connection's writer task (it connects on first use). Must be called
     /// from within a Tokio runtime.
     pub fn spawn(addr: NodeAddr, opts: ConnOptions) -> NodeConn {
-        let (queue, requests) = mpsc::unbounded_channel();
+        let channel = Arc::new(Channel {
+            outbox: Mutex::new(Outbox::default()),
+            wake: Notify::new(),
+        });
         let connected = Arc::new(AtomicBool::new(false));
         let writer = Writer {
             addr: addr.clone(),
             opts,
-            requests,
+            channel: channel.clone(),
             connected: connected.clone(),
-            live: None,
             backoff: BACKOFF_MIN,
             retry_at: None,
             last_error: String::new(),
@@ -140,7 +254,7 @@ impl NodeConn {
         NodeConn {
             shared: Arc::new(Shared {
                 addr,
-                queue,
+                channel,
                 connected,
             }),
         }
@@ -151,17 +265,11 @@ impl NodeConn {
     /// reply is consumed here. Error replies from the node are replies, not errors.
     pub async fn call(&self, request: Bytes, asking: bool) -> Result<Bytes, BackendError> {
         let (reply, answer) = oneshot::channel();
-        let outbound = Outbound::Call {
+        self.enqueue(Outbound::Call {
             request,
             asking,
             reply,
-        };
-        if self.shared.queue.send(outbound).is_err() {
-            return Err(BackendError::NotSent(format!(
-                "{}: connection task stopped",
-                self.shared.addr
-            )));
-        }
+        });
         // Every path in the writer and reader answers explicitly; a dropped sender means
         // the connection went away with the request possibly written.
         answer.await.unwrap_or_else(|_| {
@@ -174,11 +282,25 @@ impl NodeConn {
 
     /// Queues a client's batch; its replies (or `NotSent`/`Lost`) reach the batch's sink.
     pub fn send_batch(&self, batch: Batch) {
-        if let Err(returned) = self.shared.queue.send(Outbound::Batch(batch)) {
-            returned.0.fail(&BackendError::NotSent(format!(
-                "{}: connection task stopped",
-                self.shared.addr
-            )));
+        self.enqueue(Outbound::Batch(batch));
+    }
+
+    /// Queues `item` for the writer, or writes the queue now once it holds [`FLUSH_BYTES`].
+    fn enqueue(&self, item: Outbound) {
+        let shared = &*self.shared;
+        let mut outbox = shared.channel.lock();
+        let first = outbox.queued.is_empty();
+        outbox.queued_bytes += item.len();
+        outbox.queued.push(item);
+        let wake = if outbox.queued_bytes >= FLUSH_BYTES && outbox.link.is_some() {
+            // A blocked write or a lost connection is the writer's to finish.
+            !matches!(outbox.flush(&shared.addr, &shared.connected), Flushed::All)
+        } else {
+            first
+        };
+        drop(outbox);
+        if wake {
+            shared.channel.wake.notify_one();
         }
     }
 
@@ -198,14 +320,16 @@ impl NodeConn {
     }
 }
 
-/// An established connection: its write half, its FIFO and its reader task.
-struct Live {
-    write: OwnedWriteHalf,
+/// An established connection: its write half, its FIFO, its reader task, and the bytes of
+/// recorded requests the socket has not taken yet.
+struct Link {
+    write: Arc<OwnedWriteHalf>,
     in_flight: Arc<InFlight>,
     reader: JoinHandle<()>,
+    unwritten: BytesMut,
 }
 
-impl Drop for Live {
+impl Drop for Link {
     fn drop(&mut self) {
         self.reader.abort();
         self.in_flight
@@ -213,13 +337,24 @@ impl Drop for Live {
     }
 }
 
-/// Owns the request queue and the current connection.
+/// What the writer does next, decided under the outbox's lock and done without it.
+enum Next {
+    /// Wait for more requests.
+    Idle,
+    /// Wait until the socket takes more bytes.
+    Writable(Arc<OwnedWriteHalf>),
+    /// Open a connection for what is queued.
+    Connect,
+    /// Every handle is gone and everything queued is written.
+    Stop,
+}
+
+/// Connects, and writes whatever the callers did not write themselves.
 struct Writer {
     addr: NodeAddr,
     opts: ConnOptions,
-    requests: mpsc::UnboundedReceiver<Outbound>,
+    channel: Arc<Channel>,
     connected: Arc<AtomicBool>,
-    live: Option<Live>,
     backoff: Duration,
     retry_at: Option<Instant>,
     last_error: String,
@@ -227,80 +362,85 @@ struct Writer {
 
 impl Writer {
     async fn run(mut self) {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
-        let mut out = BytesMut::with_capacity(READ_CHUNK);
-        // Ends when every handle is gone; dropping `self.live` then closes the socket.
-        while self.requests.recv_many(&mut batch, MAX_BATCH).await > 0 {
-            if batch.len() < MAX_BATCH {
+        loop {
+            self.channel.wake.notified().await;
+            if self.channel.lock().queued_bytes < FLUSH_BYTES {
                 // The first request wakes this task at once (the scheduler runs a task just
                 // woken next), which would make one write per request. Yielding lets the
                 // client sessions that are ready run first, so their requests join this
                 // write: one syscall for many requests.
                 tokio::task::yield_now().await;
-                while batch.len() < MAX_BATCH {
-                    match self.requests.try_recv() {
-                        Ok(item) => batch.push(item),
-                        Err(_) => break,
+            }
+            // A connection found dead before anything was written gets one replacement.
+            let mut connects = 0;
+            loop {
+                let next = {
+                    let mut outbox = self.channel.lock();
+                    if outbox
+                        .link
+                        .as_ref()
+                        .is_some_and(|link| link.in_flight.is_closed())
+                    {
+                        outbox.link = None;
+                    }
+                    match outbox.flush(&self.addr, &self.connected) {
+                        Flushed::All if outbox.closed => Next::Stop,
+                        Flushed::All => Next::Idle,
+                        Flushed::Blocked(write) => Next::Writable(write),
+                        Flushed::NoLink if outbox.queued.is_empty() && outbox.closed => Next::Stop,
+                        Flushed::NoLink if outbox.queued.is_empty() => Next::Idle,
+                        Flushed::NoLink => Next::Connect,
+                    }
+                };
+                match next {
+                    Next::Idle => break,
+                    Next::Stop => {
+                        // Dropping the link closes the socket and fails what is in flight.
+                        self.channel.lock().link = None;
+                        return;
+                    }
+                    Next::Writable(write) => {
+                        if let Err(error) = write.writable().await {
+                            tracing::warn!(addr = %self.addr, %error, "backend write failed");
+                            self.drop_link(&format!("{}: write failed: {error}", self.addr));
+                        }
+                    }
+                    // After a failure the loop goes round once more: the queue is empty
+                    // then (idle, or the end if every handle is gone) unless more came.
+                    Next::Connect if connects == 2 => {
+                        self.fail_queued(&format!("{}: connection unusable", self.addr));
+                    }
+                    Next::Connect => {
+                        connects += 1;
+                        if let Err(reason) = self.connect().await {
+                            self.fail_queued(&format!("{}: {reason}", self.addr));
+                        }
                     }
                 }
             }
-            // A caller that gave up before its request was written needs no write.
-            batch.retain(|item: &Outbound| !item.is_abandoned());
-            if !batch.is_empty() {
-                self.write_batch(&mut batch, &mut out).await;
-            }
-            batch.clear();
         }
     }
 
-    /// Writes `batch` (emptying it) on the live connection, connecting first if needed.
-    async fn write_batch(&mut self, batch: &mut Vec<Outbound>, out: &mut BytesMut) {
-        out.clear();
-        for item in batch.iter() {
-            item.write_into(out);
+    /// Fails everything queued as not sent: it would meet the same failure.
+    fn fail_queued(&self, reason: &str) {
+        let queued = {
+            let mut outbox = self.channel.lock();
+            outbox.queued_bytes = 0;
+            std::mem::take(&mut outbox.queued)
+        };
+        let error = BackendError::NotSent(reason.to_string());
+        for item in queued {
+            item.fail(&error);
         }
-        // A connection found dead before anything was written gets one replacement.
-        for _ in 0..2 {
-            if self
-                .live
-                .as_ref()
-                .is_none_or(|live| live.in_flight.is_closed())
-            {
-                self.live = None;
-                if let Err(reason) = self.connect().await {
-                    let reason = format!("{}: {reason}", self.addr);
-                    fail_not_sent(batch.drain(..), &reason);
-                    // Everyone already queued would meet the same failure: answer now.
-                    while let Ok(item) = self.requests.try_recv() {
-                        fail_not_sent(std::iter::once(item), &reason);
-                    }
-                    return;
-                }
-            }
-            let Some(live) = self.live.as_mut() else {
-                continue;
-            };
-            let recorded = live.in_flight.push_with(|pending| {
-                for item in batch.drain(..) {
-                    item.expect_replies(pending);
-                }
-            });
-            if !recorded {
-                continue;
-            }
-            if let Err(error) = live.write.write_all(out).await {
-                tracing::warn!(addr = %self.addr, %error, "backend write failed");
-                live.in_flight
-                    .close_and_fail(&format!("{}: write failed: {error}", self.addr));
-                self.connected.store(false, Ordering::Relaxed);
-                self.live = None;
-            }
-            return;
+    }
+
+    /// Drops the connection after a failed write: what it had in flight is lost.
+    fn drop_link(&self, reason: &str) {
+        let link = self.channel.lock().link.take();
+        if let Some(link) = link {
+            link.in_flight.close_and_fail(reason);
         }
-        fail_not_sent(
-            batch.drain(..),
-            &format!("{}: connection unusable", self.addr),
-        );
+        self.connected.store(false, Ordering::Relaxed);
     }
 
     /// Opens a new connection unless a recent failure is still backing off.
@@ -324,10 +464,11 @@ impl Writer {
                 self.connected.store(true, Ordering::Relaxed);
                 self.backoff = BACKOFF_MIN;
                 self.retry_at = None;
-                self.live = Some(Live {
-                    write,
+                self.channel.lock().link = Some(Link {
+                    write: Arc::new(write),
                     in_flight,
                     reader,
+                    unwritten: BytesMut::with_capacity(READ_CHUNK),
                 });
                 Ok(())
             }
@@ -341,13 +482,6 @@ impl Writer {
                 Err(reason)
             }
         }
-    }
-}
-
-fn fail_not_sent(items: impl Iterator<Item = Outbound>, reason: &str) {
-    let error = BackendError::NotSent(reason.to_string());
-    for item in items {
-        item.fail(&error);
     }
 }
 
