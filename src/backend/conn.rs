@@ -102,7 +102,8 @@ enum Flushed {
     All,
     /// The socket's buffer is full; the rest waits in the link's `unwritten`.
     Blocked(Arc<OwnedWriteHalf>),
-    /// No usable connection: the writer must (re)connect before anything queued is written.
+    /// No usable connection (none yet, or it just failed): the writer must (re)connect
+    /// before anything still queued is written.
     NoLink,
 }
 
@@ -143,11 +144,7 @@ impl Outbox {
                         .close_and_fail(&format!("{addr}: write failed: {error}"));
                     connected.store(false, Ordering::Relaxed);
                     self.link = None;
-                    return if self.queued.is_empty() {
-                        Flushed::All
-                    } else {
-                        Flushed::NoLink
-                    };
+                    return Flushed::NoLink;
                 }
             }
         }
@@ -384,12 +381,10 @@ impl Writer {
                         outbox.link = None;
                     }
                     match outbox.flush(&self.addr, &self.connected) {
-                        Flushed::All if outbox.closed => Next::Stop,
-                        Flushed::All => Next::Idle,
                         Flushed::Blocked(write) => Next::Writable(write),
-                        Flushed::NoLink if outbox.queued.is_empty() && outbox.closed => Next::Stop,
-                        Flushed::NoLink if outbox.queued.is_empty() => Next::Idle,
-                        Flushed::NoLink => Next::Connect,
+                        Flushed::NoLink if !outbox.queued.is_empty() => Next::Connect,
+                        Flushed::All | Flushed::NoLink if outbox.closed => Next::Stop,
+                        Flushed::All | Flushed::NoLink => Next::Idle,
                     }
                 };
                 match next {
