@@ -282,6 +282,8 @@ fn multi_key_commands_split_by_slot() {
 /// `count` commands over a few keys, mixing what the proxy batches per master (SET, GET,
 /// INCR, APPEND), splits by slot (MSET, MGET, DEL, EXISTS), runs as a script (EVAL) and
 /// answers itself (PING, ECHO), with error replies among them (INCR of a text, GET of a list).
+/// The SET values are long enough that the requests queued for one master pass the size at
+/// which the client's session writes the node's outbox itself, instead of the writer task.
 fn mixed_pipeline(prefix: &str, count: usize) -> Vec<String> {
     let mut state: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = move |bound: u64| {
@@ -295,7 +297,7 @@ fn mixed_pipeline(prefix: &str, count: usize) -> Vec<String> {
         .map(|i| {
             let (a, b, c) = (key(next(12)), key(next(12)), key(next(12)));
             match next(12) {
-                0 => format!("SET {a} v{i}"),
+                0 => format!("SET {a} v{i}:{}", "x".repeat(2000)),
                 1 => format!("GET {a}"),
                 2 => format!("INCR {a}"),
                 3 => format!("MSET {a} {i} {b} x{i} {c} {i}"),
