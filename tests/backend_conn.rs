@@ -402,6 +402,80 @@ async fn batch_replies_arrive_tagged_and_unanswered_ones_are_lost() {
     );
 }
 
+/// Short requests gather in one write made by the writer task after the callers that are
+/// ready have queued theirs; the request that fills the outbox to 64 is written by its caller
+/// at once. The test blocks the runtime's only thread while it looks, so the writer task
+/// cannot run then: what reaches the node was written by the caller.
+#[tokio::test(flavor = "current_thread")]
+async fn the_request_that_fills_the_outbox_is_written_by_its_caller() {
+    const FULL: usize = 64;
+    let listener = StdListener::bind("127.0.0.1:0").expect("bind");
+    let addr = NodeAddr::from(listener.local_addr().expect("addr").to_string());
+    let ping = command(&["PING"]);
+    let ping_len = ping.len();
+    let (received, arrivals) = std::sync::mpsc::channel::<usize>();
+    let fake = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut stream, _) = listener.accept().expect("accept");
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut total = 0;
+        while total < (FULL + 1) * ping_len {
+            let n = stream.read(&mut buf).expect("fake read");
+            assert!(n > 0, "closed early");
+            total += n;
+            if total == ping_len {
+                stream.write_all(b"+PONG\r\n").expect("fake write");
+            }
+            let _ = received.send(total);
+        }
+        let replies = b"+PONG\r\n".repeat(FULL);
+        stream.write_all(&replies).expect("fake write");
+    });
+    let conn = NodeConn::spawn(addr, ConnOptions::default());
+    assert_eq!(
+        conn.call(ping.clone(), false).await.expect("first ping"),
+        Bytes::from_static(b"+PONG\r\n")
+    );
+    assert_eq!(arrivals.recv().expect("first ping seen"), ping_len);
+    let sink = ReplySink::new();
+    let send = |seq: usize| {
+        let mut batch = BatchBuilder::default();
+        batch.push(ping.clone(), seq as u64);
+        conn.send_batch(batch.finish(sink.clone()));
+    };
+    for seq in 0..FULL - 1 {
+        send(seq);
+    }
+    assert!(
+        arrivals.recv_timeout(Duration::from_millis(200)).is_err(),
+        "an outbox short of full waits for the writer task"
+    );
+    send(FULL - 1);
+    let mut seen = ping_len;
+    while seen < (FULL + 1) * ping_len {
+        seen = arrivals
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the full outbox was written without the writer task");
+    }
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while got.len() < FULL {
+            let mut taken = Vec::new();
+            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
+            got.extend(taken.into_iter().map(|d| (d.seq, d.reply)));
+        }
+    })
+    .await
+    .expect("a reply for every request");
+    for (i, (seq, reply)) in got.into_iter().enumerate() {
+        assert_eq!(
+            (seq, reply),
+            (i as u64, Ok(Bytes::from_static(b"+PONG\r\n")))
+        );
+    }
+    fake.join().expect("fake node");
+}
+
 /// More than the socket buffers hold, queued while the node is not reading: the callers'
 /// own writes (each request here is past the flush size) and the writer's wait for a
 /// writable socket keep the requests whole and in order, and every reply reaches its request.

@@ -3,10 +3,11 @@
 //! Callers append their requests to the connection's outbox; a writer task takes everything
 //! waiting, records the expected replies in the in-flight FIFO, then writes it all with one
 //! write. Before that it yields once, so requests of other clients that are ready join the
-//! write: one syscall for many requests. When the outbox already holds [`FLUSH_BYTES`], the
-//! caller that filled it writes it at once instead, so a burst of pipelined clients reaches
-//! the node in a few writes that the node starts on while the proxy still reads the rest of
-//! the burst, rather than in one write after the whole burst was read. Every write happens
+//! write: one syscall for many requests. When the outbox already holds [`FLUSH_BYTES`] or
+//! [`FLUSH_REQUESTS`], the caller that filled it writes it at once instead, so a burst of
+//! pipelined clients reaches the node in a few writes that the node starts on while the
+//! proxy still reads the rest of the burst, rather than in one write after the whole burst
+//! was read. Every write happens
 //! under the outbox's lock, from the front of its unwritten bytes, so requests reach the
 //! node in the order they were queued. A reader task per TCP connection cuts complete reply
 //! frames off its read buffer and hands them to the FIFO's entries in order. A queue entry
@@ -33,11 +34,14 @@ use super::{handshake, BackendError, ConnOptions};
 use crate::protocol::{Limits, ReplyScanner};
 use crate::route::NodeAddr;
 
-/// Queued request bytes at which the caller that queues more writes them itself. Small
-/// enough that a burst of pipelined clients leaves in several writes the node can start on
-/// (Redis reads 16 KiB per connection per turn of its event loop), large enough that
-/// unpipelined clients still share one write per turn of the proxy's.
+/// Queued request bytes, or requests, at which the caller that queues more writes them
+/// itself. Small enough that a burst of pipelined clients leaves in several writes the node
+/// can start on (Redis reads 16 KiB per connection per turn of its event loop), large enough
+/// that unpipelined clients still share one write per turn of the proxy's. The count
+/// matters for short requests: 8 KiB of GETs is about 200 of them, and their replies are
+/// the long part.
 const FLUSH_BYTES: usize = 8 * 1024;
+const FLUSH_REQUESTS: usize = 64;
 /// Written just before a request sent with `asking`.
 const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// Wait before the first reconnect attempt after a failure; doubles up to the maximum.
@@ -88,8 +92,9 @@ impl Channel {
 struct Outbox {
     /// Entries not yet written, oldest first.
     queued: Vec<Outbound>,
-    /// The request bytes of `queued`.
+    /// The request bytes of `queued`, and how many requests it holds.
     queued_bytes: usize,
+    queued_requests: usize,
     /// The established connection, if any (only the writer task connects).
     link: Option<Link>,
     /// Every handle is gone.
@@ -108,6 +113,17 @@ enum Flushed {
 }
 
 impl Outbox {
+    fn queue(&mut self, item: Outbound) {
+        self.queued_bytes += item.len();
+        self.queued_requests += item.requests();
+        self.queued.push(item);
+    }
+
+    /// Whether enough is queued to write now rather than wait for more.
+    fn is_full(&self) -> bool {
+        self.queued_bytes >= FLUSH_BYTES || self.queued_requests >= FLUSH_REQUESTS
+    }
+
     /// Records the queued entries' replies in the in-flight FIFO and writes as much as the
     /// socket takes without waiting. A failed write drops the connection (its in-flight
     /// entries fail as lost).
@@ -131,6 +147,7 @@ impl Outbox {
                 return Flushed::NoLink;
             }
             self.queued_bytes = 0;
+            self.queued_requests = 0;
         }
         while !link.unwritten.is_empty() {
             match link.write.try_write(&link.unwritten) {
@@ -170,6 +187,14 @@ impl Outbound {
         match self {
             Outbound::Call { reply, .. } => reply.is_closed(),
             Outbound::Batch(batch) => batch.replies.is_abandoned(),
+        }
+    }
+
+    /// How many requests (not counting `ASKING`) this entry carries.
+    fn requests(&self) -> usize {
+        match self {
+            Outbound::Call { .. } => 1,
+            Outbound::Batch(batch) => batch.replies.len(),
         }
     }
 
@@ -282,14 +307,14 @@ impl NodeConn {
         self.enqueue(Outbound::Batch(batch));
     }
 
-    /// Queues `item` for the writer, or writes the queue now once it holds [`FLUSH_BYTES`].
+    /// Queues `item` for the writer, or writes the queue now once it is full
+    /// ([`FLUSH_BYTES`] or [`FLUSH_REQUESTS`]).
     fn enqueue(&self, item: Outbound) {
         let shared = &*self.shared;
         let mut outbox = shared.channel.lock();
         let first = outbox.queued.is_empty();
-        outbox.queued_bytes += item.len();
-        outbox.queued.push(item);
-        let wake = if outbox.queued_bytes >= FLUSH_BYTES && outbox.link.is_some() {
+        outbox.queue(item);
+        let wake = if outbox.is_full() && outbox.link.is_some() {
             // A blocked write or a lost connection is the writer's to finish.
             !matches!(outbox.flush(&shared.addr, &shared.connected), Flushed::All)
         } else {
@@ -361,7 +386,7 @@ impl Writer {
     async fn run(mut self) {
         loop {
             self.channel.wake.notified().await;
-            if self.channel.lock().queued_bytes < FLUSH_BYTES {
+            if !self.channel.lock().is_full() {
                 // The first request wakes this task at once (the scheduler runs a task just
                 // woken next), which would make one write per request. Yielding lets the
                 // client sessions that are ready run first, so their requests join this
@@ -421,6 +446,7 @@ impl Writer {
         let queued = {
             let mut outbox = self.channel.lock();
             outbox.queued_bytes = 0;
+            outbox.queued_requests = 0;
             std::mem::take(&mut outbox.queued)
         };
         let error = BackendError::NotSent(reason.to_string());

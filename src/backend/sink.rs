@@ -194,6 +194,11 @@ impl BatchReplies {
         self.sink.is_closed()
     }
 
+    /// How many requests the batch carries.
+    pub(super) fn len(&self) -> usize {
+        self.seqs.len()
+    }
+
     /// Whether every request got its delivery.
     pub(super) fn is_done(&self) -> bool {
         self.answered == self.seqs.len()
