@@ -353,6 +353,25 @@ async fn lost_reply_is_reported_and_never_resent() {
     assert_eq!(next, ping.to_vec());
 }
 
+/// The first `count` deliveries to `sink`, as (sequence number, reply); panics after `within`.
+async fn deliveries(
+    sink: &ReplySink,
+    count: usize,
+    within: Duration,
+) -> Vec<(u64, Result<Bytes, BackendError>)> {
+    let mut got = Vec::new();
+    tokio::time::timeout(within, async {
+        while got.len() < count {
+            let mut taken = Vec::new();
+            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
+            got.extend(taken.into_iter().map(|d| (d.seq, d.reply)));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{count} deliveries within {within:?}"));
+    got
+}
+
 /// A client batch is one write; its replies may straddle reads; when the connection drops,
 /// the requests still unanswered are reported `Lost`, each exactly once.
 #[tokio::test]
@@ -382,16 +401,7 @@ async fn batch_replies_arrive_tagged_and_unanswered_ones_are_lost() {
         batch.push(request.clone(), seq);
     }
     conn.send_batch(batch.finish(sink.clone()));
-    let mut got = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while got.len() < 3 {
-            let mut taken = Vec::new();
-            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
-            got.extend(taken.into_iter().map(|d| (d.seq, d.reply)));
-        }
-    })
-    .await
-    .expect("three deliveries");
+    let got = deliveries(&sink, 3, Duration::from_secs(5)).await;
     assert_eq!(fake.await.expect("fake"), written, "one write, in order");
     assert_eq!(got[0], (7, Ok(Bytes::from_static(b":1\r\n"))));
     assert_eq!(got[1], (8, Ok(Bytes::from_static(b":2\r\n"))));
@@ -457,16 +467,7 @@ async fn the_request_that_fills_the_outbox_is_written_by_its_caller() {
             .recv_timeout(Duration::from_secs(5))
             .expect("the full outbox was written without the writer task");
     }
-    let mut got = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while got.len() < FULL {
-            let mut taken = Vec::new();
-            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
-            got.extend(taken.into_iter().map(|d| (d.seq, d.reply)));
-        }
-    })
-    .await
-    .expect("a reply for every request");
+    let got = deliveries(&sink, FULL, Duration::from_secs(5)).await;
     for (i, (seq, reply)) in got.into_iter().enumerate() {
         assert_eq!(
             (seq, reply),
@@ -519,16 +520,7 @@ async fn requests_past_the_socket_buffers_arrive_whole_and_in_order() {
         send(seq);
         tokio::task::yield_now().await;
     }
-    let mut got = Vec::new();
-    tokio::time::timeout(Duration::from_secs(20), async {
-        while got.len() < REQUESTS {
-            let mut taken = Vec::new();
-            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
-            got.extend(taken.into_iter().map(|d| (d.seq, d.reply)));
-        }
-    })
-    .await
-    .expect("a reply for every request");
+    let got = deliveries(&sink, REQUESTS, Duration::from_secs(20)).await;
     for (i, (seq, reply)) in got.into_iter().enumerate() {
         assert_eq!(seq, i as u64);
         assert_eq!(reply, Ok(Bytes::from(format!(":{i}\r\n"))), "request {i}");
