@@ -138,20 +138,22 @@ impl Pipeline {
 
     /// Runs `future` for the next request: the staged batches leave first, then the
     /// future is polled once, so whatever it sends on its first poll follows the
-    /// requests before it.
+    /// requests before it and precedes those after it. It is polled here rather than
+    /// through `running`, which may stop before reaching it (see `FuturesUnordered`'s
+    /// fairness rules).
     pub async fn push_future(&mut self, future: impl Future<Output = Bytes> + Send + 'static) {
         self.send_staged();
-        let seq = self.next_seq();
-        self.slots.push_back(Slot::Running);
-        self.running.push(Tagged {
-            seq,
-            future: Box::pin(future),
-        });
-        std::future::poll_fn(|cx| {
-            self.poll_running(cx);
-            Poll::Ready(())
-        })
-        .await;
+        let mut future: Running = Box::pin(future);
+        let first = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
+        match first {
+            Poll::Ready(reply) => self.push_ready(reply),
+            Poll::Pending => {
+                // `running` polls it again on its next turn, with its own waker.
+                let seq = self.next_seq();
+                self.slots.push_back(Slot::Running);
+                self.running.push(Tagged { seq, future });
+            }
+        }
     }
 
     /// Moves finished replies into their slots; ready when the oldest has its reply.
@@ -272,5 +274,34 @@ mod tests {
         pipeline.progress().await;
         assert_eq!(written(&mut pipeline), "bcd");
         assert!(pipeline.is_empty());
+    }
+
+    /// A future that is woken while it is polled (its reply arrives from another thread, or
+    /// Tokio's budget for the task is spent) makes `FuturesUnordered` stop early once two
+    /// of them were polled. A new future still runs to its first await at once: whatever it
+    /// sends must leave before the requests after it.
+    #[tokio::test]
+    async fn a_new_future_starts_before_push_future_returns_whatever_runs_beside_it() {
+        let mut pipeline = Pipeline::default();
+        for _ in 0..2 {
+            pipeline
+                .push_future(std::future::poll_fn(|cx| {
+                    cx.waker().wake_by_ref();
+                    Poll::<Bytes>::Pending
+                }))
+                .await;
+        }
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = started.clone();
+        pipeline
+            .push_future(async move {
+                flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                std::future::pending::<Bytes>().await
+            })
+            .await;
+        assert!(
+            started.load(std::sync::atomic::Ordering::Relaxed),
+            "the third future ran to its first await before push_future returned"
+        );
     }
 }
