@@ -160,6 +160,16 @@ impl Topology {
         NodeConn::spawn(addr.clone(), self.conn_options(proto))
     }
 
+    /// A dedicated connection to `addr` that is never reopened: what a WATCH watched ends
+    /// with its connection, so a silent new one would let EXEC run unchecked.
+    pub fn dedicated_once(&self, addr: &NodeAddr, proto: Proto) -> NodeConn {
+        let opts = ConnOptions {
+            reconnect: false,
+            ..self.conn_options(proto)
+        };
+        NodeConn::spawn(addr.clone(), opts)
+    }
+
     fn conn_options(&self, proto: Proto) -> ConnOptions {
         ConnOptions {
             proto,
@@ -167,6 +177,7 @@ impl Topology {
             password: self.settings.password.clone(),
             connect_timeout: self.settings.connect_timeout,
             limits: self.settings.limits,
+            reconnect: true,
         }
     }
 

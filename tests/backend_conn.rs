@@ -614,3 +614,42 @@ async fn reconnects_after_backoff_when_the_node_comes_up() {
     assert!(conn.is_connected());
     drop(fake.await.expect("fake"));
 }
+
+#[tokio::test]
+async fn without_reconnect_a_lost_connection_is_not_replaced() {
+    let (listener, addr) = fake_node().await;
+    let opts = ConnOptions {
+        reconnect: false,
+        ..ConnOptions::default()
+    };
+    let conn = NodeConn::spawn(addr, opts);
+    let ping = command(&["PING"]);
+    let ping_len = ping.len();
+    let fake = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let _ = read_exactly(&mut stream, ping_len).await;
+        stream.write_all(b"+PONG\r\n").await.expect("fake write");
+        drop(stream);
+        // A second connection would be accepted here; none may come.
+        tokio::time::timeout(Duration::from_millis(500), listener.accept())
+            .await
+            .is_ok()
+    });
+    assert_eq!(
+        conn.call(ping.clone(), false).await.unwrap(),
+        Bytes::from_static(b"+PONG\r\n")
+    );
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while conn.is_connected() {
+        assert!(Instant::now() < deadline, "the close was never noticed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for _ in 0..2 {
+        let result = conn.call(ping.clone(), false).await;
+        assert!(
+            matches!(result, Err(BackendError::NotSent(_))),
+            "{result:?}"
+        );
+    }
+    assert!(!fake.await.expect("fake"), "a second connection was opened");
+}

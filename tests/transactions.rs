@@ -264,6 +264,57 @@ fn connections_running(node: &str, command: &str) -> usize {
         .count()
 }
 
+/// Ids of the connections on `node` whose last command was `command`.
+fn connection_ids_running(node: &str, command: &str) -> Vec<String> {
+    let list: String = query(node, redis::cmd("CLIENT").arg("LIST")).unwrap();
+    list.lines()
+        .filter(|line| line.contains(&format!(" cmd={command} ")))
+        .filter_map(|line| line.strip_prefix("id=")?.split(' ').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The server forgets a connection's watched keys with the connection: once the pinned
+/// connection is gone, a later WATCH must not open a new one that EXEC then trusts, or a
+/// change made in between would go unseen.
+#[test]
+fn a_watch_survives_no_reconnect_of_its_pinned_connection() {
+    // An upstream of its own, so the only WATCH connection on it is this test's.
+    let server = Standalone::start();
+    let proxy = Proxy::start(&["--standalone", server.addr()]);
+    let mut watcher = proxy.connect();
+    let key = "txn10:lost-pin";
+    query::<()>(server.addr(), redis::cmd("SET").arg(key).arg("0")).unwrap();
+
+    redis::cmd("WATCH").arg(key).exec(&mut watcher).unwrap();
+    let pinned = connection_ids_running(server.addr(), "watch");
+    assert_eq!(pinned.len(), 1, "one pinned connection: {pinned:?}");
+    let killed: i64 = query(
+        server.addr(),
+        redis::cmd("CLIENT").arg("KILL").arg("ID").arg(&pinned[0]),
+    )
+    .unwrap();
+    assert_eq!(killed, 1);
+    query::<()>(server.addr(), redis::cmd("SET").arg(key).arg("changed")).unwrap();
+
+    // Redis answers a second WATCH with OK whatever happened since the first.
+    redis::cmd("WATCH").arg(key).exec(&mut watcher).unwrap();
+    redis::cmd("MULTI").exec(&mut watcher).unwrap();
+    redis::cmd("SET")
+        .arg(key)
+        .arg("mine")
+        .exec(&mut watcher)
+        .unwrap();
+    let exec: redis::Value = redis::cmd("EXEC").query(&mut watcher).unwrap();
+    assert_eq!(
+        exec,
+        redis::Value::Nil,
+        "EXEC is null: the first WATCH's connection is gone with what it watched"
+    );
+    let value: String = query(server.addr(), redis::cmd("GET").arg(key)).unwrap();
+    assert_eq!(value, "changed");
+}
+
 #[test]
 fn unwatch_discard_and_reset_release_the_pinned_connection() {
     let key = "txn8:{pin}";

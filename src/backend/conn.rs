@@ -271,6 +271,7 @@ impl NodeConn {
             backoff: BACKOFF_MIN,
             retry_at: None,
             last_error: String::new(),
+            linked: false,
         };
         tokio::spawn(writer.run());
         NodeConn {
@@ -380,6 +381,8 @@ struct Writer {
     backoff: Duration,
     retry_at: Option<Instant>,
     last_error: String,
+    /// Whether a connection was ever established (see `ConnOptions::reconnect`).
+    linked: bool,
 }
 
 impl Writer {
@@ -466,6 +469,9 @@ impl Writer {
 
     /// Opens a new connection unless a recent failure is still backing off.
     async fn connect(&mut self) -> Result<(), String> {
+        if self.linked && !self.opts.reconnect {
+            return Err("connection closed, and this one is not reopened".to_string());
+        }
         if self.retry_at.is_some_and(|at| Instant::now() < at) {
             return Err(format!("{} (reconnect backing off)", self.last_error));
         }
@@ -483,6 +489,7 @@ impl Writer {
                     self.opts.limits,
                 ));
                 self.connected.store(true, Ordering::Relaxed);
+                self.linked = true;
                 self.backoff = BACKOFF_MIN;
                 self.retry_at = None;
                 self.channel.lock().link = Some(Link {

@@ -34,6 +34,10 @@ pub struct ConnOptions {
     pub connect_timeout: Duration,
     /// Limits applied to reply frames read from the node.
     pub limits: Limits,
+    /// Whether a new connection replaces a lost one. Without, requests after the first
+    /// connection ended fail as `NotSent`: for a connection whose server-side state (a
+    /// WATCH) must not silently start over.
+    pub reconnect: bool,
 }
 
 impl Default for ConnOptions {
@@ -44,6 +48,7 @@ impl Default for ConnOptions {
             password: None,
             connect_timeout: Duration::from_secs(1),
             limits: Limits::default(),
+            reconnect: true,
         }
     }
 }
@@ -56,6 +61,7 @@ impl std::fmt::Debug for ConnOptions {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("connect_timeout", &self.connect_timeout)
             .field("limits", &self.limits)
+            .field("reconnect", &self.reconnect)
             .finish()
     }
 }

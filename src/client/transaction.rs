@@ -11,7 +11,8 @@
 //!   WATCH: watched keys are checked by one node only).
 //! - WATCH pins a dedicated backend connection; the EXEC goes on that connection, so the
 //!   server's own WATCH check applies. EXEC, DISCARD, UNWATCH and RESET drop the pin,
-//!   which closes the connection and with it the server-side watch.
+//!   which closes the connection and with it the server-side watch. The pinned
+//!   connection is never reopened: once it is lost, EXEC answers null.
 //! - Queued commands pass the command policy and the user's ACL (`Proxy::admit`) at
 //!   queue time; a refusal answers its error and flags the transaction, as Redis does.
 //! - Under a layout, a queued command (and a WATCH) is rewritten to cluster names when it
@@ -409,8 +410,12 @@ impl Transaction {
                             }
                             Ok(frame) => frame,
                             Err(error) => {
+                                // The pinned connection, and what it watched, is gone:
+                                // EXEC fails as after a change to a watched key, which a
+                                // client retries; a single Redis never refuses a WATCH.
+                                tracing::debug!(%error, "WATCH on a lost pinned connection");
                                 lock(&cell).broken = true;
-                                reply::error(&format!("ERR proxy: WATCH failed: {error}"))
+                                Bytes::from_static(OK)
                             }
                         }
                     }

@@ -63,7 +63,7 @@ impl Proxy {
                 addr = self.node_for(Target::Slot(slot));
                 continue;
             };
-            let conn = self.topology.dedicated(&node, proto);
+            let conn = self.topology.dedicated_once(&node, proto);
             let frame = match conn.call(request.clone(), asking).await {
                 Ok(frame) => frame,
                 Err(BackendError::Lost(detail)) => {

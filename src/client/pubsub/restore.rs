@@ -31,6 +31,7 @@ impl Inner {
             password: config.backend.password.clone(),
             connect_timeout: config.connect_timeout(),
             limits: config.limits.protocol(),
+            reconnect: true,
         }
     }
 
