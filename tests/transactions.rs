@@ -211,6 +211,13 @@ fn split_mode_refuses_cross_slot_after_watch() {
     assert!(lines[3].starts_with("-EXECABORT"));
 }
 
+/// Runs `MULTI`, `SET key value`, `EXEC` on `con` and returns EXEC's reply.
+fn set_in_transaction(con: &mut redis::Connection, key: &str, value: &str) -> redis::Value {
+    redis::cmd("MULTI").exec(con).unwrap();
+    redis::cmd("SET").arg(key).arg(value).exec(con).unwrap();
+    redis::cmd("EXEC").query(con).unwrap()
+}
+
 #[test]
 fn watch_detects_a_change_from_another_client() {
     let mut watcher = proxy().connect();
@@ -228,13 +235,7 @@ fn watch_detects_a_change_from_another_client() {
         .arg("changed")
         .exec(&mut other)
         .unwrap();
-    redis::cmd("MULTI").exec(&mut watcher).unwrap();
-    redis::cmd("SET")
-        .arg(key)
-        .arg("mine")
-        .exec(&mut watcher)
-        .unwrap();
-    let exec: redis::Value = redis::cmd("EXEC").query(&mut watcher).unwrap();
+    let exec = set_in_transaction(&mut watcher, key, "mine");
     assert_eq!(
         exec,
         redis::Value::Nil,
@@ -244,13 +245,7 @@ fn watch_detects_a_change_from_another_client() {
     assert_eq!(value, "changed");
 
     redis::cmd("WATCH").arg(key).exec(&mut watcher).unwrap();
-    redis::cmd("MULTI").exec(&mut watcher).unwrap();
-    redis::cmd("SET")
-        .arg(key)
-        .arg("mine")
-        .exec(&mut watcher)
-        .unwrap();
-    let exec: redis::Value = redis::cmd("EXEC").query(&mut watcher).unwrap();
+    let exec = set_in_transaction(&mut watcher, key, "mine");
     assert_eq!(exec, redis::Value::Array(vec![redis::Value::Okay]));
     let value: String = redis::cmd("GET").arg(key).query(&mut other).unwrap();
     assert_eq!(value, "mine");
@@ -299,13 +294,7 @@ fn a_watch_survives_no_reconnect_of_its_pinned_connection() {
 
     // Redis answers a second WATCH with OK whatever happened since the first.
     redis::cmd("WATCH").arg(key).exec(&mut watcher).unwrap();
-    redis::cmd("MULTI").exec(&mut watcher).unwrap();
-    redis::cmd("SET")
-        .arg(key)
-        .arg("mine")
-        .exec(&mut watcher)
-        .unwrap();
-    let exec: redis::Value = redis::cmd("EXEC").query(&mut watcher).unwrap();
+    let exec = set_in_transaction(&mut watcher, key, "mine");
     assert_eq!(
         exec,
         redis::Value::Nil,
