@@ -177,6 +177,62 @@ fn wait_goes_to_the_master_of_the_last_write() {
     assert_eq!(acked, 0);
 }
 
+/// WAIT counts a replica once it has the client's writes, and not before: a replica that
+/// cannot process them (asleep in DEBUG SLEEP) is not counted, as Redis's own WAIT would
+/// not count it.
+#[test]
+fn wait_counts_only_replicas_that_have_the_writes() {
+    let cluster = Cluster::start(1, 1);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let replica = cluster.replicas()[0].clone();
+    let mut con = proxy.connect();
+    let set = |con: &mut redis::Connection, value: &str| {
+        redis::cmd("SET")
+            .arg("block6:wait")
+            .arg(value)
+            .exec(con)
+            .unwrap();
+    };
+    let wait = |con: &mut redis::Connection, timeout_ms: u64| -> i64 {
+        redis::cmd("WAIT")
+            .arg(1)
+            .arg(timeout_ms)
+            .query(con)
+            .unwrap()
+    };
+
+    set(&mut con, "1");
+    let started = Instant::now();
+    assert_eq!(wait(&mut con, 5000), 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "WAIT answered when the replica caught up, not at its timeout"
+    );
+
+    let sleeping = replica.clone();
+    let sleeper = std::thread::spawn(move || {
+        query::<()>(&sleeping, redis::cmd("DEBUG").arg("SLEEP").arg(2)).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    set(&mut con, "2");
+    assert_eq!(
+        wait(&mut con, 300),
+        0,
+        "the sleeping replica has not got the write"
+    );
+    sleeper.join().unwrap();
+    assert_eq!(wait(&mut con, 5000), 1, "awake again, it has");
+    let on_replica: String = {
+        let mut replica_con = common::connect(&replica);
+        redis::cmd("READONLY").exec(&mut replica_con).unwrap();
+        redis::cmd("GET")
+            .arg("block6:wait")
+            .query(&mut replica_con)
+            .unwrap()
+    };
+    assert_eq!(on_replica, "2");
+}
+
 #[test]
 fn blocking_command_follows_moved_on_a_dedicated_connection() {
     let cluster = Cluster::start(3, 0);

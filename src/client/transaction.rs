@@ -187,10 +187,9 @@ impl Transaction {
             (b"wait", false) => match self.last_write_slot {
                 Some(slot) => {
                     let proxy = proxy.clone();
-                    let raw = request.raw.clone();
+                    let request = request.clone();
                     Step::Run(
-                        async move { proxy.run_blocking(Target::Slot(slot), raw, proto).await }
-                            .boxed(),
+                        async move { proxy.wait_for_replicas(slot, request, proto).await }.boxed(),
                     )
                 }
                 None => Step::Pass,

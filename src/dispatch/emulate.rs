@@ -371,7 +371,7 @@ impl Keyspace {
 }
 
 /// The text of a bulk (`$`) or verbatim (`=`, after its `txt:` tag) string reply.
-fn info_text(frame: &[u8]) -> Option<String> {
+pub(super) fn info_text(frame: &[u8]) -> Option<String> {
     let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
     let len: usize = std::str::from_utf8(&frame[1..header_end])
         .ok()?

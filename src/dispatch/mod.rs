@@ -12,6 +12,7 @@ pub mod layout;
 mod listing;
 mod multikey;
 mod pinned;
+mod replication;
 mod scripts;
 
 use std::sync::Arc;

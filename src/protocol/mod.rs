@@ -19,6 +19,7 @@ mod reply_scan;
 mod request;
 
 pub use frame::{parse_frame, BytesFrame};
+pub(crate) use number::parse_i64;
 pub use reply_scan::ReplyScanner;
 pub use request::{Request, RequestDecoder};
 
