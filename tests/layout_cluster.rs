@@ -597,3 +597,85 @@ fn script_deriving_a_key_works_with_the_hash_tag_rule() {
         .unwrap();
     assert_eq!(value, 1);
 }
+
+/// `calls=` of `cmdstat_<command>` in the node's INFO commandstats (0 when never called).
+fn command_calls(node: &str, command: &str) -> u64 {
+    let stats: String = query(node, redis::cmd("INFO").arg("commandstats")).unwrap();
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A script of the client's own cannot run inside the upkeep script, so it runs in one
+/// MULTI/EXEC with the refresh of the index entries of the records it writes: no other
+/// request runs between the two. What cannot run in that block (an EVALSHA the node lacks)
+/// still gets the node's own answer.
+#[test]
+fn a_client_script_on_a_record_runs_in_one_exec_with_its_index_refresh() {
+    // A cluster of its own: every EXEC on it is this test's.
+    let cluster = Cluster::start(3, 0);
+    let execs_of_all = || -> u64 {
+        cluster
+            .masters()
+            .iter()
+            .map(|node| command_calls(node, "exec"))
+            .sum()
+    };
+    let p = "lyeval";
+    let proxy = layout_proxy(&cluster, p);
+    let mut con = proxy.client().get_connection().unwrap();
+    let legacy = format!("{p}:checkpoint:c7");
+    let execs = execs_of_all();
+
+    let reply: String = redis::cmd("EVAL")
+        .arg("redis.call('SET', KEYS[1], ARGV[1], 'PX', 60000) return 'done'")
+        .arg(1)
+        .arg(&legacy)
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(reply, "done");
+    assert_eq!(
+        execs_of_all(),
+        execs + 1,
+        "the script and the refresh ran in one EXEC"
+    );
+    let record = cluster_keys(&cluster, p)
+        .into_iter()
+        .find(|key| key.ends_with(":r:c7"))
+        .expect("the record under its cluster name");
+    let index = record.replace(":r:c7", ":idx");
+    let (at, score) = expiry_and_score(&cluster, &record, &index, "c7");
+    assert!(at > 0);
+    assert_eq!(score, at as f64, "the entry carries the record's expiry");
+
+    // A script error is the script's reply; what it wrote before failing stays indexed.
+    let error = redis::cmd("EVAL")
+        .arg("redis.call('DEL', KEYS[1]) return redis.call('INCR', 'x', 'y')")
+        .arg(1)
+        .arg(&legacy)
+        .query::<()>(&mut con)
+        .expect_err("the script fails after its DEL");
+    assert!(
+        error
+            .to_string()
+            .contains("Wrong number of args calling Redis command"),
+        "{error}"
+    );
+    assert_eq!(execs_of_all(), execs + 2);
+    assert!(
+        !exists_on_cluster(&cluster, &index),
+        "DEL took the entry too"
+    );
+
+    // The node lacks this script: the block runs nothing of it, the client gets NOSCRIPT.
+    let error = redis::cmd("EVALSHA")
+        .arg("0123456789012345678901234567890123456789")
+        .arg(1)
+        .arg(&legacy)
+        .query::<()>(&mut con)
+        .expect_err("no such script");
+    assert!(error.to_string().contains("No matching script"), "{error}");
+}

@@ -20,8 +20,8 @@ use crate::route::{NodeAddr, Redirect};
 
 use super::{Proxy, Target};
 
-const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
-const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
+pub(super) const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+pub(super) const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
 
 /// The connection a transaction's WATCH was sent on; its EXEC must go there too.
 #[derive(Debug, Clone)]

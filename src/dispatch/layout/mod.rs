@@ -14,9 +14,12 @@
 //!   then the index entry (score = PEXPIRETIME, `+inf` when persistent; removed when the
 //!   key is gone), atomically, in the record's slot. Multi-key DEL/UNLINK/MSET spanning
 //!   slots are split per slot here, each part with its own upkeep. Commands that cannot
-//!   run in a script (blocking, `noscript`: EVAL, EVALSHA, FCALL...) run as they are and
-//!   are followed by a refresh-only call of the same script on their index-backed keys:
-//!   the refresh is atomic on its own, not together with the command.
+//!   run in a script (`noscript`: EVAL, EVALSHA, FCALL...) run in one MULTI/EXEC with a
+//!   refresh-only call of the same script on their index-backed keys, written as one piece
+//!   on the slot's shared connection: atomic together. Blocking commands (which would not
+//!   block inside MULTI), and what the block cannot take (keys in several slots, a
+//!   refusal at queue time), run as they are, followed by the refresh: atomic on its own,
+//!   not together with the command.
 //! - **Reverse rewrite** of replies that carry key names (RANDOMKEY, the list/zset pops,
 //!   XREAD/XREADGROUP); KEYS and SCAN are answered by the `listing` module.
 //!

@@ -13,8 +13,11 @@ use crate::reply;
 use crate::reply::merge;
 use crate::route::key_slot;
 
+use crate::backend::{BackendError, Batch, ReplySink};
+
 use super::super::multikey::Kind;
-use super::super::{Proxy, Target};
+use super::super::pinned::{EXEC, MULTI};
+use super::super::{scripts, Proxy, Target};
 use super::{is_script_call, ActiveLayout, IndexedKey, RewrittenRequest, UPKEEP_SCRIPT};
 
 /// Tries of RANDOMKEY before answering null when it keeps drawing internal keys.
@@ -43,8 +46,8 @@ impl Proxy {
         }
         let name = spec.name.clone();
         let script = is_script_call(spec);
-        let in_script =
-            !script && !spec.blocks(&request.args) && !spec.flags.has(CommandFlags::NOSCRIPT);
+        let blocks = spec.blocks(&request.args);
+        let in_script = !script && !blocks && !spec.flags.has(CommandFlags::NOSCRIPT);
         let split = Kind::of(spec);
         let rewritten = match active.rewrite_request(spec, request) {
             Ok(rewritten) => rewritten,
@@ -56,6 +59,11 @@ impl Proxy {
                 .await
         } else if in_script {
             self.run_with_upkeep(active, &rewritten, split, proto).await
+        } else if let Some(reply) = self
+            .exec_with_refresh(spec, &rewritten, proto, blocks)
+            .await
+        {
+            reply
         } else {
             let reply = self
                 .clone()
@@ -174,6 +182,92 @@ impl Proxy {
             Kind::Count => merge::sum_counts(&replies),
             _ => Bytes::from_static(b"+OK\r\n"),
         }
+    }
+
+    /// Runs a command that cannot run inside the upkeep script (a script of the client's
+    /// own, a `noscript` command) and the refresh of its index entries in one MULTI/EXEC,
+    /// written as one piece on the slot's shared connection, so no other request runs
+    /// between the two and nothing of it runs without the other. `None` when nothing ran and
+    /// the caller must run the two apart: a blocking command (it would not block inside
+    /// MULTI), keys in more than one slot, a refusal at queue time (a redirect, the slot
+    /// moving), an EVALSHA whose script the node lacks, or the node not reachable.
+    async fn exec_with_refresh(
+        &self,
+        spec: &CommandSpec,
+        rewritten: &RewrittenRequest,
+        proto: Proto,
+        blocks: bool,
+    ) -> Option<Bytes> {
+        if blocks {
+            return None;
+        }
+        let args = &rewritten.request.args;
+        let slot = key_slot(&rewritten.indexed.first()?.record);
+        let one_slot = rewritten
+            .keys
+            .iter()
+            .all(|key| key_slot(&args[key.index]) == slot)
+            && rewritten
+                .indexed
+                .iter()
+                .all(|key| key_slot(&key.record) == slot);
+        if !one_slot {
+            return None;
+        }
+        let conn = self.topology.master_for_slot(slot, proto)?;
+        // The body, not its SHA: inside EXEC there is no falling back on NOSCRIPT.
+        let refresh = upkeep_frame(
+            b"EVAL",
+            UPKEEP_SCRIPT.as_bytes(),
+            &rewritten.indexed,
+            &[],
+            &[],
+            proto,
+        );
+        let mut block = BytesMut::with_capacity(rewritten.request.raw.len() + refresh.len() + 32);
+        block.extend_from_slice(MULTI);
+        block.extend_from_slice(&rewritten.request.raw);
+        block.extend_from_slice(&refresh);
+        block.extend_from_slice(EXEC);
+        if scripts::Run::of(spec) == Some(scripts::Run::Eval) {
+            self.scripts.remember(&args[1]);
+        }
+        crate::metrics::index_upkeep();
+        let sink = ReplySink::new();
+        conn.send_batch(Batch::joined(block.freeze(), &[0, 1, 2, 3], sink.clone()));
+        let mut exec = None;
+        let mut taken = Vec::new();
+        while exec.is_none() {
+            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
+            exec = taken.drain(..).find(|delivery| delivery.seq == 3);
+        }
+        let exec = match exec?.reply {
+            Ok(exec) => exec,
+            Err(BackendError::NotSent(_)) => return None,
+            Err(BackendError::Lost(detail)) => {
+                return Some(reply::outcome_unknown(conn.addr(), &detail))
+            }
+        };
+        // An error instead of the array (EXECABORT after a refusal at queue time): nothing ran.
+        let replies = merge::array_elements(&exec)?;
+        let [command, refresh] = replies.as_slice() else {
+            return None;
+        };
+        if command.starts_with(b"-NOSCRIPT") {
+            // Only the refresh ran; the script path loads a remembered body and retries.
+            return None;
+        }
+        if refresh.first() == Some(&b'-') {
+            tracing::warn!(
+                reply = %String::from_utf8_lossy(refresh).trim_end(),
+                "index refresh in the block of a command failed"
+            );
+        }
+        Some(if is_script_call(spec) {
+            scripts::with_key_slot_hint(command.clone())
+        } else {
+            command.clone()
+        })
     }
 
     /// After a command that could not run inside the script: bring the index entries of
