@@ -176,7 +176,7 @@ impl Live {
         let policy = Policy::from_config(&config.commands)?;
         let new_upstream = upstream_changed(&running.config, &config);
         let topology = if new_upstream {
-            connect_upstream(&config).await?
+            connect_upstream(&config, &running.scripts).await?
         } else {
             running.topology.clone()
         };
@@ -301,8 +301,11 @@ fn upstream_changed(running: &Config, next: &Config) -> bool {
 }
 
 /// A topology for `config`'s upstream with a complete slot map, or an error.
-async fn connect_upstream(config: &Config) -> Result<Arc<Topology>, String> {
-    let topology = Topology::new(config)?;
+async fn connect_upstream(
+    config: &Config,
+    scripts: &Arc<crate::dispatch::ScriptCache>,
+) -> Result<Arc<Topology>, String> {
+    let topology = Topology::new(config, Some(scripts.preload()))?;
     let deadline = Instant::now() + NEW_UPSTREAM_WAIT;
     loop {
         let outcome = topology.refresh().await;

@@ -35,7 +35,8 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
     let metrics_enabled = metrics.is_some();
     let auth = crate::auth::Auth::from_config(&config)?;
     let policy = crate::policy::Policy::from_config(&config.commands)?;
-    let topology = Topology::new(&config)?;
+    let scripts: Arc<crate::dispatch::ScriptCache> = Default::default();
+    let topology = Topology::new(&config, Some(scripts.preload()))?;
     // The admin endpoint answers from the start, so /readyz reports the wait below.
     let readiness = Arc::new(admin::Readiness::new());
     let admin_listener = admin::bind(&config.admin_listen).await?;
@@ -76,7 +77,7 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         forwardable: Arc::new(crate::dispatch::Forwardable::of(&commands, &policy)),
         commands,
         started: Instant::now(),
-        scripts: Default::default(),
+        scripts,
         layout,
         readiness,
         auth,

@@ -14,7 +14,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use crate::backend::{ConnOptions, NodeConn};
+use crate::backend::{ConnOptions, NodeConn, Prelude};
 use crate::config::{Config, Upstream};
 use crate::protocol::Proto;
 use crate::route::{NodeAddr, SlotMap};
@@ -64,6 +64,8 @@ struct ConnSettings {
     password: Option<String>,
     connect_timeout: Duration,
     limits: crate::protocol::Limits,
+    /// For the shared connections only: see [`Topology::new`].
+    prelude: Option<Prelude>,
 }
 
 /// The upstream: slot map, node connections, refresh policy.
@@ -83,8 +85,10 @@ pub struct Topology {
 
 impl Topology {
     /// A topology for `config`'s upstream. Nothing is connected until first use; call
-    /// [`Topology::refresh`] to load the slot map.
-    pub fn new(config: &Config) -> Result<Arc<Topology>, String> {
+    /// [`Topology::refresh`] to load the slot map. Every shared node connection runs
+    /// `prelude` when it opens (a node's script cache serves all its connections, so the
+    /// dedicated ones need not).
+    pub fn new(config: &Config, prelude: Option<Prelude>) -> Result<Arc<Topology>, String> {
         let upstream = config.upstream().map_err(|e| e.to_string())?;
         let (seeds, standalone) = match upstream {
             Upstream::Cluster(seeds) => (seeds, false),
@@ -95,6 +99,7 @@ impl Topology {
             password: config.backend.password.clone(),
             connect_timeout: config.connect_timeout(),
             limits: config.limits.protocol(),
+            prelude,
         };
         let empty = SlotMap::empty();
         let topology = Topology {
@@ -178,6 +183,14 @@ impl Topology {
             connect_timeout: self.settings.connect_timeout,
             limits: self.settings.limits,
             reconnect: true,
+            prelude: None,
+        }
+    }
+
+    fn shared_conn_options(&self, proto: Proto) -> ConnOptions {
+        ConnOptions {
+            prelude: self.settings.prelude.clone(),
+            ..self.conn_options(proto)
         }
     }
 
@@ -188,8 +201,8 @@ impl Topology {
         }
         let key: NodeAddr = addr.into();
         let conns = NodeConns {
-            resp2: NodeConn::spawn(key.clone(), self.conn_options(Proto::Resp2)),
-            resp3: NodeConn::spawn(key.clone(), self.conn_options(Proto::Resp3)),
+            resp2: NodeConn::spawn(key.clone(), self.shared_conn_options(Proto::Resp2)),
+            resp3: NodeConn::spawn(key.clone(), self.shared_conn_options(Proto::Resp3)),
         };
         pool.insert(key, conns.clone());
         conns

@@ -653,3 +653,36 @@ async fn without_reconnect_a_lost_connection_is_not_replaced() {
     }
     assert!(!fake.await.expect("fake"), "a second connection was opened");
 }
+
+#[tokio::test]
+async fn prelude_requests_go_first_and_their_replies_reach_no_caller() {
+    let (listener, addr) = fake_node().await;
+    let load = command(&["SCRIPT", "LOAD", "return 1"]);
+    let prelude_request = load.clone();
+    let opts = ConnOptions {
+        prelude: Some(Arc::new(move || vec![prelude_request.clone()])),
+        ..ConnOptions::default()
+    };
+    let conn = NodeConn::spawn(addr, opts);
+    let ping = command(&["PING"]);
+    let (load_len, ping_len) = (load.len(), ping.len());
+    let fake = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let first = read_exactly(&mut stream, load_len).await;
+        // Even an error to the prelude is no caller's reply.
+        stream
+            .write_all(b"-ERR prelude refused\r\n")
+            .await
+            .expect("fake write");
+        let second = read_exactly(&mut stream, ping_len).await;
+        stream.write_all(b"+PONG\r\n").await.expect("fake write");
+        (first, second)
+    });
+    assert_eq!(
+        conn.call(ping.clone(), false).await.unwrap(),
+        Bytes::from_static(b"+PONG\r\n")
+    );
+    let (first, second) = fake.await.expect("fake");
+    assert_eq!(first, load.to_vec());
+    assert_eq!(second, ping.to_vec());
+}

@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::{query, shared_cluster, Cluster, Proxy};
 
 const GET_SCRIPT: &str = "return redis.call('GET', KEYS[1])";
@@ -167,4 +169,51 @@ fn functions_load_everywhere_and_run_on_every_master() {
             query(&master, redis::cmd("FUNCTION").arg("LIST")).unwrap();
         assert!(libraries.is_empty(), "{master} still has {libraries:?}");
     }
+}
+
+/// A node that lost its scripts (a restart, a replica just promoted) and every connection
+/// gets the scripts clients used from the proxy's new connection before any request: a
+/// pipelined EVALSHA then runs where it was sent, before the requests behind it (a NOSCRIPT
+/// answer would have it loaded and sent again after them).
+#[test]
+fn a_node_gets_the_scripts_back_when_the_proxy_reconnects() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let key = "scr3:{preload}";
+    let node = cluster.node_for_slot(cluster.keyslot(key));
+    let mut con = proxy.connect();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return redis.call('INCR', KEYS[1])")
+        .query(&mut con)
+        .unwrap();
+    redis::cmd("SET").arg(key).arg(0).exec(&mut con).unwrap();
+
+    query::<()>(&node, redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+    let killed: i64 = query(
+        &node,
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"),
+    )
+    .unwrap();
+    assert!(killed >= 1, "the proxy's connections to {node} are gone");
+    assert!(!script_exists(&node, &sha));
+    // The first request may meet the closed connection; the proxy then opens a new one.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while redis::cmd("GET")
+        .arg(key)
+        .query::<String>(&mut con)
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the proxy never reconnected");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        script_exists(&node, &sha),
+        "loaded again on the new connection"
+    );
+
+    let pipeline = [format!("EVALSHA {sha} 1 {key}"), format!("GET {key}")];
+    let lines: Vec<&str> = pipeline.iter().map(String::as_str).collect();
+    let replies = common::Raw::connect(proxy.addr()).pipeline(&common::resp_lines(&lines), 2);
+    assert_eq!(replies, vec![b":1\r\n".to_vec(), b"$1\r\n1\r\n".to_vec()]);
 }

@@ -1,4 +1,5 @@
-//! Opening a connection to a node: TCP connect, then `AUTH` and `HELLO 3` as configured.
+//! Opening a connection to a node: TCP connect, then `AUTH` and `HELLO 3` as configured,
+//! then the prelude's requests (see `ConnOptions::prelude`).
 //!
 //! The handshake commands are written together in one write and their replies are read
 //! and checked here, so callers of the connection never see them.
@@ -16,6 +17,8 @@ use crate::protocol::{Proto, ReplyScanner};
 enum Step {
     Auth,
     Hello,
+    /// Any reply will do: a prelude request that fails costs only its own effect.
+    Prelude,
 }
 
 /// Connects to `addr` and runs the handshake, all within `opts.connect_timeout`.
@@ -60,6 +63,12 @@ async fn connect_and_greet(
         out.extend_from_slice(&encode_request(&[b"HELLO", b"3"]));
         steps.push(Step::Hello);
     }
+    if let Some(prelude) = &opts.prelude {
+        for request in prelude() {
+            out.extend_from_slice(&request);
+            steps.push(Step::Prelude);
+        }
+    }
     let mut buf = BytesMut::with_capacity(4096);
     if steps.is_empty() {
         return Ok((stream, buf));
@@ -95,6 +104,7 @@ fn check_reply(step: Step, reply: &[u8]) -> Result<(), String> {
     let accepted = match step {
         Step::Auth => reply.starts_with(b"+OK\r\n"),
         Step::Hello => reply.first() == Some(&b'%'),
+        Step::Prelude => true,
     };
     if accepted {
         return Ok(());
@@ -104,6 +114,7 @@ fn check_reply(step: Step, reply: &[u8]) -> Result<(), String> {
     let what = match step {
         Step::Auth => "AUTH",
         Step::Hello => "HELLO 3",
+        Step::Prelude => "prelude",
     };
     match text.strip_prefix('-') {
         Some(error) => Err(format!("{what} refused: {error}")),

@@ -13,7 +13,10 @@ mod fifo;
 mod handshake;
 mod sink;
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 pub use conn::NodeConn;
 pub use handshake::connect;
@@ -38,7 +41,15 @@ pub struct ConnOptions {
     /// connection ended fail as `NotSent`: for a connection whose server-side state (a
     /// WATCH) must not silently start over.
     pub reconnect: bool,
+    /// Requests written right after the handshake, before any caller's, on every new
+    /// connection; their replies are read and dropped, errors included.
+    pub prelude: Option<Prelude>,
 }
+
+/// Makes the requests of [`ConnOptions::prelude`] when a connection opens (e.g. `SCRIPT
+/// LOAD` of the scripts clients use, so a restarted node has them before it gets any
+/// request).
+pub type Prelude = Arc<dyn Fn() -> Vec<Bytes> + Send + Sync>;
 
 impl Default for ConnOptions {
     fn default() -> Self {
@@ -49,6 +60,7 @@ impl Default for ConnOptions {
             connect_timeout: Duration::from_secs(1),
             limits: Limits::default(),
             reconnect: true,
+            prelude: None,
         }
     }
 }
@@ -62,6 +74,7 @@ impl std::fmt::Debug for ConnOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("limits", &self.limits)
             .field("reconnect", &self.reconnect)
+            .field("prelude", &self.prelude.is_some())
             .finish()
     }
 }

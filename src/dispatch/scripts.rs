@@ -16,7 +16,7 @@
 //! keeps the node's text and appends a hint ([`SCRIPT_KEY_HINT`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 
@@ -30,6 +30,10 @@ use super::{Proxy, Target};
 pub const MAX_SCRIPTS: usize = 10_000;
 /// Most bytes of script bodies remembered.
 pub const MAX_SCRIPT_BYTES: usize = 64 * 1024 * 1024;
+/// How much of the cache a new node connection loads before its first request: enough for
+/// the scripts bots use, small enough to stay well within the connect timeout.
+const PRELOAD_SCRIPTS: usize = 100;
+const PRELOAD_BYTES: usize = 1024 * 1024;
 
 /// A script's SHA1 as 40 lower-case hex digits, the form Redis uses.
 pub type Sha = [u8; 40];
@@ -150,6 +154,34 @@ impl ScriptCache {
         inner.by_use.remove(&old);
         inner.by_use.insert(now, key);
         Some(body)
+    }
+
+    /// `SCRIPT LOAD` requests for the most recently used bodies, at most `max_scripts` of
+    /// them and `max_bytes` of bodies, for a node connection's prelude.
+    pub fn recent_loads(&self, max_scripts: usize, max_bytes: usize) -> Vec<Bytes> {
+        let inner = self.lock();
+        let mut bytes = 0;
+        inner
+            .by_use
+            .values()
+            .rev()
+            .filter_map(|sha| inner.bodies.get(sha))
+            .take(max_scripts)
+            .take_while(|(body, _)| {
+                bytes += body.len();
+                bytes <= max_bytes
+            })
+            .map(|(body, _)| encode::encode_request(&[b"SCRIPT", b"LOAD", body]))
+            .collect()
+    }
+
+    /// A prelude that loads the [`PRELOAD_SCRIPTS`] most recently used bodies (up to
+    /// [`PRELOAD_BYTES`]) on every new shared node connection: a node that restarted or
+    /// just became master has them before any EVALSHA, so none answers NOSCRIPT and has to
+    /// be sent again after the requests behind it.
+    pub fn preload(self: &Arc<Self>) -> crate::backend::Prelude {
+        let cache = self.clone();
+        Arc::new(move || cache.recent_loads(PRELOAD_SCRIPTS, PRELOAD_BYTES))
     }
 
     /// Whether `sha` (any case) is remembered.
@@ -367,6 +399,26 @@ mod tests {
         assert!(!cache.contains(b"short"));
         cache.clear();
         assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn preloads_are_the_most_recently_used_within_both_bounds() {
+        let cache = ScriptCache::default();
+        for body in ["return 1", "return 22", "return 333"] {
+            cache.remember(&Bytes::from(body));
+        }
+        cache.get(&sha_of(b"return 1")).expect("remembered");
+        let load = |body: &str| encode::encode_request(&[b"SCRIPT", b"LOAD", body.as_bytes()]);
+        assert_eq!(
+            cache.recent_loads(2, 1000),
+            vec![load("return 1"), load("return 333")]
+        );
+        // "return 1" and "return 333" are 18 bytes: the third would pass 20.
+        assert_eq!(
+            cache.recent_loads(10, 20),
+            vec![load("return 1"), load("return 333")]
+        );
+        assert!(ScriptCache::default().recent_loads(10, 1000).is_empty());
     }
 
     #[test]

@@ -32,6 +32,7 @@ impl Inner {
             connect_timeout: config.connect_timeout(),
             limits: config.limits.protocol(),
             reconnect: true,
+            prelude: None,
         }
     }
 

@@ -105,6 +105,10 @@ async fn find_legacy_key(
 
 /// SCRIPT LOAD on every master; the SHA comes from the server.
 async fn load_script(proxy: &Proxy, active: &ActiveLayout) {
+    // Remembered, so new node connections load it too (see `ScriptCache::preload`).
+    proxy
+        .scripts
+        .remember(&Bytes::from_static(UPKEEP_SCRIPT.as_bytes()));
     let masters = proxy.master_addrs();
     let load = encode_request(&[b"SCRIPT", b"LOAD", UPKEEP_SCRIPT.as_bytes()]);
     for addr in masters {
