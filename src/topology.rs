@@ -208,7 +208,8 @@ impl Topology {
         conns
     }
 
-    fn remapped(&self, addr: &str) -> NodeAddr {
+    /// `addr` as the proxy dials it: through the configured address map, when it has one.
+    pub fn remapped(&self, addr: &str) -> NodeAddr {
         self.remap
             .get(addr)
             .map(String::as_str)

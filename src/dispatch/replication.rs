@@ -127,7 +127,10 @@ impl Proxy {
             .replicas
             .iter()
             // Shared with later WAITs: only WAIT asks replicas anything, and INFO is quick.
-            .map(|addr| self.topology.node(addr, Proto::Resp2))
+            .map(|addr| {
+                self.topology
+                    .node(&self.topology.remapped(addr), Proto::Resp2)
+            })
             .collect();
         let deadline = (timeout > 0).then(|| Instant::now() + Duration::from_millis(timeout));
         let mut pause = POLL_FIRST;
