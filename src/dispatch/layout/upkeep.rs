@@ -6,14 +6,13 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
+use crate::backend::{BackendError, Batch, ReplySink};
 use crate::command::{CommandFlags, CommandSpec};
 use crate::protocol::encode::encode_request;
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::reply::merge;
 use crate::route::key_slot;
-
-use crate::backend::{BackendError, Batch, ReplySink};
 
 use super::super::multikey::Kind;
 use super::super::pinned::{EXEC, MULTI};
