@@ -95,16 +95,63 @@ fn subscribe_and_publish_from_another_client() {
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     let mut con = proxy().connect();
-    // One subscriber somewhere in the cluster: PUBLISH counts receivers cluster-wide
-    // only on the node it runs on, so the count is 0 or 1; delivery is what matters.
-    let _: i64 = redis::cmd("PUBLISH")
+    let receivers: i64 = redis::cmd("PUBLISH")
         .arg("ps:news")
         .arg("hello")
         .query(&mut con)
         .expect("PUBLISH");
+    assert_eq!(receivers, 1, "the one subscriber");
     let message = pubsub.get_message().expect("message arrives");
     assert_eq!(message.get_channel_name(), "ps:news");
     assert_eq!(message.get_payload::<String>().unwrap(), "hello");
+}
+
+/// Every client's channels and patterns live on one master, and PUBLISH and PUBSUB
+/// CHANNELS/NUMSUB/NUMPAT run there: they count every subscriber of the proxy, as a single
+/// Redis counts its own (a cluster node counts only its own clients).
+#[test]
+fn publish_and_pubsub_count_every_subscriber_as_one_redis() {
+    let proxy = Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]);
+    let channel = "ps:home:news";
+    // More subscribers than masters: spread over the masters, no node would see them all.
+    let mut connections: Vec<redis::Connection> = (0..5).map(|_| proxy.connect()).collect();
+    // Held: a dropped `PubSub` unsubscribes.
+    let _subscribed: Vec<redis::PubSub<'_>> = connections
+        .iter_mut()
+        .enumerate()
+        .map(|(i, con)| {
+            let mut pubsub = con.as_pubsub();
+            if i < 4 {
+                pubsub.subscribe(channel).expect("SUBSCRIBE");
+            } else {
+                pubsub.psubscribe("ps:home:*").expect("PSUBSCRIBE");
+            }
+            pubsub
+        })
+        .collect();
+    let mut con = proxy.connect();
+    for attempt in 0..6 {
+        let receivers: i64 = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg(attempt)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(receivers, 5, "four channel subscribers and one pattern");
+    }
+    let numsub: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(numsub, (channel.to_string(), 4));
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("ps:home:*")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(channels, vec![channel.to_string()]);
+    let numpat: i64 = redis::cmd("PUBSUB").arg("NUMPAT").query(&mut con).unwrap();
+    assert!(numpat >= 1, "PUBSUB NUMPAT {numpat}");
 }
 
 #[test]

@@ -120,6 +120,20 @@ fn forwards_as_is(spec: &CommandSpec) -> bool {
 }
 
 /// Shard-channel publishing (routed by channel) and subscriptions (client connections only).
+/// Every client's channels and patterns are subscribed on the master of this slot (see
+/// `client::pubsub`), and the commands about them run there: a cluster node counts only
+/// its own subscribers in PUBLISH's reply and PUBSUB CHANNELS/NUMSUB/NUMPAT, and on one
+/// node those are all of the proxy's, as on a single Redis.
+pub const PUBSUB_HOME_SLOT: u16 = 0;
+
+/// PUBLISH and the PUBSUB subcommands about ordinary channels and patterns.
+fn is_about_channels(spec: &CommandSpec) -> bool {
+    matches!(
+        spec.name.as_str(),
+        "publish" | "pubsub|channels" | "pubsub|numsub" | "pubsub|numpat"
+    )
+}
+
 fn routes_specially(spec: &CommandSpec) -> bool {
     matches!(
         spec.name.as_str(),
@@ -383,6 +397,9 @@ impl Proxy {
         }
         if let Some(admin) = scripts::Admin::classify(spec) {
             return Plan::ScriptAdmin(admin);
+        }
+        if is_about_channels(spec) {
+            return Plan::Forward(Target::Slot(PUBSUB_HOME_SLOT));
         }
         if routes_specially(spec) {
             // Redis 7 marks shard channels `not_key`, yet they route by slot like keys.

@@ -1,9 +1,11 @@
 //! Pub/Sub for one client: its subscriptions, the dedicated backend connections that carry
 //! them, and the commands allowed while it is subscribed.
 //!
-//! Channels and patterns share one connection to some master (an ordinary PUBLISH reaches
-//! every node of a cluster); shard channels get one connection per master that owns one
-//! of their slots. Keyspace notifications are published only on the master of the key, so
+//! Channels and patterns share one connection to the master of `PUBSUB_HOME_SLOT`, the
+//! same for every client (an ordinary PUBLISH reaches every node of a cluster, and PUBLISH
+//! and PUBSUB run on that master so their counts see every client); shard channels get
+//! one connection per master that owns one of their slots. Keyspace notifications are
+//! published only on the master of the key, so
 //! keyspace and keyevent channels and patterns get one connection per master, whose
 //! streams are merged (see [`keyspace`] for the names, under a key layout too). Once the
 //! client has a keyspace subscription, subscription confirmations are written here from

@@ -16,7 +16,7 @@ use futures_util::FutureExt;
 use super::link::{Link, Role};
 use super::{lock, Background, Inner};
 use crate::backend::ConnOptions;
-use crate::dispatch::Proxy;
+use crate::dispatch::{Proxy, PUBSUB_HOME_SLOT};
 use crate::protocol::encode::encode_request;
 use crate::protocol::Proto;
 use crate::reply;
@@ -67,12 +67,18 @@ impl Inner {
         self.keyspace_links.values().cloned().collect()
     }
 
-    /// The connection for channels and patterns, opened to some master if needed.
+    /// The connection for channels and patterns, opened to the master of
+    /// [`PUBSUB_HOME_SLOT`] if needed.
     pub(super) fn regular_link(&mut self, proto: Proto) -> Option<Link> {
         if let Some(link) = &self.regular {
             return Some(link.clone());
         }
-        let addr = self.proxy.topology.any_master(proto)?.addr().clone();
+        let addr = self
+            .proxy
+            .topology
+            .master_for_slot(PUBSUB_HOME_SLOT, proto)?
+            .addr()
+            .clone();
         let link = self.new_link(addr, proto, Role::Regular);
         self.regular = Some(link.clone());
         Some(link)
