@@ -106,6 +106,24 @@ fn acl_user_is_limited_to_its_commands_and_keys() {
         con.call(&["KEYS", "*"]),
         "-NOPERM this user has no permissions to run the 'keys' command\r\n"
     );
+    // Commands the proxy answers itself or runs on connections of the client's own are
+    // checked too (PING is @connection, CLIENT LIST @dangerous, MULTI @transaction).
+    for (command, name) in [
+        (&["PING"][..], "ping"),
+        (&["CLIENT", "LIST"][..], "client|list"),
+        (&["CLIENT", "KILL", "ID", "1"][..], "client|kill"),
+        (&["MULTI"][..], "multi"),
+        (&["SUBSCRIBE", "news"][..], "subscribe"),
+    ] {
+        assert_eq!(
+            con.call(command),
+            format!("-NOPERM this user has no permissions to run the '{name}' command\r\n"),
+            "{command:?}"
+        );
+    }
+    // AUTH and HELLO are open to every user, as in Redis.
+    assert_eq!(con.call(&["AUTH", "bot", "botpw"]), "+OK\r\n");
+    assert!(con.call(&["HELLO", "2"]).starts_with('*'));
 }
 
 #[test]
@@ -148,7 +166,16 @@ fn hello_3_auth_logs_in_and_switches_protocol() {
     let hello = con.call(&["HELLO", "3", "AUTH", "bot", "botpw"]);
     assert!(hello.starts_with("%7\r\n"), "{hello}");
     assert!(hello.contains("$5\r\nproto\r\n:3\r\n"), "{hello}");
-    assert_eq!(con.call(&["ACL", "WHOAMI"]), "$3\r\nbot\r\n");
+    // Logged in as bot: its key pattern applies (and ACL WHOAMI, @slow, is not in its
+    // commands, as Redis also answers).
+    assert_eq!(
+        con.call(&["GET", "other:1"]),
+        "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
+    );
+    assert_eq!(
+        con.call(&["ACL", "WHOAMI"]),
+        "-NOPERM this user has no permissions to run the 'acl|whoami' command\r\n"
+    );
     // RESP3 null for a missing key.
     assert_eq!(con.call(&["GET", "mybot:missing"]), "_\r\n");
 }

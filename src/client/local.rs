@@ -4,7 +4,8 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::auth::Auth;
+use crate::auth::{Auth, User};
+use crate::command::{CommandFlags, CommandTable};
 use crate::protocol::{encode, Proto, Request};
 use crate::reply;
 
@@ -34,6 +35,21 @@ pub fn allowed_before_auth(request: &Request) -> bool {
     [&b"auth"[..], b"hello", b"quit", b"reset"]
         .iter()
         .any(|allowed| name.eq_ignore_ascii_case(allowed))
+}
+
+/// The NOPERM reply when `user`'s ACL does not allow `request`. Checked before anything
+/// else looks at the request: the commands answered in this module, transactions and
+/// subscriptions never reach the dispatcher's own check. As in Redis, QUIT and the
+/// commands flagged `no_auth` (AUTH, HELLO, RESET) are open to every user.
+pub fn acl_refusal(commands: &CommandTable, user: &User, request: &Request) -> Option<Bytes> {
+    if user.is_unrestricted() || request.name().eq_ignore_ascii_case(b"quit") {
+        return None;
+    }
+    let spec = commands.lookup(&request.args)?;
+    if spec.flags.has(CommandFlags::NO_AUTH) || user.may_run(spec) {
+        return None;
+    }
+    Some(reply::error(&crate::auth::noperm_command(&spec.name)))
 }
 
 /// A locally answered command: the reply, and whether the connection closes after it.

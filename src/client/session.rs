@@ -130,6 +130,16 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         in_flight.push_ready(reply::error(auth::NOAUTH));
                         continue;
                     }
+                    // Inside MULTI the transaction checks what it queues (a refusal there
+                    // also fails the EXEC, as in Redis).
+                    if !transaction.in_multi() {
+                        let refusal = user
+                            .and_then(|user| local::acl_refusal(&proxy.commands, user, &request));
+                        if let Some(refusal) = refusal {
+                            in_flight.push_ready(refusal);
+                            continue;
+                        }
+                    }
                     match transaction.handle(proxy, state.proto, &request, user.map(|user| &**user))
                     {
                         Step::Reply(reply) => {

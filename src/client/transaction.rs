@@ -129,6 +129,11 @@ impl Transaction {
             || name.eq_ignore_ascii_case(b"wait")
     }
 
+    /// Whether the client is inside MULTI.
+    pub fn in_multi(&self) -> bool {
+        self.multi.is_some()
+    }
+
     /// Leaves MULTI and drops every WATCH (RESET, and a client that goes away).
     pub fn reset(&mut self) {
         self.multi = None;
