@@ -136,11 +136,10 @@ impl Proxy {
         let mut pause = POLL_FIRST;
         loop {
             let caught_up = replicas_at(&replicas, state.offset, deadline).await;
+            let caught_up = i64::try_from(caught_up).unwrap_or(i64::MAX);
             let now = Instant::now();
-            if i64::try_from(caught_up).unwrap_or(i64::MAX) >= wanted
-                || deadline.is_some_and(|deadline| now >= deadline)
-            {
-                return encode::integer_frame(i64::try_from(caught_up).unwrap_or(i64::MAX));
+            if caught_up >= wanted || deadline.is_some_and(|deadline| now >= deadline) {
+                return encode::integer_frame(caught_up);
             }
             let nap = deadline.map_or(pause, |deadline| pause.min(deadline - now));
             tokio::time::sleep(nap).await;
