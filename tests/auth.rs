@@ -46,6 +46,11 @@ fn proxy() -> &'static Proxy {
     })
 }
 
+/// Redis's reply to a command the user's ACL does not allow.
+fn noperm_command(name: &str) -> String {
+    format!("-NOPERM this user has no permissions to run the '{name}' command\r\n")
+}
+
 const WRONGPASS: &str = "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
 
 #[test]
@@ -97,15 +102,9 @@ fn acl_user_is_limited_to_its_commands_and_keys() {
         con.call(&["MGET", "mybot:1", "other:1"]),
         "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
     );
-    assert_eq!(
-        con.call(&["DEL", "mybot:1"]),
-        "-NOPERM this user has no permissions to run the 'del' command\r\n"
-    );
+    assert_eq!(con.call(&["DEL", "mybot:1"]), noperm_command("del"));
     // KEYS is @read but also @dangerous, and the later rule wins.
-    assert_eq!(
-        con.call(&["KEYS", "*"]),
-        "-NOPERM this user has no permissions to run the 'keys' command\r\n"
-    );
+    assert_eq!(con.call(&["KEYS", "*"]), noperm_command("keys"));
     // Commands the proxy answers itself or runs on connections of the client's own are
     // checked too (PING is @connection, CLIENT LIST @dangerous, MULTI @transaction).
     for (command, name) in [
@@ -115,11 +114,7 @@ fn acl_user_is_limited_to_its_commands_and_keys() {
         (&["MULTI"][..], "multi"),
         (&["SUBSCRIBE", "news"][..], "subscribe"),
     ] {
-        assert_eq!(
-            con.call(command),
-            format!("-NOPERM this user has no permissions to run the '{name}' command\r\n"),
-            "{command:?}"
-        );
+        assert_eq!(con.call(command), noperm_command(name), "{command:?}");
     }
     // AUTH and HELLO are open to every user, as in Redis.
     assert_eq!(con.call(&["AUTH", "bot", "botpw"]), "+OK\r\n");
@@ -172,10 +167,7 @@ fn hello_3_auth_logs_in_and_switches_protocol() {
         con.call(&["GET", "other:1"]),
         "-NOPERM this user has no permissions to access one of the keys used as arguments\r\n"
     );
-    assert_eq!(
-        con.call(&["ACL", "WHOAMI"]),
-        "-NOPERM this user has no permissions to run the 'acl|whoami' command\r\n"
-    );
+    assert_eq!(con.call(&["ACL", "WHOAMI"]), noperm_command("acl|whoami"));
     // RESP3 null for a missing key.
     assert_eq!(con.call(&["GET", "mybot:missing"]), "_\r\n");
 }
