@@ -363,7 +363,7 @@ async fn deliveries(
     tokio::time::timeout(within, async {
         while got.len() < count {
             let mut taken = Vec::new();
-            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
+            sink.take(&mut taken).await;
             got.extend(taken.into_iter().map(|d| (d.seq, d.reply)));
         }
     })

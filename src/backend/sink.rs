@@ -58,6 +58,11 @@ impl ReplySink {
         Poll::Ready(())
     }
 
+    /// Waits for [`ReplySink::poll_take`].
+    pub async fn take(&self, into: &mut Vec<Delivery>) {
+        std::future::poll_fn(|cx| self.poll_take(cx, into)).await
+    }
+
     /// Refuses every later delivery (the client went away): replies then go nowhere
     /// instead of piling up, and batches not yet written are not written.
     pub fn close(&self) {

@@ -121,7 +121,7 @@ impl Proxy {
         let mut missing = conns.iter().filter(|conn| conn.is_some()).count();
         let mut taken = Vec::new();
         while missing > 0 {
-            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
+            sink.take(&mut taken).await;
             for delivery in taken.drain(..) {
                 if let Some(answer) = answers.get_mut(delivery.seq as usize) {
                     missing -= usize::from(answer.is_none());

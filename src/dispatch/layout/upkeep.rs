@@ -237,7 +237,7 @@ impl Proxy {
         let mut exec = None;
         let mut taken = Vec::new();
         while exec.is_none() {
-            std::future::poll_fn(|cx| sink.poll_take(cx, &mut taken)).await;
+            sink.take(&mut taken).await;
             exec = taken.drain(..).find(|delivery| delivery.seq == 3);
         }
         let exec = match exec?.reply {
