@@ -4,6 +4,7 @@
 import csv
 import io
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -156,6 +157,12 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def children_cpu_seconds():
+    """CPU seconds of the children waited for so far (each redis-benchmark run)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def machine_ticks():
     """(idle, total) clock ticks of all CPUs so far, from /proc/stat."""
     with open("/proc/stat") as f:
@@ -193,6 +200,7 @@ def main():
     procs = Processes()
     try:
         ports = start_cluster(procs)
+        servers = [proc.pid for proc in procs.procs]
         seeds = [f"127.0.0.1:{p}" for p in ports]
         plain, plain_port = start_proxy(procs, seeds, [], "proxy")
         idle_rss = rss_mb(plain.pid)
@@ -235,12 +243,16 @@ def main():
                 for target, port, cluster, proc in targets:
                     runs = n * DIRECT_SCALE if cluster else n
                     before = cpu_seconds(proc.pid) if proc else 0
+                    servers_before = sum(cpu_seconds(pid) for pid in servers)
+                    client_before = children_cpu_seconds()
                     idle_before, total_before = machine_ticks()
                     started = time.monotonic()
                     r = benchmark(port, test, pipeline, runs, cluster=cluster)
                     wall = time.monotonic() - started
                     idle_after, total_after = machine_ticks()
                     r["cpu"] = (cpu_seconds(proc.pid) - before) if proc else 0
+                    r["servers_cpu"] = sum(cpu_seconds(pid) for pid in servers) - servers_before
+                    r["client_cpu"] = children_cpu_seconds() - client_before
                     r["n"] = runs
                     # Where the CPU went: the proxy's share of one core, and how much of the
                     # whole machine stayed idle (a funnel that waits shows both below 100 %).
@@ -263,6 +275,8 @@ def main():
                 r["cpu"], r["n"] = 0, runs
                 results.setdefault(("GET 1 client (latency)", target), []).append(r)
         print_table(results, targets)
+        print()
+        print_cpu_breakdown(results, targets)
         print()
         latency = [results[("GET 1 client (latency)", t[0])] for t in targets[:2]]
         added = {q: median(latency[1], q) - median(latency[0], q) for q in ("p50", "p99")}
@@ -358,6 +372,29 @@ def print_table(results, targets):
         idle = f"{median(rows, 'idle') * 100:.0f} %" if "idle" in rows[0] else "-"
         print(f"| {label} | {target} | {rps:,.0f} | {ratio} | {each} | {median(rows, 'p50'):.3f} | "
               f"{median(rows, 'p99'):.3f} | {per_cpu} | {busy} | {idle} |")
+
+
+def print_cpu_breakdown(results, targets):
+    """CPU microseconds per request of each party, and the ratio to direct that CPU alone
+    would allow: with no idle time left, throughput is inversely proportional to the whole
+    machine's CPU per request, so the gap between the two ratios is what idle time costs."""
+    print("| case | target | servers us/req | redis-benchmark us/req | proxy us/req | "
+          "total us/req | ratio CPU allows | ratio measured |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (label, target), rows in results.items():
+        if "servers_cpu" not in rows[0]:
+            continue
+        parts = [sum(r[key] for r in rows) / sum(r["n"] for r in rows) * 1e6
+                 for key in ("servers_cpu", "client_cpu", "cpu")]
+        direct = results[(label, targets[0][0])]
+        direct_total = sum(r["servers_cpu"] + r["client_cpu"] for r in direct) / sum(
+            r["n"] for r in direct) * 1e6
+        compared = target != targets[0][0]
+        allowed = f"{direct_total / sum(parts):.2f}" if compared else "-"
+        measured = f"{median(rows, 'rps') / median(direct, 'rps'):.2f}" if compared else "-"
+        proxy = f"{parts[2]:.2f}" if compared else "-"
+        print(f"| {label} | {target} | {parts[0]:.2f} | {parts[1]:.2f} | {proxy} | "
+              f"{sum(parts):.2f} | {allowed} | {measured} |")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 # one with `admin.metrics: false` (the cost of metrics) and one with 2 worker threads (the
 # default is 1). `--predixy PATH` adds a predixy binary (built separately) as one more target,
 # in front of the same cluster. `--syscalls` instead counts the proxy's syscalls per request
-# under strace. Stops everything it started. Loopback only; every run is bounded by its
+# under strace. A second table splits the CPU per request between the servers, redis-benchmark
+# and the proxy. Stops everything it started. Loopback only; every run is bounded by its
 # request count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
