@@ -355,6 +355,10 @@ def median(rows, key):
     return statistics.median(r[key] for r in rows)
 
 
+def ratio_to_direct(rows, direct):
+    return f"{median(rows, 'rps') / median(direct, 'rps'):.2f}"
+
+
 def print_table(results, targets):
     print(f"| case | target | req/s (median of {REPS}) | ratio to direct | ratio, each repetition | "
           "p50 ms | p99 ms | req per proxy CPU-s | proxy CPU, % of a core | machine idle |")
@@ -363,7 +367,7 @@ def print_table(results, targets):
         rps = median(rows, "rps")
         direct = results.get((label, targets[0][0]))
         compared = direct and target != targets[0][0]
-        ratio = f"{rps / median(direct, 'rps'):.2f}" if compared else "-"
+        ratio = ratio_to_direct(rows, direct) if compared else "-"
         # Each repetition's ratio to the direct run next to it: the spread shows the noise.
         each = " ".join(f"{r['rps'] / d['rps']:.2f}" for r, d in zip(rows, direct)) if compared else "-"
         cpu = sum(r["cpu"] for r in rows)
@@ -391,7 +395,7 @@ def print_cpu_breakdown(results, targets):
             r["n"] for r in direct) * 1e6
         compared = target != targets[0][0]
         allowed = f"{direct_total / sum(parts):.2f}" if compared else "-"
-        measured = f"{median(rows, 'rps') / median(direct, 'rps'):.2f}" if compared else "-"
+        measured = ratio_to_direct(rows, direct) if compared else "-"
         proxy = f"{parts[2]:.2f}" if compared else "-"
         print(f"| {label} | {target} | {parts[0]:.2f} | {parts[1]:.2f} | {proxy} | "
               f"{sum(parts):.2f} | {allowed} | {measured} |")
