@@ -12,41 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{new_dir, query, Cluster, Proxy};
-
-/// Sends raw bytes to the admin port and returns (status, body).
-fn http_raw(addr: &str, request: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream.write_all(request).unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).unwrap();
-    let text = String::from_utf8(response).expect("response is UTF-8");
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no header end in {text:?}"));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line in {head:?}"));
-    let length: usize = head
-        .lines()
-        .find_map(|line| line.strip_prefix("Content-Length: "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no Content-Length in {head:?}"));
-    assert_eq!(length, body.len(), "Content-Length matches the body");
-    (status, body.to_string())
-}
-
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    http_raw(
-        addr,
-        format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes(),
-    )
-}
+use common::{http_get, http_raw, new_dir, query, Cluster, Proxy};
 
 /// A Prometheus text exposition: every sample by its full series name (`name{labels}`).
 struct Exposition {

@@ -10,7 +10,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{new_dir, query, resp_lines, shared_cluster, transcript, Cluster, Proxy, Standalone};
+use common::{
+    http_get, new_dir, query, resp_lines, shared_cluster, transcript, Cluster, Proxy, Standalone,
+};
 
 const PROFILE: &str = "config/botmesh-cluster-v1.yaml";
 
@@ -250,28 +252,6 @@ fn policy_refusal_at_queue_time_aborts_the_transaction() {
 }
 
 /// A GET on the admin endpoint: status and body.
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("bad response {response:?}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
 /// Reads from `stream` until `needle` shows up (or panics after a few seconds).
 fn read_until(stream: &mut TcpStream, needle: &str) -> String {
     stream

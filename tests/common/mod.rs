@@ -15,6 +15,7 @@
 
 mod cluster;
 mod fixtures;
+mod http;
 mod layout;
 mod node;
 mod ports;
@@ -30,6 +31,7 @@ pub use fixtures::{
     bucket, keys_on, migrate, migrate_ok, migrate_to_cluster, slotbridge, to_cluster_args, url,
     write_plain,
 };
+pub use http::{http_get, http_raw};
 pub use layout::{
     layout_of, parse_cluster_nodes, ClusterLayout, NodeLine, Role, SlotRange, SLOT_COUNT,
 };
