@@ -233,6 +233,10 @@ pub struct BackendConfig {
     pub password: Option<String>,
     /// TCP connect timeout, milliseconds.
     pub connect_timeout_ms: u64,
+    /// How long a shared node connection with replies due may read nothing before it is
+    /// closed (its requests fail with an "outcome unknown" error), milliseconds; 0: never.
+    /// Connections of blocking commands, transactions and subscriptions are exempt.
+    pub read_timeout_ms: u64,
 }
 
 impl Default for BackendConfig {
@@ -241,6 +245,7 @@ impl Default for BackendConfig {
             username: None,
             password: None,
             connect_timeout_ms: 1000,
+            read_timeout_ms: 0,
         }
     }
 }
@@ -252,6 +257,7 @@ impl std::fmt::Debug for BackendConfig {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("read_timeout_ms", &self.read_timeout_ms)
             .finish()
     }
 }
@@ -515,6 +521,12 @@ impl Config {
     /// Connect timeout for backend connections.
     pub fn connect_timeout(&self) -> Duration {
         Duration::from_millis(self.backend.connect_timeout_ms)
+    }
+
+    /// Read timeout for shared backend connections, if any.
+    pub fn read_timeout(&self) -> Option<Duration> {
+        (self.backend.read_timeout_ms > 0)
+            .then(|| Duration::from_millis(self.backend.read_timeout_ms))
     }
 }
 

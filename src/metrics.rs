@@ -49,6 +49,8 @@ pub const CLIENT_OUTPUT_LIMIT_DISCONNECTS: &str =
 pub const BACKEND_CONNECTIONS: &str = "slotbridge_backend_connections";
 /// Failed backend connects per node.
 pub const BACKEND_CONNECT_ERRORS: &str = "slotbridge_backend_connect_errors_total";
+/// Backend connections closed because the node sent nothing while replies were due.
+pub const BACKEND_READ_TIMEOUTS: &str = "slotbridge_backend_read_timeouts_total";
 /// Bytes read from clients.
 pub const CLIENT_BYTES_RECEIVED: &str = "slotbridge_client_bytes_received_total";
 /// Bytes written to clients.
@@ -137,6 +139,11 @@ fn describe() {
         BACKEND_CONNECT_ERRORS,
         Unit::Count,
         "Failed connects (TCP or handshake) to each cluster node"
+    );
+    describe_counter!(
+        BACKEND_READ_TIMEOUTS,
+        Unit::Count,
+        "Connections to each cluster node closed after backend.read_timeout_ms without a reply"
     );
     describe_counter!(
         CLIENT_BYTES_RECEIVED,
@@ -339,6 +346,11 @@ pub fn backend_connect_error(node: &str) {
     counter!(BACKEND_CONNECT_ERRORS, "node" => node.to_string()).increment(1);
 }
 
+/// A connection to `node` was closed: replies were due and none came within the read timeout.
+pub fn backend_read_timeout(node: &str) {
+    counter!(BACKEND_READ_TIMEOUTS, "node" => node.to_string()).increment(1);
+}
+
 /// A multi-key command was refused because its keys span slots.
 pub fn crossslot_refusal() {
     counter!(CROSSSLOT_REFUSALS).increment(1);
@@ -410,6 +422,7 @@ mod tests {
             CLIENT_CONNECTIONS_REJECTED,
             BACKEND_CONNECTIONS,
             BACKEND_CONNECT_ERRORS,
+            BACKEND_READ_TIMEOUTS,
             CLIENT_BYTES_RECEIVED,
             CLIENT_BYTES_SENT,
             CROSSSLOT_REFUSALS,

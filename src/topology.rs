@@ -66,6 +66,8 @@ struct ConnSettings {
     limits: crate::protocol::Limits,
     /// For the shared connections only: see [`Topology::new`].
     prelude: Option<Prelude>,
+    /// For the shared connections only: the dedicated ones carry blocking commands.
+    read_timeout: Option<Duration>,
 }
 
 /// The upstream: slot map, node connections, refresh policy.
@@ -100,6 +102,7 @@ impl Topology {
             connect_timeout: config.connect_timeout(),
             limits: config.limits.protocol(),
             prelude,
+            read_timeout: config.read_timeout(),
         };
         let empty = SlotMap::empty();
         let topology = Topology {
@@ -184,12 +187,14 @@ impl Topology {
             limits: self.settings.limits,
             reconnect: true,
             prelude: None,
+            read_timeout: None,
         }
     }
 
     fn shared_conn_options(&self, proto: Proto) -> ConnOptions {
         ConnOptions {
             prelude: self.settings.prelude.clone(),
+            read_timeout: self.settings.read_timeout,
             ..self.conn_options(proto)
         }
     }

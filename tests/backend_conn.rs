@@ -49,6 +49,17 @@ impl Server {
     fn addr(&self) -> NodeAddr {
         NodeAddr::from(format!("127.0.0.1:{}", self.port))
     }
+
+    /// Stops (`SIGSTOP`) or continues the server: stopped, it keeps its connections open
+    /// (the kernel still acknowledges) but answers nothing, like a hung node.
+    fn set_paused(&self, paused: bool) {
+        let signal = if paused { "STOP" } else { "CONT" };
+        let status = Command::new("kill")
+            .args(["-s", signal, &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -s {signal} failed");
+    }
 }
 
 impl Drop for Server {
@@ -685,4 +696,64 @@ async fn prelude_requests_go_first_and_their_replies_reach_no_caller() {
     let (first, second) = fake.await.expect("fake");
     assert_eq!(first, load.to_vec());
     assert_eq!(second, ping.to_vec());
+}
+
+#[tokio::test]
+async fn a_node_that_stops_answering_fails_what_is_due_after_the_read_timeout() {
+    let server = Server::start(&[]);
+    let opts = ConnOptions {
+        read_timeout: Some(Duration::from_millis(200)),
+        ..ConnOptions::default()
+    };
+    let conn = NodeConn::spawn(server.addr(), opts);
+    assert_eq!(call(&conn, &["SET", "k", "v"]).await, "+OK\r\n");
+    // Quiet with nothing due is not a stall.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(conn.is_connected(), "an idle connection was closed");
+    assert_eq!(call(&conn, &["GET", "k"]).await, bulk("v"));
+
+    server.set_paused(true);
+    let started = Instant::now();
+    let replies = join_all([
+        conn.call(command(&["GET", "k"]), false),
+        conn.call(command(&["PING"]), false),
+    ])
+    .await;
+    let elapsed = started.elapsed();
+    server.set_paused(false);
+    for reply in &replies {
+        match reply {
+            Err(BackendError::Lost(reason)) => assert!(
+                reason.contains("no reply within 200 ms"),
+                "unexpected reason: {reason}"
+            ),
+            other => panic!("expected a lost reply, got {other:?}"),
+        }
+    }
+    assert!(
+        elapsed >= Duration::from_millis(200) && elapsed < Duration::from_secs(2),
+        "failed after {elapsed:?}, not between the timeout and a small multiple of it"
+    );
+    // Once the node answers again, the next request gets a new connection.
+    assert_eq!(call(&conn, &["GET", "k"]).await, bulk("v"));
+}
+
+#[tokio::test]
+async fn without_a_read_timeout_a_stopped_node_is_waited_for() {
+    let server = Server::start(&[]);
+    let conn = NodeConn::spawn(server.addr(), ConnOptions::default());
+    assert_eq!(call(&conn, &["SET", "k", "v"]).await, "+OK\r\n");
+    server.set_paused(true);
+    let reply = conn.call(command(&["GET", "k"]), false);
+    tokio::pin!(reply);
+    let early = tokio::time::timeout(Duration::from_millis(700), &mut reply).await;
+    server.set_paused(false);
+    assert!(
+        early.is_err(),
+        "answered while the node was stopped: {early:?}"
+    );
+    assert_eq!(
+        reply.await.expect("the reply, once the node runs"),
+        bulk("v")
+    );
 }

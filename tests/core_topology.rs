@@ -1,5 +1,6 @@
 //! Topology changes done for real while clients run through the proxy: a slot migrated by
-//! hand, and a replica promoted with CLUSTER FAILOVER. Each test owns its cluster.
+//! hand, a replica promoted with CLUSTER FAILOVER, and a master that stops answering. Each
+//! test owns its cluster.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Proxy};
+use common::{http_get, new_dir, Cluster, Proxy};
 
 /// Keys that all hash to one slot, found by asking the cluster.
 fn keys_in_one_slot(cluster: &Cluster, count: usize) -> (u16, Vec<String>) {
@@ -225,4 +226,93 @@ fn starts_while_a_seed_and_a_node_are_down() {
         let value: i64 = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
         assert_eq!(value, i);
     }
+}
+
+#[test]
+fn a_master_that_stops_answering_fails_its_requests_after_the_read_timeout() {
+    let cluster = Cluster::start(3, 0);
+    let config = new_dir("read-timeout").join("slotbridge.yaml");
+    std::fs::write(&config, "backend:\n  read_timeout_ms: 300\n").unwrap();
+    let proxy = Proxy::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--cluster",
+        &cluster.seeds_arg(),
+    ]);
+    let stalled_key = "{stall}:value";
+    let stalled = cluster.node_for_slot(cluster.keyslot(stalled_key));
+    let other_key = (0..)
+        .map(|i| format!("{{stall-other-{i}}}:value"))
+        .find(|key| cluster.node_for_slot(cluster.keyslot(key)) != stalled)
+        .expect("a key on another master");
+    let mut con = proxy.connect();
+    let mut other_con = proxy.connect();
+    let _: () = redis::cmd("SET")
+        .arg(stalled_key)
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&other_key)
+        .arg("2")
+        .query(&mut con)
+        .unwrap();
+
+    // Paused well under the cluster's node timeout, so nobody marks the master failing.
+    cluster.set_node_paused(&stalled, true);
+    let started = Instant::now();
+    let result: redis::RedisResult<String> = redis::cmd("GET").arg(stalled_key).query(&mut con);
+    let elapsed = started.elapsed();
+    let other: redis::RedisResult<String> = redis::cmd("GET").arg(&other_key).query(&mut other_con);
+    cluster.set_node_paused(&stalled, false);
+
+    let error = result
+        .expect_err("a stopped master cannot answer")
+        .to_string();
+    assert!(
+        error.contains("outcome is unknown") && error.contains("no reply within 300 ms"),
+        "unexpected error: {error}"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3),
+        "failed after {elapsed:?}"
+    );
+    assert_eq!(other.expect("the other masters still answer"), "2");
+
+    // The same client reads the master again once it runs (over a new connection).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match redis::cmd("GET").arg(stalled_key).query::<String>(&mut con) {
+            Ok(value) => {
+                assert_eq!(value, "1");
+                break;
+            }
+            Err(e) if Instant::now() < deadline => {
+                println!("while the master recovers: {e}");
+                thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("the master never answered again: {e}"),
+        }
+    }
+    // Blocking commands wait on their own connection, which has no read timeout.
+    let started = Instant::now();
+    let popped: Option<(String, String)> = redis::cmd("BLPOP")
+        .arg("{stall}:empty")
+        .arg(1)
+        .query(&mut con)
+        .expect("BLPOP times out as in Redis");
+    assert_eq!(popped, None);
+    assert!(started.elapsed() >= Duration::from_secs(1));
+
+    let (status, metrics) = http_get(proxy.admin_addr(), "/metrics");
+    assert_eq!(status, 200);
+    let series = format!("slotbridge_backend_read_timeouts_total{{node=\"{stalled}\"}} ");
+    let count: f64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("no {series} in the metrics"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(count >= 1.0, "{series}{count}");
 }

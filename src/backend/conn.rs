@@ -486,7 +486,7 @@ impl Writer {
                     in_flight.clone(),
                     self.connected.clone(),
                     self.addr.clone(),
-                    self.opts.limits,
+                    self.opts.clone(),
                 ));
                 self.connected.store(true, Ordering::Relaxed);
                 self.linked = true;
@@ -522,12 +522,22 @@ async fn read_replies(
     in_flight: Arc<InFlight>,
     connected: Arc<AtomicBool>,
     addr: NodeAddr,
-    limits: Limits,
+    opts: ConnOptions,
 ) {
     // Entries taken off the FIFO whose replies have not all arrived (a batch's frames can
     // straddle reads); they fail with the rest when the connection ends.
     let mut owners = VecDeque::new();
-    let reason = read_loop(read, buf, &in_flight, &mut owners, &addr, limits).await;
+    let mut watchdog = opts.read_timeout.map(Watchdog::new);
+    let reason = read_loop(
+        read,
+        buf,
+        &in_flight,
+        &mut owners,
+        &addr,
+        opts.limits,
+        watchdog.as_mut(),
+    )
+    .await;
     connected.store(false, Ordering::Relaxed);
     tracing::warn!(addr = %addr, error = %reason, "backend connection lost");
     let reason = format!("{addr}: {reason}");
@@ -535,6 +545,61 @@ async fn read_replies(
     let error = BackendError::Lost(reason);
     for owner in owners {
         owner.fail(&error);
+    }
+}
+
+/// Notices a node that stops answering: a hung process or a silent network keeps the TCP
+/// connection open, and everything sent on it would wait as long as TCP retransmits. It
+/// checks every half `timeout` (a timer per read would cost the hot path), so a node that
+/// sent nothing for between `timeout` and 1.5 x `timeout` while replies were due counts as
+/// stalled.
+struct Watchdog {
+    timeout: Duration,
+    ticks: tokio::time::Interval,
+    /// Consecutive checks that found replies due and nothing read since the one before.
+    quiet_checks: u32,
+}
+
+impl Watchdog {
+    fn new(timeout: Duration) -> Watchdog {
+        let mut ticks = tokio::time::interval((timeout / 2).max(Duration::from_millis(1)));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Watchdog {
+            timeout,
+            ticks,
+            quiet_checks: 0,
+        }
+    }
+
+    /// Reads into `buf`, or returns why the node counts as stalled.
+    async fn read(
+        &mut self,
+        read: &mut OwnedReadHalf,
+        buf: &mut BytesMut,
+        replies_due: impl Fn() -> bool,
+    ) -> Result<std::io::Result<usize>, String> {
+        loop {
+            tokio::select! {
+                biased;
+                // Cancel-safe: a tick that wins has read nothing.
+                result = read.read_buf(buf) => {
+                    self.quiet_checks = 0;
+                    return Ok(result);
+                }
+                _ = self.ticks.tick() => {
+                    if !replies_due() {
+                        self.quiet_checks = 0;
+                        continue;
+                    }
+                    // The first check may come just after the request was written; three
+                    // in a row span at least `timeout`.
+                    self.quiet_checks += 1;
+                    if self.quiet_checks >= 3 {
+                        return Err(format!("no reply within {} ms", self.timeout.as_millis()));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -546,6 +611,7 @@ async fn read_loop(
     owners: &mut VecDeque<Pending>,
     addr: &NodeAddr,
     limits: Limits,
+    mut watchdog: Option<&mut Watchdog>,
 ) -> String {
     let mut scanner = ReplyScanner::new(limits);
     let mut frames: Vec<Bytes> = Vec::new();
@@ -608,7 +674,20 @@ async fn read_loop(
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }
-        match read.read_buf(&mut buf).await {
+        let result = match watchdog.as_deref_mut() {
+            None => read.read_buf(&mut buf).await,
+            Some(watchdog) => {
+                let replies_due = || !owners.is_empty() || !in_flight.is_empty();
+                match watchdog.read(&mut read, &mut buf, replies_due).await {
+                    Ok(result) => result,
+                    Err(reason) => {
+                        crate::metrics::backend_read_timeout(addr);
+                        return reason;
+                    }
+                }
+            }
+        };
+        match result {
             Ok(0) => return "connection closed by the node".to_string(),
             Ok(_) => {}
             Err(error) => return format!("read failed: {error}"),

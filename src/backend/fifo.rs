@@ -71,6 +71,15 @@ impl InFlight {
             .closed
     }
 
+    /// Whether no reply is expected.
+    pub(super) fn is_empty(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pending
+            .is_empty()
+    }
+
     /// Removes the oldest `count` entries (fewer if fewer are queued) into `out`.
     pub(super) fn pop_into(&self, count: usize, out: &mut Vec<Pending>) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);

@@ -44,6 +44,10 @@ pub struct ConnOptions {
     /// Requests written right after the handshake, before any caller's, on every new
     /// connection; their replies are read and dropped, errors included.
     pub prelude: Option<Prelude>,
+    /// With requests outstanding, how long the node may send nothing before the connection
+    /// is closed and they fail as `Lost`; `None` waits as long as TCP does. Only for
+    /// connections that never carry a blocking command.
+    pub read_timeout: Option<Duration>,
 }
 
 /// Makes the requests of [`ConnOptions::prelude`] when a connection opens (e.g. `SCRIPT
@@ -61,6 +65,7 @@ impl Default for ConnOptions {
             limits: Limits::default(),
             reconnect: true,
             prelude: None,
+            read_timeout: None,
         }
     }
 }
@@ -75,6 +80,7 @@ impl std::fmt::Debug for ConnOptions {
             .field("limits", &self.limits)
             .field("reconnect", &self.reconnect)
             .field("prelude", &self.prelude.is_some())
+            .field("read_timeout", &self.read_timeout)
             .finish()
     }
 }

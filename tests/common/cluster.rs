@@ -275,6 +275,12 @@ impl Cluster {
         self.with_node(addr, RedisNode::kill);
     }
 
+    /// Stops or continues the node at `addr` (see [`RedisNode::set_paused`]). Keep pauses
+    /// well under the cluster's node timeout, or the others mark it failing.
+    pub fn set_node_paused(&self, addr: &str, paused: bool) {
+        self.with_node(addr, |node| node.set_paused(paused));
+    }
+
     /// Restarts a killed node on its old port and config, and waits until the cluster is
     /// stable again (an old master comes back as a replica of the node that replaced it).
     pub fn restart_node(&self, addr: &str) {

@@ -140,6 +140,19 @@ impl RedisNode {
         }
     }
 
+    /// Stops (`SIGSTOP`) or continues (`SIGCONT`) the server: a stopped node keeps its
+    /// connections open (the kernel still accepts and acknowledges) but answers nothing,
+    /// like a hung process or a node behind a silent network.
+    pub fn set_paused(&self, paused: bool) {
+        let process = self.process.as_ref().expect("the node is running");
+        let signal = if paused { "STOP" } else { "CONT" };
+        let status = std::process::Command::new("kill")
+            .args(["-s", signal, &process.pid().to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run kill: {e}"));
+        assert!(status.success(), "kill -s {signal} failed ({status})");
+    }
+
     /// Starts the server again on the same port and directory and waits for PING.
     pub fn restart(&mut self) {
         self.kill();

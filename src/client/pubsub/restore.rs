@@ -33,6 +33,8 @@ impl Inner {
             limits: config.limits.protocol(),
             reconnect: true,
             prelude: None,
+            // A subscription connection is quiet until something is published.
+            read_timeout: None,
         }
     }
 
