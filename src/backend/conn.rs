@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use super::fifo::{InFlight, Pending, ReplySender};
 use super::sink::Batch;
 use super::{handshake, BackendError, ConnOptions};
-use crate::protocol::{Limits, ReplyScanner};
+use crate::protocol::ReplyScanner;
 use crate::route::NodeAddr;
 
 /// Queued request bytes, or requests, at which the caller that queues more writes them
@@ -527,17 +527,7 @@ async fn read_replies(
     // Entries taken off the FIFO whose replies have not all arrived (a batch's frames can
     // straddle reads); they fail with the rest when the connection ends.
     let mut owners = VecDeque::new();
-    let mut watchdog = opts.read_timeout.map(Watchdog::new);
-    let reason = read_loop(
-        read,
-        buf,
-        &in_flight,
-        &mut owners,
-        &addr,
-        opts.limits,
-        watchdog.as_mut(),
-    )
-    .await;
+    let reason = read_loop(read, buf, &in_flight, &mut owners, &addr, &opts).await;
     connected.store(false, Ordering::Relaxed);
     tracing::warn!(addr = %addr, error = %reason, "backend connection lost");
     let reason = format!("{addr}: {reason}");
@@ -610,10 +600,10 @@ async fn read_loop(
     in_flight: &InFlight,
     owners: &mut VecDeque<Pending>,
     addr: &NodeAddr,
-    limits: Limits,
-    mut watchdog: Option<&mut Watchdog>,
+    opts: &ConnOptions,
 ) -> String {
-    let mut scanner = ReplyScanner::new(limits);
+    let mut scanner = ReplyScanner::new(opts.limits);
+    let mut watchdog = opts.read_timeout.map(Watchdog::new);
     let mut frames: Vec<Bytes> = Vec::new();
     let mut popped: Vec<Pending> = Vec::new();
     loop {
@@ -674,7 +664,7 @@ async fn read_loop(
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }
-        let result = match watchdog.as_deref_mut() {
+        let result = match watchdog.as_mut() {
             None => read.read_buf(&mut buf).await,
             Some(watchdog) => {
                 let replies_due = || !owners.is_empty() || !in_flight.is_empty();
