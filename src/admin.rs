@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use crate::backend::NodeConn;
 use crate::protocol::Proto;
 use crate::reload::Live;
 use crate::route::SLOT_COUNT;
@@ -30,7 +31,7 @@ pub const MAX_REQUEST: usize = 8 * 1024;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Admin connections served at once; more wait in the accept queue.
 pub const MAX_CONNECTIONS: usize = 32;
-/// How long `/readyz` waits for a master that is not connected to answer PING.
+/// How long `/readyz` waits for each master to answer PING.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Whether the proxy wants new traffic. Starts ready; a drain flips it for good so load
@@ -99,23 +100,13 @@ impl AdminState {
         if covered < SLOT_COUNT {
             return Err(format!("slot map covers {covered} of {SLOT_COUNT} slots"));
         }
-        // A shared connection that is down is probed with PING, which also reconnects it.
+        // Every master, connected or not: a hung node keeps its connection open.
         let probes = routing
             .map
             .masters()
             .iter()
             .zip(routing.masters())
-            .filter(|(_, conns)| !conns.get(Proto::Resp2).is_connected())
-            .map(|(addr, conns)| async move {
-                let ping = conns
-                    .get(Proto::Resp2)
-                    .call(Bytes::from_static(b"*1\r\n$4\r\nPING\r\n"), false);
-                match tokio::time::timeout(PROBE_TIMEOUT, ping).await {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(format!("master {addr} unreachable: {e}")),
-                    Err(_) => Err(format!("master {addr} did not answer PING in time")),
-                }
-            });
+            .map(|(addr, conns)| probe_master(addr, conns.get(Proto::Resp2)));
         let failures: Vec<String> = join_all(probes)
             .await
             .into_iter()
@@ -126,6 +117,17 @@ impl AdminState {
         } else {
             Err(failures.join("; "))
         }
+    }
+}
+
+/// PINGs one master over its shared connection: the PING joins that connection's pipeline,
+/// and reconnects it when it is down.
+async fn probe_master(addr: &str, conn: &NodeConn) -> Result<(), String> {
+    let ping = conn.call(Bytes::from_static(b"*1\r\n$4\r\nPING\r\n"), false);
+    match tokio::time::timeout(PROBE_TIMEOUT, ping).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("master {addr} unreachable: {e}")),
+        Err(_) => Err(format!("master {addr} did not answer PING in time")),
     }
 }
 

@@ -304,6 +304,14 @@ fn a_master_that_stops_answering_fails_its_requests_after_the_read_timeout() {
     assert_eq!(popped, None);
     assert!(started.elapsed() >= Duration::from_secs(1));
 
+    // /readyz asks every master, also one whose connection is open: 503 naming it.
+    assert_eq!(http_get(proxy.admin_addr(), "/readyz").0, 200);
+    cluster.set_node_paused(&stalled, true);
+    let (status, body) = http_get(proxy.admin_addr(), "/readyz");
+    cluster.set_node_paused(&stalled, false);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains(&stalled), "{body}");
+
     let (status, metrics) = http_get(proxy.admin_addr(), "/metrics");
     assert_eq!(status, 200);
     let series = format!("slotbridge_backend_read_timeouts_total{{node=\"{stalled}\"}} ");
