@@ -178,7 +178,9 @@ impl Topology {
         NodeConn::spawn(addr.clone(), opts)
     }
 
-    fn conn_options(&self, proto: Proto) -> ConnOptions {
+    /// How a connection for one client's exclusive use connects: the backend credentials
+    /// and limits, no prelude, no read timeout (it may carry a blocking command).
+    pub fn conn_options(&self, proto: Proto) -> ConnOptions {
         ConnOptions {
             proto,
             username: self.settings.username.clone(),

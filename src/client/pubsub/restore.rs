@@ -15,7 +15,6 @@ use futures_util::FutureExt;
 
 use super::link::{Link, Role};
 use super::{lock, Background, Inner};
-use crate::backend::ConnOptions;
 use crate::dispatch::{Proxy, PUBSUB_HOME_SLOT};
 use crate::protocol::encode::encode_request;
 use crate::protocol::Proto;
@@ -23,27 +22,14 @@ use crate::reply;
 use crate::route::{NodeAddr, Redirect};
 
 impl Inner {
-    fn options(&self, proto: Proto) -> ConnOptions {
-        let config = &self.proxy.config;
-        ConnOptions {
-            proto,
-            username: config.backend.username.clone().filter(|u| !u.is_empty()),
-            password: config.backend.password.clone(),
-            connect_timeout: config.connect_timeout(),
-            limits: config.limits.protocol(),
-            reconnect: true,
-            prelude: None,
-            // A subscription connection is quiet until something is published.
-            read_timeout: None,
-        }
-    }
-
     fn new_link(&mut self, addr: NodeAddr, proto: Proto, role: Role) -> Link {
         self.next_link += 1;
         Link::spawn(
             self.next_link,
             addr,
-            self.options(proto),
+            // A subscription connection is quiet until something is published: the
+            // dedicated connections' options, without a read timeout.
+            self.proxy.topology.conn_options(proto),
             self.sink.clone(),
             role,
         )
