@@ -145,12 +145,7 @@ impl RedisNode {
     /// like a hung process or a node behind a silent network.
     pub fn set_paused(&self, paused: bool) {
         let process = self.process.as_ref().expect("the node is running");
-        let signal = if paused { "STOP" } else { "CONT" };
-        let status = std::process::Command::new("kill")
-            .args(["-s", signal, &process.pid().to_string()])
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run kill: {e}"));
-        assert!(status.success(), "kill -s {signal} failed ({status})");
+        process.send_signal(if paused { "STOP" } else { "CONT" });
     }
 
     /// Starts the server again on the same port and directory and waits for PING.

@@ -125,6 +125,20 @@ impl ManagedProcess {
         self.child.id()
     }
 
+    /// Sends a signal by name (`"HUP"`, `"STOP"`, `"SIGTERM"`...) with `kill -s`.
+    pub fn send_signal(&self, signal: &str) {
+        let name = signal.strip_prefix("SIG").unwrap_or(signal);
+        let status = Command::new("kill")
+            .args(["-s", name, &self.pid().to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run kill: {e}"));
+        assert!(
+            status.success(),
+            "kill -s {name} {} failed ({status})",
+            self.pid()
+        );
+    }
+
     /// The exit status if the process has exited, without blocking.
     pub fn try_exit_status(&mut self) -> Option<ExitStatus> {
         if self.exited.is_none() {

@@ -149,16 +149,7 @@ impl Proxy {
 
     /// Sends a signal by name (`"HUP"`, `"TERM"`, `"SIGINT"`...) with `kill -s`.
     pub fn send_signal(&self, signal: &str) {
-        let name = signal.strip_prefix("SIG").unwrap_or(signal);
-        let status = Command::new("kill")
-            .args(["-s", name, &self.pid().to_string()])
-            .status()
-            .unwrap_or_else(|e| panic!("cannot run kill: {e}"));
-        assert!(
-            status.success(),
-            "kill -s {name} {} failed ({status})",
-            self.pid()
-        );
+        self.process.send_signal(signal);
     }
 
     /// Waits up to `timeout` for the proxy to exit; `None` if it is still running.
