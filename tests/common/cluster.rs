@@ -1,6 +1,6 @@
 //! A real Redis Cluster of `redis-server` processes on loopback, and the operations tests need
-//! to do to it for real: slot migration (whole or held half-way), manual failover, kill and
-//! restart of a node.
+//! to do to it for real: slot migration (whole or held half-way), a master added, manual
+//! failover, kill and restart of a node.
 //!
 //! Invariants: `Cluster::start` returns only once every node reports `cluster_state:ok`, all
 //! nodes agree on slot owners and roles, and every replica's link to its master is up; each
@@ -139,6 +139,29 @@ impl Cluster {
     /// Waits until the cluster is stable (see the module docs) and returns the agreed layout.
     pub fn wait_stable(&self) -> ClusterLayout {
         self.wait_for("the cluster to be stable", SETTLE_TIMEOUT, |_| Ok(()))
+    }
+
+    /// Starts a new node and joins it to the cluster as a master without slots (`CLUSTER
+    /// MEET`, as `redis-cli --cluster add-node` does); waits until every node agrees on it.
+    /// Returns its address.
+    pub fn add_master(&self) -> String {
+        let node = RedisNode::start(NodeMode::Cluster);
+        let addr = node.addr().to_string();
+        let seed = self.any_live_node();
+        let (host, port) = seed
+            .rsplit_once(':')
+            .unwrap_or_else(|| panic!("{seed} is not host:port"));
+        run_ok(&addr, redis::cmd("CLUSTER").arg("MEET").arg(host).arg(port));
+        self.lock().push(node);
+        self.wait_for(
+            &format!("{addr} to join as a master"),
+            SETTLE_TIMEOUT,
+            |layout| match layout.roles.get(&addr) {
+                Some(Role::Master) => Ok(()),
+                other => Err(format!("role is {other:?}")),
+            },
+        );
+        addr
     }
 
     /// Moves `slot` with its keys to the master at `to_addr`, the way an operator does by hand.
