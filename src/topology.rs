@@ -4,6 +4,8 @@
 //! A refresher task re-reads `CLUSTER SHARDS` (or `CLUSTER SLOTS`) from any known node
 //! periodically and on request (MOVED, connection failure), never more often than
 //! `min_refresh_interval`, so a reshard's burst of MOVED replies can't cause a storm.
+//! Whoever holds per-master state (keyspace subscriptions) watches the master set through
+//! [`Topology::watch_masters`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 use crate::backend::{ConnOptions, NodeConn, Prelude};
 use crate::config::{Config, Upstream};
@@ -79,6 +81,8 @@ pub struct Topology {
     remap: HashMap<String, String>,
     settings: ConnSettings,
     refresh_wanted: Notify,
+    /// Marked changed whenever a new snapshot has another set of masters.
+    masters_changed: watch::Sender<()>,
     refresh_interval: Duration,
     min_refresh_interval: Duration,
     last_refresh: Mutex<Option<Instant>>,
@@ -116,6 +120,7 @@ impl Topology {
             remap: config.address_map.clone(),
             settings,
             refresh_wanted: Notify::new(),
+            masters_changed: watch::Sender::new(()),
             refresh_interval: Duration::from_millis(config.topology.refresh_interval_ms),
             min_refresh_interval: Duration::from_millis(config.topology.min_refresh_interval_ms),
             last_refresh: Mutex::new(None),
@@ -131,6 +136,12 @@ impl Topology {
     /// The current routing snapshot.
     pub fn routing(&self) -> arc_swap::Guard<Arc<Routing>> {
         self.routing.load()
+    }
+
+    /// Resolves `changed()` each time a new snapshot brings another set of masters (one
+    /// added, removed, or replaced by its replica), whatever the order.
+    pub fn watch_masters(&self) -> watch::Receiver<()> {
+        self.masters_changed.subscribe()
     }
 
     /// Whether the upstream is a single non-cluster node.
@@ -224,7 +235,7 @@ impl Topology {
             .into()
     }
 
-    /// Makes `map` the current snapshot.
+    /// Makes `map` the current snapshot, and tells the master set's watchers when it differs.
     fn install(&self, map: SlotMap) {
         let masters = map
             .masters()
@@ -232,7 +243,10 @@ impl Topology {
             .map(|addr| self.node_conns(addr))
             .collect();
         crate::metrics::slot_map(map.slots_covered(), map.masters().len());
-        self.routing.store(Arc::new(Routing { map, masters }));
+        let previous = self.routing.swap(Arc::new(Routing { map, masters }));
+        if !same_members(previous.map.masters(), self.routing.load().map.masters()) {
+            self.masters_changed.send_replace(());
+        }
     }
 
     /// A MOVED reply said `slot` now lives at `addr`: patch the snapshot at once (so the
@@ -319,11 +333,41 @@ impl Topology {
     }
 }
 
+/// Whether two lists of distinct addresses name the same nodes, in any order.
+fn same_members(a: &[NodeAddr], b: &[NodeAddr]) -> bool {
+    a.len() == b.len() && a.iter().all(|addr| b.contains(addr))
+}
+
 async fn call_with_timeout(conn: &NodeConn, request: &'static str) -> Result<Bytes, String> {
     let call = conn.call(Bytes::from_static(request.as_bytes()), false);
     match tokio::time::timeout(Duration::from_secs(2), call).await {
         Ok(Ok(reply)) => Ok(reply),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("timed out".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_master_watch_fires_only_when_the_set_of_masters_changes() {
+        let config = Config {
+            cluster: vec!["127.0.0.1:1".to_string()],
+            ..Config::default()
+        };
+        let topology = Topology::new(&config, None).unwrap();
+        let mut masters = topology.watch_masters();
+        topology.on_moved(0, "127.0.0.1:7001");
+        assert!(masters.has_changed().unwrap(), "a first master");
+        masters.mark_unchanged();
+        topology.on_moved(1, "127.0.0.1:7001");
+        assert!(
+            !masters.has_changed().unwrap(),
+            "a slot moved between known masters"
+        );
+        topology.on_moved(2, "127.0.0.1:7002");
+        assert!(masters.has_changed().unwrap(), "a second master");
     }
 }

@@ -271,3 +271,48 @@ fn keyspace_notifications_from_every_master_under_legacy_names() {
     without_layout(cluster);
     under_layout(cluster);
 }
+
+/// A master added after the client subscribed (a cluster scaled out, a slot moved onto it)
+/// is listened to as soon as the proxy's slot map shows it: notifications of keys now
+/// there reach the subscriber without it reconnecting.
+#[test]
+fn keyspace_subscriptions_follow_a_master_added_later() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut sub_con = proxy.connect();
+    let mut pubsub = sub_con.as_pubsub();
+    pubsub.psubscribe("__keyspace@0__:grown:*").unwrap();
+    let added = cluster.add_master();
+    enable_notifications(&cluster);
+    let key = "grown:key";
+    cluster.migrate_slot(cluster.keyslot(key), &added);
+    // The first write meets MOVED and makes the proxy read the new slot map; the
+    // subscription reaches the new master shortly after, so write until a message comes.
+    let mut writer = proxy.connect();
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = None;
+    while seen.is_none() && Instant::now() < deadline {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg("1")
+            .query(&mut writer)
+            .unwrap();
+        if let Ok(message) = pubsub.get_message() {
+            let payload: String = message.get_payload().unwrap();
+            seen = Some((message.get_channel_name().to_string(), payload));
+        }
+    }
+    assert_eq!(
+        holder(&cluster, key),
+        vec![(key.to_string(), added.clone())],
+        "the key lives on the added master"
+    );
+    assert_eq!(
+        seen,
+        Some((format!("__keyspace@0__:{key}"), "set".to_string())),
+        "no notification from the master added at {added} within 20 s"
+    );
+}

@@ -11,7 +11,7 @@
 //! client has a keyspace subscription, subscription confirmations are written here from
 //! the client's own sets, since no single backend connection knows them all (see
 //! [`subscriptions`]); [`restore`] opens the connections and subscribes them again after
-//! failures. The session asks [`PubSub::intercept`] about every request first: a
+//! failures, and on a master the cluster gained (the topology's master watch). The session asks [`PubSub::intercept`] about every request first: a
 //! subscription command's reply is a future that resolves to the backend's confirmations,
 //! queued with the other replies so everything leaves in request order; messages come from
 //! [`PubSub::next_event`] and are queued behind the replies already waiting, so a message
@@ -37,7 +37,7 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::dispatch::Proxy;
 use crate::protocol::{Proto, Request};
@@ -84,6 +84,9 @@ pub struct PubSub {
     sink_state: Arc<SinkState>,
     /// Re-subscriptions in progress; an `Err` means they gave up.
     background: Background,
+    /// The topology's master set, watched once the client subscribed: keyspace
+    /// notifications need a connection to every master, new ones too.
+    masters: Option<watch::Receiver<()>>,
     /// Whether the client sent a (P|S)SUBSCRIBE since it connected or last sent RESET.
     /// Until it does it can hold no subscription, and every other command passes without
     /// taking the lock: the common case costs one name comparison.
@@ -140,6 +143,7 @@ impl PubSub {
             events,
             sink_state,
             background: FuturesUnordered::new(),
+            masters: None,
             used: false,
         }
     }
@@ -184,6 +188,7 @@ impl PubSub {
                 let switched = !Arc::ptr_eq(&inner.proxy.topology, &current.topology);
                 inner.proxy = current.clone();
                 if switched {
+                    self.masters = Some(current.topology.watch_masters());
                     // Old links point at the old upstream: subscribe everything again on
                     // the new one (the restores are idempotent with new subscriptions).
                     inner.regular = None;
@@ -218,6 +223,9 @@ impl PubSub {
             inner.proxy.clone()
         };
         if let Some(family) = family {
+            if self.masters.is_none() {
+                self.masters = Some(proxy.topology.watch_masters());
+            }
             if let Some(spec) = proxy.commands.lookup(args) {
                 if !spec.arity_ok(args.len()) {
                     return Intercept::Reply(reply::wrong_arity(&spec.name));
@@ -231,6 +239,7 @@ impl PubSub {
                 // RESET leaves subscribed mode; dropping the links closes their connections.
                 lock(&self.inner).clear();
                 self.used = false;
+                self.masters = None;
                 Intercept::Pass
             }
             b"quit" => Intercept::Pass,
@@ -290,6 +299,13 @@ impl PubSub {
                     Relay::Idle
                 }
             },
+            () = masters_changed(&mut self.masters) => {
+                let mut inner = lock(&self.inner);
+                if !inner.keyspace.is_empty() {
+                    Restore::Keyspace.start(&mut inner, &self.inner, &mut self.background);
+                }
+                Relay::Idle
+            }
             () = overflowed => Relay::Close,
         }
     }
@@ -328,6 +344,16 @@ impl PubSub {
             Restore::Shard.start(&mut inner, &self.inner, &mut self.background);
         }
     }
+}
+
+/// Resolves when the watched master set changes; never without a watch or a topology.
+async fn masters_changed(masters: &mut Option<watch::Receiver<()>>) {
+    if let Some(masters) = masters {
+        if masters.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// Which connections a channel (`family` Channels) or pattern needs.

@@ -35,9 +35,8 @@ impl Inner {
         )
     }
 
-    /// A keyspace connection to every master of the slot map as it is now (opened where
-    /// missing; connections to nodes that are no longer masters are closed).
-    pub(super) fn keyspace_links(&mut self, proto: Proto) -> Vec<Link> {
+    /// The masters keyspace subscriptions need a connection to.
+    fn keyspace_masters(&self, proto: Proto) -> Vec<NodeAddr> {
         let mut masters: Vec<NodeAddr> = self.proxy.topology.routing().map.masters().to_vec();
         if masters.is_empty() {
             // A standalone upstream: its one node has every key.
@@ -45,6 +44,13 @@ impl Inner {
                 masters.push(node.addr().clone());
             }
         }
+        masters
+    }
+
+    /// A keyspace connection to every master of the slot map as it is now (opened where
+    /// missing; connections to nodes that are no longer masters are closed).
+    pub(super) fn keyspace_links(&mut self, proto: Proto) -> Vec<Link> {
+        let masters = self.keyspace_masters(proto);
         self.keyspace_links.retain(|addr, _| masters.contains(addr));
         for addr in masters {
             if !self.keyspace_links.contains_key(&addr) {
@@ -259,7 +265,17 @@ async fn restore_keyspace(shared: &Arc<Mutex<Inner>>, proxy: &Proxy) -> Result<(
         }
     }
     let Some(reason) = failure else {
-        return Ok(());
+        // The master set may have changed while this attempt subscribed: then it missed
+        // the new one, and the next attempt adds it.
+        let inner = lock(shared);
+        let masters = inner.keyspace_masters(link_proto(&inner));
+        let current =
+            masters.len() == links.len() && links.iter().all(|link| masters.contains(&link.addr));
+        return if current {
+            Ok(())
+        } else {
+            Err(Some("the cluster's masters changed meanwhile".to_string()))
+        };
     };
     proxy.topology.request_refresh();
     Err(Some(reason))
