@@ -738,6 +738,38 @@ async fn a_node_that_stops_answering_fails_what_is_due_after_the_read_timeout() 
     assert_eq!(call(&conn, &["GET", "k"]).await, bulk("v"));
 }
 
+/// After a read timeout the socket is closed at once, not when the next request for the
+/// node replaces it: a hung node is not left holding a half-open connection.
+#[tokio::test]
+async fn a_read_timeout_closes_the_connection_at_once() {
+    let (listener, addr) = fake_node().await;
+    let opts = ConnOptions {
+        read_timeout: Some(Duration::from_millis(200)),
+        ..ConnOptions::default()
+    };
+    let conn = NodeConn::spawn(addr, opts);
+    let request = command(&["GET", "k"]);
+    let expected_len = request.len();
+    let fake = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let seen = read_exactly(&mut stream, expected_len).await;
+        // Never answers; waits for the other side to hang up.
+        let mut rest = Vec::new();
+        let closed =
+            tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut rest)).await;
+        (seen, closed.map(|read| read.map(|_| rest)))
+    });
+    let reply = conn.call(request.clone(), false).await;
+    assert!(matches!(reply, Err(BackendError::Lost(_))), "{reply:?}");
+    let (seen, closed) = fake.await.expect("fake");
+    assert_eq!(seen, request.to_vec());
+    match closed {
+        Ok(Ok(rest)) => assert!(rest.is_empty(), "more was written: {rest:?}"),
+        other => panic!("the connection was still open 3 s after the read timeout: {other:?}"),
+    }
+    assert!(!conn.is_connected());
+}
+
 #[tokio::test]
 async fn without_a_read_timeout_a_stopped_node_is_waited_for() {
     let server = Server::start(&[]);

@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -60,7 +60,6 @@ pub struct NodeConn {
 struct Shared {
     addr: NodeAddr,
     channel: Arc<Channel>,
-    connected: Arc<AtomicBool>,
 }
 
 impl Drop for Shared {
@@ -80,6 +79,8 @@ struct Channel {
     /// Wakes the writer task when the queue gets its first entry, a write is blocked, or
     /// the last handle is gone.
     wake: Notify,
+    /// Whether a connection is established and authenticated (see `NodeConn::is_connected`).
+    connected: AtomicBool,
 }
 
 impl Channel {
@@ -261,13 +262,12 @@ impl NodeConn {
         let channel = Arc::new(Channel {
             outbox: Mutex::new(Outbox::default()),
             wake: Notify::new(),
+            connected: AtomicBool::new(false),
         });
-        let connected = Arc::new(AtomicBool::new(false));
         let writer = Writer {
             addr: addr.clone(),
             opts,
             channel: channel.clone(),
-            connected: connected.clone(),
             backoff: BACKOFF_MIN,
             retry_at: None,
             last_error: String::new(),
@@ -275,11 +275,7 @@ impl NodeConn {
         };
         tokio::spawn(writer.run());
         NodeConn {
-            shared: Arc::new(Shared {
-                addr,
-                channel,
-                connected,
-            }),
+            shared: Arc::new(Shared { addr, channel }),
         }
     }
 
@@ -317,7 +313,10 @@ impl NodeConn {
         outbox.queue(item);
         let wake = if outbox.is_full() && outbox.link.is_some() {
             // A blocked write or a lost connection is the writer's to finish.
-            !matches!(outbox.flush(&shared.addr, &shared.connected), Flushed::All)
+            !matches!(
+                outbox.flush(&shared.addr, &shared.channel.connected),
+                Flushed::All
+            )
         } else {
             first
         };
@@ -334,7 +333,7 @@ impl NodeConn {
 
     /// Whether a connection to the node is currently established and authenticated.
     pub fn is_connected(&self) -> bool {
-        self.shared.connected.load(Ordering::Relaxed)
+        self.shared.channel.connected.load(Ordering::Relaxed)
     }
 
     /// The node this handle talks to.
@@ -377,7 +376,6 @@ struct Writer {
     addr: NodeAddr,
     opts: ConnOptions,
     channel: Arc<Channel>,
-    connected: Arc<AtomicBool>,
     backoff: Duration,
     retry_at: Option<Instant>,
     last_error: String,
@@ -408,7 +406,7 @@ impl Writer {
                     {
                         outbox.link = None;
                     }
-                    match outbox.flush(&self.addr, &self.connected) {
+                    match outbox.flush(&self.addr, &self.channel.connected) {
                         Flushed::Blocked(write) => Next::Writable(write),
                         Flushed::NoLink if !outbox.queued.is_empty() => Next::Connect,
                         Flushed::All | Flushed::NoLink if outbox.closed => Next::Stop,
@@ -464,7 +462,7 @@ impl Writer {
         if let Some(link) = link {
             link.in_flight.close_and_fail(reason);
         }
-        self.connected.store(false, Ordering::Relaxed);
+        self.channel.connected.store(false, Ordering::Relaxed);
     }
 
     /// Opens a new connection unless a recent failure is still backing off.
@@ -484,11 +482,11 @@ impl Writer {
                     read,
                     leftover,
                     in_flight.clone(),
-                    self.connected.clone(),
+                    Arc::downgrade(&self.channel),
                     self.addr.clone(),
                     self.opts.clone(),
                 ));
-                self.connected.store(true, Ordering::Relaxed);
+                self.channel.connected.store(true, Ordering::Relaxed);
                 self.linked = true;
                 self.backoff = BACKOFF_MIN;
                 self.retry_at = None;
@@ -503,7 +501,7 @@ impl Writer {
             Err(reason) => {
                 tracing::warn!(addr = %self.addr, error = %reason, "backend connect failed");
                 crate::metrics::backend_connect_error(&self.addr);
-                self.connected.store(false, Ordering::Relaxed);
+                self.channel.connected.store(false, Ordering::Relaxed);
                 self.retry_at = Some(Instant::now() + self.backoff);
                 self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
                 self.last_error.clone_from(&reason);
@@ -513,14 +511,17 @@ impl Writer {
     }
 }
 
-/// Reads replies until the connection fails, then fails whatever is still in flight.
+/// Reads replies until the connection fails, then fails whatever is still in flight and
+/// wakes the writer, which closes the socket (a node that stopped answering must not keep
+/// a half-open connection until the next request for it comes).
 async fn read_replies(
     // Counts the connection as open while this task lives (it ends or is aborted with it).
     _counted: crate::metrics::BackendConnection,
     read: OwnedReadHalf,
     buf: BytesMut,
     in_flight: Arc<InFlight>,
-    connected: Arc<AtomicBool>,
+    // Weak: the channel owns this task's handle.
+    channel: Weak<Channel>,
     addr: NodeAddr,
     opts: ConnOptions,
 ) {
@@ -528,13 +529,19 @@ async fn read_replies(
     // straddle reads); they fail with the rest when the connection ends.
     let mut owners = VecDeque::new();
     let reason = read_loop(read, buf, &in_flight, &mut owners, &addr, &opts).await;
-    connected.store(false, Ordering::Relaxed);
+    let channel = channel.upgrade();
+    if let Some(channel) = &channel {
+        channel.connected.store(false, Ordering::Relaxed);
+    }
     tracing::warn!(addr = %addr, error = %reason, "backend connection lost");
     let reason = format!("{addr}: {reason}");
     in_flight.close_and_fail(&reason);
     let error = BackendError::Lost(reason);
     for owner in owners {
         owner.fail(&error);
+    }
+    if let Some(channel) = channel {
+        channel.wake.notify_one();
     }
 }
 
