@@ -57,8 +57,20 @@ fn a_dead_first_seed_is_skipped_and_the_json_report_parses() {
     assert!(found.contains(&format!("{p}:{{meta}}:layout")), "{found:?}");
 }
 
+/// A master other than the one that owns `slot` now.
+fn another_master(cluster: &Cluster, slot: u16) -> String {
+    let owner = cluster.node_for_slot(slot);
+    cluster
+        .masters()
+        .into_iter()
+        .find(|m| *m != owner)
+        .expect("another master")
+}
+
+/// The slot of the copy's records moves after the first batch, and the marker's slot after
+/// the last one (before the marker is written): both are followed.
 #[test]
-fn a_slot_moved_during_the_copy_is_followed() {
+fn slots_moved_during_the_copy_and_before_the_marker_are_followed() {
     let cluster = Cluster::start(3, 0);
     let node = Standalone::start();
     let p = "mmove";
@@ -82,12 +94,7 @@ fn a_slot_moved_during_the_copy_is_followed() {
     write_plain(node.addr(), p, &table);
 
     let slot = cluster.keyslot(&format!("{p}:{{cp:0}}:idx"));
-    let owner = cluster.node_for_slot(slot);
-    let other = cluster
-        .masters()
-        .into_iter()
-        .find(|m| *m != owner)
-        .expect("another master");
+    let other = another_master(&cluster, slot);
     let url = |addr: &str| RedisUrl::parse(&format!("redis://{addr}"), None, None).unwrap();
     let options = MigrateOptions {
         source: url(node.addr()),
@@ -108,11 +115,16 @@ fn a_slot_moved_during_the_copy_is_followed() {
         mirror: true,
         stop_after: None,
     };
+    let marker_slot = cluster.keyslot(&format!("{p}:{{meta}}:layout"));
+    let marker_other = another_master(&cluster, marker_slot);
     let mut batches = 0;
-    let mut progress = |_: migrate::Progress| {
+    let mut progress = |at: migrate::Progress| {
         batches += 1;
         if batches == 1 {
             cluster.migrate_slot(slot, &other);
+        }
+        if at.done == at.total {
+            cluster.migrate_slot(marker_slot, &marker_other);
         }
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -125,6 +137,11 @@ fn a_slot_moved_during_the_copy_is_followed() {
         .expect("the run finishes");
     assert!(batches >= 3, "2500 keys take several batches");
     assert_eq!(cluster.node_for_slot(slot), other, "the slot did move");
+    assert_eq!(
+        cluster.node_for_slot(marker_slot),
+        marker_other,
+        "the marker's slot did move"
+    );
     assert_eq!(report.totals().errors, 0, "{}", report.to_json());
     assert_eq!(report.totals().copied, 2500, "{}", report.to_json());
     assert!(report.to_json().contains("\"marker\":\"written\""));

@@ -14,8 +14,9 @@
 //!   `p:{meta}:layout` is written last, only after a complete pass with no error and no
 //!   `--include` filter; the way back removes it.
 //! - Nothing is copied while a coordinator is live (see [`mod@inspect`]) unless `allow_live`.
-//! - A slot that moves during the copy (`MOVED`/`ASK`) does not fail the run: the slot maps
-//!   are re-read and the batch's affected steps retried, which their idempotence allows.
+//! - A slot that moves during the run (`MOVED`/`ASK`) does not fail it: the slot maps are
+//!   re-read and the affected steps retried, which their idempotence allows. The same holds
+//!   for the marker's write or removal and for deletions (pruning, `--delete-source`).
 //!
 //! Not done: the seed turns a schedule that exists only on the legacy side into a deletion
 //! marker keeping its fencing token. That needs the schedule record's format, which no rule
@@ -39,7 +40,7 @@ use crate::rewrite::{Forward, Layout, Reverse, CLUSTER_V1};
 use copy::{Copier, Outcome, RESTORE_SCRIPT, SET_IF_GREATER_SCRIPT};
 use plan::{kind_of, CopyStep, FamilyFilter, Kind, MessageRules, Step};
 use report::{MarkerOutcome, Report};
-use source::{Endpoint, Reply};
+use source::{Endpoint, Reply, MOVED_RETRIES};
 
 pub use inspect::{inspect, Inspection};
 pub use source::RedisUrl;
@@ -336,12 +337,8 @@ pub async fn migrate(
             }
             Direction::LegacyToCluster => {
                 let value = layout.layout_name().unwrap_or(CLUSTER_V1);
-                let reply = target
-                    .call_key(&marker_key, &[b"SET", &marker_key, value.as_bytes()])
-                    .await?;
-                if let Some(e) = reply.error() {
-                    return Err(MigrateError::Redis(format!("SET marker: {e}")));
-                }
+                let set: &[&[u8]] = &[b"SET", &marker_key, value.as_bytes()];
+                expect_ok("SET marker", target, &[(&marker_key, set)]).await?;
                 MarkerOutcome::Written
             }
             Direction::ClusterToLegacy => {
@@ -363,10 +360,9 @@ pub async fn migrate(
                     if opts.delete_source {
                         delete_keys(&source, &internal).await?;
                     }
+                    let del: &[&[u8]] = &[b"DEL", &marker_key];
                     for endpoint in [&source, target] {
-                        endpoint
-                            .call_key(&marker_key, &[b"DEL", &marker_key])
-                            .await?;
+                        expect_ok("DEL marker", endpoint, &[(&marker_key, del)]).await?;
                     }
                     MarkerOutcome::Removed
                 }
@@ -376,9 +372,6 @@ pub async fn migrate(
     report.elapsed = started.elapsed();
     Ok(report)
 }
-
-/// How many times a batch's steps that met `MOVED`/`ASK` are retried on a re-read slot map.
-const MOVED_RETRIES: u32 = 10;
 
 /// Copies `batch`; steps that meet a moved slot are retried after re-reading both slot maps
 /// (and loading the scripts on any new master). Retrying is safe: a step's writes are
@@ -399,8 +392,7 @@ async fn copy_following_moves(
         if moved.is_empty() {
             break;
         }
-        // An ASK means a slot is half-way through a move: give it a moment to finish.
-        tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(attempt))).await;
+        tokio::time::sleep(source::moved_backoff(attempt)).await;
         copier.source.refresh().await?;
         copier.target.refresh().await?;
         if !copier.dry_run {
@@ -509,16 +501,26 @@ async fn prune(
 
 async fn delete_keys(endpoint: &Endpoint, keys: &[Bytes]) -> Result<(), MigrateError> {
     for batch in keys.chunks(BATCH) {
-        for reply in join_all(
-            batch
-                .iter()
-                .map(|k| async move { endpoint.call_key(k, &[b"DEL", k]).await }),
-        )
-        .await
-        {
-            if let Some(e) = reply?.error() {
-                return Err(MigrateError::Redis(format!("DEL: {e}")));
-            }
+        let commands: Vec<[&[u8]; 2]> = batch.iter().map(|k| [b"DEL", &k[..]]).collect();
+        let requests: Vec<(&[u8], &[&[u8]])> = batch
+            .iter()
+            .zip(&commands)
+            .map(|(k, command)| (&k[..], &command[..]))
+            .collect();
+        expect_ok("DEL", endpoint, &requests).await?;
+    }
+    Ok(())
+}
+
+/// Sends `requests` (following moved slots) and fails on the first error, naming `what`.
+async fn expect_ok(
+    what: &str,
+    endpoint: &Endpoint,
+    requests: &[(&[u8], &[&[u8]])],
+) -> Result<(), MigrateError> {
+    for reply in endpoint.call_keys_following_moves(requests).await? {
+        if let Some(e) = reply?.error() {
+            return Err(MigrateError::Redis(format!("{what}: {e}")));
         }
     }
     Ok(())

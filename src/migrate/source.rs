@@ -15,6 +15,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use bytes::Bytes;
+use futures_util::future::join_all;
 
 use crate::backend::{ConnOptions, NodeConn};
 use crate::protocol::encode::encode_request;
@@ -163,6 +164,15 @@ pub const MOVED_MARK: &str = "slot moved: ";
 /// Whether an error text (of [`MigrateError::Redis`] or a copy result) is a `MOVED`/`ASK`.
 pub fn is_moved(message: &str) -> bool {
     message.contains(MOVED_MARK)
+}
+
+/// How many times a request that met `MOVED`/`ASK` is sent again on a re-read slot map.
+pub const MOVED_RETRIES: u32 = 10;
+
+/// The wait before retry `attempt` (from 1) of a request that met a moved slot: an `ASK`
+/// means a slot is half-way through a move, so it gets a moment to finish.
+pub fn moved_backoff(attempt: u32) -> Duration {
+    Duration::from_millis(50 * u64::from(attempt))
 }
 
 /// The slot map and one pipelined connection per master, swapped whole on a refresh.
@@ -348,6 +358,33 @@ impl Endpoint {
             }
             Ok(reply)
         }
+    }
+
+    /// Sends each request (a key, and the command for it) to the key's master; those that
+    /// meet a moved slot are sent again after the slot map is re-read, up to
+    /// [`MOVED_RETRIES`] times. Replies come in request order. For single-key writes
+    /// outside the copy (the marker, deletions), which are idempotent.
+    pub async fn call_keys_following_moves(
+        &self,
+        requests: &[(&[u8], &[&[u8]])],
+    ) -> Result<Vec<Result<Reply, MigrateError>>, MigrateError> {
+        let send = |i: usize| self.call_key(requests[i].0, requests[i].1);
+        let mut results = join_all((0..requests.len()).map(send)).await;
+        for attempt in 1..=MOVED_RETRIES {
+            let moved: Vec<usize> = (0..results.len())
+                .filter(|&i| matches!(&results[i], Err(MigrateError::Redis(e)) if is_moved(e)))
+                .collect();
+            if moved.is_empty() {
+                break;
+            }
+            tokio::time::sleep(moved_backoff(attempt)).await;
+            self.refresh().await?;
+            let again = join_all(moved.iter().map(|&i| send(i))).await;
+            for (i, result) in moved.into_iter().zip(again) {
+                results[i] = result;
+            }
+        }
+        Ok(results)
     }
 
     /// Every key matching `pattern` on every master (`SCAN` with `COUNT 1000`).
