@@ -1,6 +1,7 @@
 //! Blocking commands through the proxy against real clusters: timeouts as in Redis, no
 //! stall for other clients while one blocks, wake-up by another client, the backend
-//! connection released when the client goes away, CROSSSLOT, MOVED followed, WAIT.
+//! connection released when the client goes away, CROSSSLOT, MOVED followed, WAIT, and the
+//! client's own later requests held until the blocking one is answered.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{async_connect, query, shared_cluster, Cluster, Proxy};
+use common::{async_connect, query, resp_lines, shared_cluster, Cluster, Proxy, Raw};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
@@ -252,4 +253,132 @@ fn blocking_command_follows_moved_on_a_dedicated_connection() {
     let _: i64 = query(&target, redis::cmd("RPUSH").arg(key).arg("moved-value")).unwrap();
     let value: (String, String) = redis::cmd("BLPOP").arg(key).arg(2).query(&mut con).unwrap();
     assert_eq!(value, (key.to_string(), "moved-value".to_string()));
+}
+
+/// Requests pipelined behind a blocking command take effect after it, as on one Redis,
+/// where a blocked client's next command waits: the BLPOP times out on the empty list
+/// instead of popping what the RPUSH behind it adds.
+#[test]
+fn requests_pipelined_behind_a_blocking_command_run_after_it() {
+    let key = "seq1:{pipe}";
+    let _: i64 = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut proxy().connect())
+        .unwrap();
+    let mut raw = Raw::connect(proxy().addr());
+    let replies = raw.pipeline(
+        &resp_lines(&[
+            &format!("BLPOP {key} 1"),
+            &format!("RPUSH {key} v"),
+            &format!("LRANGE {key} 0 -1"),
+        ]),
+        3,
+    );
+    let replies: Vec<String> = replies
+        .iter()
+        .map(|r| String::from_utf8_lossy(r).into_owned())
+        .collect();
+    assert_eq!(
+        replies,
+        ["*-1\r\n", ":1\r\n", "*1\r\n$1\r\nv\r\n"],
+        "BLPOP popped what the RPUSH behind it pushed"
+    );
+}
+
+/// While a client is blocked, the writes it pipelined behind the blocking command are not
+/// visible to other clients; they run once it is woken.
+#[test]
+fn writes_behind_a_blocked_command_wait_for_it() {
+    let (list, flag) = ("seq2:{wait}list", "seq2:{wait}flag");
+    let mut other = proxy().connect();
+    let _: i64 = redis::cmd("DEL")
+        .arg(list)
+        .arg(flag)
+        .query(&mut other)
+        .unwrap();
+    let node = shared_cluster().node_for_slot(shared_cluster().keyslot(list));
+    let blocked_before = connections_running(&node, "blpop");
+    let mut raw = Raw::connect(proxy().addr());
+    raw.stream
+        .write_all(&resp_lines(&[
+            &format!("BLPOP {list} 0"),
+            &format!("SET {flag} 1"),
+        ]))
+        .unwrap();
+    wait_until(
+        "the BLPOP to block on its node",
+        Duration::from_secs(5),
+        || connections_running(&node, "blpop") > blocked_before,
+    );
+    // Time for a SET that did not wait to land.
+    std::thread::sleep(Duration::from_millis(200));
+    let seen: Option<String> = redis::cmd("GET").arg(flag).query(&mut other).unwrap();
+    assert_eq!(seen, None, "the SET behind the blocked BLPOP ran before it");
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(list)
+        .arg("e")
+        .query(&mut other)
+        .unwrap();
+    let replies = raw.pipeline(b"", 2);
+    assert_eq!(
+        replies,
+        [
+            format!("*2\r\n${}\r\n{list}\r\n$1\r\ne\r\n", list.len()).into_bytes(),
+            b"+OK\r\n".to_vec()
+        ]
+    );
+    let seen: Option<String> = redis::cmd("GET").arg(flag).query(&mut other).unwrap();
+    assert_eq!(seen.as_deref(), Some("1"));
+}
+
+/// While a blocking command waits, the proxy reads on only until about 1 MiB of requests
+/// is waiting behind it: the rest stays in TCP (the client's writes block, the kernel's
+/// buffers hold up to a few tens of MiB here), and it all runs once the command is answered.
+#[test]
+fn input_held_behind_a_blocked_command_is_bounded() {
+    let list = "seq3:{held}list";
+    let mut other = proxy().connect();
+    let _: i64 = redis::cmd("DEL").arg(list).query(&mut other).unwrap();
+    let mut raw = Raw::connect(proxy().addr());
+    raw.stream
+        .write_all(&resp_lines(&[&format!("BLPOP {list} 0")]))
+        .unwrap();
+    let command = resp_lines(&[&format!("SET seq3:{{held}}key {}", "x".repeat(1000))]);
+    let chunk = command.repeat(1024);
+    let offered = 96 * chunk.len();
+    raw.stream.set_nonblocking(true).unwrap();
+    let (mut sent, mut stalled_since) = (0, Instant::now());
+    // Write until the proxy has taken nothing for 2 s (or everything was taken).
+    while sent < offered && stalled_since.elapsed() < Duration::from_secs(2) {
+        match raw.stream.write(&chunk[sent % chunk.len()..]) {
+            Ok(n) => {
+                sent += n;
+                stalled_since = Instant::now();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    assert!(
+        sent < offered / 2,
+        "{sent} of {offered} bytes taken behind a blocked BLPOP"
+    );
+    raw.stream.set_nonblocking(false).unwrap();
+    // Wake the BLPOP, complete the last command, and every request sent is answered.
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(list)
+        .arg("e")
+        .query(&mut other)
+        .unwrap();
+    let partial = sent % command.len();
+    if partial > 0 {
+        raw.stream.write_all(&command[partial..]).unwrap();
+    }
+    let commands = sent.div_ceil(command.len());
+    let replies = raw.pipeline(b"", 1 + commands);
+    assert_eq!(replies.len(), 1 + commands);
+    assert!(replies[0].starts_with(b"*2\r\n"), "{:?}", replies[0]);
+    assert!(replies[1..].iter().all(|r| r == b"+OK\r\n"));
 }

@@ -5,6 +5,12 @@
 //! hands replies back in request order. Replies that are ready together leave in one
 //! write. At most `max_pipeline` commands of one client are in flight; past that the
 //! session stops reading (TCP back-pressure) until replies drain.
+//!
+//! Sequence points run alone: EXEC, WATCH and WAIT (see `Transaction::is_sequence_point`)
+//! and commands that may block (BLPOP, XREAD BLOCK...), which run on connections of their
+//! own. Each waits for every earlier reply, and nothing after it starts until it is
+//! answered, so a pipeline takes effect in order, as on one Redis, where a blocked client's
+//! next command waits for it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,6 +40,10 @@ const OUTPUT_BACKPRESSURE: usize = 256 * 1024;
 /// How long a closing connection keeps reading (and discarding) so the close is a FIN
 /// after the last reply, not a reset that could destroy replies still in flight.
 const CLOSE_LINGER: Duration = Duration::from_millis(500);
+/// Undecoded input past which the session stops reading while a sequence point is in
+/// flight (a BLPOP may wait forever; the requests behind it wait in TCP instead). Below
+/// it, reading goes on, so a client that disconnects meanwhile is noticed.
+const HELD_INPUT: usize = 1024 * 1024;
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, idles past
 /// `timeout`, exceeds its output buffer limit, or the proxy drains.
@@ -103,9 +113,11 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 Some(request) => Ok(Some(request)),
                 None => decoder.decode(&mut input),
             };
+            let blocks = matches!(&decoded, Ok(Some(request)) if may_block(request, &live));
             match decoded {
                 Ok(Some(request))
-                    if !in_flight.is_empty() && Transaction::is_sequence_point(&request) =>
+                    if !in_flight.is_empty()
+                        && (blocks || Transaction::is_sequence_point(&request)) =>
                 {
                     held = Some(request);
                     break;
@@ -175,6 +187,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         continue;
                     }
                     let user = user.map(|user| &**user);
+                    sequence_point = blocks;
                     match proxy.route(&request, state.proto, user) {
                         Route::Direct(direct) => {
                             if direct.writes {
@@ -216,7 +229,8 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
         let can_read = !closing
             && held.is_none()
             && in_flight.len() < max_pipeline
-            && output.len() < OUTPUT_BACKPRESSURE;
+            && output.len() < OUTPUT_BACKPRESSURE
+            && !(sequence_point && input.len() >= HELD_INPUT);
         let idle_deadline = idle_timeout
             .filter(|_| answered)
             .map(|timeout| last_input + timeout);
@@ -269,6 +283,18 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
         }
     }
     drop(guard);
+}
+
+/// Whether `request` may wait for data on its own backend connection (BLPOP, BZPOPMIN,
+/// XREAD with BLOCK, WAITAOF...). Only names starting with b, x or w are looked up.
+fn may_block(request: &crate::protocol::Request, live: &Live) -> bool {
+    let first = request.name().first().map(u8::to_ascii_lowercase);
+    matches!(first, Some(b'b' | b'x' | b'w'))
+        && live
+            .proxy()
+            .commands
+            .lookup(&request.args)
+            .is_some_and(|spec| spec.blocks(&request.args))
 }
 
 /// Waits until `deadline`; never returns for `None` (the caller guards the branch anyway).
