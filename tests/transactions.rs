@@ -95,6 +95,50 @@ fn queue_time_errors_abort_exec_as_redis_does() {
     assert!(direct.contains("+RESET"));
 }
 
+/// An EXEC that Redis rejects (wrong arity) ends the transaction with EXECABORT.
+#[test]
+fn a_rejected_exec_discards_the_transaction_as_redis_does() {
+    let script = [
+        "MULTI",
+        "SET {txn9}a 1",
+        "EXEC extra",
+        "GET {txn9}a",
+        "EXEC",
+    ];
+    let direct = proxy_matches_redis(proxy().addr(), &script);
+    assert!(direct.contains("-EXECABORT Transaction discarded because of: wrong number"));
+    assert!(
+        direct.ends_with("-ERR EXEC without MULTI\r\n"),
+        "{direct:?}"
+    );
+}
+
+/// Commands the proxy runs on every master cannot join one node's MULTI block: each is
+/// refused at queue time (and fails the EXEC) instead of acting on, or counting, one
+/// master's keys.
+#[test]
+fn commands_that_span_every_master_are_refused_inside_multi() {
+    for command in [
+        "DBSIZE",
+        "KEYS *",
+        "SCAN 0",
+        "RANDOMKEY",
+        "INFO keyspace",
+        "SCRIPT EXISTS abc",
+    ] {
+        let lines = ["MULTI", "SET {txn10}a 1", command, "EXEC", "GET {txn10}a"];
+        let out = transcript(proxy().addr(), &lines);
+        let name = command.split(' ').next().unwrap().to_lowercase();
+        assert!(
+            out.contains(&format!("-ERR proxy: '{name}"))
+                && out.contains("not supported inside MULTI"),
+            "{command}: {out:?}"
+        );
+        assert!(out.contains("-EXECABORT"), "{command}: {out:?}");
+        assert!(out.ends_with("$-1\r\n"), "{command}: the SET ran: {out:?}");
+    }
+}
+
 #[test]
 fn resp3_transaction_matches_a_single_redis() {
     let script = [

@@ -5,7 +5,9 @@
 //! Invariants:
 //! - Between MULTI and EXEC/DISCARD nothing reaches a backend: commands are checked
 //!   (existence, arity, `no_multi`, slot) and answered `+QUEUED` here, and any refusal
-//!   flags the transaction so EXEC answers `-EXECABORT`, as Redis does.
+//!   flags the transaction so EXEC answers `-EXECABORT`, as Redis does. Commands the
+//!   proxy runs on every master (KEYS, DBSIZE, FLUSHALL, INFO...) are refused: inside
+//!   one node's MULTI they would act on, or see, that node only.
 //! - Every key of a transaction (its WATCH included) hashes to one slot, unless
 //!   `cross_slot_transactions: split` lets each slot run its own MULTI/EXEC (never with
 //!   WATCH: watched keys are checked by one node only).
@@ -48,6 +50,8 @@ use self::exec::Queued;
 const OK: &[u8] = b"+OK\r\n";
 const QUEUED: &[u8] = b"+QUEUED\r\n";
 const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
+const EXEC_ARITY_ABORT: &str =
+    "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command";
 const NESTED: &str = "ERR MULTI calls can not be nested";
 const EXEC_WITHOUT_MULTI: &str = "ERR EXEC without MULTI";
 const DISCARD_WITHOUT_MULTI: &str = "ERR DISCARD without MULTI";
@@ -156,6 +160,12 @@ impl Transaction {
         let name = request.lower_name(&mut lower);
         let argc = args.len();
         match (name, self.multi.is_some()) {
+            // Redis aborts the transaction when it rejects the EXEC itself.
+            (b"exec", true) if argc != 1 => {
+                self.multi = None;
+                self.watch = None;
+                Step::Reply(reply::error(EXEC_ARITY_ABORT))
+            }
             (b"multi" | b"exec" | b"discard" | b"unwatch", _) if argc != 1 => {
                 self.flag();
                 Step::Reply(reply::wrong_arity(&String::from_utf8_lossy(name)))
@@ -283,6 +293,12 @@ impl Transaction {
         if LOCAL_ONLY.contains(&base) {
             return Err(reply::error(&format!(
                 "ERR proxy: '{}' is not supported inside MULTI",
+                spec.name
+            )));
+        }
+        if Proxy::spans_masters(spec) {
+            return Err(reply::error(&format!(
+                "ERR proxy: '{}' is not supported inside MULTI: it runs on every master, which one transaction cannot span",
                 spec.name
             )));
         }

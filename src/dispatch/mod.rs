@@ -307,6 +307,15 @@ impl Proxy {
         reply
     }
 
+    /// Whether the proxy runs `spec` on every master or answers it from all of them (KEYS,
+    /// DBSIZE, FLUSHALL, INFO, SCRIPT LOAD...): such a command cannot join one node's
+    /// MULTI block without acting on, or seeing, that node only.
+    pub fn spans_masters(spec: &CommandSpec) -> bool {
+        emulate::Local::classify(spec, &[]).is_some()
+            || fanout::Op::classify(spec).is_some()
+            || scripts::Admin::classify(spec).is_some()
+    }
+
     /// The refusal for a command the policy or the user's ACL does not allow (`None`:
     /// allowed, or not a known command with a valid arity, which the caller answers).
     /// ACL key patterns see the names the client sent.
