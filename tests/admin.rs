@@ -440,6 +440,10 @@ fn info_sums_the_keyspace_of_every_master() {
         assert!(all.contains_key(section), "INFO lacks # {section}: {all:?}");
     }
     assert_eq!(field(&all["Cluster"], "cluster_enabled"), Some("0"));
+    // What a client of one Redis reads about the server it talks to.
+    assert_eq!(field(&all["Server"], "redis_mode"), Some("standalone"));
+    let port = proxy.addr().rsplit_once(':').unwrap().1;
+    assert_eq!(field(&all["Server"], "tcp_port"), Some(port));
     let db0 = field(&all["Keyspace"], "db0").expect("db0 line");
     assert!(
         db0.starts_with(&format!("keys={keys},expires={expires},avg_ttl=")),

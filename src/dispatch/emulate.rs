@@ -144,8 +144,8 @@ impl Proxy {
         id
     }
 
-    /// INFO as one Redis would answer it: a master's sections, with `cluster_enabled:0`, the
-    /// keyspace summed over every master, and a `# Proxy` section.
+    /// INFO as one Redis would answer it: a master's sections as the proxy's own (see
+    /// [`as_one_node`]), the keyspace summed over every master, and a `# Proxy` section.
     async fn info(&self, request: &crate::protocol::Request, proto: Proto) -> Bytes {
         let wanted = InfoSections::of(&request.args[1..]);
         let upstream = self
@@ -159,7 +159,12 @@ impl Proxy {
         } else {
             None
         };
-        let mut sections = split_sections(&text.replace("cluster_enabled:1", "cluster_enabled:0"));
+        let port = self
+            .listen_addr
+            .rsplit_once(':')
+            .map_or("0", |(_, port)| port);
+        let clients = crate::metrics::totals().clients.max(0);
+        let mut sections = split_sections(&as_one_node(&text, port, clients));
         if let Some((keyspace, answered)) = keyspace {
             let body = keyspace.lines();
             match sections
@@ -371,6 +376,25 @@ impl Keyspace {
 }
 
 /// The text of a bulk (`$`) or verbatim (`=`, after its `txt:` tag) string reply.
+/// A master's INFO `text` as a client of one Redis at the proxy's `port` expects it: not in
+/// cluster mode (`redis_mode`, `cluster_enabled`), listening on `port`, with the proxy's
+/// `clients`. Clients that pick a cluster driver from these fields stay on the plain one.
+fn as_one_node(text: &str, port: &str, clients: i64) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let (field, _) = line.split_once(':').unwrap_or((line, ""));
+        let end = if line.ends_with("\r\n") { "\r\n" } else { "" };
+        match field {
+            "redis_mode" => out.push_str(&format!("redis_mode:standalone{end}")),
+            "cluster_enabled" => out.push_str(&format!("cluster_enabled:0{end}")),
+            "tcp_port" => out.push_str(&format!("tcp_port:{port}{end}")),
+            "connected_clients" => out.push_str(&format!("connected_clients:{clients}{end}")),
+            _ => out.push_str(line),
+        }
+    }
+    out
+}
+
 pub(super) fn info_text(frame: &[u8]) -> Option<String> {
     let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
     let len: usize = std::str::from_utf8(&frame[1..header_end])
@@ -396,6 +420,17 @@ fn verbatim(text: &[u8], proto: Proto) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_masters_info_reads_as_one_nodes() {
+        let text = "# Server\r\nredis_version:7.0.15\r\nredis_mode:cluster\r\ntcp_port:7001\r\n\
+                    # Clients\r\nconnected_clients:3\r\n# Cluster\r\ncluster_enabled:1\r\n";
+        assert_eq!(
+            as_one_node(text, "6380", 12),
+            "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\ntcp_port:6380\r\n\
+             # Clients\r\nconnected_clients:12\r\n# Cluster\r\ncluster_enabled:0\r\n"
+        );
+    }
 
     #[test]
     fn info_text_reads_bulk_and_verbatim() {
