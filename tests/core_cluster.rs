@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{exchange, shared_cluster, Proxy};
+use common::{exchange, shared_cluster, transcript, Proxy, Standalone};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
@@ -194,6 +194,27 @@ fn local_answers_as_a_single_redis() {
     );
     let time: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
     assert_eq!(time.len(), 2);
+}
+
+/// SELECT and HELLO read their numbers as Redis does (`string2ll`: no `+`, no leading
+/// zero, no `-0`), byte for byte.
+#[test]
+fn select_and_hello_read_numbers_as_redis_does() {
+    let server = Standalone::start();
+    let lines = [
+        "SELECT 00",
+        "SELECT +0",
+        "SELECT -0",
+        "SELECT 0",
+        "HELLO 03",
+        "HELLO +3",
+        "HELLO -0",
+        "HELLO 4",
+        "HELLO x",
+    ];
+    let through_proxy = transcript(proxy().addr(), &lines);
+    assert_eq!(through_proxy, transcript(server.addr(), &lines));
+    assert!(through_proxy.contains("+OK"), "{through_proxy:?}");
 }
 
 #[test]

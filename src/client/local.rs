@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::auth::{Auth, User};
 use crate::command::{CommandFlags, CommandTable};
-use crate::protocol::{encode, Proto, Request};
+use crate::protocol::{encode, parse_i64, Proto, Request};
 use crate::reply;
 
 use super::registry::Registry;
@@ -99,10 +99,7 @@ pub fn answer(
             close: true,
         }),
         b"select" if args.len() == 2 => Answer::reply(
-            match std::str::from_utf8(&args[1])
-                .ok()
-                .and_then(|s| s.parse::<i64>().ok())
-            {
+            match parse_i64(&args[1]) {
                 Some(0) => ok(),
                 Some(_) => reply::error(reply::text::SELECT_RANGE),
                 None => reply::error("ERR value is not an integer or out of range"),
@@ -158,10 +155,7 @@ fn hello(state: &mut ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]
     let mut proto = state.proto;
     let mut name = None;
     if let Some(version) = args.get(1) {
-        proto = match std::str::from_utf8(version)
-            .ok()
-            .and_then(|s| s.parse::<i64>().ok())
-        {
+        proto = match parse_i64(version) {
             Some(2) => Proto::Resp2,
             Some(3) => Proto::Resp3,
             Some(_) => return reply::error(reply::text::NO_PROTO),
