@@ -196,6 +196,49 @@ fn local_answers_as_a_single_redis() {
     assert_eq!(time.len(), 2);
 }
 
+/// CLUSTER COUNTKEYSINSLOT and GETKEYSINSLOT go to the master of the slot they name, so
+/// they see the keys written there, whichever master that is.
+#[test]
+fn keys_in_slot_are_asked_of_the_slots_master() {
+    let cluster = shared_cluster();
+    let mut con = proxy().client().get_connection().unwrap();
+    let mut masters_seen = std::collections::BTreeSet::new();
+    for i in 0.. {
+        if masters_seen.len() == 3 {
+            break;
+        }
+        let key = format!("inslot:{i}");
+        let slot = cluster.keyslot(&key);
+        if !masters_seen.insert(cluster.node_for_slot(slot)) {
+            continue;
+        }
+        let _: () = redis::cmd("SET").arg(&key).arg(1).query(&mut con).unwrap();
+        // Asked several times: a command sent to any master would be right only by luck.
+        for _ in 0..3 {
+            let count: i64 = redis::cmd("CLUSTER")
+                .arg("COUNTKEYSINSLOT")
+                .arg(slot)
+                .query(&mut con)
+                .unwrap();
+            // Other tests of this binary may write keys in the same slot meanwhile.
+            assert!(count >= 1, "{key} in slot {slot}: {count}");
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(1000)
+                .query(&mut con)
+                .unwrap();
+            assert!(keys.contains(&key), "slot {slot}: {keys:?}");
+        }
+    }
+    let error = redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(16384)
+        .query::<i64>(&mut con)
+        .unwrap_err();
+    assert!(error.to_string().contains("Invalid slot"), "{error}");
+}
+
 /// SELECT and HELLO read their numbers as Redis does (`string2ll`: no `+`, no leading
 /// zero, no `-0`), byte for byte.
 #[test]

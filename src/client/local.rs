@@ -98,13 +98,11 @@ pub fn answer(
             reply: Bytes::from_static(b"+OK\r\n"),
             close: true,
         }),
-        b"select" if args.len() == 2 => Answer::reply(
-            match parse_i64(&args[1]) {
-                Some(0) => ok(),
-                Some(_) => reply::error(reply::text::SELECT_RANGE),
-                None => reply::error("ERR value is not an integer or out of range"),
-            },
-        ),
+        b"select" if args.len() == 2 => Answer::reply(match parse_i64(&args[1]) {
+            Some(0) => ok(),
+            Some(_) => reply::error(reply::text::SELECT_RANGE),
+            None => reply::error("ERR value is not an integer or out of range"),
+        }),
         b"select" => Answer::reply(reply::wrong_arity("select")),
         b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
         b"auth" => Answer::reply(authenticate(state, auth, args)),

@@ -26,7 +26,7 @@ use crate::command::{CommandSpec, CommandTable, KeyList, KeyPos};
 use crate::config::Config;
 use crate::protocol::{Proto, Request};
 use crate::reply;
-use crate::route::key_slot;
+use crate::route::{key_slot, SLOT_COUNT};
 use crate::topology::Topology;
 
 pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
@@ -115,6 +115,7 @@ fn forwards_as_is(spec: &CommandSpec) -> bool {
         && fanout::Op::classify(spec).is_none()
         && scripts::Admin::classify(spec).is_none()
         && !routes_specially(spec)
+        && !asks_about_a_slot(spec)
         && scripts::Run::of(spec).is_none()
         && !spec.may_block()
 }
@@ -145,6 +146,23 @@ fn routes_specially(spec: &CommandSpec) -> bool {
             | "punsubscribe"
             | "sunsubscribe"
     )
+}
+
+/// CLUSTER COUNTKEYSINSLOT and GETKEYSINSLOT: keyless, but only the master that owns the
+/// slot they name knows the answer (any other has no keys there).
+fn asks_about_a_slot(spec: &CommandSpec) -> bool {
+    matches!(
+        spec.name.as_str(),
+        "cluster|countkeysinslot" | "cluster|getkeysinslot"
+    )
+}
+
+/// The valid slot number in `arg`, as a cluster node reads it.
+fn slot_number(arg: &[u8]) -> Option<u16> {
+    let slot = crate::protocol::parse_i64(arg)?;
+    u16::try_from(slot)
+        .ok()
+        .filter(|&slot| usize::from(slot) < SLOT_COUNT)
 }
 
 /// How one request will be carried out.
@@ -409,6 +427,13 @@ impl Proxy {
         }
         if is_about_channels(spec) {
             return Plan::Forward(Target::Slot(PUBSUB_HOME_SLOT));
+        }
+        if asks_about_a_slot(spec) {
+            // An invalid slot gets the node's own error from any master.
+            return Plan::Forward(match args.get(2).and_then(|arg| slot_number(arg)) {
+                Some(slot) => Target::Slot(slot),
+                None => Target::AnyMaster,
+            });
         }
         if routes_specially(spec) {
             // Redis 7 marks shard channels `not_key`, yet they route by slot like keys.
