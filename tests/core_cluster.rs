@@ -239,6 +239,39 @@ fn keys_in_slot_are_asked_of_the_slots_master() {
     assert!(error.to_string().contains("Invalid slot"), "{error}");
 }
 
+/// CLIENT REPLY OFF / SKIP / ON hide replies exactly as Redis does (RESET turns them back
+/// on), and the CLIENT subcommands answered here parse their arguments as Redis does.
+#[test]
+fn client_reply_modes_match_redis() {
+    let server = Standalone::start();
+    let lines = [
+        "CLIENT REPLY OFF",
+        "SET creply:{k}a 1",
+        "GET creply:{k}a",
+        "CLIENT REPLY SKIP",
+        "CLIENT REPLY ON",
+        "GET creply:{k}a",
+        "CLIENT REPLY SKIP",
+        "GET creply:{k}a",
+        "INCR creply:{k}a",
+        "CLIENT REPLY OFF",
+        "NOSUCHCOMMAND",
+        "RESET",
+        "PING",
+        "CLIENT REPLY maybe",
+        "CLIENT REPLY",
+        "CLIENT GETREDIR",
+        "CLIENT NO-EVICT maybe",
+        "CLIENT NO-EVICT on",
+    ];
+    let through_proxy = transcript(proxy().addr(), &lines);
+    assert_eq!(through_proxy, transcript(server.addr(), &lines));
+    assert!(
+        through_proxy.starts_with("+OK\r\n$1\r\n1\r\n:2\r\n+RESET\r\n"),
+        "{through_proxy:?}"
+    );
+}
+
 /// SELECT and HELLO read their numbers as Redis does (`string2ll`: no `+`, no leading
 /// zero, no `-0`), byte for byte.
 #[test]

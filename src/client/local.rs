@@ -19,6 +19,45 @@ pub struct ConnState {
     pub name: Option<Bytes>,
     /// The authenticated user's name; `None` until the client authenticates.
     pub user: Option<String>,
+    /// Which replies the client is sent (CLIENT REPLY).
+    pub replies: ReplyMode,
+}
+
+/// What CLIENT REPLY set.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    #[default]
+    On,
+    Off,
+    /// The reply to the next command is not sent (SKIP), then replies are on again.
+    SkipNext,
+}
+
+impl ReplyMode {
+    /// Whether the reply to the command starting now is not sent; ends a SKIP. (CLIENT
+    /// REPLY and RESET decide about their own replies instead, see [`sets_reply_mode`].)
+    pub fn mutes(&mut self) -> bool {
+        match *self {
+            ReplyMode::On => false,
+            ReplyMode::Off => true,
+            ReplyMode::SkipNext => {
+                *self = ReplyMode::On;
+                true
+            }
+        }
+    }
+}
+
+/// Whether `request` sets the reply mode (CLIENT REPLY, RESET): its own reply follows the
+/// new mode, not the old one.
+pub fn sets_reply_mode(request: &Request) -> bool {
+    let name = request.name();
+    name.eq_ignore_ascii_case(b"reset")
+        || name.eq_ignore_ascii_case(b"client")
+            && request
+                .args
+                .get(1)
+                .is_some_and(|sub| sub.eq_ignore_ascii_case(b"reply"))
 }
 
 impl ConnState {
@@ -56,6 +95,8 @@ pub fn acl_refusal(commands: &CommandTable, user: &User, request: &Request) -> O
 pub struct Answer {
     pub reply: Bytes,
     pub close: bool,
+    /// The reply is not sent (CLIENT REPLY OFF and SKIP are not answered).
+    pub silent: bool,
 }
 
 impl Answer {
@@ -63,6 +104,7 @@ impl Answer {
         Some(Answer {
             reply,
             close: false,
+            silent: false,
         })
     }
 }
@@ -97,6 +139,7 @@ pub fn answer(
         b"quit" => Some(Answer {
             reply: Bytes::from_static(b"+OK\r\n"),
             close: true,
+            silent: false,
         }),
         b"select" if args.len() == 2 => Answer::reply(match parse_i64(&args[1]) {
             Some(0) => ok(),
@@ -114,6 +157,7 @@ pub fn answer(
             state.proto = Proto::Resp2;
             state.name = None;
             state.user = ConnState::initial_user(auth);
+            state.replies = ReplyMode::On;
             registry.update(state.id, |e| {
                 e.name.clear();
                 e.resp = 2;
@@ -228,6 +272,7 @@ enum HelloValue {
     EmptyArray,
 }
 
+const SYNTAX: &str = "ERR syntax error";
 const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
 
 fn valid_name(name: &[u8]) -> bool {
@@ -262,7 +307,28 @@ fn client(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Option<
         (b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"list", _) => {
             reply::wrong_arity(&format!("client|{}", String::from_utf8_lossy(&sub)))
         }
-        (b"no-evict" | b"no-touch", 3) => ok(),
+        (b"no-evict" | b"no-touch", 3) => match args[2].to_ascii_lowercase().as_slice() {
+            b"on" | b"off" => ok(),
+            _ => reply::error(SYNTAX),
+        },
+        (b"reply", 3) => {
+            let mode = match args[2].to_ascii_lowercase().as_slice() {
+                b"on" => ReplyMode::On,
+                b"off" => ReplyMode::Off,
+                // As in Redis, SKIP while replies are off changes nothing.
+                b"skip" if state.replies == ReplyMode::Off => ReplyMode::Off,
+                b"skip" => ReplyMode::SkipNext,
+                _ => return Answer::reply(reply::error(SYNTAX)),
+            };
+            state.replies = mode;
+            return Some(Answer {
+                reply: ok(),
+                close: false,
+                silent: mode != ReplyMode::On,
+            });
+        }
+        (b"reply", _) => reply::wrong_arity("client|reply"),
+        (b"getredir", 2) => encode::integer_frame(-1),
         _ => reply::unknown_subcommand("client", &args[1]),
     };
     Answer::reply(reply)

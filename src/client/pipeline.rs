@@ -75,6 +75,8 @@ pub struct Pipeline {
     delivered: Vec<Delivery>,
     /// Direct requests of the current read, per master, not yet sent.
     staged: Batches,
+    /// Sequence numbers whose replies are not written (CLIENT REPLY OFF / SKIP), ascending.
+    muted: VecDeque<u64>,
 }
 
 impl Default for Pipeline {
@@ -86,6 +88,7 @@ impl Default for Pipeline {
             sink: ReplySink::new(),
             delivered: Vec::new(),
             staged: Batches::default(),
+            muted: VecDeque::new(),
         }
     }
 }
@@ -182,10 +185,20 @@ impl Pipeline {
     /// Appends the replies that are next in order to `out`.
     pub fn write_ready(&mut self, out: &mut BytesMut) {
         while let Some(Slot::Ready(reply)) = self.slots.front() {
-            out.extend_from_slice(reply);
+            if self.muted.front() == Some(&self.first_seq) {
+                self.muted.pop_front();
+            } else {
+                out.extend_from_slice(reply);
+            }
             self.slots.pop_front();
             self.first_seq += 1;
         }
+    }
+
+    /// The reply of the next request pushed is not written to the client.
+    pub fn mute_next(&mut self) {
+        let seq = self.next_seq();
+        self.muted.push_back(seq);
     }
 
     fn next_seq(&self) -> u64 {

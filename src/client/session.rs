@@ -27,7 +27,7 @@ use crate::protocol::{Proto, RequestDecoder};
 use crate::reload::Live;
 use crate::reply;
 
-use super::local::{self, ConnState};
+use super::local::{self, ConnState, ReplyMode};
 use super::pipeline::Pipeline;
 use super::pubsub::{Intercept, PubSub, Relay};
 use super::registry::Registry;
@@ -71,6 +71,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
         proto: Proto::Resp2,
         name: None,
         user: ConnState::initial_user(&proxy.auth),
+        replies: ReplyMode::On,
     };
     let mut pubsub = PubSub::new(proxy.clone(), state.id);
     // Counts this client in slotbridge_pubsub_subscribers while it is in subscribe mode.
@@ -123,6 +124,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     break;
                 }
                 Ok(Some(request)) => {
+                    if state.replies.mutes() && !local::sets_reply_mode(&request) {
+                        in_flight.mute_next();
+                    }
                     if draining {
                         in_flight.push_ready(reply::error(reply::text::SHUTTING_DOWN));
                         continue;
@@ -183,6 +187,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     {
                         closing |= answer.close;
                         pass_user = None;
+                        if answer.silent {
+                            in_flight.mute_next();
+                        }
                         in_flight.push_ready(answer.reply);
                         continue;
                     }
