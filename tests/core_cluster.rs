@@ -15,6 +15,16 @@ fn proxy() -> &'static Proxy {
     PROXY.get_or_init(|| Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]))
 }
 
+/// Sends `lines` through the proxy and to a standalone redis-server, asserts the two
+/// transcripts are identical, and returns the proxy's.
+fn proxy_matches_redis(lines: &[&str]) -> String {
+    static SERVER: OnceLock<Standalone> = OnceLock::new();
+    let server = SERVER.get_or_init(Standalone::start);
+    let through_proxy = transcript(proxy().addr(), lines);
+    assert_eq!(through_proxy, transcript(server.addr(), lines));
+    through_proxy
+}
+
 #[test]
 fn ten_thousand_keys_through_a_plain_client() {
     let mut con = proxy().client().get_connection().expect("connect to proxy");
@@ -243,7 +253,6 @@ fn keys_in_slot_are_asked_of_the_slots_master() {
 /// on), and the CLIENT subcommands answered here parse their arguments as Redis does.
 #[test]
 fn client_reply_modes_match_redis() {
-    let server = Standalone::start();
     let lines = [
         "CLIENT REPLY OFF",
         "SET creply:{k}a 1",
@@ -264,8 +273,7 @@ fn client_reply_modes_match_redis() {
         "CLIENT NO-EVICT maybe",
         "CLIENT NO-EVICT on",
     ];
-    let through_proxy = transcript(proxy().addr(), &lines);
-    assert_eq!(through_proxy, transcript(server.addr(), &lines));
+    let through_proxy = proxy_matches_redis(&lines);
     assert!(
         through_proxy.starts_with("+OK\r\n$1\r\n1\r\n:2\r\n+RESET\r\n"),
         "{through_proxy:?}"
@@ -276,7 +284,6 @@ fn client_reply_modes_match_redis() {
 /// zero, no `-0`), byte for byte.
 #[test]
 fn select_and_hello_read_numbers_as_redis_does() {
-    let server = Standalone::start();
     let lines = [
         "SELECT 00",
         "SELECT +0",
@@ -288,8 +295,7 @@ fn select_and_hello_read_numbers_as_redis_does() {
         "HELLO 4",
         "HELLO x",
     ];
-    let through_proxy = transcript(proxy().addr(), &lines);
-    assert_eq!(through_proxy, transcript(server.addr(), &lines));
+    let through_proxy = proxy_matches_redis(&lines);
     assert!(through_proxy.contains("+OK"), "{through_proxy:?}");
 }
 
