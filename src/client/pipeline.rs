@@ -182,7 +182,7 @@ impl Pipeline {
         std::future::poll_fn(|cx| self.poll_progress(cx)).await
     }
 
-    /// Appends the replies that are next in order to `out`.
+    /// Appends the replies that are next in order to `out`, leaving out the muted ones.
     pub fn write_ready(&mut self, out: &mut BytesMut) {
         while let Some(Slot::Ready(reply)) = self.slots.front() {
             if self.muted.front() == Some(&self.first_seq) {
