@@ -375,7 +375,6 @@ impl Keyspace {
     }
 }
 
-/// The text of a bulk (`$`) or verbatim (`=`, after its `txt:` tag) string reply.
 /// A master's INFO `text` as a client of one Redis at the proxy's `port` expects it: not in
 /// cluster mode (`redis_mode`, `cluster_enabled`), listening on `port`, with the proxy's
 /// `clients`. Clients that pick a cluster driver from these fields stay on the plain one.
@@ -395,6 +394,7 @@ fn as_one_node(text: &str, port: &str, clients: i64) -> String {
     out
 }
 
+/// The text of a bulk (`$`) or verbatim (`=`, after its `txt:` tag) string reply.
 pub(super) fn info_text(frame: &[u8]) -> Option<String> {
     let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
     let len: usize = std::str::from_utf8(&frame[1..header_end])

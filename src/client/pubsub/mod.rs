@@ -11,7 +11,8 @@
 //! client has a keyspace subscription, subscription confirmations are written here from
 //! the client's own sets, since no single backend connection knows them all (see
 //! [`subscriptions`]); [`restore`] opens the connections and subscribes them again after
-//! failures, and on a master the cluster gained (the topology's master watch). The session asks [`PubSub::intercept`] about every request first: a
+//! failures, and on a master the cluster gained (the topology's master watch). The session
+//! asks [`PubSub::intercept`] about every request first: a
 //! subscription command's reply is a future that resolves to the backend's confirmations,
 //! queued with the other replies so everything leaves in request order; messages come from
 //! [`PubSub::next_event`] and are queued behind the replies already waiting, so a message
