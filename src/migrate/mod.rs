@@ -40,7 +40,7 @@ use crate::rewrite::{Forward, Layout, Reverse, CLUSTER_V1};
 use copy::{Copier, Outcome, RESTORE_SCRIPT, SET_IF_GREATER_SCRIPT};
 use plan::{kind_of, CopyStep, FamilyFilter, Kind, MessageRules, Step};
 use report::{MarkerOutcome, Report};
-use source::{Endpoint, Reply, MOVED_RETRIES};
+use source::{Endpoint, Reply};
 
 pub use inspect::{inspect, Inspection};
 pub use source::RedisUrl;
@@ -376,35 +376,26 @@ pub async fn migrate(
 /// Copies `batch`; steps that meet a moved slot are retried after re-reading both slot maps
 /// (and loading the scripts on any new master). Retrying is safe: a step's writes are
 /// idempotent (an existing target key is kept or replaced by the same rules, a counter only
-/// rises). Steps still moving after [`MOVED_RETRIES`] attempts are reported as errors.
+/// rises). Steps still moving after [`source::MOVED_RETRIES`] attempts are reported as errors.
 async fn copy_following_moves(
     copier: &Copier<'_>,
     batch: &[CopyStep],
 ) -> Result<Vec<Result<Outcome, String>>, MigrateError> {
     let mut results = copier.copy_batch(batch).await;
-    for attempt in 1..=MOVED_RETRIES {
-        let moved: Vec<usize> = results
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.as_ref().is_err_and(|e| source::is_moved(e)))
-            .map(|(i, _)| i)
-            .collect();
-        if moved.is_empty() {
-            break;
-        }
-        tokio::time::sleep(source::moved_backoff(attempt)).await;
+    let refresh = || async move {
         copier.source.refresh().await?;
         copier.target.refresh().await?;
         if !copier.dry_run {
             copier.target.load_script(RESTORE_SCRIPT).await?;
             copier.target.load_script(SET_IF_GREATER_SCRIPT).await?;
         }
-        let retry: Vec<CopyStep> = moved.iter().map(|&i| batch[i].clone()).collect();
-        let again = copier.copy_batch(&retry).await;
-        for (i, result) in moved.into_iter().zip(again) {
-            results[i] = result;
-        }
-    }
+        Ok(())
+    };
+    let redo = |again: Vec<usize>| async move {
+        let retry: Vec<CopyStep> = again.iter().map(|&i| batch[i].clone()).collect();
+        copier.copy_batch(&retry).await
+    };
+    source::follow_moves(&mut results, |e| source::is_moved(e), refresh, redo).await?;
     Ok(results)
 }
 

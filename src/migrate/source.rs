@@ -169,10 +169,37 @@ pub fn is_moved(message: &str) -> bool {
 /// How many times a request that met `MOVED`/`ASK` is sent again on a re-read slot map.
 pub const MOVED_RETRIES: u32 = 10;
 
-/// The wait before retry `attempt` (from 1) of a request that met a moved slot: an `ASK`
-/// means a slot is half-way through a move, so it gets a moment to finish.
-pub fn moved_backoff(attempt: u32) -> Duration {
-    Duration::from_millis(50 * u64::from(attempt))
+/// Sends again the entries of `results` whose error is a moved slot (`moved`), up to
+/// [`MOVED_RETRIES`] times: after a wait (an `ASK` means a slot is half-way through a move,
+/// so it gets a moment to finish), `refresh` re-reads the slot maps, and `redo` sends the
+/// entries at the indices it is given, whose results replace theirs.
+pub async fn follow_moves<T, E, Refresh, Refreshed, Redo, Redone>(
+    results: &mut [Result<T, E>],
+    moved: impl Fn(&E) -> bool,
+    mut refresh: Refresh,
+    mut redo: Redo,
+) -> Result<(), MigrateError>
+where
+    Refresh: FnMut() -> Refreshed,
+    Refreshed: std::future::Future<Output = Result<(), MigrateError>>,
+    Redo: FnMut(Vec<usize>) -> Redone,
+    Redone: std::future::Future<Output = Vec<Result<T, E>>>,
+{
+    for attempt in 1..=MOVED_RETRIES {
+        let again: Vec<usize> = (0..results.len())
+            .filter(|&i| results[i].as_ref().is_err_and(&moved))
+            .collect();
+        if again.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+        refresh().await?;
+        let redone = redo(again.clone()).await;
+        for (i, result) in again.into_iter().zip(redone) {
+            results[i] = result;
+        }
+    }
+    Ok(())
 }
 
 /// The slot map and one pipelined connection per master, swapped whole on a refresh.
@@ -370,20 +397,13 @@ impl Endpoint {
     ) -> Result<Vec<Result<Reply, MigrateError>>, MigrateError> {
         let send = |i: usize| self.call_key(requests[i].0, requests[i].1);
         let mut results = join_all((0..requests.len()).map(send)).await;
-        for attempt in 1..=MOVED_RETRIES {
-            let moved: Vec<usize> = (0..results.len())
-                .filter(|&i| matches!(&results[i], Err(MigrateError::Redis(e)) if is_moved(e)))
-                .collect();
-            if moved.is_empty() {
-                break;
-            }
-            tokio::time::sleep(moved_backoff(attempt)).await;
-            self.refresh().await?;
-            let again = join_all(moved.iter().map(|&i| send(i))).await;
-            for (i, result) in moved.into_iter().zip(again) {
-                results[i] = result;
-            }
-        }
+        follow_moves(
+            &mut results,
+            |e| matches!(e, MigrateError::Redis(e) if is_moved(e)),
+            || self.refresh(),
+            |again| join_all(again.into_iter().map(send)),
+        )
+        .await?;
         Ok(results)
     }
 
