@@ -244,6 +244,11 @@ impl Auth {
         self.users.get(name).filter(|user| user.enabled)
     }
 
+    /// Whether a user called `name` is defined, enabled or not (CLIENT KILL USER).
+    pub fn exists(&self, name: &str) -> bool {
+        self.users.contains_key(name)
+    }
+
     /// Checks a username/password pair; `None` for an unknown or disabled user or a wrong
     /// password (the caller answers [`WRONGPASS`] to all three alike).
     pub fn check(&self, name: &[u8], password: &[u8]) -> Option<Arc<User>> {

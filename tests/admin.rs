@@ -652,4 +652,12 @@ fn layout_blocking_and_pubsub_series_move() {
     drop(pubsub);
     drop(sub_con);
     wait_for_value(&proxy, "slotbridge_pubsub_subscribers", 0.0);
+
+    // RESET leaves subscribe mode: the client stops counting while still connected.
+    let mut raw = common::Raw::connect(proxy.addr());
+    raw.call(&["SUBSCRIBE", "metrics:channel"]);
+    wait_for_value(&proxy, "slotbridge_pubsub_subscribers", 1.0);
+    assert_eq!(raw.call(&["RESET"]), "+RESET\r\n");
+    wait_for_value(&proxy, "slotbridge_pubsub_subscribers", 0.0);
+    assert_eq!(raw.call(&["PING"]), "+PONG\r\n");
 }

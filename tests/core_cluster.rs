@@ -473,3 +473,212 @@ fn mixed_pipelines_on_a_two_thread_proxy_answer_like_one_redis() {
             .expect("every client got one redis-server's replies");
     }
 }
+
+/// CLIENT KILL, LIST and INFO argument handling, byte for byte with Redis (only filters
+/// that match no client: other tests share both servers).
+#[test]
+fn client_kill_and_list_arguments_match_redis() {
+    let lines = [
+        "CLIENT KILL",
+        "CLIENT KILL 10.9.9.9:1",
+        "CLIENT KILL ID 0",
+        "CLIENT KILL ID -3",
+        "CLIENT KILL ID x",
+        "CLIENT KILL ID 99999999",
+        "CLIENT KILL ID 99999999 SKIPME",
+        "CLIENT KILL TYPE sometimes",
+        "CLIENT KILL TYPE master",
+        "CLIENT KILL TYPE SLAVE",
+        "CLIENT KILL USER nobody",
+        "CLIENT KILL SKIPME maybe",
+        "CLIENT KILL BOGUS x",
+        "CLIENT KILL ADDR 10.9.9.9:1 LADDR 10.9.9.9:2",
+        "CLIENT KILL USER default ADDR 10.9.9.9:1",
+        "CLIENT LIST TYPE sometimes",
+        "CLIENT LIST TYPE master",
+        "CLIENT LIST TYPE replica extra",
+        "CLIENT LIST ID",
+        "CLIENT LIST ID x",
+        "CLIENT LIST ID 99999999 -1",
+        "CLIENT LIST bogus",
+        "CLIENT INFO extra",
+        "CLIENT HELP extra",
+    ];
+    let through_proxy = proxy_matches_redis(&lines);
+    assert!(
+        through_proxy.starts_with(
+            "-ERR wrong number of arguments for 'client|kill' command\r\n-ERR No such client\r\n"
+        ),
+        "{through_proxy:?}"
+    );
+}
+
+/// Reads until the peer closes the connection; fails if it stays open for `limit`.
+fn closed_within(raw: &mut common::Raw, limit: Duration, what: &str) {
+    use std::io::Read;
+    raw.stream.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match raw.stream.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
+            Err(e) => panic!("{what}: the connection stayed open ({e})"),
+        }
+    }
+}
+
+fn lines_with(list: &str, needle: &str) -> usize {
+    list.lines().filter(|line| line.contains(needle)).count()
+}
+
+/// What an operator sees when listing and killing clients on `addr` (a proxy or a
+/// redis-server with no other clients): the same list of facts from both.
+fn kill_scenario(addr: &str) -> Vec<String> {
+    use common::Raw;
+    let mut facts = Vec::new();
+    let mut admin = Raw::connect(addr);
+    let mut victim = Raw::connect(addr);
+    let mut subscriber = Raw::connect(addr);
+    let id_of = |raw: &mut Raw| raw.call(&["CLIENT", "ID"]).trim()[1..].to_string();
+    let admin_id = id_of(&mut admin);
+    let victim_id = id_of(&mut victim);
+    let subscriber_id = id_of(&mut subscriber);
+    victim.call(&["CLIENT", "SETNAME", "victim"]);
+    let subscribe =
+        common::resp_lines(&["SUBSCRIBE killtest:a killtest:b", "PSUBSCRIBE killtest:*"]);
+    subscriber.pipeline(&subscribe, 3);
+
+    let pubsub = admin.call(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+    facts.push(format!("pubsub clients: {}", lines_with(&pubsub, "id=")));
+    facts.push(format!(
+        "the subscriber, flags P, 2 channels, 1 pattern: {}",
+        lines_with(&pubsub, &format!("id={subscriber_id} ")) == 1
+            && pubsub.contains(" flags=P ")
+            && pubsub.contains(" sub=2 psub=1 ")
+    ));
+    let normal = admin.call(&["CLIENT", "LIST", "TYPE", "NORMAL"]);
+    facts.push(format!("normal clients: {}", lines_with(&normal, "id=")));
+    let by_id = admin.call(&["CLIENT", "LIST", "ID", &victim_id, "99999999", &admin_id]);
+    facts.push(format!(
+        "by id: {} lines, victim first: {}",
+        lines_with(&by_id, "id="),
+        by_id
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.contains(" name=victim "))
+    ));
+    let info = admin.call(&["CLIENT", "INFO"]);
+    facts.push(format!(
+        "info is the caller: {}",
+        info.contains(&format!("id={admin_id} "))
+    ));
+
+    // A client blocked in BLPOP is closed at once, not after its command.
+    victim.send(&["BLPOP", "killtest:never", "0"]);
+    std::thread::sleep(Duration::from_millis(100));
+    facts.push(format!(
+        "kill by id: {}",
+        admin.call(&["CLIENT", "KILL", "ID", &victim_id]).trim()
+    ));
+    closed_within(&mut victim, Duration::from_secs(2), "killed by id");
+    facts.push(format!(
+        "kill the same id again: {}",
+        admin.call(&["CLIENT", "KILL", "ID", &victim_id]).trim()
+    ));
+
+    // The old form names the client's address and answers +OK.
+    let subscriber_addr = subscriber.stream.local_addr().unwrap().to_string();
+    facts.push(format!(
+        "old form: {}",
+        admin.call(&["CLIENT", "KILL", &subscriber_addr]).trim()
+    ));
+    closed_within(&mut subscriber, Duration::from_secs(2), "killed by address");
+    let pubsub = admin.call(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+    facts.push(format!(
+        "pubsub clients after: {}",
+        lines_with(&pubsub, "id=")
+    ));
+
+    // The caller is spared unless SKIPME no; then its reply comes first.
+    facts.push(format!(
+        "kill self, skipme default: {}",
+        admin.call(&["CLIENT", "KILL", "ID", &admin_id]).trim()
+    ));
+    let mut other = Raw::connect(addr);
+    other.call(&["PING"]);
+    let other_addr = other.stream.local_addr().unwrap().to_string();
+    facts.push(format!(
+        "kill by user, sparing self: {}",
+        admin
+            .call(&["CLIENT", "KILL", "USER", "default", "ADDR", &other_addr])
+            .trim()
+    ));
+    closed_within(&mut other, Duration::from_secs(2), "killed by user");
+    facts.push(format!(
+        "kill self, skipme no: {}",
+        admin
+            .call(&["CLIENT", "KILL", "ID", &admin_id, "SKIPME", "no"])
+            .trim()
+    ));
+    closed_within(&mut admin, Duration::from_secs(2), "killed itself");
+    facts
+}
+
+/// CLIENT KILL ends the clients it names at once (a blocked one too), LIST filters by
+/// type and id, and subscribers list as pubsub clients: the same facts as on Redis.
+#[test]
+fn client_kill_and_list_act_as_on_redis() {
+    let proxy = Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]);
+    let server = Standalone::start();
+    let on_proxy = kill_scenario(proxy.addr());
+    assert_eq!(on_proxy, kill_scenario(server.addr()));
+    for fact in [
+        "pubsub clients: 1",
+        "normal clients: 2",
+        "by id: 2 lines, victim first: true",
+        "kill by id: :1",
+        "kill the same id again: :0",
+        "old form: +OK",
+        "pubsub clients after: 0",
+        "kill self, skipme default: :0",
+        "kill by user, sparing self: :1",
+        "kill self, skipme no: :1",
+    ] {
+        assert!(on_proxy.iter().any(|f| f == fact), "{fact}: {on_proxy:?}");
+    }
+    // The killed clients are gone from the list; a new client still gets served.
+    let mut con = proxy.connect();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
+    assert_eq!(lines_with(&list, "id="), 1, "{list}");
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
+/// CLIENT INFO and LIST are verbatim strings in RESP3, as Redis sends them; CLIENT HELP
+/// lists the subcommands the proxy answers in Redis's words.
+#[test]
+fn client_info_is_verbatim_in_resp3_and_help_is_redis_text() {
+    let mut raw = common::Raw::connect(proxy().addr());
+    raw.call(&["HELLO", "3"]);
+    let info = raw.call(&["CLIENT", "INFO"]);
+    assert!(
+        info.starts_with('=') && info.contains("\r\ntxt:id="),
+        "{info:?}"
+    );
+    assert!(info.contains(" resp=3\n\r\n"), "{info:?}");
+    let list = raw.call(&["CLIENT", "LIST", "TYPE", "normal"]);
+    assert!(
+        list.starts_with('=') && list.contains("\r\ntxt:id="),
+        "{list:?}"
+    );
+    let help = raw.call(&["CLIENT", "HELP"]);
+    for line in [
+        "+CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:\r\n",
+        "+KILL <option> <value> [<option> <value> [...]]\r\n",
+        "+LIST [options ...]\r\n",
+        "+HELP\r\n",
+    ] {
+        assert!(help.contains(line), "{line:?} in {help:?}");
+    }
+}

@@ -9,7 +9,7 @@ use crate::command::{CommandFlags, CommandTable};
 use crate::protocol::{encode, parse_i64, Proto, Request};
 use crate::reply;
 
-use super::registry::Registry;
+use super::registry::{ClientType, KillFilter, Registry};
 
 /// What a single Redis keeps per connection, as far as the proxy emulates it.
 #[derive(Debug)]
@@ -148,8 +148,16 @@ pub fn answer(
         }),
         b"select" => Answer::reply(reply::wrong_arity("select")),
         b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
-        b"auth" => Answer::reply(authenticate(state, auth, args)),
-        b"hello" => Answer::reply(hello(state, registry, auth, args)),
+        b"auth" => {
+            let reply = authenticate(state, auth, args);
+            show_user(state, registry);
+            Answer::reply(reply)
+        }
+        b"hello" => {
+            let reply = hello(state, registry, auth, args);
+            show_user(state, registry);
+            Answer::reply(reply)
+        }
         b"acl" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"whoami") => Answer::reply(
             encode::bulk_frame(state.user.as_deref().unwrap_or("default").as_bytes()),
         ),
@@ -162,11 +170,22 @@ pub fn answer(
                 e.name.clear();
                 e.resp = 2;
             });
+            show_user(state, registry);
             Answer::reply(Bytes::from_static(b"+RESET\r\n"))
         }
-        b"client" if args.len() >= 2 => client(state, registry, args),
+        b"client" if args.len() >= 2 => client(state, registry, auth, args),
         _ => None,
     }
+}
+
+/// Shows the connection's user in CLIENT LIST (`default` before authentication, as Redis).
+fn show_user(state: &ConnState, registry: &Registry) {
+    let user = state.user.as_deref().unwrap_or("default");
+    registry.update(state.id, |e| {
+        if e.user != user {
+            e.user = user.to_owned();
+        }
+    });
 }
 
 /// AUTH [user] password: on success the connection runs as that user.
@@ -285,7 +304,12 @@ fn set_name(state: &mut ConnState, registry: &Registry, name: Bytes) {
     registry.update(state.id, |e| e.name = shown);
 }
 
-fn client(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Option<Answer> {
+fn client(
+    state: &mut ConnState,
+    registry: &Registry,
+    auth: &Auth,
+    args: &[Bytes],
+) -> Option<Answer> {
     let sub = args[1].to_ascii_lowercase();
     let reply = match (sub.as_slice(), args.len()) {
         (b"setname", 3) => {
@@ -302,9 +326,11 @@ fn client(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Option<
         },
         (b"id", 2) => encode::integer_frame(state.id as i64),
         (b"setinfo", 4) => ok(),
-        (b"info", 2) => encode::bulk_frame(registry.line(state.id).unwrap_or_default().as_bytes()),
-        (b"list", 2) => encode::bulk_frame(registry.list().as_bytes()),
-        (b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"list", _) => {
+        (b"info", 2) => text(state.proto, &registry.line(state.id).unwrap_or_default()),
+        (b"list", _) => list(state.proto, registry, args),
+        (b"kill", 3..) => return kill(state, registry, auth, args),
+        (b"help", 2) => help(),
+        (b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"kill" | b"help", _) => {
             reply::wrong_arity(&format!("client|{}", String::from_utf8_lossy(&sub)))
         }
         (b"no-evict" | b"no-touch", 3) => match args[2].to_ascii_lowercase().as_slice() {
@@ -332,6 +358,164 @@ fn client(state: &mut ConnState, registry: &Registry, args: &[Bytes]) -> Option<
         _ => reply::unknown_subcommand("client", &args[1]),
     };
     Answer::reply(reply)
+}
+
+/// CLIENT INFO / LIST output: a verbatim string in RESP3, as Redis sends it.
+fn text(proto: Proto, text: &str) -> Bytes {
+    let mut out = BytesMut::new();
+    encode::verbatim(&mut out, proto, *b"txt", text.as_bytes());
+    out.freeze()
+}
+
+/// CLIENT LIST [TYPE type | ID id ...], with Redis's argument rules and errors.
+fn list(proto: Proto, registry: &Registry, args: &[Bytes]) -> Bytes {
+    let option = args.get(2).map(|option| option.to_ascii_lowercase());
+    match (option.as_deref(), args.len()) {
+        (None, _) => text(proto, &registry.list(None)),
+        (Some(b"type"), 4) => match ClientType::parse(&args[3]) {
+            Some(client_type) => text(proto, &registry.list(Some(client_type))),
+            None => unknown_client_type(&args[3]),
+        },
+        (Some(b"id"), 4..) => {
+            let mut lines = String::new();
+            for id in &args[3..] {
+                let Some(id) = parse_i64(id) else {
+                    return reply::error("ERR Invalid client ID");
+                };
+                if let Some(line) = u64::try_from(id).ok().and_then(|id| registry.line(id)) {
+                    lines.push_str(&line);
+                }
+            }
+            text(proto, &lines)
+        }
+        _ => reply::error(SYNTAX),
+    }
+}
+
+fn unknown_client_type(name: &[u8]) -> Bytes {
+    reply::error(&format!(
+        "ERR Unknown client type '{}'",
+        String::from_utf8_lossy(name)
+    ))
+}
+
+/// CLIENT KILL addr (answers +OK, and may end the caller's own connection) or CLIENT KILL
+/// filter value ... (answers how many clients it ended, sparing the caller unless SKIPME
+/// no). Ended clients are closed at once, their pending replies dropped, as in Redis.
+fn kill(state: &ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]) -> Option<Answer> {
+    let old_form = args.len() == 3;
+    let filter = if old_form {
+        KillFilter {
+            addr: Some(String::from_utf8_lossy(&args[2]).into_owned()),
+            ..KillFilter::default()
+        }
+    } else {
+        match kill_filter(auth, &args[2..]) {
+            Ok(filter) => filter,
+            Err(error) => return Answer::reply(error),
+        }
+    };
+    let (killed, caller_killed) = registry.kill(&filter, state.id);
+    let reply = match (old_form, killed) {
+        (true, 0) => reply::error("ERR No such client"),
+        (true, _) => ok(),
+        (false, n) => encode::integer_frame(n as i64),
+    };
+    Some(Answer {
+        reply,
+        close: caller_killed,
+        silent: false,
+    })
+}
+
+fn kill_filter(auth: &Auth, options: &[Bytes]) -> Result<KillFilter, Bytes> {
+    let mut filter = KillFilter {
+        skip_me: true,
+        ..KillFilter::default()
+    };
+    let lossy = |value: &Bytes| String::from_utf8_lossy(value).into_owned();
+    for pair in options.chunks(2) {
+        let [option, value] = pair else {
+            return Err(reply::error(SYNTAX));
+        };
+        match option.to_ascii_lowercase().as_slice() {
+            b"id" => match parse_i64(value).filter(|&id| id > 0) {
+                Some(id) => filter.id = Some(id as u64),
+                None => return Err(reply::error("ERR client-id should be greater than 0")),
+            },
+            b"type" => match ClientType::parse(value) {
+                Some(client_type) => filter.client_type = Some(client_type),
+                None => return Err(unknown_client_type(value)),
+            },
+            b"addr" => filter.addr = Some(lossy(value)),
+            b"laddr" => filter.laddr = Some(lossy(value)),
+            b"user" => {
+                let name = lossy(value);
+                if !auth.exists(&name) {
+                    return Err(reply::error(&format!("ERR No such user '{name}'")));
+                }
+                filter.user = Some(name);
+            }
+            b"skipme" => match value.to_ascii_lowercase().as_slice() {
+                b"yes" => filter.skip_me = true,
+                b"no" => filter.skip_me = false,
+                _ => return Err(reply::error(SYNTAX)),
+            },
+            _ => return Err(reply::error(SYNTAX)),
+        }
+    }
+    Ok(filter)
+}
+
+/// CLIENT HELP: Redis's text for the subcommands the proxy answers.
+fn help() -> Bytes {
+    const LINES: &[&str] = &[
+        "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "GETREDIR",
+        "    Return the client ID we are redirecting to when tracking is enabled.",
+        "GETNAME",
+        "    Return the name of the current connection.",
+        "ID",
+        "    Return the ID of the current connection.",
+        "INFO",
+        "    Return information about the current client connection.",
+        "KILL <ip:port>",
+        "    Kill connection made from <ip:port>.",
+        "KILL <option> <value> [<option> <value> [...]]",
+        "    Kill connections. Options are:",
+        "    * ADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made from the specified address",
+        "    * LADDR (<ip:port>|<unixsocket>:0)",
+        "      Kill connections made to specified local address",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Kill connections by type.",
+        "    * USER <username>",
+        "      Kill connections authenticated by <username>.",
+        "    * SKIPME (YES|NO)",
+        "      Skip killing current connection (default: yes).",
+        "    * ID <client-id>",
+        "      Kill connections by client id.",
+        "LIST [options ...]",
+        "    Return information about client connections. Options:",
+        "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+        "      Return clients of specified type.",
+        "    * ID <client-id> [<client-id> ...]",
+        "      Return clients with the specified IDs.",
+        "REPLY (ON|OFF|SKIP)",
+        "    Control the replies sent to the current connection.",
+        "SETNAME <name>",
+        "    Assign the name <name> to the current connection.",
+        "NO-EVICT (ON|OFF)",
+        "    Protect current client connection from eviction.",
+        "HELP",
+        "    Prints this help.",
+    ];
+    let mut out = BytesMut::new();
+    encode::array_header(&mut out, LINES.len());
+    for line in LINES {
+        encode::simple_string(&mut out, line.as_bytes());
+    }
+    out.freeze()
 }
 
 fn ok() -> Bytes {

@@ -1,10 +1,12 @@
-//! The proxy's connected clients, for CLIENT ID/LIST and connection counts.
+//! The proxy's connected clients, for CLIENT ID/LIST/INFO/KILL and connection counts.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+use tokio::sync::Notify;
 
 /// What CLIENT LIST shows of one client.
 #[derive(Debug, Clone)]
@@ -19,6 +21,87 @@ pub struct ClientEntry {
     pub created: Instant,
     /// Its protocol version, 2 or 3 (`resp=`).
     pub resp: u8,
+    /// The user it runs as (`user=`); `default` before it authenticates, as in Redis.
+    pub user: String,
+    /// Its channel, pattern and shard channel subscriptions (`sub=`, `psub=`, `ssub=`).
+    pub subscriptions: Subscriptions,
+    /// Woken when CLIENT KILL picks the client.
+    kill: Arc<Notify>,
+}
+
+/// How many subscriptions of each kind a client has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Subscriptions {
+    pub channels: usize,
+    pub patterns: usize,
+    pub shard_channels: usize,
+}
+
+impl Subscriptions {
+    /// Whether there is any (Redis's subscribed mode).
+    pub fn any(&self) -> bool {
+        self.channels + self.patterns + self.shard_channels > 0
+    }
+}
+
+/// The client classes of CLIENT LIST TYPE and CLIENT KILL TYPE. Clients of the proxy are
+/// never masters or replicas; a client with subscriptions is `pubsub`, as in Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientType {
+    Normal,
+    Master,
+    Replica,
+    PubSub,
+}
+
+impl ClientType {
+    /// Redis's names, any case; `slave` is `replica`.
+    pub fn parse(name: &[u8]) -> Option<ClientType> {
+        match name.to_ascii_lowercase().as_slice() {
+            b"normal" => Some(ClientType::Normal),
+            b"master" => Some(ClientType::Master),
+            b"replica" | b"slave" => Some(ClientType::Replica),
+            b"pubsub" => Some(ClientType::PubSub),
+            _ => None,
+        }
+    }
+
+    fn of(entry: &ClientEntry) -> ClientType {
+        if entry.subscriptions.any() {
+            ClientType::PubSub
+        } else {
+            ClientType::Normal
+        }
+    }
+}
+
+/// The clients CLIENT KILL picks: every given criterion must match.
+#[derive(Debug, Default)]
+pub struct KillFilter {
+    pub id: Option<u64>,
+    pub addr: Option<String>,
+    pub laddr: Option<String>,
+    pub client_type: Option<ClientType>,
+    pub user: Option<String>,
+    /// Spares the client that sent the command.
+    pub skip_me: bool,
+}
+
+impl KillFilter {
+    fn matches(&self, id: u64, entry: &ClientEntry, caller: u64) -> bool {
+        self.id.is_none_or(|wanted| wanted == id)
+            && self
+                .addr
+                .as_ref()
+                .is_none_or(|a| *a == entry.addr.to_string())
+            && self
+                .laddr
+                .as_ref()
+                .is_none_or(|a| *a == entry.laddr.to_string())
+            && self.client_type.is_none_or(|t| t == ClientType::of(entry))
+            && self.user.as_ref().is_none_or(|u| *u == entry.user)
+            && !(self.skip_me && id == caller)
+    }
 }
 
 /// Every client connected to this proxy.
@@ -29,19 +112,30 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Registers a client; it is removed when the returned guard is dropped.
-    pub fn register(self: &Arc<Self>, addr: SocketAddr, laddr: SocketAddr) -> ClientGuard {
+    /// Registers a client running as `user`; it is removed when the returned guard is
+    /// dropped.
+    pub fn register(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        laddr: SocketAddr,
+        user: Option<&str>,
+    ) -> ClientGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let kill = Arc::new(Notify::new());
         let entry = ClientEntry {
             addr,
             laddr,
             name: String::new(),
             created: Instant::now(),
             resp: 2,
+            user: user.unwrap_or("default").to_owned(),
+            subscriptions: Subscriptions::default(),
+            kill: kill.clone(),
         };
         self.lock().insert(id, entry);
         ClientGuard {
             id,
+            kill,
             registry: self.clone(),
         }
     }
@@ -68,12 +162,33 @@ impl Registry {
         self.lock().get(&id).map(|entry| format_line(id, entry))
     }
 
-    /// CLIENT LIST: one line per client, oldest first.
-    pub fn list(&self) -> String {
+    /// CLIENT LIST: one line per client, oldest first; only `client_type`'s when given.
+    pub fn list(&self, client_type: Option<ClientType>) -> String {
         self.lock()
             .iter()
+            .filter(|(_, entry)| client_type.is_none_or(|t| t == ClientType::of(entry)))
             .map(|(id, entry)| format_line(*id, entry))
             .collect()
+    }
+
+    /// CLIENT KILL: ends every client `filter` picks except `caller` (whose connection the
+    /// caller closes after its reply). Returns how many were picked, and whether `caller`
+    /// was one of them.
+    pub fn kill(&self, filter: &KillFilter, caller: u64) -> (usize, bool) {
+        let clients = self.lock();
+        let mut killed = 0;
+        let mut caller_killed = false;
+        for (id, entry) in clients.iter() {
+            if filter.matches(*id, entry, caller) {
+                killed += 1;
+                if *id == caller {
+                    caller_killed = true;
+                } else {
+                    entry.kill.notify_one();
+                }
+            }
+        }
+        (killed, caller_killed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ClientEntry>> {
@@ -82,14 +197,23 @@ impl Registry {
 }
 
 fn format_line(id: u64, e: &ClientEntry) -> String {
+    let flags = if ClientType::of(e) == ClientType::PubSub {
+        "P"
+    } else {
+        "N"
+    };
     format!(
-        "id={id} addr={} laddr={} fd=-1 name={} age={} idle=0 flags=N db=0 sub=0 psub=0 ssub=0 \
-         multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 \
-         tot-mem=0 events=r cmd=client user=default redir=-1 resp={}\n",
+        "id={id} addr={} laddr={} fd=-1 name={} age={} idle=0 flags={flags} db=0 sub={} psub={} \
+         ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
+         omem=0 tot-mem=0 events=r cmd=client user={} redir=-1 resp={}\n",
         e.addr,
         e.laddr,
         e.name,
         e.created.elapsed().as_secs(),
+        e.subscriptions.channels,
+        e.subscriptions.patterns,
+        e.subscriptions.shard_channels,
+        e.user,
         e.resp
     )
 }
@@ -99,11 +223,91 @@ fn format_line(id: u64, e: &ClientEntry) -> String {
 pub struct ClientGuard {
     /// The client's id (CLIENT ID).
     pub id: u64,
+    kill: Arc<Notify>,
     registry: Arc<Registry>,
+}
+
+impl ClientGuard {
+    /// Resolves once CLIENT KILL has picked this client (also when that happened before
+    /// the call).
+    pub async fn killed(&self) {
+        self.kill.notified().await
+    }
 }
 
 impl Drop for ClientGuard {
     fn drop(&mut self) {
         self.registry.lock().remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry_with_two() -> (Arc<Registry>, ClientGuard, ClientGuard) {
+        let registry = Arc::new(Registry::default());
+        let laddr: SocketAddr = "127.0.0.1:6380".parse().unwrap();
+        let a = registry.register("127.0.0.1:5001".parse().unwrap(), laddr, None);
+        let b = registry.register("127.0.0.1:5002".parse().unwrap(), laddr, Some("bot"));
+        (registry, a, b)
+    }
+
+    #[test]
+    fn kill_picks_by_every_criterion_and_spares_the_caller_unless_asked() {
+        let (registry, a, b) = registry_with_two();
+        let by_user = KillFilter {
+            user: Some("bot".into()),
+            skip_me: true,
+            ..KillFilter::default()
+        };
+        assert_eq!(registry.kill(&by_user, a.id), (1, false));
+        let everyone = KillFilter {
+            laddr: Some("127.0.0.1:6380".into()),
+            skip_me: true,
+            ..KillFilter::default()
+        };
+        assert_eq!(registry.kill(&everyone, a.id), (1, false));
+        let me_too = KillFilter {
+            skip_me: false,
+            ..everyone
+        };
+        assert_eq!(registry.kill(&me_too, a.id), (2, true));
+        let nobody = KillFilter {
+            addr: Some("127.0.0.1:5001".into()),
+            id: Some(b.id),
+            ..KillFilter::default()
+        };
+        assert_eq!(registry.kill(&nobody, a.id), (0, false));
+    }
+
+    #[tokio::test]
+    async fn a_kill_before_the_wait_is_not_lost() {
+        let (registry, a, b) = registry_with_two();
+        let filter = KillFilter {
+            id: Some(b.id),
+            skip_me: true,
+            ..KillFilter::default()
+        };
+        registry.kill(&filter, a.id);
+        tokio::time::timeout(std::time::Duration::from_secs(5), b.killed())
+            .await
+            .expect("the kill reached the client");
+    }
+
+    #[test]
+    fn clients_with_subscriptions_are_pubsub_clients() {
+        let (registry, a, _b) = registry_with_two();
+        registry.update(a.id, |e| e.subscriptions.patterns = 1);
+        let listed = registry.list(Some(ClientType::PubSub));
+        assert!(listed.starts_with(&format!("id={} ", a.id)), "{listed}");
+        assert!(
+            listed.contains(" flags=P ") && listed.contains(" psub=1 "),
+            "{listed}"
+        );
+        assert_eq!(listed.lines().count(), 1);
+        assert_eq!(registry.list(Some(ClientType::Normal)).lines().count(), 1);
+        assert_eq!(registry.list(Some(ClientType::Master)), "");
+        assert!(registry.list(None).contains(" user=bot "));
     }
 }

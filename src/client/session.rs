@@ -30,7 +30,7 @@ use crate::reply;
 use super::local::{self, ConnState, ReplyMode};
 use super::pipeline::Pipeline;
 use super::pubsub::{Intercept, PubSub, Relay};
-use super::registry::Registry;
+use super::registry::{Registry, Subscriptions};
 use super::transaction::{Step, Transaction};
 
 const READ_BUFFER: usize = 16 * 1024;
@@ -65,17 +65,17 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     let idle_timeout = (config.timeout > 0).then(|| Duration::from_secs(config.timeout));
     let output_limit = config.client_output_buffer_limit_bytes;
     let mut decoder = RequestDecoder::new(config.limits.protocol());
-    let guard = registry.register(peer, local_addr);
+    let user = ConnState::initial_user(&proxy.auth);
+    let guard = registry.register(peer, local_addr, user.as_deref());
     let mut state = ConnState {
         id: guard.id,
         proto: Proto::Resp2,
         name: None,
-        user: ConnState::initial_user(&proxy.auth),
+        user,
         replies: ReplyMode::On,
     };
     let mut pubsub = PubSub::new(proxy.clone(), state.id);
-    // Counts this client in slotbridge_pubsub_subscribers while it is in subscribe mode.
-    let mut subscriber = crate::metrics::Subscriber::default();
+    let mut subscriptions = ShownSubscriptions::new(&registry, guard.id);
     drop(proxy);
     let counted = crate::metrics::ClientConnection::opened();
     let (mut reader, mut writer) = stream.into_split();
@@ -90,6 +90,8 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     // watch's waiter list.
     let drain_changed = drain.changed();
     tokio::pin!(drain_changed);
+    let killed = guard.killed();
+    tokio::pin!(killed);
     let mut last_input = Instant::now();
     let mut transaction = Transaction::default();
     // A decoded request waiting for the replies before it (a transaction sequence point),
@@ -171,12 +173,12 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     }
                     match pubsub.intercept(&request, state.proto, proxy) {
                         Intercept::Reply(reply) => {
-                            subscriber.update(pubsub.is_subscribed());
+                            subscriptions.update(&pubsub);
                             in_flight.push_ready(reply);
                             continue;
                         }
                         Intercept::Pending(reply) => {
-                            subscriber.update(pubsub.is_subscribed());
+                            subscriptions.update(&pubsub);
                             in_flight.push_future(reply).await;
                             continue;
                         }
@@ -187,6 +189,10 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     {
                         closing |= answer.close;
                         pass_user = None;
+                        if request.name().eq_ignore_ascii_case(b"reset") {
+                            // RESET ended the subscriptions (see `PubSub::intercept`).
+                            subscriptions.update(&pubsub);
+                        }
                         if answer.silent {
                             in_flight.mute_next();
                         }
@@ -266,7 +272,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             relay = pubsub.next_event(), if pubsub.is_used() && !closing && output.len() < OUTPUT_BACKPRESSURE => match relay {
                 // Behind the replies already queued: never ahead of its own confirmation.
                 Relay::Push(message) => {
-                    subscriber.update(pubsub.is_subscribed());
+                    subscriptions.update(&pubsub);
                     in_flight.push_ready(message);
                 }
                 Relay::Close => break,
@@ -283,13 +289,48 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 }
             }
             _ = &mut drain_changed, if !draining => draining = true,
+            // CLIENT KILL from another client: closed at once, as Redis frees it.
+            () = &mut killed => {
+                tracing::debug!(client = %peer, "closing client killed by CLIENT KILL");
+                break;
+            }
             _ = sleep_until(idle_deadline), if idle_deadline.is_some() => {
                 tracing::debug!(client = %peer, "closing idle client");
                 break;
             }
         }
     }
-    drop(guard);
+}
+
+/// Keeps what others see of the client's subscriptions (the subscribers gauge, CLIENT
+/// LIST's counts and type) in step with them; the registry is locked only on a change.
+struct ShownSubscriptions<'a> {
+    registry: &'a Registry,
+    id: u64,
+    shown: Subscriptions,
+    // Counts this client in slotbridge_pubsub_subscribers while it is in subscribe mode.
+    gauge: crate::metrics::Subscriber,
+}
+
+impl<'a> ShownSubscriptions<'a> {
+    fn new(registry: &'a Registry, id: u64) -> Self {
+        ShownSubscriptions {
+            registry,
+            id,
+            shown: Subscriptions::default(),
+            gauge: crate::metrics::Subscriber::default(),
+        }
+    }
+
+    /// After a command or event that may have changed the subscriptions.
+    fn update(&mut self, pubsub: &PubSub) {
+        let now = pubsub.counts();
+        if now != self.shown {
+            self.shown = now;
+            self.registry.update(self.id, |e| e.subscriptions = now);
+            self.gauge.update(now.any());
+        }
+    }
 }
 
 /// Whether `request` may wait for data on its own backend connection (BLPOP, BZPOPMIN,

@@ -160,6 +160,16 @@ impl PubSub {
         lock(&self.inner).total() > 0
     }
 
+    /// How many channels, patterns and shard channels the client is subscribed to.
+    pub fn counts(&self) -> super::registry::Subscriptions {
+        let inner = lock(&self.inner);
+        super::registry::Subscriptions {
+            channels: inner.channels.len(),
+            patterns: inner.patterns.len(),
+            shard_channels: inner.shard.len(),
+        }
+    }
+
     /// Looks at `request` before anything else does (see [`Intercept`]). `current` is the
     /// live snapshot: new subscriptions use its upstream, and after a reload that switched
     /// the upstream the client's subscriptions move there too.
