@@ -14,8 +14,9 @@
 //! The client sees one `u64` cursor: bits 0..48 hold the current master's own cursor,
 //! bits 48..54 a 6-bit fingerprint of that master's address, bits 54..64 its index in
 //! the address-sorted master list (so at most [`MAX_SCAN_MASTERS`] masters). Cursor 0
-//! starts at master 0; a master's cursor 0 moves on to the next master; past the last
-//! master the cursor is 0 again. Redis's own cursors are reverse-binary bucket indexes
+//! starts at master 0; a master's cursor 0 moves on to the next master (at once, in the
+//! same call, when that master's last page was empty); past the last master the cursor is
+//! 0 again. Redis's own cursors are reverse-binary bucket indexes
 //! of a table that would need 2^48 buckets to reach bit 48, so a node cursor that does
 //! not fit is answered with an error rather than truncated.
 //!
@@ -263,15 +264,25 @@ impl Proxy {
                 masters.len()
             ));
         }
-        let (index, node_cursor) = resume_point(cursor, &masters);
-        let node_cursor_text = node_cursor.to_string();
-        let mut node_args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-        node_args[1] = node_cursor_text.as_bytes();
-        let frame = self
-            .call_node(&masters[index], encode::encode_request(&node_args), proto)
-            .await;
-        let Some((next_node_cursor, keys)) = scan_reply(&frame) else {
-            return frame;
+        let (mut index, mut node_cursor) = resume_point(cursor, &masters);
+        let (next_node_cursor, keys) = loop {
+            let node_cursor_text = node_cursor.to_string();
+            let mut node_args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+            node_args[1] = node_cursor_text.as_bytes();
+            let frame = self
+                .call_node(&masters[index], encode::encode_request(&node_args), proto)
+                .await;
+            let Some((next_node_cursor, keys)) = scan_reply(&frame) else {
+                return frame;
+            };
+            // A master that ended with an empty page hands over to the next one in the
+            // same call, so an empty keyspace answers cursor 0 at once, as Redis does.
+            if next_node_cursor == 0 && &keys[..] == b"*0\r\n" && index + 1 < masters.len() {
+                index += 1;
+                node_cursor = 0;
+                continue;
+            }
+            break (next_node_cursor, keys);
         };
         let Some(next) = next_cursor(index, next_node_cursor, &masters) else {
             return reply::error(&format!(
