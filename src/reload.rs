@@ -190,6 +190,7 @@ impl Live {
             config,
             topology,
             commands: running.commands.clone(),
+            server_version: running.server_version.clone(),
             listen_addr: running.listen_addr.clone(),
             started: running.started,
             scripts: running.scripts.clone(),

@@ -65,6 +65,7 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let commands = load_command_table(&topology).await;
+    let server_version = load_server_version(&topology).await;
     let layout = ActiveLayout::from_config(&config.layout)?;
     let mut proxy = Proxy {
         listen_addr: config.listen.clone(),
@@ -76,6 +77,7 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         )),
         forwardable: Arc::new(crate::dispatch::Forwardable::of(&commands, &policy)),
         commands,
+        server_version,
         started: Instant::now(),
         scripts,
         layout,
@@ -111,6 +113,28 @@ async fn load_command_table(topology: &Topology) -> CommandTable {
     }
     tracing::warn!("backend command table unavailable; using the built-in Redis 7 table");
     CommandTable::builtin()
+}
+
+/// The backend's `redis_version`, which HELLO reports (INFO passes the master's own);
+/// the built-in command table's version when no master answers.
+async fn load_server_version(topology: &Topology) -> Arc<str> {
+    const BUILTIN_TABLE_VERSION: &str = "7.0.0";
+    if let Some(conn) = topology.any_master(Proto::Resp2) {
+        let call = conn.call(
+            Bytes::from_static(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n"),
+            false,
+        );
+        if let Ok(Ok(reply)) = tokio::time::timeout(Duration::from_secs(5), call).await {
+            let version = String::from_utf8_lossy(&reply)
+                .lines()
+                .find_map(|line| line.strip_prefix("redis_version:").map(str::to_owned));
+            if let Some(version) = version.filter(|v| !v.is_empty()) {
+                return version.into();
+            }
+        }
+    }
+    tracing::warn!("backend version unavailable; HELLO reports {BUILTIN_TABLE_VERSION}");
+    BUILTIN_TABLE_VERSION.into()
 }
 
 /// Serves clients until `shutdown` completes, then drains. The configuration cannot be

@@ -84,6 +84,23 @@ fn hello_3_then_hgetall_is_a_map() {
         text.ends_with("%1\r\n$1\r\nf\r\n$1\r\nv\r\n"),
         "HGETALL in RESP3 is a map: {text}"
     );
+    // HELLO reports the version the masters run (clients pick features by it).
+    let info: String = common::query(
+        &shared_cluster().masters()[0],
+        redis::cmd("INFO").arg("server"),
+    )
+    .unwrap();
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .unwrap();
+    assert!(
+        text.contains(&format!(
+            "$7\r\nversion\r\n${}\r\n{version}\r\n",
+            version.len()
+        )),
+        "HELLO reports version {version}: {text}"
+    );
 }
 
 #[test]

@@ -6,6 +6,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::auth::{Auth, User};
 use crate::command::{CommandFlags, CommandTable};
+use crate::dispatch::Proxy;
 use crate::protocol::{encode, parse_i64, Proto, Request};
 use crate::reply;
 
@@ -109,16 +110,14 @@ impl Answer {
     }
 }
 
-/// The server version reported by HELLO.
-const REDIS_VERSION: &str = "7.0.0";
-
 /// Answers `request` if it is about the connection; `None` sends it on to the dispatcher.
 pub fn answer(
     state: &mut ConnState,
     registry: &Registry,
-    auth: &Auth,
+    proxy: &Proxy,
     request: &Request,
 ) -> Option<Answer> {
+    let auth = &proxy.auth;
     let args = &request.args;
     let mut name = [0u8; 16];
     let len = args[0].len();
@@ -154,7 +153,7 @@ pub fn answer(
             Answer::reply(reply)
         }
         b"hello" => {
-            let reply = hello(state, registry, auth, args);
+            let reply = hello(state, registry, auth, &proxy.server_version, args);
             show_user(state, registry);
             Answer::reply(reply)
         }
@@ -212,7 +211,13 @@ fn authenticate(state: &mut ConnState, auth: &Auth, args: &[Bytes]) -> Bytes {
     }
 }
 
-fn hello(state: &mut ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]) -> Bytes {
+fn hello(
+    state: &mut ConnState,
+    registry: &Registry,
+    auth: &Auth,
+    version: &str,
+    args: &[Bytes],
+) -> Bytes {
     let mut proto = state.proto;
     let mut name = None;
     if let Some(version) = args.get(1) {
@@ -263,7 +268,7 @@ fn hello(state: &mut ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]
     let mut out = BytesMut::new();
     let fields: [(&str, HelloValue); 7] = [
         ("server", HelloValue::Text("redis")),
-        ("version", HelloValue::Text(REDIS_VERSION)),
+        ("version", HelloValue::Text(version)),
         (
             "proto",
             HelloValue::Int(if proto == Proto::Resp3 { 3 } else { 2 }),
@@ -285,8 +290,8 @@ fn hello(state: &mut ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]
     out.freeze()
 }
 
-enum HelloValue {
-    Text(&'static str),
+enum HelloValue<'a> {
+    Text(&'a str),
     Int(i64),
     EmptyArray,
 }

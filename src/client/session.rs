@@ -184,9 +184,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         }
                         Intercept::Pass => {}
                     }
-                    if let Some(answer) =
-                        local::answer(&mut state, &registry, &proxy.auth, &request)
-                    {
+                    if let Some(answer) = local::answer(&mut state, &registry, proxy, &request) {
                         closing |= answer.close;
                         pass_user = None;
                         if request.name().eq_ignore_ascii_case(b"reset") {

@@ -42,6 +42,8 @@ pub struct Proxy {
     pub topology: Arc<Topology>,
     /// Command names, arities, flags and key positions.
     pub commands: CommandTable,
+    /// The backend's Redis version, read with the command table (HELLO reports it).
+    pub server_version: Arc<str>,
     /// The address clients connect to, as bound (reported by CLUSTER SLOTS/NODES).
     pub listen_addr: String,
     /// Start time, for INFO's uptime.
