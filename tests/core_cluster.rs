@@ -221,6 +221,30 @@ fn local_answers_as_a_single_redis() {
     );
     let time: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
     assert_eq!(time.len(), 2);
+    // CONFIG GET shows the proxy's port and no cluster, as INFO does.
+    let config: std::collections::HashMap<String, String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("port")
+        .arg("cluster-enabled")
+        .arg("maxmemory-policy")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(config["port"], port.to_string());
+    assert_eq!(config["cluster-enabled"], "no");
+    assert!(!config["maxmemory-policy"].is_empty(), "{config:?}");
+    // Inside MULTI it is still one node's answer, queued like any read.
+    let (ok, queued): (String, String) = (
+        redis::cmd("MULTI").query(&mut con).unwrap(),
+        redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query(&mut con)
+            .unwrap(),
+    );
+    assert_eq!((ok.as_str(), queued.as_str()), ("OK", "QUEUED"));
+    let exec: Vec<std::collections::HashMap<String, String>> =
+        redis::cmd("EXEC").query(&mut con).unwrap();
+    assert_eq!(exec[0]["maxmemory-policy"], config["maxmemory-policy"]);
 }
 
 /// CLUSTER COUNTKEYSINSLOT and GETKEYSINSLOT go to the master of the slot they name, so

@@ -1,8 +1,8 @@
 //! Commands the proxy answers itself because, to its clients, it is one server: CLUSTER
 //! INFO/SLOTS/SHARDS/NODES/MYID describe a one-node cluster whose only node is the proxy
 //! (so a cluster-aware client pointed at it stays on it), CLUSTER KEYSLOT is computed here,
-//! and INFO is a master's INFO with `cluster_enabled:0`, the keyspace of all masters
-//! summed, and a `# Proxy` section.
+//! INFO is a master's INFO with `cluster_enabled:0`, the keyspace of all masters summed,
+//! and a `# Proxy` section, and CONFIG GET shows the proxy's port and `cluster-enabled no`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +29,8 @@ pub enum Local {
     /// Other CLUSTER subcommands address real nodes and make no sense through a proxy.
     ClusterOther,
     Info,
+    /// CONFIG GET: a master's answer with `port` and `cluster-enabled` as the proxy's.
+    ConfigGet,
 }
 
 impl Local {
@@ -44,6 +46,7 @@ impl Local {
             "cluster|countkeysinslot" | "cluster|getkeysinslot" | "cluster|help" => return None,
             name if name.starts_with("cluster") => Local::ClusterOther,
             "info" => Local::Info,
+            "config|get" => Local::ConfigGet,
             _ => return None,
         })
     }
@@ -127,6 +130,12 @@ impl Proxy {
                 String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase()
             )),
             Local::Info => self.info(request, proto).await,
+            Local::ConfigGet => {
+                let upstream = self
+                    .forward(Target::AnyMaster, request.raw.clone(), proto)
+                    .await;
+                config_as_one_node(&upstream, &port.to_string()).unwrap_or(upstream)
+            }
         }
     }
 
@@ -411,6 +420,44 @@ pub(super) fn info_text(frame: &[u8]) -> Option<String> {
 }
 
 /// Text replies such as INFO: a verbatim string in RESP3, a bulk string in RESP2.
+/// A master's CONFIG GET reply (an array, or a RESP3 map, of name/value bulk strings)
+/// with the values a client of one server would see: the proxy's `port`, and
+/// `cluster-enabled no` (the proxy is not a cluster to its clients). `None` for any other
+/// reply (an error passes as it is).
+fn config_as_one_node(frame: &[u8], port: &str) -> Option<Bytes> {
+    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
+    let (kind, count) = (frame[0], &frame[1..header_end]);
+    let count: usize = std::str::from_utf8(count).ok()?.parse().ok()?;
+    let strings = match kind {
+        b'*' => count,
+        b'%' => count * 2,
+        _ => return None,
+    };
+    let mut rest = &frame[header_end + 2..];
+    let mut out = BytesMut::with_capacity(frame.len() + 8);
+    out.extend_from_slice(&frame[..header_end + 2]);
+    let mut name: &[u8] = b"";
+    for i in 0..strings {
+        let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
+        if rest.first() != Some(&b'$') {
+            return None;
+        }
+        let len: usize = std::str::from_utf8(&rest[1..line_end]).ok()?.parse().ok()?;
+        let data = rest.get(line_end + 2..line_end + 2 + len)?;
+        let value = match (i % 2, name) {
+            (1, b"port") => port.as_bytes(),
+            (1, b"cluster-enabled") => b"no",
+            _ => data,
+        };
+        if i % 2 == 0 {
+            name = data;
+        }
+        encode::bulk(&mut out, value);
+        rest = rest.get(line_end + 2 + len + 2..)?;
+    }
+    rest.is_empty().then(|| out.freeze())
+}
+
 fn verbatim(text: &[u8], proto: Proto) -> Bytes {
     let mut out = BytesMut::with_capacity(text.len() + 24);
     encode::verbatim(&mut out, proto, *b"txt", text);
@@ -485,6 +532,32 @@ mod tests {
         assert_eq!(of(&["Proxy"]), (false, true));
         assert_eq!(of(&["cpu", "proxy"]), (false, true));
         assert_eq!(of(&["server"]), (false, false));
+    }
+
+    #[test]
+    fn config_get_shows_the_proxys_port_and_no_cluster() {
+        let master = b"*6\r\n$4\r\nport\r\n$4\r\n7001\r\n$15\r\ncluster-enabled\r\n$3\r\nyes\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n";
+        assert_eq!(
+            config_as_one_node(master, "6380").unwrap(),
+            Bytes::from_static(b"*6\r\n$4\r\nport\r\n$4\r\n6380\r\n$15\r\ncluster-enabled\r\n$2\r\nno\r\n$9\r\nmaxmemory\r\n$1\r\n0\r\n")
+        );
+        let map = b"%1\r\n$4\r\nport\r\n$4\r\n7001\r\n";
+        assert_eq!(
+            config_as_one_node(map, "6380").unwrap(),
+            Bytes::from_static(b"%1\r\n$4\r\nport\r\n$4\r\n6380\r\n")
+        );
+        // A value named "port" is not a name: only names pick what changes.
+        let tricky = b"*2\r\n$3\r\ndir\r\n$4\r\nport\r\n";
+        assert_eq!(
+            &config_as_one_node(tricky, "6380").unwrap()[..],
+            &tricky[..]
+        );
+        assert_eq!(
+            config_as_one_node(b"*0\r\n", "1").unwrap(),
+            Bytes::from_static(b"*0\r\n")
+        );
+        assert!(config_as_one_node(b"-ERR x\r\n", "1").is_none());
+        assert!(config_as_one_node(b"*2\r\n$4\r\nport\r\n", "1").is_none());
     }
 
     #[test]

@@ -331,7 +331,8 @@ impl Proxy {
     /// DBSIZE, FLUSHALL, INFO, SCRIPT LOAD...): such a command cannot join one node's
     /// MULTI block without acting on, or seeing, that node only.
     pub fn spans_masters(spec: &CommandSpec) -> bool {
-        emulate::Local::classify(spec, &[]).is_some()
+        // CONFIG GET is one master's answer: inside MULTI the transaction's node gives it.
+        emulate::Local::classify(spec, &[]).is_some_and(|local| local != emulate::Local::ConfigGet)
             || fanout::Op::classify(spec).is_some()
             || scripts::Admin::classify(spec).is_some()
     }
