@@ -723,3 +723,113 @@ fn client_info_is_verbatim_in_resp3_and_help_is_redis_text() {
         assert!(help.contains(line), "{line:?} in {help:?}");
     }
 }
+
+/// SORT with BY and GET patterns (weights and values on every master), BY nosort, and
+/// STORE into another slot: byte for byte what one Redis answers.
+#[test]
+fn sort_with_patterns_answers_like_one_redis() {
+    let lines = [
+        "DEL {srt}l {srt}s srt:l2 srt:z srt:s srt:str {srt}dst {srt}dst2 {srt}dst3",
+        "DEL srtw_1 srtw_2 srtw_3 srtw_10 srtw_bad srth_1 srth_2 srth_3 srth_10 srth_20",
+        "DEL srto_1 srto_2 srto_10",
+        "RPUSH {srt}l 3 1 2 10 20",
+        "SET srtw_3 30",
+        "SET srtw_1 100",
+        "SET srtw_2 -5",
+        "SET srtw_10 7",
+        "HSET srth_1 f b",
+        "HSET srth_2 f a",
+        "HSET srth_3 f c",
+        "HSET srth_10 f e",
+        "HSET srth_20 f d",
+        "SET srto_1 one",
+        "SET srto_2 two",
+        "SET srto_10 ten",
+        "SORT {srt}l BY srtw_*",
+        // Writes pipelined after a SORT never show in it; those before always do.
+        "SET srtw_2 500",
+        "SORT {srt}l BY srtw_* LIMIT 0 1",
+        "SET srtw_2 -5",
+        "SORT {srt}l BY srtw_* DESC LIMIT 1 3",
+        "SORT {srt}l BY srtw_* LIMIT -5 100",
+        "SORT {srt}l BY srtw_* LIMIT 9 1",
+        "SORT {srt}l BY srtw_* GET # GET srto_* GET srth_*->f",
+        "SORT {srt}l BY srth_*->f ALPHA",
+        "SORT {srt}l BY srth_*->f ALPHA DESC GET srto_*",
+        "SORT {srt}l BY srto_*->f",
+        "SORT {srt}l GET srto_*",
+        "SORT {srt}l ALPHA GET # GET srto_*",
+        "SORT {srt}l BY nosort GET srto_*",
+        "SORT {srt}l BY nosort DESC LIMIT 0 2 GET #",
+        "SORT {srt}l GET nopattern",
+        "SORT {srt}l BY srtw_* STORE {srt}dst",
+        "LRANGE {srt}dst 0 -1",
+        "SORT {srt}l BY srtw_* GET srto_* STORE {srt}dst2",
+        "LRANGE {srt}dst2 0 -1",
+        "SORT {srt}l DESC STORE {srt}dst3",
+        "LRANGE {srt}dst3 0 -1",
+        "SORT {srt}l BY nosort DESC GET # STORE {srt}dst3",
+        "LRANGE {srt}dst3 0 -1",
+        "SADD {srt}s c 10 b 9 a",
+        "SORT {srt}s BY nosort GET # STORE {srt}dst3",
+        "LRANGE {srt}dst3 0 -1",
+        "SORT {srt}nokey BY srtw_* GET #",
+        "SORT {srt}nokey BY srtw_* STORE {srt}dst",
+        "EXISTS {srt}dst",
+        "ZADD srt:z 1 c 2 a 3 b",
+        "SORT srt:z BY nosort GET #",
+        "SORT srt:z BY srtw_* GET #",
+        "SADD srt:s 3 1 2",
+        "SORT srt:s BY srtw_*",
+        "SORT_RO srt:s BY srtw_* GET srto_*",
+        "SET srt:str v",
+        "SORT srt:str BY srtw_*",
+        "SORT srt:str GET #",
+        "RPUSH srt:l2 bad 1",
+        "SET srtw_bad abc",
+        "SORT srt:l2 BY srtw_*",
+        "SORT srt:l2 BY srtw_* ALPHA",
+        "SORT {srt}l BY srtw_* LIMIT 0 x",
+        "SORT {srt}l GET # BOGUS",
+        "SORT {srt}l GET",
+        "SORT_RO {srt}l GET # STORE {srt}dst",
+    ];
+    let through_proxy = proxy_matches_redis(&lines);
+    assert!(
+        through_proxy.contains("*5\r\n$1\r\n2\r\n$2\r\n20\r\n$2\r\n10\r\n$1\r\n3\r\n$1\r\n1\r\n"),
+        "numeric order by weights on other masters: {through_proxy:?}"
+    );
+    // A STORE into another slot is a write that cannot be atomic with the read: CROSSSLOT,
+    // as for other multi-key writes across slots.
+    let mut con = proxy().connect();
+    for extra in [&[][..], &["BY", "srtw_*"][..]] {
+        let err = redis::cmd("SORT")
+            .arg("{srt}l")
+            .arg(extra)
+            .arg("STORE")
+            .arg("srt:elsewhere")
+            .query::<i64>(&mut con)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("hash to the same slot"),
+            "{extra:?}: {err}"
+        );
+    }
+}
+
+/// In RESP3 a missing GET value is RESP3's null, as Redis sends it.
+#[test]
+fn sort_get_values_are_resp3_nulls_in_resp3() {
+    let server = Standalone::start();
+    let mut replies = Vec::new();
+    for addr in [proxy().addr(), server.addr()] {
+        let mut raw = common::Raw::connect(addr);
+        raw.call(&["HELLO", "3"]);
+        raw.call(&["DEL", "srt3:l", "srt3o_1"]);
+        raw.call(&["RPUSH", "srt3:l", "1", "2"]);
+        raw.call(&["SET", "srt3o_1", "one"]);
+        replies.push(raw.call(&["SORT", "srt3:l", "GET", "srt3o_*"]));
+    }
+    assert_eq!(replies[0], "*2\r\n$3\r\none\r\n_\r\n");
+    assert_eq!(replies[0], replies[1]);
+}

@@ -116,11 +116,11 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 Some(request) => Ok(Some(request)),
                 None => decoder.decode(&mut input),
             };
-            let blocks = matches!(&decoded, Ok(Some(request)) if may_block(request, &live));
+            let alone = matches!(&decoded, Ok(Some(request)) if runs_alone(request, &live));
             match decoded {
                 Ok(Some(request))
                     if !in_flight.is_empty()
-                        && (blocks || Transaction::is_sequence_point(&request)) =>
+                        && (alone || Transaction::is_sequence_point(&request)) =>
                 {
                     held = Some(request);
                     break;
@@ -198,7 +198,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         continue;
                     }
                     let user = user.map(|user| &**user);
-                    sequence_point = blocks;
+                    sequence_point = alone;
                     match proxy.route(&request, state.proto, user) {
                         Route::Direct(direct) => {
                             if direct.writes {
@@ -331,16 +331,23 @@ impl<'a> ShownSubscriptions<'a> {
     }
 }
 
-/// Whether `request` may wait for data on its own backend connection (BLPOP, BZPOPMIN,
-/// XREAD with BLOCK, WAITAOF...). Only names starting with b, x or w are looked up.
-fn may_block(request: &crate::protocol::Request, live: &Live) -> bool {
-    let first = request.name().first().map(u8::to_ascii_lowercase);
-    matches!(first, Some(b'b' | b'x' | b'w'))
-        && live
+/// Whether `request` is a sequence point of its own: it may wait for data on its own
+/// backend connection (BLPOP, BZPOPMIN, XREAD with BLOCK, WAITAOF...; only names starting
+/// with b, x or w are looked up), or it is a SORT the proxy runs in steps (its lookups
+/// and STORE must not overtake, or be overtaken by, the requests around it).
+fn runs_alone(request: &crate::protocol::Request, live: &Live) -> bool {
+    let name = request.name();
+    match name.first().map(u8::to_ascii_lowercase) {
+        Some(b'b' | b'x' | b'w') => live
             .proxy()
             .commands
             .lookup(&request.args)
-            .is_some_and(|spec| spec.blocks(&request.args))
+            .is_some_and(|spec| spec.blocks(&request.args)),
+        Some(b's') if name.len() == 4 || name.len() == 7 => {
+            crate::dispatch::sort_runs_in_steps(&request.args)
+        }
+        _ => false,
+    }
 }
 
 /// Waits until `deadline`; never returns for `None` (the caller guards the branch anyway).

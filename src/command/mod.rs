@@ -14,7 +14,7 @@ mod keys;
 mod name_hash;
 mod parse;
 mod table;
-mod value;
+pub(crate) mod value;
 
 pub use getkeys::GetKeysProc;
 pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyList, KeyPos, KeySpec};

@@ -14,6 +14,7 @@ mod multikey;
 mod pinned;
 mod replication;
 mod scripts;
+mod sort;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -62,6 +63,18 @@ pub struct Proxy {
     pub auth: crate::auth::Auth,
     /// Commands the proxy refuses.
     pub policy: crate::policy::Policy,
+}
+
+/// Whether `args` is a SORT or SORT_RO the proxy runs in several steps (BY or GET
+/// patterns, STORE into another slot): the session runs it alone, as a sequence point.
+pub fn sort_runs_in_steps(args: &[Bytes]) -> bool {
+    let name = args[0].to_ascii_lowercase();
+    let name = match name.as_slice() {
+        b"sort" => "sort",
+        b"sort_ro" => "sort_ro",
+        _ => return false,
+    };
+    matches!(sort::SortRequest::classify(name, args), Some(Ok(_)))
 }
 
 /// A request the client session may send straight to the master of its slot, batched
@@ -120,6 +133,8 @@ fn forwards_as_is(spec: &CommandSpec) -> bool {
         && !asks_about_a_slot(spec)
         && scripts::Run::of(spec).is_none()
         && !spec.may_block()
+        // SORT's patterns decide (see `sort::SortRequest::classify`).
+        && !matches!(spec.name.as_str(), "sort" | "sort_ro")
 }
 
 /// Shard-channel publishing (routed by channel) and subscriptions (client connections only).
@@ -185,6 +200,8 @@ enum Plan {
     ScriptAdmin(scripts::Admin),
     /// EVAL/EVALSHA routed by key, with script bodies remembered and reloaded.
     Script(scripts::Run, Target),
+    /// SORT with BY/GET patterns or a STORE into another slot.
+    Sort(Box<sort::SortRequest>),
 }
 
 impl Proxy {
@@ -408,6 +425,7 @@ impl Proxy {
             Plan::Script(run, target) => {
                 Box::pin(self.run_script(run, target, &request, proto)).await
             }
+            Plan::Sort(sort) => Box::pin(self.sort(&sort, proto)).await,
         }
     }
 
@@ -418,6 +436,12 @@ impl Proxy {
         };
         if !spec.arity_ok(args.len()) {
             return Plan::Answer(reply::wrong_arity(&spec.name));
+        }
+        if let Some(sort) = sort::SortRequest::classify(&spec.name, args) {
+            return match sort {
+                Ok(sort) => Plan::Sort(sort),
+                Err(refusal) => Plan::Answer(refusal),
+            };
         }
         if let Some(local) = emulate::Local::classify(spec, args) {
             return Plan::Emulate(local);

@@ -1,0 +1,638 @@
+//! SORT and SORT_RO with what a cluster node refuses: BY and GET patterns. A single Redis
+//! looks the pattern keys up in its one keyspace; through the proxy they live on any
+//! master. (A STORE into another slot than the sorted key's stays `-CROSSSLOT`.)
+//!
+//! The order stays Redis's own wherever it can: without a BY pattern the key's master runs
+//! the SORT (its numeric parsing, collation, LIMIT and DESC) with the patterns and STORE
+//! taken out, and the proxy only looks up the GET values. With a BY pattern the master
+//! lists the elements (`BY nosort`), the proxy fetches every weight from its master and
+//! sorts as Redis's `sortCompare` does (numeric by `strtod`, ties by the element's bytes;
+//! ALPHA by the weight's bytes, missing weights first). STORE writes the result with one
+//! script on the key's master (DEL, then RPUSH), so readers never see it half written.
+//!
+//! Limits: pattern keys are looked up by the names the patterns form (a layout does not
+//! rewrite them), and the steps are not atomic together as on one Redis: another client's
+//! write between the listing and the lookups can show (the client's own pipeline cannot:
+//! the session runs such a SORT alone).
+
+use std::cmp::Ordering;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::command::value::{decode_reply, Value};
+use crate::protocol::{encode, parse_i64, Proto};
+use crate::reply;
+use crate::route::key_slot;
+
+use super::{Proxy, Target};
+
+/// Stores a list in one step: `KEYS[1]` deleted, then the arguments pushed in chunks (Lua's
+/// `unpack` takes a bounded number of values); answers the length.
+const STORE_SCRIPT: &str = "redis.call('DEL', KEYS[1]) \
+    local n = #ARGV \
+    for i = 1, n, 1000 do \
+        redis.call('RPUSH', KEYS[1], unpack(ARGV, i, math.min(i + 999, n))) \
+    end \
+    return n";
+
+/// A SORT request, parsed as Redis's `sortCommandGeneric` parses it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortRequest {
+    key: Bytes,
+    by: Option<Bytes>,
+    /// LIMIT offset count, as given (default 0, -1).
+    limit: Option<(Bytes, Bytes)>,
+    gets: Vec<Bytes>,
+    desc: bool,
+    alpha: bool,
+    store: Option<Bytes>,
+}
+
+/// What to look up for one element under a pattern.
+enum Lookup {
+    /// `#`: the element itself.
+    Element,
+    /// A string key.
+    Key(Vec<u8>),
+    /// A hash field (`pattern->field`).
+    Field(Vec<u8>, Vec<u8>),
+    /// A pattern without `*`: never anything.
+    Nothing,
+}
+
+impl SortRequest {
+    /// The request when `name` is SORT or SORT_RO with patterns a cluster node refuses;
+    /// `Err` for arguments Redis refuses (its own errors); `None` for everything else.
+    pub fn classify(name: &str, args: &[Bytes]) -> Option<Result<Box<SortRequest>, Bytes>> {
+        let readonly = match name {
+            "sort" => false,
+            "sort_ro" => true,
+            _ => return None,
+        };
+        match SortRequest::parse(args, readonly) {
+            Ok(sort) if sort.needs_proxy() => Some(Ok(Box::new(sort))),
+            Ok(_) => None,
+            Err(error) => Some(Err(error)),
+        }
+    }
+
+    fn parse(args: &[Bytes], readonly: bool) -> Result<SortRequest, Bytes> {
+        let mut sort = SortRequest {
+            key: args[1].clone(),
+            by: None,
+            limit: None,
+            gets: Vec::new(),
+            desc: false,
+            alpha: false,
+            store: None,
+        };
+        let mut j = 2;
+        while j < args.len() {
+            let left = args.len() - j - 1;
+            let option = args[j].to_ascii_lowercase();
+            match option.as_slice() {
+                b"asc" => sort.desc = false,
+                b"desc" => sort.desc = true,
+                b"alpha" => sort.alpha = true,
+                b"limit" if left >= 2 => {
+                    if parse_i64(&args[j + 1]).is_none() || parse_i64(&args[j + 2]).is_none() {
+                        return Err(reply::error("ERR value is not an integer or out of range"));
+                    }
+                    sort.limit = Some((args[j + 1].clone(), args[j + 2].clone()));
+                    j += 2;
+                }
+                b"store" if !readonly && left >= 1 => {
+                    sort.store = Some(args[j + 1].clone());
+                    j += 1;
+                }
+                b"by" if left >= 1 => {
+                    sort.by = Some(args[j + 1].clone());
+                    j += 1;
+                }
+                b"get" if left >= 1 => {
+                    sort.gets.push(args[j + 1].clone());
+                    j += 1;
+                }
+                _ => return Err(reply::error(reply::text::SYNTAX)),
+            }
+            j += 1;
+        }
+        Ok(sort)
+    }
+
+    /// A BY pattern with `*`: weights are looked up (a constant BY means "do not sort").
+    fn by_pattern(&self) -> Option<&Bytes> {
+        self.by.as_ref().filter(|by| by.contains(&b'*'))
+    }
+
+    /// Patterns to look up, and a STORE (if any) in the key's own slot: a STORE into
+    /// another slot is a write that cannot be atomic with the read, so the planner answers
+    /// it `-CROSSSLOT` as for other such multi-key writes.
+    fn needs_proxy(&self) -> bool {
+        let stores_elsewhere = self
+            .store
+            .as_ref()
+            .is_some_and(|store| key_slot(store) != key_slot(&self.key));
+        !stores_elsewhere && (!self.gets.is_empty() || self.by_pattern().is_some())
+    }
+
+    /// The SORT the key's master runs: the order and LIMIT when there is no BY pattern,
+    /// else just the elements (BY nosort) for the proxy to sort.
+    fn node_request(&self, force_alpha: bool) -> Bytes {
+        let mut args: Vec<&[u8]> = vec![b"SORT", &self.key];
+        if self.by_pattern().is_some() {
+            args.extend_from_slice(&[b"BY", b"nosort"]);
+            return encode::encode_request(&args);
+        }
+        if let Some(by) = &self.by {
+            if !force_alpha {
+                args.extend_from_slice(&[b"BY", by]);
+            }
+        }
+        if let Some((offset, count)) = &self.limit {
+            args.extend_from_slice(&[b"LIMIT", offset, count]);
+        }
+        if self.desc {
+            args.push(b"DESC");
+        }
+        if self.alpha || force_alpha {
+            args.push(b"ALPHA");
+        }
+        encode::encode_request(&args)
+    }
+}
+
+impl Proxy {
+    /// Runs `sort` (see the module documentation).
+    pub(super) async fn sort(&self, sort: &SortRequest, proto: Proto) -> Bytes {
+        let key_target = Target::Slot(key_slot(&sort.key));
+        // As Redis: a constant BY on a set sorts ALPHA when storing, so what is stored
+        // does not depend on the set's internal order.
+        let force_alpha = sort.by.is_some()
+            && sort.by_pattern().is_none()
+            && sort.store.is_some()
+            && self.key_type(&sort.key).await == "set";
+        let listed = self
+            .forward(key_target, sort.node_request(force_alpha), Proto::Resp2)
+            .await;
+        let mut elements = match bulk_strings(&listed) {
+            Ok(elements) => elements.into_iter().flatten().collect::<Vec<_>>(),
+            Err(error) => return error,
+        };
+        if let Some(by) = sort.by_pattern() {
+            let weights = match self.look_up(by, &elements).await {
+                Ok(weights) => weights,
+                Err(error) => return error,
+            };
+            elements = match order_by_weights(sort, elements, weights) {
+                Ok(elements) => elements,
+                Err(error) => return error,
+            };
+            let (start, end) = limit_range(sort.limit.as_ref(), elements.len());
+            elements = elements.get(start..end).unwrap_or_default().to_vec();
+        }
+        let output = if sort.gets.is_empty() {
+            elements.into_iter().map(Some).collect()
+        } else {
+            let mut columns = Vec::with_capacity(sort.gets.len());
+            for get in &sort.gets {
+                match self.look_up(get, &elements).await {
+                    Ok(values) => columns.push(values),
+                    Err(error) => return error,
+                }
+            }
+            (0..elements.len())
+                .flat_map(|row| columns.iter().map(move |column| column[row].clone()))
+                .collect()
+        };
+        match &sort.store {
+            Some(destination) => self.store(destination, output).await,
+            None => {
+                let mut out = BytesMut::new();
+                encode::array_header(&mut out, output.len());
+                for value in output {
+                    match value {
+                        Some(value) => encode::bulk(&mut out, &value),
+                        None => encode::null(&mut out, proto),
+                    }
+                }
+                out.freeze()
+            }
+        }
+    }
+
+    async fn key_type(&self, key: &Bytes) -> String {
+        let request = encode::encode_request(&[b"TYPE", key]);
+        let reply = self
+            .forward(Target::Slot(key_slot(key)), request, Proto::Resp2)
+            .await;
+        String::from_utf8_lossy(reply.strip_prefix(b"+").unwrap_or_default())
+            .trim_end()
+            .to_owned()
+    }
+
+    /// `pattern` looked up for every element, on the masters of the keys it forms: the
+    /// value, or `None` for a missing key or field or a key of another type (as Redis).
+    async fn look_up(
+        &self,
+        pattern: &[u8],
+        elements: &[Bytes],
+    ) -> Result<Vec<Option<Bytes>>, Bytes> {
+        let lookups: Vec<Lookup> = elements.iter().map(|e| lookup(pattern, e)).collect();
+        let asked: Vec<usize> = (0..lookups.len())
+            .filter(|&i| matches!(lookups[i], Lookup::Key(_) | Lookup::Field(..)))
+            .collect();
+        let slots: Vec<u16> = asked
+            .iter()
+            .map(|&i| match &lookups[i] {
+                Lookup::Key(key) | Lookup::Field(key, _) => key_slot(key),
+                Lookup::Element | Lookup::Nothing => unreachable!("only keys are asked"),
+            })
+            .collect();
+        let frame = |n: usize, out: &mut BytesMut| {
+            let request = match &lookups[asked[n]] {
+                Lookup::Key(key) => encode::encode_request(&[b"GET", key]),
+                Lookup::Field(key, field) => encode::encode_request(&[b"HGET", key, field]),
+                Lookup::Element | Lookup::Nothing => unreachable!("only keys are asked"),
+            };
+            out.extend_from_slice(&request);
+        };
+        let replies = self
+            .forward_each(&slots, frame, asked.len() * 32, Proto::Resp2)
+            .await;
+        let mut values: Vec<Option<Bytes>> = lookups
+            .iter()
+            .zip(elements)
+            .map(|(lookup, element)| matches!(lookup, Lookup::Element).then(|| element.clone()))
+            .collect();
+        for (&i, reply) in asked.iter().zip(replies) {
+            values[i] = match reply.first() {
+                Some(b'$') => bulk_strings(&array_of_one(&reply))?.pop().flatten(),
+                Some(b'-') if reply.starts_with(b"-WRONGTYPE") => None,
+                _ => return Err(reply),
+            };
+        }
+        Ok(values)
+    }
+
+    /// Replaces `destination` with the list `values` (missing values stored empty, as
+    /// Redis does) and answers its length.
+    async fn store(&self, destination: &Bytes, values: Vec<Option<Bytes>>) -> Bytes {
+        let mut args: Vec<&[u8]> = vec![b"EVAL", STORE_SCRIPT.as_bytes(), b"1", destination];
+        args.extend(values.iter().map(|v| v.as_deref().unwrap_or_default()));
+        let request = encode::encode_request(&args);
+        self.forward(Target::Slot(key_slot(destination)), request, Proto::Resp2)
+            .await
+    }
+}
+
+/// What `pattern` names for `element`, as Redis's `lookupKeyByPattern`: `#` is the element,
+/// the first `*` is replaced by it, and `->field` after the `*` names a hash field.
+fn lookup(pattern: &[u8], element: &[u8]) -> Lookup {
+    if pattern == b"#" {
+        return Lookup::Element;
+    }
+    let Some(star) = pattern.iter().position(|&b| b == b'*') else {
+        return Lookup::Nothing;
+    };
+    let after = &pattern[star + 1..];
+    let arrow = after
+        .windows(2)
+        .position(|w| w == b"->")
+        .filter(|&at| at + 2 < after.len());
+    let (postfix, field) = match arrow {
+        Some(at) => (&after[..at], Some(&after[at + 2..])),
+        None => (after, None),
+    };
+    let key = [&pattern[..star], element, postfix].concat();
+    match field {
+        Some(field) => Lookup::Field(key, field.to_vec()),
+        None => Lookup::Key(key),
+    }
+}
+
+/// The elements in Redis's order for a BY pattern: numeric by weight (a missing weight is
+/// 0; equal weights by the elements' bytes), or with ALPHA by the weights' bytes (missing
+/// ones first; the C locale's `strcoll`, which stops at a NUL, unless storing).
+fn order_by_weights(
+    sort: &SortRequest,
+    elements: Vec<Bytes>,
+    weights: Vec<Option<Bytes>>,
+) -> Result<Vec<Bytes>, Bytes> {
+    let mut rows: Vec<(Bytes, f64, Option<Bytes>)> = Vec::with_capacity(elements.len());
+    for (element, weight) in elements.into_iter().zip(weights) {
+        let score = match (&weight, sort.alpha) {
+            (Some(weight), false) => strtod_whole(weight).ok_or_else(|| {
+                reply::error("ERR One or more scores can't be converted into double")
+            })?,
+            _ => 0.0,
+        };
+        rows.push((element, score, weight));
+    }
+    let storing = sort.store.is_some();
+    rows.sort_by(|a, b| {
+        let order = if sort.alpha {
+            match (&a.2, &b.2) {
+                (None, None) => Ordering::Equal,
+                (None, Some(_)) => Ordering::Less,
+                (Some(_), None) => Ordering::Greater,
+                (Some(x), Some(y)) if storing => x.cmp(y),
+                (Some(x), Some(y)) => until_nul(x).cmp(until_nul(y)),
+            }
+        } else {
+            a.1.partial_cmp(&b.1)
+                .unwrap_or(Ordering::Equal)
+                .then_with(|| a.0.cmp(&b.0))
+        };
+        if sort.desc {
+            order.reverse()
+        } else {
+            order
+        }
+    });
+    Ok(rows.into_iter().map(|row| row.0).collect())
+}
+
+fn until_nul(text: &[u8]) -> &[u8] {
+    text.split(|&b| b == 0).next().unwrap_or_default()
+}
+
+/// The slice `LIMIT offset count` selects of `len` sorted elements (Redis 7.0's clamping).
+fn limit_range(limit: Option<&(Bytes, Bytes)>, len: usize) -> (usize, usize) {
+    let (offset, count) = limit
+        .and_then(|(offset, count)| Some((parse_i64(offset)?, parse_i64(count)?)))
+        .unwrap_or((0, -1));
+    let len = len as i64;
+    let mut start = offset.clamp(0, len);
+    let count = count.clamp(-1, len);
+    let mut end = if count < 0 {
+        len - 1
+    } else {
+        start + count - 1
+    };
+    if start >= len {
+        start = len - 1;
+        end = len - 2;
+    }
+    end = end.min(len - 1);
+    if end < start {
+        return (0, 0);
+    }
+    (start as usize, end as usize + 1)
+}
+
+/// A weight as Redis's numeric SORT reads it with `strtod`: the whole text must be a
+/// number (white space only before it), not NaN and within range; the empty text is 0.
+fn strtod_whole(text: &[u8]) -> Option<f64> {
+    if text.is_empty() {
+        return Some(0.0);
+    }
+    let text = std::str::from_utf8(text).ok()?;
+    let number = text.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (negative, unsigned) = match number.as_bytes().first()? {
+        b'-' => (true, &number[1..]),
+        b'+' => (false, &number[1..]),
+        _ => (false, number),
+    };
+    let lower = unsigned.to_ascii_lowercase();
+    let magnitude = if lower == "inf" || lower == "infinity" {
+        f64::INFINITY
+    } else if let Some(hex) = lower.strip_prefix("0x") {
+        parse_hex(hex)?
+    } else {
+        // Rust's grammar is strtod's decimal one, but for the words handled above.
+        if !unsigned.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+            return None;
+        }
+        let value: f64 = unsigned.parse().ok()?;
+        let has_nonzero_digit = unsigned
+            .split(['e', 'E'])
+            .next()
+            .is_some_and(|mantissa| mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)));
+        // strtod reports ERANGE on overflow and underflow; Redis refuses both.
+        if value.is_infinite() || (has_nonzero_digit && (value == 0.0 || value.is_subnormal())) {
+            return None;
+        }
+        value
+    };
+    Some(if negative { -magnitude } else { magnitude })
+}
+
+/// A hexadecimal float after its `0x` (digits, an optional fraction, an optional binary
+/// exponent `p`), as strtod reads it.
+fn parse_hex(text: &str) -> Option<f64> {
+    let (mantissa, exponent) = match text.split_once('p') {
+        Some((mantissa, exponent)) => (mantissa, exponent.parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if whole.is_empty() && fraction.is_empty() {
+        return None;
+    }
+    let mut value = 0f64;
+    for digit in whole.chars() {
+        value = value * 16.0 + f64::from(digit.to_digit(16)?);
+    }
+    let mut scale = 1.0 / 16.0;
+    for digit in fraction.chars() {
+        value += f64::from(digit.to_digit(16)?) * scale;
+        scale /= 16.0;
+    }
+    let value = value * 2f64.powi(exponent);
+    value.is_finite().then_some(value)
+}
+
+/// The elements of an array of bulk strings (nil elements as `None`); an error frame is
+/// returned as the error.
+fn bulk_strings(frame: &Bytes) -> Result<Vec<Option<Bytes>>, Bytes> {
+    if frame.first() == Some(&b'-') {
+        return Err(frame.clone());
+    }
+    let unexpected = || reply::error("ERR proxy: unexpected reply to SORT");
+    let Ok(Value::List(items)) = decode_reply(frame) else {
+        return Err(unexpected());
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Value::Text(text) => Ok(Some(Bytes::from(text))),
+            Value::Null => Ok(None),
+            _ => Err(unexpected()),
+        })
+        .collect()
+}
+
+/// A single reply as a one-element array, so [`bulk_strings`] reads it.
+fn array_of_one(reply: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(reply.len() + 4);
+    encode::array_header(&mut out, 1);
+    out.extend_from_slice(reply);
+    out.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<Bytes> {
+        line.split(' ')
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect()
+    }
+
+    fn classify(line: &str) -> Option<Result<Box<SortRequest>, Bytes>> {
+        let args = args(line);
+        let name = String::from_utf8(args[0].to_ascii_lowercase()).unwrap();
+        SortRequest::classify(&name, &args)
+    }
+
+    #[test]
+    fn only_what_a_node_refuses_is_taken_over() {
+        for line in [
+            "SORT l",
+            "SORT l LIMIT 0 5 DESC ALPHA",
+            "SORT l BY nosort",
+            "SORT {t}l STORE {t}dst",
+            "SORT {t}l STORE other",
+            "SORT {t}l BY w_* STORE other",
+            "GET l",
+        ] {
+            assert!(classify(line).is_none(), "{line}");
+        }
+        for line in [
+            "SORT l BY w_*",
+            "SORT l GET #",
+            "SORT l BY nosort GET o_*",
+            "SORT {t}l BY w_* GET # STORE {t}dst",
+            "SORT_RO l GET #",
+        ] {
+            assert!(matches!(classify(line), Some(Ok(_))), "{line}");
+        }
+    }
+
+    #[test]
+    fn arguments_are_refused_as_redis_refuses_them() {
+        let error = |line: &str| match classify(line) {
+            Some(Err(error)) => String::from_utf8(error.to_vec()).unwrap(),
+            other => panic!("{line}: {other:?}"),
+        };
+        assert_eq!(
+            error("SORT l GET # LIMIT 0 x"),
+            "-ERR value is not an integer or out of range\r\n"
+        );
+        assert_eq!(error("SORT l GET # BOGUS"), "-ERR syntax error\r\n");
+        assert_eq!(error("SORT l BY w_* LIMIT 1"), "-ERR syntax error\r\n");
+        assert_eq!(error("SORT_RO l GET # STORE d"), "-ERR syntax error\r\n");
+        // A syntax error of a request a node would answer is answered the same way here.
+        assert_eq!(error("SORT l BOGUS"), "-ERR syntax error\r\n");
+    }
+
+    #[test]
+    fn patterns_name_keys_and_fields_as_redis_does() {
+        let key = |pattern: &str| match lookup(pattern.as_bytes(), b"7") {
+            Lookup::Key(key) => format!("key {}", String::from_utf8(key).unwrap()),
+            Lookup::Field(key, field) => format!(
+                "field {} {}",
+                String::from_utf8(key).unwrap(),
+                String::from_utf8(field).unwrap()
+            ),
+            Lookup::Element => "element".into(),
+            Lookup::Nothing => "nothing".into(),
+        };
+        assert_eq!(key("#"), "element");
+        assert_eq!(key("w_*"), "key w_7");
+        assert_eq!(key("{t}w_*_x"), "key {t}w_7_x");
+        assert_eq!(key("h_*->f"), "field h_7 f");
+        assert_eq!(key("h_*->"), "key h_7->");
+        assert_eq!(key("h->x_*"), "key h->x_7");
+        assert_eq!(key("a*b*"), "key a7b*");
+        assert_eq!(key("const"), "nothing");
+    }
+
+    #[test]
+    fn weights_parse_as_strtod_does() {
+        for (text, want) in [
+            ("", Some(0.0)),
+            ("3", Some(3.0)),
+            ("-2.5", Some(-2.5)),
+            ("  7", Some(7.0)),
+            ("+1e3", Some(1000.0)),
+            (".5", Some(0.5)),
+            ("5.", Some(5.0)),
+            ("inf", Some(f64::INFINITY)),
+            ("-Infinity", Some(f64::NEG_INFINITY)),
+            ("0x1A", Some(26.0)),
+            ("0x1.8p1", Some(3.0)),
+            ("0e5", Some(0.0)),
+            ("nan", None),
+            ("7 ", None),
+            ("   ", None),
+            ("abc", None),
+            ("1e400", None),
+            ("1e-400", None),
+            ("0x", None),
+            ("1,5", None),
+        ] {
+            assert_eq!(strtod_whole(text.as_bytes()), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn limit_clamps_as_redis_7_0() {
+        let range = |offset: &str, count: &str, len| {
+            let limit = (
+                Bytes::from(offset.to_owned()),
+                Bytes::from(count.to_owned()),
+            );
+            limit_range(Some(&limit), len)
+        };
+        assert_eq!(limit_range(None, 5), (0, 5));
+        assert_eq!(range("1", "2", 5), (1, 3));
+        assert_eq!(range("-3", "2", 5), (0, 2));
+        assert_eq!(range("3", "-1", 5), (3, 5));
+        assert_eq!(range("3", "100", 5), (3, 5));
+        assert_eq!(range("5", "1", 5), (0, 0));
+        assert_eq!(range("0", "0", 5), (0, 0));
+        assert_eq!(range("0", "1", 0), (0, 0));
+    }
+
+    #[test]
+    fn numeric_order_breaks_ties_by_element_and_alpha_puts_missing_first() {
+        let sort = |line: &str, weights: &[Option<&str>]| {
+            let request = SortRequest::parse(&args(line), false).unwrap();
+            let elements: Vec<Bytes> = ["b", "a", "c"].iter().map(|e| Bytes::from(*e)).collect();
+            let weights = weights
+                .iter()
+                .map(|w| w.map(|w| Bytes::from(w.to_owned())))
+                .collect();
+            let sorted = order_by_weights(&request, elements, weights).unwrap();
+            sorted
+                .iter()
+                .map(|e| std::str::from_utf8(e).unwrap().to_owned())
+                .collect::<Vec<_>>()
+                .join("")
+        };
+        assert_eq!(
+            sort("SORT l BY w_*", &[Some("1"), Some("1"), Some("0")]),
+            "cab"
+        );
+        assert_eq!(
+            sort("SORT l BY w_* DESC", &[Some("1"), Some("1"), None]),
+            "bac"
+        );
+        assert_eq!(
+            sort("SORT l BY w_* ALPHA", &[Some("y"), None, Some("x")]),
+            "acb"
+        );
+        let request = SortRequest::parse(&args("SORT l BY w_*"), false).unwrap();
+        let refused = order_by_weights(
+            &request,
+            vec![Bytes::from("a")],
+            vec![Some(Bytes::from("x"))],
+        );
+        assert_eq!(
+            refused.unwrap_err(),
+            reply::error("ERR One or more scores can't be converted into double")
+        );
+    }
+}
