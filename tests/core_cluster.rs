@@ -833,3 +833,41 @@ fn sort_get_values_are_resp3_nulls_in_resp3() {
     assert_eq!(replies[0], "*2\r\n$3\r\none\r\n_\r\n");
     assert_eq!(replies[0], replies[1]);
 }
+
+/// Clients that turn client-side caching off (or ask about it) get Redis's answers; the
+/// proxy never tracks, so turning it on is refused with a reason.
+#[test]
+fn client_tracking_off_caching_and_unpause_match_redis() {
+    let lines = [
+        "CLIENT TRACKING off",
+        "CLIENT TRACKING OFF BCAST PREFIX a: PREFIX b: OPTIN OPTOUT NOLOOP",
+        "CLIENT TRACKING off REDIRECT 99999999",
+        "CLIENT TRACKING off REDIRECT x",
+        "CLIENT TRACKING off REDIRECT",
+        "CLIENT TRACKING off BOGUS",
+        "CLIENT TRACKING maybe",
+        "CLIENT TRACKING",
+        "CLIENT TRACKINGINFO",
+        "CLIENT TRACKINGINFO x",
+        "CLIENT CACHING yes",
+        "CLIENT CACHING",
+        "CLIENT UNPAUSE",
+        "CLIENT UNPAUSE x",
+    ];
+    let through_proxy = proxy_matches_redis(&lines);
+    assert!(
+        through_proxy.starts_with("+OK\r\n+OK\r\n-ERR The client ID"),
+        "{through_proxy:?}"
+    );
+    let mut con = proxy().connect();
+    let err = redis::cmd("CLIENT")
+        .arg("TRACKING")
+        .arg("ON")
+        .query::<String>(&mut con)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("CLIENT TRACKING ON is not supported"),
+        "{err}"
+    );
+}

@@ -335,9 +335,20 @@ fn client(
         (b"list", _) => list(state.proto, registry, args),
         (b"kill", 3..) => return kill(state, registry, auth, args),
         (b"help", 2) => help(),
-        (b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"kill" | b"help", _) => {
-            reply::wrong_arity(&format!("client|{}", String::from_utf8_lossy(&sub)))
-        }
+        (b"tracking", 3..) => tracking(registry, args),
+        (b"trackinginfo", 2) => tracking_info(state.proto),
+        // Tracking is never on, so this is Redis's answer whatever the argument.
+        (b"caching", 3) => reply::error(
+            "ERR CLIENT CACHING can be called only when the client is in tracking mode with \
+             OPTIN or OPTOUT mode enabled",
+        ),
+        // The proxy never pauses its clients: nothing to resume.
+        (b"unpause", 2) => ok(),
+        (
+            b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"kill" | b"help"
+            | b"tracking" | b"trackinginfo" | b"caching" | b"unpause",
+            _,
+        ) => reply::wrong_arity(&format!("client|{}", String::from_utf8_lossy(&sub))),
         (b"no-evict" | b"no-touch", 3) => match args[2].to_ascii_lowercase().as_slice() {
             b"on" | b"off" => ok(),
             _ => reply::error(SYNTAX),
@@ -470,6 +481,58 @@ fn kill_filter(auth: &Auth, options: &[Bytes]) -> Result<KillFilter, Bytes> {
         }
     }
     Ok(filter)
+}
+
+/// CLIENT TRACKING on|off [options]: options are checked as Redis checks them; OFF is
+/// answered OK (tracking is never on), ON is refused: the proxy does not relay the
+/// invalidation messages client-side caching depends on.
+fn tracking(registry: &Registry, args: &[Bytes]) -> Bytes {
+    let mut redirect = false;
+    let mut j = 3;
+    while j < args.len() {
+        let more = j + 1 < args.len();
+        match args[j].to_ascii_lowercase().as_slice() {
+            b"redirect" if more => {
+                j += 1;
+                if redirect {
+                    return reply::error("ERR A client can only redirect to a single other client");
+                }
+                redirect = true;
+                let Some(id) = parse_i64(&args[j]) else {
+                    return reply::error("ERR value is not an integer or out of range");
+                };
+                if !u64::try_from(id).is_ok_and(|id| registry.line(id).is_some()) {
+                    return reply::error("ERR The client ID you want redirect to does not exist");
+                }
+            }
+            b"prefix" if more => j += 1,
+            b"bcast" | b"optin" | b"optout" | b"noloop" => {}
+            _ => return reply::error(SYNTAX),
+        }
+        j += 1;
+    }
+    match args[2].to_ascii_lowercase().as_slice() {
+        b"off" => ok(),
+        b"on" => reply::error(
+            "ERR proxy: CLIENT TRACKING ON is not supported (slotbridge does not relay the \
+             invalidation messages client-side caching needs)",
+        ),
+        _ => reply::error(SYNTAX),
+    }
+}
+
+/// CLIENT TRACKINGINFO of a client that does not track, as Redis answers it.
+fn tracking_info(proto: Proto) -> Bytes {
+    let mut out = BytesMut::new();
+    encode::map_header(&mut out, proto, 3);
+    encode::bulk(&mut out, b"flags");
+    encode::set_header(&mut out, proto, 1);
+    encode::bulk(&mut out, b"off");
+    encode::bulk(&mut out, b"redirect");
+    encode::integer(&mut out, -1);
+    encode::bulk(&mut out, b"prefixes");
+    encode::array_header(&mut out, 0);
+    out.freeze()
 }
 
 /// CLIENT HELP: Redis's text for the subcommands the proxy answers.
