@@ -343,7 +343,9 @@ fn runs_alone(request: &crate::protocol::Request, live: &Live) -> bool {
             .commands
             .lookup(&request.args)
             .is_some_and(|spec| spec.blocks(&request.args)),
-        Some(b's') if name.len() == 4 || name.len() == 7 => {
+        Some(b's')
+            if name.eq_ignore_ascii_case(b"sort") || name.eq_ignore_ascii_case(b"sort_ro") =>
+        {
             crate::dispatch::sort_runs_in_steps(&request.args)
         }
         _ => false,

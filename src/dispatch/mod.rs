@@ -68,11 +68,12 @@ pub struct Proxy {
 /// Whether `args` is a SORT or SORT_RO the proxy runs in several steps (BY or GET
 /// patterns, STORE into another slot): the session runs it alone, as a sequence point.
 pub fn sort_runs_in_steps(args: &[Bytes]) -> bool {
-    let name = args[0].to_ascii_lowercase();
-    let name = match name.as_slice() {
-        b"sort" => "sort",
-        b"sort_ro" => "sort_ro",
-        _ => return false,
+    let name = if args[0].eq_ignore_ascii_case(b"sort") {
+        "sort"
+    } else if args[0].eq_ignore_ascii_case(b"sort_ro") {
+        "sort_ro"
+    } else {
+        return false;
     };
     matches!(sort::SortRequest::classify(name, args), Some(Ok(_)))
 }
