@@ -125,6 +125,8 @@ fn commands_that_span_every_master_are_refused_inside_multi() {
         "RANDOMKEY",
         "INFO keyspace",
         "SCRIPT EXISTS abc",
+        "SORT {txn10}l BY w_*",
+        "SORT_RO {txn10}l GET o_*",
     ] {
         let lines = ["MULTI", "SET {txn10}a 1", command, "EXEC", "GET {txn10}a"];
         let out = transcript(proxy().addr(), &lines);

@@ -6,8 +6,9 @@
 //! - Between MULTI and EXEC/DISCARD nothing reaches a backend: commands are checked
 //!   (existence, arity, `no_multi`, slot) and answered `+QUEUED` here, and any refusal
 //!   flags the transaction so EXEC answers `-EXECABORT`, as Redis does. Commands the
-//!   proxy runs on every master (KEYS, DBSIZE, FLUSHALL, INFO...) are refused: inside
-//!   one node's MULTI they would act on, or see, that node only.
+//!   proxy runs on every master (KEYS, DBSIZE, FLUSHALL, INFO...), or in steps across
+//!   masters (SORT with BY/GET patterns), are refused: inside one node's MULTI they would
+//!   act on, or see, that node only.
 //! - Every key of a transaction (its WATCH included) hashes to one slot, unless
 //!   `cross_slot_transactions: split` lets each slot run its own MULTI/EXEC (never with
 //!   WATCH: watched keys are checked by one node only).
@@ -299,6 +300,12 @@ impl Transaction {
         if Proxy::spans_masters(spec) {
             return Err(reply::error(&format!(
                 "ERR proxy: '{}' is not supported inside MULTI: it runs on every master, which one transaction cannot span",
+                spec.name
+            )));
+        }
+        if crate::dispatch::sort_runs_in_steps(&request.args) {
+            return Err(reply::error(&format!(
+                "ERR proxy: '{}' with BY or GET patterns is not supported inside MULTI: its pattern keys live on other masters, which one transaction cannot span",
                 spec.name
             )));
         }
