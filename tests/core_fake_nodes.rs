@@ -22,7 +22,7 @@ enum Action {
 type Handler = dyn Fn(&[Vec<u8>], usize) -> Action + Send + Sync;
 
 /// A scripted node: answers the proxy's start-up questions (every slot is served by
-/// `owner`), hands everything else to `handler` with a per-node count of such requests,
+/// `owner`; COMMAND and INFO are errors), hands everything else to `handler` with a per-node count of such requests,
 /// and records every request and every raw read.
 struct FakeNode {
     port: u16,
@@ -97,7 +97,11 @@ fn serve(
                 "CLUSTER" if args[1].eq_ignore_ascii_case(b"SLOTS") => {
                     Action::Reply(cluster_slots(*owner.lock().unwrap()))
                 }
-                "CLUSTER" | "COMMAND" => Action::Reply(b"-ERR unknown command\r\n".to_vec()),
+                // Start-up questions with no scripted answer (COMMAND, INFO server): the
+                // proxy falls back to its built-in table and version.
+                "CLUSTER" | "COMMAND" | "INFO" => {
+                    Action::Reply(b"-ERR unknown command\r\n".to_vec())
+                }
                 "ASKING" => Action::Reply(b"+OK\r\n".to_vec()),
                 _ => {
                     let mut count = counter.lock().unwrap();
