@@ -289,6 +289,27 @@ fn shard_channels_on_every_master() {
         let expected = smessage(channel, "s-payload");
         assert_eq!(show(&raw.read_at_least(expected.len())), show(&expected));
     }
+    // PUBSUB asks each shard channel's own master: every subscription is counted and listed.
+    let mut numsub = redis::cmd("PUBSUB");
+    numsub
+        .arg("SHARDNUMSUB")
+        .arg(&channels)
+        .arg("ps:shard:nobody");
+    let counts: std::collections::HashMap<String, i64> = numsub.query(&mut con).unwrap();
+    assert_eq!(counts.len(), channels.len() + 1, "{counts:?}");
+    for channel in &channels {
+        assert_eq!(counts[channel], 1, "{channel}: {counts:?}");
+    }
+    assert_eq!(counts["ps:shard:nobody"], 0);
+    let mut listed: Vec<String> = redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .arg("ps:shard:*")
+        .query(&mut con)
+        .unwrap();
+    listed.sort();
+    let mut want = channels.clone();
+    want.sort();
+    assert_eq!(listed, want);
     // Channels of different slots in one SSUBSCRIBE: refused as Redis does.
     raw.send(&[
         b"SSUBSCRIBE",

@@ -1,5 +1,6 @@
 //! Keyless commands about the whole data set, answered over every master as one server
-//! would answer them: KEYS (concatenated), SCAN (one cursor walking every master in
+//! would answer them: KEYS and PUBSUB SHARDCHANNELS (concatenated), PUBSUB SHARDNUMSUB
+//! (each channel asked of its slot's master), SCAN (one cursor walking every master in
 //! turn), DBSIZE (summed), RANDOMKEY (a master that has keys), and admin broadcasts
 //! (FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT, FUNCTION LOAD/DELETE/FLUSH/RESTORE, the KILLs).
 //!
@@ -38,7 +39,7 @@ use crate::backend::BackendError;
 use crate::command::CommandSpec;
 use crate::protocol::{encode, Proto, Request};
 use crate::reply::{self, merge};
-use crate::route::NodeAddr;
+use crate::route::{key_slot, NodeAddr};
 
 use super::Proxy;
 
@@ -57,7 +58,8 @@ const FINGERPRINT_MASK: u64 = (1 << FINGERPRINT_BITS) - 1;
 /// A command answered from every master.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// KEYS: every master's keys, one array.
+    /// KEYS, PUBSUB SHARDCHANNELS: every master's array, concatenated (each master lists
+    /// only what lives in its own slots).
     Keys,
     /// SCAN: one cursor over every master in turn.
     Scan,
@@ -73,13 +75,17 @@ pub enum Op {
     /// SCRIPT KILL, FUNCTION KILL: sent to every master; `+OK` when any master killed
     /// something, else the first master's error (NOTBUSY).
     AnyOk,
+    /// PUBSUB SHARDNUMSUB: each shard channel asked of the master of its slot, where its
+    /// subscribers are; the pairs in the order asked.
+    ShardNumSub,
 }
 
 impl Op {
     /// Whether `spec` is answered over every master.
     pub fn classify(spec: &CommandSpec) -> Option<Op> {
         Some(match spec.name.as_str() {
-            "keys" => Op::Keys,
+            "keys" | "pubsub|shardchannels" => Op::Keys,
+            "pubsub|shardnumsub" => Op::ShardNumSub,
             "scan" => Op::Scan,
             "dbsize" => Op::DbSize,
             "randomkey" => Op::RandomKey,
@@ -102,7 +108,44 @@ impl Proxy {
             Op::AllOk => self.broadcast_all_ok(request.raw.clone(), proto).await,
             Op::AllSame => self.broadcast_all_same(request.raw.clone(), proto).await,
             Op::AnyOk => self.broadcast_any_ok(request.raw.clone(), proto).await,
+            Op::ShardNumSub => self.shard_numsub(&request.args[2..], proto).await,
         }
+    }
+
+    /// PUBSUB SHARDNUMSUB over the masters of the channels' slots: one request per channel,
+    /// the `channel, count` pairs concatenated in the order asked.
+    async fn shard_numsub(&self, channels: &[Bytes], proto: Proto) -> Bytes {
+        let slots: Vec<u16> = channels.iter().map(|c| key_slot(c)).collect();
+        let frame = |i: usize, out: &mut BytesMut| {
+            out.put_slice(&encode::encode_request(&[
+                b"PUBSUB",
+                b"SHARDNUMSUB",
+                &channels[i],
+            ]));
+        };
+        let replies = self
+            .forward_each(&slots, frame, channels.len() * 48, proto)
+            .await;
+        // Redis 7.0 answers a flat array; later versions a map in RESP3. Keep the nodes' form.
+        let as_map = replies.first().is_some_and(|r| r.starts_with(b"%"));
+        let mut out = BytesMut::new();
+        if as_map {
+            encode::map_header(&mut out, proto, channels.len());
+        } else {
+            encode::array_header(&mut out, channels.len() * 2);
+        }
+        for reply in &replies {
+            let pair = match (reply.split_first(), as_map) {
+                (Some((b'%', _)), true) => map_body(reply).filter(|(n, _)| *n == 1),
+                (Some((b'*', _)), false) => aggregate_body(reply).filter(|(n, _)| *n == 2),
+                _ => None,
+            };
+            match pair {
+                Some((_, pair)) => out.put_slice(pair),
+                None => return reply.clone(),
+            }
+        }
+        out.freeze()
     }
 
     /// The masters of the current snapshot in address order, waiting (within the retry
@@ -334,6 +377,16 @@ fn aggregate_body(frame: &Bytes) -> Option<(usize, &[u8])> {
     }
     let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
     let count: usize = std::str::from_utf8(&frame[1..header_end])
+        .ok()?
+        .parse()
+        .ok()?;
+    Some((count, &frame[header_end + 2..]))
+}
+
+/// A RESP3 map's pair count and the bytes of its pairs.
+fn map_body(frame: &Bytes) -> Option<(usize, &[u8])> {
+    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
+    let count: usize = std::str::from_utf8(frame.get(1..header_end)?)
         .ok()?
         .parse()
         .ok()?;
