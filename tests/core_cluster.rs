@@ -871,3 +871,36 @@ fn client_tracking_off_caching_and_unpause_match_redis() {
         "{err}"
     );
 }
+
+/// CLIENT LIST shows how long a client has been idle and what it ran last, as Redis does:
+/// what an operator looks at to find a stuck or idle bot.
+#[test]
+fn client_list_shows_idle_time_and_last_command_as_redis_does() {
+    let server = Standalone::start();
+    let facts = |addr: &str| {
+        let mut bot = common::Raw::connect(addr);
+        let mut admin = common::Raw::connect(addr);
+        let fresh = admin.call(&["CLIENT", "INFO"]);
+        let bot_id = bot.call(&["CLIENT", "ID"]).trim()[1..].to_string();
+        bot.call(&["GET", "idle:key"]);
+        std::thread::sleep(Duration::from_millis(2100));
+        let line = admin.call(&["CLIENT", "LIST", "ID", &bot_id]);
+        let idle: u64 = line
+            .split(" idle=")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no idle= in {line:?}"));
+        vec![
+            format!("own command shown: {}", fresh.contains(" cmd=client|info ")),
+            format!("bot's last command: {}", line.contains(" cmd=get ")),
+            format!("bot idle 2-3 s: {}", (2..=3).contains(&idle)),
+        ]
+    };
+    let on_proxy = facts(proxy().addr());
+    assert_eq!(on_proxy, facts(server.addr()));
+    assert!(
+        on_proxy.iter().all(|fact| fact.ends_with("true")),
+        "{on_proxy:?}"
+    );
+}

@@ -10,7 +10,7 @@ use crate::dispatch::Proxy;
 use crate::protocol::{encode, parse_i64, Proto, Request};
 use crate::reply;
 
-use super::registry::{ClientType, KillFilter, Registry};
+use super::registry::{ClientType, CommandName, KillFilter, Registry};
 
 /// What a single Redis keeps per connection, as far as the proxy emulates it.
 #[derive(Debug)]
@@ -172,7 +172,7 @@ pub fn answer(
             show_user(state, registry);
             Answer::reply(Bytes::from_static(b"+RESET\r\n"))
         }
-        b"client" if args.len() >= 2 => client(state, registry, auth, args),
+        b"client" if args.len() >= 2 => client(state, registry, proxy, args),
         _ => None,
     }
 }
@@ -312,9 +312,11 @@ fn set_name(state: &mut ConnState, registry: &Registry, name: Bytes) {
 fn client(
     state: &mut ConnState,
     registry: &Registry,
-    auth: &Auth,
+    proxy: &Proxy,
     args: &[Bytes],
 ) -> Option<Answer> {
+    let auth = &proxy.auth;
+    let names = |index: usize| proxy.commands.spec(index).map(|spec| spec.name.as_str());
     let sub = args[1].to_ascii_lowercase();
     let reply = match (sub.as_slice(), args.len()) {
         (b"setname", 3) => {
@@ -331,8 +333,11 @@ fn client(
         },
         (b"id", 2) => encode::integer_frame(state.id as i64),
         (b"setinfo", 4) => ok(),
-        (b"info", 2) => text(state.proto, &registry.line(state.id).unwrap_or_default()),
-        (b"list", _) => list(state.proto, registry, args),
+        (b"info", 2) => text(
+            state.proto,
+            &registry.line(state.id, &names).unwrap_or_default(),
+        ),
+        (b"list", _) => list(state.proto, registry, &names, args),
         (b"kill", 3..) => return kill(state, registry, auth, args),
         (b"help", 2) => help(),
         (b"tracking", 3..) => tracking(registry, args),
@@ -384,12 +389,12 @@ fn text(proto: Proto, text: &str) -> Bytes {
 }
 
 /// CLIENT LIST [TYPE type | ID id ...], with Redis's argument rules and errors.
-fn list(proto: Proto, registry: &Registry, args: &[Bytes]) -> Bytes {
+fn list(proto: Proto, registry: &Registry, names: CommandName<'_>, args: &[Bytes]) -> Bytes {
     let option = args.get(2).map(|option| option.to_ascii_lowercase());
     match (option.as_deref(), args.len()) {
-        (None, _) => text(proto, &registry.list(None)),
+        (None, _) => text(proto, &registry.list(None, names)),
         (Some(b"type"), 4) => match ClientType::parse(&args[3]) {
-            Some(client_type) => text(proto, &registry.list(Some(client_type))),
+            Some(client_type) => text(proto, &registry.list(Some(client_type), names)),
             None => unknown_client_type(&args[3]),
         },
         (Some(b"id"), 4..) => {
@@ -398,7 +403,10 @@ fn list(proto: Proto, registry: &Registry, args: &[Bytes]) -> Bytes {
                 let Some(id) = parse_i64(id) else {
                     return reply::error("ERR Invalid client ID");
                 };
-                if let Some(line) = u64::try_from(id).ok().and_then(|id| registry.line(id)) {
+                if let Some(line) = u64::try_from(id)
+                    .ok()
+                    .and_then(|id| registry.line(id, names))
+                {
                     lines.push_str(&line);
                 }
             }
@@ -501,7 +509,7 @@ fn tracking(registry: &Registry, args: &[Bytes]) -> Bytes {
                 let Some(id) = parse_i64(&args[j]) else {
                     return reply::error("ERR value is not an integer or out of range");
                 };
-                if !u64::try_from(id).is_ok_and(|id| registry.line(id).is_some()) {
+                if !u64::try_from(id).is_ok_and(|id| registry.contains(id)) {
                     return reply::error("ERR The client ID you want redirect to does not exist");
                 }
             }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -27,6 +27,17 @@ pub struct ClientEntry {
     pub subscriptions: Subscriptions,
     /// Woken when CLIENT KILL picks the client.
     kill: Arc<Notify>,
+    /// When it last sent something and what it last ran (`idle=`, `cmd=`).
+    activity: Arc<Activity>,
+}
+
+/// What the session records per read and per command, without locking the registry.
+#[derive(Debug, Default)]
+struct Activity {
+    /// Milliseconds from the client's connect to its last read.
+    last_read_ms: AtomicU64,
+    /// The command-table index of its last command, plus one (0: none yet).
+    last_command: AtomicUsize,
 }
 
 /// How many subscriptions of each kind a client has.
@@ -122,20 +133,25 @@ impl Registry {
     ) -> ClientGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let kill = Arc::new(Notify::new());
+        let activity = Arc::new(Activity::default());
+        let created = Instant::now();
         let entry = ClientEntry {
             addr,
             laddr,
             name: String::new(),
-            created: Instant::now(),
+            created,
             resp: 2,
             user: user.unwrap_or("default").to_owned(),
             subscriptions: Subscriptions::default(),
             kill: kill.clone(),
+            activity: activity.clone(),
         };
         self.lock().insert(id, entry);
         ClientGuard {
             id,
             kill,
+            activity,
+            created,
             registry: self.clone(),
         }
     }
@@ -157,18 +173,26 @@ impl Registry {
         }
     }
 
-    /// One CLIENT LIST / CLIENT INFO line for `id`, in Redis's format.
-    pub fn line(&self, id: u64) -> Option<String> {
-        self.lock().get(&id).map(|entry| format_line(id, entry))
+    /// One CLIENT LIST / CLIENT INFO line for `id`, in Redis's format; `command_name`
+    /// names a command-table index (`cmd=`).
+    pub fn line(&self, id: u64, command_name: CommandName<'_>) -> Option<String> {
+        self.lock()
+            .get(&id)
+            .map(|entry| format_line(id, entry, command_name))
     }
 
     /// CLIENT LIST: one line per client, oldest first; only `client_type`'s when given.
-    pub fn list(&self, client_type: Option<ClientType>) -> String {
+    pub fn list(&self, client_type: Option<ClientType>, command_name: CommandName<'_>) -> String {
         self.lock()
             .iter()
             .filter(|(_, entry)| client_type.is_none_or(|t| t == ClientType::of(entry)))
-            .map(|(id, entry)| format_line(*id, entry))
+            .map(|(id, entry)| format_line(*id, entry, command_name))
             .collect()
+    }
+
+    /// Whether client `id` is connected.
+    pub fn contains(&self, id: u64) -> bool {
+        self.lock().contains_key(&id)
     }
 
     /// CLIENT KILL: ends every client `filter` picks except `caller` (whose connection the
@@ -196,20 +220,33 @@ impl Registry {
     }
 }
 
-fn format_line(id: u64, e: &ClientEntry) -> String {
+/// A command's name (`get`, `client|list`) by its command-table index.
+pub type CommandName<'a> = &'a dyn Fn(usize) -> Option<&'a str>;
+
+fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> String {
     let flags = if ClientType::of(e) == ClientType::PubSub {
         "P"
     } else {
         "N"
     };
+    let age = e.created.elapsed();
+    let last_read =
+        std::time::Duration::from_millis(e.activity.last_read_ms.load(Ordering::Relaxed));
+    let idle = age.saturating_sub(last_read).as_secs();
+    // As Redis before a client's first command.
+    let cmd = match e.activity.last_command.load(Ordering::Relaxed) {
+        0 => None,
+        index => command_name(index - 1),
+    }
+    .unwrap_or("NULL");
     format!(
-        "id={id} addr={} laddr={} fd=-1 name={} age={} idle=0 flags={flags} db=0 sub={} psub={} \
-         ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 \
-         omem=0 tot-mem=0 events=r cmd=client user={} redir=-1 resp={}\n",
+        "id={id} addr={} laddr={} fd=-1 name={} age={} idle={idle} flags={flags} db=0 sub={} \
+         psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 \
+         oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir=-1 resp={}\n",
         e.addr,
         e.laddr,
         e.name,
-        e.created.elapsed().as_secs(),
+        age.as_secs(),
         e.subscriptions.channels,
         e.subscriptions.patterns,
         e.subscriptions.shard_channels,
@@ -224,10 +261,25 @@ pub struct ClientGuard {
     /// The client's id (CLIENT ID).
     pub id: u64,
     kill: Arc<Notify>,
+    activity: Arc<Activity>,
+    created: Instant,
     registry: Arc<Registry>,
 }
 
 impl ClientGuard {
+    /// Records a read from the client at `at` (CLIENT LIST's `idle=`).
+    pub fn read_at(&self, at: Instant) {
+        let ms = at.saturating_duration_since(self.created).as_millis() as u64;
+        self.activity.last_read_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Records the command-table index of the client's latest command (`cmd=`).
+    pub fn ran(&self, command: usize) {
+        self.activity
+            .last_command
+            .store(command + 1, Ordering::Relaxed);
+    }
+
     /// Resolves once CLIENT KILL has picked this client (also when that happened before
     /// the call).
     pub async fn killed(&self) {
@@ -296,18 +348,48 @@ mod tests {
     }
 
     #[test]
+    fn idle_and_cmd_come_from_the_last_read_and_command() {
+        let (registry, a, _b) = registry_with_two();
+        let names = |index: usize| (index == 7).then_some("client|list");
+        let line = registry.line(a.id, &names).unwrap();
+        assert!(
+            line.contains(" idle=0 ") && line.contains(" cmd=NULL "),
+            "{line}"
+        );
+        a.ran(7);
+        a.read_at(Instant::now());
+        let line = registry.line(a.id, &names).unwrap();
+        assert!(
+            line.contains(" idle=0 ") && line.contains(" cmd=client|list "),
+            "{line}"
+        );
+        // A read recorded long before now (the connect) shows as idle time.
+        a.read_at(a.created);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let line = registry.line(a.id, &names).unwrap();
+        assert!(line.contains(" idle=1 "), "{line}");
+    }
+
+    #[test]
     fn clients_with_subscriptions_are_pubsub_clients() {
         let (registry, a, _b) = registry_with_two();
         registry.update(a.id, |e| e.subscriptions.patterns = 1);
-        let listed = registry.list(Some(ClientType::PubSub));
+        let names = |_: usize| None;
+        let listed = registry.list(Some(ClientType::PubSub), &names);
         assert!(listed.starts_with(&format!("id={} ", a.id)), "{listed}");
         assert!(
             listed.contains(" flags=P ") && listed.contains(" psub=1 "),
             "{listed}"
         );
         assert_eq!(listed.lines().count(), 1);
-        assert_eq!(registry.list(Some(ClientType::Normal)).lines().count(), 1);
-        assert_eq!(registry.list(Some(ClientType::Master)), "");
-        assert!(registry.list(None).contains(" user=bot "));
+        assert_eq!(
+            registry
+                .list(Some(ClientType::Normal), &names)
+                .lines()
+                .count(),
+            1
+        );
+        assert_eq!(registry.list(Some(ClientType::Master), &names), "");
+        assert!(registry.list(None, &names).contains(" user=bot "));
     }
 }

@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::auth;
-use crate::dispatch::Route;
+use crate::dispatch::{Proxy, Route};
 use crate::protocol::{Proto, RequestDecoder};
 use crate::reload::Live;
 use crate::reply;
@@ -30,7 +30,7 @@ use crate::reply;
 use super::local::{self, ConnState, ReplyMode};
 use super::pipeline::Pipeline;
 use super::pubsub::{Intercept, PubSub, Relay};
-use super::registry::{Registry, Subscriptions};
+use super::registry::{ClientGuard, Registry, Subscriptions};
 use super::transaction::{Step, Transaction};
 
 const READ_BUFFER: usize = 16 * 1024;
@@ -161,10 +161,12 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     match transaction.handle(proxy, state.proto, &request, user.map(|user| &**user))
                     {
                         Step::Reply(reply) => {
+                            note_command(&guard, proxy, &request);
                             in_flight.push_ready(reply);
                             continue;
                         }
                         Step::Run(run) => {
+                            note_command(&guard, proxy, &request);
                             sequence_point = true;
                             in_flight.push_future(run).await;
                             continue;
@@ -173,18 +175,28 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     }
                     match pubsub.intercept(&request, state.proto, proxy) {
                         Intercept::Reply(reply) => {
+                            note_command(&guard, proxy, &request);
                             subscriptions.update(&pubsub);
                             in_flight.push_ready(reply);
                             continue;
                         }
                         Intercept::Pending(reply) => {
+                            note_command(&guard, proxy, &request);
                             subscriptions.update(&pubsub);
                             in_flight.push_future(reply).await;
                             continue;
                         }
                         Intercept::Pass => {}
                     }
+                    // CLIENT LIST and INFO show the caller's own command as CLIENT's.
+                    let client_command = request.name().eq_ignore_ascii_case(b"client");
+                    if client_command {
+                        note_command(&guard, proxy, &request);
+                    }
                     if let Some(answer) = local::answer(&mut state, &registry, proxy, &request) {
+                        if !client_command {
+                            note_command(&guard, proxy, &request);
+                        }
                         closing |= answer.close;
                         pass_user = None;
                         if request.name().eq_ignore_ascii_case(b"reset") {
@@ -201,6 +213,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     sequence_point = alone;
                     match proxy.route(&request, state.proto, user) {
                         Route::Direct(direct) => {
+                            guard.ran(direct.command);
                             if direct.writes {
                                 transaction.note_write_slot(direct.slot);
                             }
@@ -214,6 +227,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                             );
                         }
                         Route::Planned(command) => {
+                            if let Some(command) = command {
+                                guard.ran(command);
+                            }
                             transaction.note_write(proxy, command, &request.args);
                             let run =
                                 proxy
@@ -282,6 +298,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     Ok(n) => counted.received(n),
                 }
                 last_input = Instant::now();
+                guard.read_at(last_input.into_std());
                 if input.capacity() - input.len() < 1024 {
                     input.reserve(READ_BUFFER);
                 }
@@ -297,6 +314,14 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 break;
             }
         }
+    }
+}
+
+/// Records `request`'s command as the client's latest (CLIENT LIST's `cmd=`), for the
+/// paths that have not looked it up already.
+fn note_command(guard: &ClientGuard, proxy: &Proxy, request: &crate::protocol::Request) {
+    if let Some(command) = proxy.commands.lookup_index(&request.args) {
+        guard.ran(command);
     }
 }
 
