@@ -1,0 +1,316 @@
+//! Commands about the connection itself, answered by the proxy as a single Redis would:
+//! PING, ECHO, QUIT, SELECT, HELLO, AUTH, RESET, READONLY/READWRITE and CLIENT's
+//! connection subcommands. Everything else goes to the dispatcher.
+
+mod client;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::auth::{Auth, User};
+use crate::command::{CommandFlags, CommandTable};
+use crate::dispatch::Proxy;
+use crate::protocol::{encode, parse_i64, Proto, Request};
+use crate::reply;
+
+use super::registry::Registry;
+
+/// What a single Redis keeps per connection, as far as the proxy emulates it.
+#[derive(Debug)]
+pub struct ConnState {
+    pub id: u64,
+    pub proto: Proto,
+    pub name: Option<Bytes>,
+    /// The authenticated user's name; `None` until the client authenticates.
+    pub user: Option<String>,
+    /// Which replies the client is sent (CLIENT REPLY).
+    pub replies: ReplyMode,
+}
+
+/// What CLIENT REPLY set.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    #[default]
+    On,
+    Off,
+    /// The reply to the next command is not sent (SKIP), then replies are on again.
+    SkipNext,
+}
+
+impl ReplyMode {
+    /// Whether the reply to the command starting now is not sent; ends a SKIP. (CLIENT
+    /// REPLY and RESET decide about their own replies instead, see [`sets_reply_mode`].)
+    pub fn mutes(&mut self) -> bool {
+        match *self {
+            ReplyMode::On => false,
+            ReplyMode::Off => true,
+            ReplyMode::SkipNext => {
+                *self = ReplyMode::On;
+                true
+            }
+        }
+    }
+}
+
+/// Whether `request` sets the reply mode (CLIENT REPLY, RESET): its own reply follows the
+/// new mode, not the old one.
+pub fn sets_reply_mode(request: &Request) -> bool {
+    let name = request.name();
+    name.eq_ignore_ascii_case(b"reset")
+        || name.eq_ignore_ascii_case(b"client")
+            && request
+                .args
+                .get(1)
+                .is_some_and(|sub| sub.eq_ignore_ascii_case(b"reply"))
+}
+
+impl ConnState {
+    /// The user a new connection starts as: `default` when it needs no password.
+    pub fn initial_user(auth: &Auth) -> Option<String> {
+        auth.open_default().map(|user| user.name.clone())
+    }
+}
+
+/// Whether a client that has not authenticated may send this command (as Redis: AUTH,
+/// HELLO, QUIT and RESET; everything else gets `-NOAUTH`).
+pub fn allowed_before_auth(request: &Request) -> bool {
+    let name = &request.args[0];
+    [&b"auth"[..], b"hello", b"quit", b"reset"]
+        .iter()
+        .any(|allowed| name.eq_ignore_ascii_case(allowed))
+}
+
+/// The NOPERM reply when `user`'s ACL does not allow `request`. Checked before anything
+/// else looks at the request: the commands answered in this module, transactions and
+/// subscriptions never reach the dispatcher's own check. As in Redis, QUIT and the
+/// commands flagged `no_auth` (AUTH, HELLO, RESET) are open to every user.
+pub fn acl_refusal(commands: &CommandTable, user: &User, request: &Request) -> Option<Bytes> {
+    if user.is_unrestricted() || request.name().eq_ignore_ascii_case(b"quit") {
+        return None;
+    }
+    let spec = commands.lookup(&request.args)?;
+    if spec.flags.has(CommandFlags::NO_AUTH) || user.may_run(spec) {
+        return None;
+    }
+    Some(reply::error(&crate::auth::noperm_command(&spec.name)))
+}
+
+/// A locally answered command: the reply, and whether the connection closes after it.
+pub struct Answer {
+    pub reply: Bytes,
+    pub close: bool,
+    /// The reply is not sent (CLIENT REPLY OFF and SKIP are not answered).
+    pub silent: bool,
+}
+
+impl Answer {
+    fn reply(reply: Bytes) -> Option<Answer> {
+        Some(Answer {
+            reply,
+            close: false,
+            silent: false,
+        })
+    }
+}
+
+/// Answers `request` if it is about the connection; `None` sends it on to the dispatcher.
+pub fn answer(
+    state: &mut ConnState,
+    registry: &Registry,
+    proxy: &Proxy,
+    request: &Request,
+) -> Option<Answer> {
+    let auth = &proxy.auth;
+    let args = &request.args;
+    let mut name = [0u8; 16];
+    let len = args[0].len();
+    if len > name.len() {
+        return None;
+    }
+    for (dst, src) in name.iter_mut().zip(args[0].iter()) {
+        *dst = src.to_ascii_lowercase();
+    }
+    match &name[..len] {
+        b"ping" => match args.len() {
+            1 => Answer::reply(Bytes::from_static(b"+PONG\r\n")),
+            2 => Answer::reply(encode::bulk_frame(&args[1])),
+            _ => Answer::reply(reply::wrong_arity("ping")),
+        },
+        b"echo" if args.len() == 2 => Answer::reply(encode::bulk_frame(&args[1])),
+        b"echo" => Answer::reply(reply::wrong_arity("echo")),
+        b"quit" => Some(Answer {
+            reply: Bytes::from_static(b"+OK\r\n"),
+            close: true,
+            silent: false,
+        }),
+        b"select" if args.len() == 2 => Answer::reply(match parse_i64(&args[1]) {
+            Some(0) => ok(),
+            Some(_) => reply::error(reply::text::SELECT_RANGE),
+            None => reply::error("ERR value is not an integer or out of range"),
+        }),
+        b"select" => Answer::reply(reply::wrong_arity("select")),
+        b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
+        b"auth" => {
+            let reply = authenticate(state, auth, args);
+            show_user(state, registry);
+            Answer::reply(reply)
+        }
+        b"hello" => {
+            let reply = hello(state, registry, auth, &proxy.server_version, args);
+            show_user(state, registry);
+            Answer::reply(reply)
+        }
+        b"acl" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"whoami") => Answer::reply(
+            encode::bulk_frame(state.user.as_deref().unwrap_or("default").as_bytes()),
+        ),
+        b"reset" if args.len() == 1 => {
+            state.proto = Proto::Resp2;
+            state.name = None;
+            state.user = ConnState::initial_user(auth);
+            state.replies = ReplyMode::On;
+            registry.update(state.id, |e| {
+                e.name.clear();
+                e.resp = 2;
+            });
+            show_user(state, registry);
+            Answer::reply(Bytes::from_static(b"+RESET\r\n"))
+        }
+        b"client" if args.len() >= 2 => client::answer(state, registry, proxy, args),
+        _ => None,
+    }
+}
+
+/// Shows the connection's user in CLIENT LIST (`default` before authentication, as Redis).
+fn show_user(state: &ConnState, registry: &Registry) {
+    let user = state.user.as_deref().unwrap_or("default");
+    registry.update(state.id, |e| {
+        if e.user != user {
+            e.user = user.to_owned();
+        }
+    });
+}
+
+/// AUTH [user] password: on success the connection runs as that user.
+fn authenticate(state: &mut ConnState, auth: &Auth, args: &[Bytes]) -> Bytes {
+    let (user, password) = match args.len() {
+        // With no password configured, `AUTH password` is a mistake worth naming, as in Redis.
+        2 if auth.open_default().is_some() => {
+            return reply::error(reply::text::AUTH_NOT_CONFIGURED)
+        }
+        2 => (&b"default"[..], &args[1]),
+        3 => (&args[1][..], &args[2]),
+        _ => return reply::error(reply::text::SYNTAX),
+    };
+    match auth.check(user, password) {
+        Some(user) => {
+            state.user = Some(user.name.clone());
+            ok()
+        }
+        None => {
+            crate::metrics::auth_failure();
+            tracing::debug!(client = state.id, "authentication failed");
+            reply::error(crate::auth::WRONGPASS)
+        }
+    }
+}
+
+fn hello(
+    state: &mut ConnState,
+    registry: &Registry,
+    auth: &Auth,
+    version: &str,
+    args: &[Bytes],
+) -> Bytes {
+    let mut proto = state.proto;
+    let mut name = None;
+    if let Some(version) = args.get(1) {
+        proto = match parse_i64(version) {
+            Some(2) => Proto::Resp2,
+            Some(3) => Proto::Resp3,
+            Some(_) => return reply::error(reply::text::NO_PROTO),
+            None => return reply::error("ERR Protocol version is not an integer or out of range"),
+        };
+        let mut i = 2;
+        let mut authenticated = state.user.is_some();
+        while i < args.len() {
+            let more = args.len() - i - 1;
+            if args[i].eq_ignore_ascii_case(b"AUTH") && more >= 2 {
+                let credentials = [args[i].clone(), args[i + 1].clone(), args[i + 2].clone()];
+                let answer = authenticate(state, auth, &credentials);
+                if answer.first() == Some(&b'-') {
+                    return answer;
+                }
+                authenticated = true;
+                i += 3;
+            } else if args[i].eq_ignore_ascii_case(b"SETNAME") && more >= 1 {
+                if !valid_name(&args[i + 1]) {
+                    return reply::error(BAD_NAME);
+                }
+                name = Some(args[i + 1].clone());
+                i += 2;
+            } else {
+                return reply::error(&format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(&args[i])
+                ));
+            }
+        }
+        if !authenticated {
+            return reply::error(crate::auth::NOAUTH_HELLO);
+        }
+    } else if state.user.is_none() {
+        return reply::error(crate::auth::NOAUTH_HELLO);
+    }
+    state.proto = proto;
+    if let Some(name) = name {
+        set_name(state, registry, name);
+    }
+    registry.update(state.id, |e| {
+        e.resp = if proto == Proto::Resp3 { 3 } else { 2 }
+    });
+    let mut out = BytesMut::new();
+    let fields: [(&str, HelloValue); 7] = [
+        ("server", HelloValue::Text("redis")),
+        ("version", HelloValue::Text(version)),
+        (
+            "proto",
+            HelloValue::Int(if proto == Proto::Resp3 { 3 } else { 2 }),
+        ),
+        ("id", HelloValue::Int(state.id as i64)),
+        ("mode", HelloValue::Text("standalone")),
+        ("role", HelloValue::Text("master")),
+        ("modules", HelloValue::EmptyArray),
+    ];
+    encode::map_header(&mut out, proto, fields.len());
+    for (key, value) in fields {
+        encode::bulk(&mut out, key.as_bytes());
+        match value {
+            HelloValue::Text(text) => encode::bulk(&mut out, text.as_bytes()),
+            HelloValue::Int(n) => encode::integer(&mut out, n),
+            HelloValue::EmptyArray => encode::array_header(&mut out, 0),
+        }
+    }
+    out.freeze()
+}
+
+enum HelloValue<'a> {
+    Text(&'a str),
+    Int(i64),
+    EmptyArray,
+}
+
+const SYNTAX: &str = "ERR syntax error";
+const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
+
+fn valid_name(name: &[u8]) -> bool {
+    name.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+fn set_name(state: &mut ConnState, registry: &Registry, name: Bytes) {
+    let shown = String::from_utf8_lossy(&name).into_owned();
+    state.name = (!name.is_empty()).then_some(name);
+    registry.update(state.id, |e| e.name = shown);
+}
+
+fn ok() -> Bytes {
+    Bytes::from_static(b"+OK\r\n")
+}
