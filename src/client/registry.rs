@@ -1,12 +1,15 @@
 //! The proxy's connected clients, for CLIENT ID/LIST/INFO/KILL and connection counts.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use tokio::sync::Notify;
+use futures_util::task::AtomicWaker;
 
 /// What CLIENT LIST shows of one client.
 #[derive(Debug, Clone)]
@@ -25,19 +28,22 @@ pub struct ClientEntry {
     pub user: String,
     /// Its channel, pattern and shard channel subscriptions (`sub=`, `psub=`, `ssub=`).
     pub subscriptions: Subscriptions,
-    /// Woken when CLIENT KILL picks the client.
-    kill: Arc<Notify>,
-    /// When it last sent something and what it last ran (`idle=`, `cmd=`).
+    /// When it last sent something and what it last ran (`idle=`, `cmd=`), and whether
+    /// CLIENT KILL picked it.
     activity: Arc<Activity>,
 }
 
-/// What the session records per read and per command, without locking the registry.
+/// What the session records per read and per command, and the kill signal it waits on:
+/// shared with the registry without a lock.
 #[derive(Debug, Default)]
 struct Activity {
     /// Milliseconds from the client's connect to its last read.
     last_read_ms: AtomicU64,
     /// The command-table index of its last command, plus one (0: none yet).
     last_command: AtomicUsize,
+    /// Set by CLIENT KILL; `kill_waker` wakes the session.
+    killed: AtomicBool,
+    kill_waker: AtomicWaker,
 }
 
 /// How many subscriptions of each kind a client has.
@@ -132,7 +138,6 @@ impl Registry {
         user: Option<&str>,
     ) -> ClientGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let kill = Arc::new(Notify::new());
         let activity = Arc::new(Activity::default());
         let created = Instant::now();
         let entry = ClientEntry {
@@ -143,13 +148,11 @@ impl Registry {
             resp: 2,
             user: user.unwrap_or("default").to_owned(),
             subscriptions: Subscriptions::default(),
-            kill: kill.clone(),
             activity: activity.clone(),
         };
         self.lock().insert(id, entry);
         ClientGuard {
             id,
-            kill,
             activity,
             created,
             registry: self.clone(),
@@ -208,7 +211,8 @@ impl Registry {
                 if *id == caller {
                     caller_killed = true;
                 } else {
-                    entry.kill.notify_one();
+                    entry.activity.killed.store(true, Ordering::Release);
+                    entry.activity.kill_waker.wake();
                 }
             }
         }
@@ -260,7 +264,6 @@ fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> Strin
 pub struct ClientGuard {
     /// The client's id (CLIENT ID).
     pub id: u64,
-    kill: Arc<Notify>,
     activity: Arc<Activity>,
     created: Instant,
     registry: Arc<Registry>,
@@ -282,8 +285,42 @@ impl ClientGuard {
 
     /// Resolves once CLIENT KILL has picked this client (also when that happened before
     /// the call).
-    pub async fn killed(&self) {
-        self.kill.notified().await
+    pub fn killed(&self) -> Killed<'_> {
+        Killed {
+            activity: &self.activity,
+            registered: None,
+        }
+    }
+}
+
+/// See [`ClientGuard::killed`]. Polled on every turn of the session's loop, so a poll is
+/// one atomic load and a waker comparison; the waker is registered again only when it
+/// changes.
+pub struct Killed<'a> {
+    activity: &'a Activity,
+    registered: Option<Waker>,
+}
+
+impl Future for Killed<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.activity.killed.load(Ordering::Acquire) {
+            return Poll::Ready(());
+        }
+        if !self
+            .registered
+            .as_ref()
+            .is_some_and(|waker| waker.will_wake(cx.waker()))
+        {
+            self.activity.kill_waker.register(cx.waker());
+            self.registered = Some(cx.waker().clone());
+            // A kill between the first check and the registration woke nobody.
+            if self.activity.killed.load(Ordering::Acquire) {
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
     }
 }
 
@@ -368,6 +405,26 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(1100));
         let line = registry.line(a.id, &names).unwrap();
         assert!(line.contains(" idle=1 "), "{line}");
+    }
+
+    #[tokio::test]
+    async fn a_kill_while_waiting_wakes_the_waiter() {
+        let (registry, a, b) = registry_with_two();
+        let filter = KillFilter {
+            id: Some(b.id),
+            skip_me: true,
+            ..KillFilter::default()
+        };
+        let kill = async {
+            // The waiter has been polled (and is pending) before the kill.
+            tokio::task::yield_now().await;
+            assert_eq!(registry.kill(&filter, a.id), (1, false));
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            tokio::join!(b.killed(), kill)
+        })
+        .await
+        .expect("the kill woke the waiting client");
     }
 
     #[test]
