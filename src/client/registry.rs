@@ -415,16 +415,19 @@ mod tests {
             skip_me: true,
             ..KillFilter::default()
         };
-        let kill = async {
-            // The waiter has been polled (and is pending) before the kill.
-            tokio::task::yield_now().await;
-            assert_eq!(registry.kill(&filter, a.id), (1, false));
-        };
-        tokio::time::timeout(std::time::Duration::from_secs(5), async {
-            tokio::join!(b.killed(), kill)
-        })
-        .await
-        .expect("the kill woke the waiting client");
+        let (registry, caller) = (registry.clone(), a.id);
+        // From another thread, once the waiter is asleep: only its waker can wake it.
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            registry.kill(&filter, caller)
+        });
+        let started = Instant::now();
+        tokio::time::timeout(std::time::Duration::from_secs(5), b.killed())
+            .await
+            .expect("the kill reached the waiting client");
+        // Woken by the kill itself, not found at the timeout's own wake-up.
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert_eq!(killer.join().unwrap(), (1, false));
     }
 
     #[test]
