@@ -679,3 +679,38 @@ fn a_client_script_on_a_record_runs_in_one_exec_with_its_index_refresh() {
         .expect_err("no such script");
     assert!(error.to_string().contains("No matching script"), "{error}");
 }
+
+/// SORT's BY and GET patterns form legacy names; under the layout they are read at their
+/// cluster names, so sorting by weights written through the proxy works.
+#[test]
+fn sort_patterns_read_legacy_keys_at_their_cluster_names() {
+    let cluster = shared_cluster();
+    let p = "lysort";
+    let proxy = layout_proxy(cluster, p);
+    let mut con = proxy.client().get_connection().unwrap();
+    for (turn, seq) in [("c1", 30), ("c2", 10), ("c3", 20)] {
+        let _: () = redis::cmd("SET")
+            .arg(format!("{p}:co:turn:{turn}:seq"))
+            .arg(seq)
+            .query(&mut con)
+            .unwrap();
+    }
+    assert!(exists_on_cluster(cluster, &format!("{p}:co:{{t:c2}}:seq")));
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("lysort-list")
+        .arg(&["c1", "c2", "c3"])
+        .query(&mut con)
+        .unwrap();
+    let weight = format!("{p}:co:turn:*:seq");
+    let sorted: Vec<String> = redis::cmd("SORT")
+        .arg("lysort-list")
+        .arg("BY")
+        .arg(&weight)
+        .arg("GET")
+        .arg("#")
+        .arg("GET")
+        .arg(&weight)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(sorted, ["c2", "10", "c3", "20", "c1", "30"]);
+}

@@ -10,8 +10,8 @@
 //! ALPHA by the weight's bytes, missing weights first). STORE writes the result with one
 //! script on the key's master (DEL, then RPUSH), so readers never see it half written.
 //!
-//! Limits: pattern keys are looked up by the names the patterns form (a layout does not
-//! rewrite them), and the steps are not atomic together as on one Redis: another client's
+//! Under a layout, the keys the patterns form are legacy names and are read at their
+//! cluster names. Limits: the steps are not atomic together as on one Redis: another client's
 //! write between the listing and the lookups can show (the client's own pipeline cannot:
 //! the session runs such a SORT alone).
 
@@ -238,7 +238,19 @@ impl Proxy {
         pattern: &[u8],
         elements: &[Bytes],
     ) -> Result<Vec<Option<Bytes>>, Bytes> {
-        let lookups: Vec<Lookup> = elements.iter().map(|e| lookup(pattern, e)).collect();
+        let lookups: Vec<Lookup> = elements
+            .iter()
+            .map(
+                |element| match (lookup(pattern, element), self.layout.as_deref()) {
+                    // Patterns name legacy keys; under a layout they live at their cluster names.
+                    (Lookup::Key(key), Some(active)) => Lookup::Key(active.cluster_name(key)),
+                    (Lookup::Field(key, field), Some(active)) => {
+                        Lookup::Field(active.cluster_name(key), field)
+                    }
+                    (lookup, _) => lookup,
+                },
+            )
+            .collect();
         let asked: Vec<usize> = (0..lookups.len())
             .filter(|&i| matches!(lookups[i], Lookup::Key(_) | Lookup::Field(..)))
             .collect();

@@ -42,7 +42,7 @@ use smallvec::SmallVec;
 
 use crate::command::{CommandSpec, KeyList};
 use crate::protocol::Request;
-use crate::rewrite::{IndexEntry, Layout, Reverse};
+use crate::rewrite::{Forward, IndexEntry, Layout, Reverse};
 
 pub use startup::{start, LEGACY_CHECK_LIMIT};
 pub use upkeep::QueuedUnderLayout;
@@ -145,6 +145,15 @@ impl ActiveLayout {
             || keys
                 .iter()
                 .any(|key| self.layout.prefix_of(&args[key.index]).is_some())
+    }
+
+    /// The cluster name of a legacy key (a key a SORT pattern forms): its rule's name, or
+    /// the name itself when no rule applies.
+    pub fn cluster_name(&self, legacy: Vec<u8>) -> Vec<u8> {
+        match self.layout.forward(&legacy) {
+            Forward::Rewritten(rewritten) => rewritten.key.to_vec(),
+            Forward::Outside | Forward::Unmatched { .. } => legacy,
+        }
     }
 
     /// The legacy name to show for a cluster key, `None` for an internal key.
