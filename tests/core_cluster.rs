@@ -793,6 +793,8 @@ fn sort_with_patterns_answers_like_one_redis() {
         "SORT {srt}l GET # BOGUS",
         "SORT {srt}l GET",
         "SORT_RO {srt}l GET # STORE {srt}dst",
+        "SORT",
+        "SORT_RO",
     ];
     let through_proxy = proxy_matches_redis(&lines);
     assert!(

@@ -69,6 +69,10 @@ impl SortRequest {
             "sort_ro" => true,
             _ => return None,
         };
+        // Without a key it is an arity error, which the planner answers.
+        if args.len() < 2 {
+            return None;
+        }
         match SortRequest::parse(args, readonly) {
             Ok(sort) if sort.needs_proxy() => Some(Ok(Box::new(sort))),
             Ok(_) => None,
@@ -507,6 +511,8 @@ mod tests {
             "SORT {t}l STORE {t}dst",
             "SORT {t}l STORE other",
             "SORT {t}l BY w_* STORE other",
+            "SORT",
+            "SORT_RO",
             "GET l",
         ] {
             assert!(classify(line).is_none(), "{line}");
