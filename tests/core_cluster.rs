@@ -906,3 +906,34 @@ fn client_list_shows_idle_time_and_last_command_as_redis_does() {
         "{on_proxy:?}"
     );
 }
+
+/// ASKING is answered here, never sent on: on a shared backend connection it would mark
+/// the next command of another client.
+#[test]
+fn asking_is_answered_by_the_proxy_and_reaches_no_master() {
+    let asked = || -> u64 {
+        shared_cluster()
+            .masters()
+            .iter()
+            .map(|master| {
+                let stats: String =
+                    common::query(master, redis::cmd("INFO").arg("commandstats")).unwrap();
+                stats
+                    .lines()
+                    .find_map(|line| line.strip_prefix("cmdstat_asking:calls="))
+                    .and_then(|rest| rest.split(',').next())
+                    .map_or(0, |calls| calls.parse().unwrap())
+            })
+            .sum()
+    };
+    let before = asked();
+    let replies = transcript(
+        proxy().addr(),
+        &["ASKING", "ASKING", "ASKING extra", "PING"],
+    );
+    assert_eq!(
+        replies,
+        "+OK\r\n+OK\r\n-ERR wrong number of arguments for 'asking' command\r\n+PONG\r\n"
+    );
+    assert_eq!(asked(), before, "an ASKING reached a master");
+}

@@ -1,5 +1,5 @@
 //! Commands about the connection itself, answered by the proxy as a single Redis would:
-//! PING, ECHO, QUIT, SELECT, HELLO, AUTH, RESET, READONLY/READWRITE and CLIENT's
+//! PING, ECHO, QUIT, SELECT, HELLO, AUTH, RESET, READONLY/READWRITE, ASKING and CLIENT's
 //! connection subcommands. Everything else goes to the dispatcher.
 
 mod client;
@@ -149,6 +149,11 @@ pub fn answer(
         }),
         b"select" => Answer::reply(reply::wrong_arity("select")),
         b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
+        // ASKING marks the connection for its next command: on a shared backend connection
+        // it would apply to another client's. The proxy follows ASK itself; clients never
+        // need it.
+        b"asking" if args.len() == 1 => Answer::reply(ok()),
+        b"asking" => Answer::reply(reply::wrong_arity("asking")),
         b"auth" => {
             let reply = authenticate(state, auth, args);
             show_user(state, registry);
