@@ -937,3 +937,60 @@ fn asking_is_answered_by_the_proxy_and_reaches_no_master() {
     );
     assert_eq!(asked(), before, "an ASKING reached a master");
 }
+
+/// Every command and subcommand Redis knows, with no, one and two arguments: each gets a
+/// reply and the connection stays usable (no request may end or stall it).
+#[test]
+fn every_command_with_few_arguments_gets_a_reply() {
+    use std::io::{Read, Write};
+    let names: Vec<String> = common::query(
+        &shared_cluster().masters()[0],
+        redis::cmd("COMMAND").arg("LIST"),
+    )
+    .unwrap();
+    assert!(names.len() > 200, "{}", names.len());
+    // QUIT ends the connection by design; everything else must leave it open.
+    let names: Vec<String> = names.into_iter().filter(|n| n != "quit").collect();
+    let workers: Vec<_> = names
+        .chunks(names.len().div_ceil(6))
+        .map(|chunk| {
+            let chunk = chunk.to_vec();
+            let addr = proxy().addr().to_string();
+            std::thread::spawn(move || {
+                for name in chunk {
+                    let base: Vec<&str> = name.split('|').collect();
+                    let mut lines = Vec::new();
+                    for extra in [&[][..], &["sweep:x"][..], &["sweep:x", "sweep:y"][..]] {
+                        lines.push([&base[..], extra].concat().join(" "));
+                    }
+                    lines.push("RESET".into());
+                    lines.push("PING".into());
+                    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+                    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(10)))
+                        .unwrap();
+                    stream.write_all(&common::resp_lines(&lines)).unwrap();
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 65536];
+                    while !seen.ends_with(b"+RESET\r\n+PONG\r\n") {
+                        match stream.read(&mut buf) {
+                            Ok(0) => panic!(
+                                "{name}: connection closed after {:?}",
+                                String::from_utf8_lossy(&seen)
+                            ),
+                            Ok(n) => seen.extend_from_slice(&buf[..n]),
+                            Err(e) => panic!(
+                                "{name}: no reply ({e}) after {:?}",
+                                String::from_utf8_lossy(&seen)
+                            ),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("every command got its replies");
+    }
+}
