@@ -939,10 +939,10 @@ fn asking_is_answered_by_the_proxy_and_reaches_no_master() {
 }
 
 /// Every command and subcommand Redis knows, with no, one and two arguments: each gets a
-/// reply and the connection stays usable (no request may end or stall it).
+/// reply and the connection stays usable (no request may end or stall it). In RESP2 and
+/// RESP3, and under a layout with arguments that are keys of its families.
 #[test]
 fn every_command_with_few_arguments_gets_a_reply() {
-    use std::io::{Read, Write};
     let names: Vec<String> = common::query(
         &shared_cluster().masters()[0],
         redis::cmd("COMMAND").arg("LIST"),
@@ -951,17 +951,44 @@ fn every_command_with_few_arguments_gets_a_reply() {
     assert!(names.len() > 200, "{}", names.len());
     // QUIT ends the connection by design; everything else must leave it open.
     let names: Vec<String> = names.into_iter().filter(|n| n != "quit").collect();
+    sweep(proxy().addr(), &names, None, ["sweep:x", "sweep:y"]);
+    sweep(
+        proxy().addr(),
+        &names,
+        Some("HELLO 3"),
+        ["sweep:x", "sweep:y"],
+    );
+    let layout = Proxy::start_with_layout(
+        &shared_cluster().seeds_arg(),
+        "config/botmesh-cluster-v1.yaml",
+        "sweep",
+    );
+    sweep(
+        layout.addr(),
+        &names,
+        None,
+        ["sweep:chat:a:b", "sweep:msgs:c1"],
+    );
+}
+
+/// Sends each of `names` (`a|b` as two words) bare and with `args`, after `first`, on its
+/// own connection, and checks RESET and PING are answered after them.
+fn sweep(addr: &str, names: &[String], first: Option<&str>, args: [&str; 2]) {
+    use std::io::{Read, Write};
     let workers: Vec<_> = names
         .chunks(names.len().div_ceil(6))
         .map(|chunk| {
             let chunk = chunk.to_vec();
-            let addr = proxy().addr().to_string();
+            let addr = addr.to_string();
+            let first = first.map(str::to_string);
+            let args = args.map(str::to_string);
             std::thread::spawn(move || {
                 for name in chunk {
                     let base: Vec<&str> = name.split('|').collect();
-                    let mut lines = Vec::new();
-                    for extra in [&[][..], &["sweep:x"][..], &["sweep:x", "sweep:y"][..]] {
-                        lines.push([&base[..], extra].concat().join(" "));
+                    let mut lines: Vec<String> = first.iter().cloned().collect();
+                    for extra in [&args[..0], &args[..1], &args[..]] {
+                        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+                        lines.push([&base[..], &extra[..]].concat().join(" "));
                     }
                     lines.push("RESET".into());
                     lines.push("PING".into());
@@ -976,12 +1003,12 @@ fn every_command_with_few_arguments_gets_a_reply() {
                     while !seen.ends_with(b"+RESET\r\n+PONG\r\n") {
                         match stream.read(&mut buf) {
                             Ok(0) => panic!(
-                                "{name}: connection closed after {:?}",
+                                "{name} {args:?}: connection closed after {:?}",
                                 String::from_utf8_lossy(&seen)
                             ),
                             Ok(n) => seen.extend_from_slice(&buf[..n]),
                             Err(e) => panic!(
-                                "{name}: no reply ({e}) after {:?}",
+                                "{name} {args:?}: no reply ({e}) after {:?}",
                                 String::from_utf8_lossy(&seen)
                             ),
                         }
