@@ -940,7 +940,7 @@ fn asking_is_answered_by_the_proxy_and_reaches_no_master() {
 
 /// Every command and subcommand Redis knows, with no, one and two arguments: each gets a
 /// reply and the connection stays usable (no request may end or stall it). In RESP2 and
-/// RESP3, and under a layout with arguments that are keys of its families.
+/// RESP3, queued in MULTI, and under a layout with arguments that are keys of its families.
 #[test]
 fn every_command_with_few_arguments_gets_a_reply() {
     let names: Vec<String> = common::query(
@@ -951,24 +951,18 @@ fn every_command_with_few_arguments_gets_a_reply() {
     assert!(names.len() > 200, "{}", names.len());
     // QUIT ends the connection by design; everything else must leave it open.
     let names: Vec<String> = names.into_iter().filter(|n| n != "quit").collect();
-    sweep(proxy().addr(), &names, None, ["sweep:x", "sweep:y"]);
-    sweep(
-        proxy().addr(),
-        &names,
-        Some("HELLO 3"),
-        ["sweep:x", "sweep:y"],
-    );
+    let plain = ["sweep:x", "sweep:y"];
+    sweep(proxy().addr(), &names, None, plain);
+    sweep(proxy().addr(), &names, Some("HELLO 3"), plain);
+    sweep(proxy().addr(), &names, Some("MULTI"), plain);
     let layout = Proxy::start_with_layout(
         &shared_cluster().seeds_arg(),
         "config/botmesh-cluster-v1.yaml",
         "sweep",
     );
-    sweep(
-        layout.addr(),
-        &names,
-        None,
-        ["sweep:chat:a:b", "sweep:msgs:c1"],
-    );
+    let family_keys = ["sweep:chat:a:b", "sweep:msgs:c1"];
+    sweep(layout.addr(), &names, None, family_keys);
+    sweep(layout.addr(), &names, Some("MULTI"), family_keys);
 }
 
 /// Sends each of `names` (`a|b` as two words) bare and with `args`, after `first`, on its
