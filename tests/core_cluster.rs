@@ -955,6 +955,10 @@ fn every_command_with_few_arguments_gets_a_reply() {
     sweep(proxy().addr(), &names, None, plain);
     sweep(proxy().addr(), &names, Some("HELLO 3"), plain);
     sweep(proxy().addr(), &names, Some("MULTI"), plain);
+    // Numbers where counts, indexes and cursors go: key counts past the arguments given,
+    // negative counts.
+    sweep(proxy().addr(), &names, None, ["2", "sweep:x"]);
+    sweep(proxy().addr(), &names, None, ["-1", "1"]);
     let layout = Proxy::start_with_layout(
         &shared_cluster().seeds_arg(),
         "config/botmesh-cluster-v1.yaml",
