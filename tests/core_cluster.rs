@@ -1019,3 +1019,27 @@ fn sweep(addr: &str, names: &[String], first: Option<&str>, args: [&str; 2]) {
         worker.join().expect("every command got its replies");
     }
 }
+
+/// Requests after HELLO (or RESET) that switches the protocol go to other backend
+/// connections than those before it; they still see every write pipelined before it.
+#[test]
+fn a_protocol_switch_in_a_pipeline_keeps_its_order() {
+    for (switch, back) in [("HELLO 3", "HELLO 2"), ("HELLO 3", "RESET")] {
+        let mut lines: Vec<String> = (0..300).map(|i| format!("SET hswitch:{i} v{i}")).collect();
+        lines.push(switch.into());
+        lines.extend((0..300).map(|i| format!("GET hswitch:{i}")));
+        lines.extend((0..300).map(|i| format!("SET hswitch:{i} w{i}")));
+        lines.push(back.into());
+        lines.extend((0..300).map(|i| format!("GET hswitch:{i}")));
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let mut raw = common::Raw::connect(proxy().addr());
+        let replies = raw.pipeline(&common::resp_lines(&lines), lines.len());
+        let bulk = |value: String| format!("${}\r\n{value}\r\n", value.len());
+        for i in 0..300 {
+            let first = String::from_utf8_lossy(&replies[301 + i]).into_owned();
+            assert_eq!(first, bulk(format!("v{i}")), "{switch}: GET {i}");
+            let second = String::from_utf8_lossy(&replies[902 + i]).into_owned();
+            assert_eq!(second, bulk(format!("w{i}")), "{back}: GET {i}");
+        }
+    }
+}

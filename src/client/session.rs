@@ -6,11 +6,12 @@
 //! write. At most `max_pipeline` commands of one client are in flight; past that the
 //! session stops reading (TCP back-pressure) until replies drain.
 //!
-//! Sequence points run alone: EXEC, WATCH and WAIT (see `Transaction::is_sequence_point`)
-//! and commands that may block (BLPOP, XREAD BLOCK...), which run on connections of their
-//! own. Each waits for every earlier reply, and nothing after it starts until it is
-//! answered, so a pipeline takes effect in order, as on one Redis, where a blocked client's
-//! next command waits for it.
+//! Sequence points run alone: EXEC, WATCH and WAIT (see `Transaction::is_sequence_point`),
+//! commands that may block (BLPOP, XREAD BLOCK...), which run on connections of their
+//! own, SORT with patterns (several steps over several masters), and HELLO and RESET (after
+//! a protocol switch requests go to the other protocol's connections). Each waits for every
+//! earlier reply, and nothing after it starts until it is answered, so a pipeline takes
+//! effect in order, as on one Redis, where a blocked client's next command waits for it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -358,11 +359,15 @@ impl<'a> ShownSubscriptions<'a> {
 
 /// Whether `request` is a sequence point of its own: it may wait for data on its own
 /// backend connection (BLPOP, BZPOPMIN, XREAD with BLOCK, WAITAOF...; only names starting
-/// with b, x or w are looked up), or it is a SORT the proxy runs in steps (its lookups
-/// and STORE must not overtake, or be overtaken by, the requests around it).
+/// with b, x or w are looked up), it is a SORT the proxy runs in steps (its lookups and
+/// STORE must not overtake, or be overtaken by, the requests around it), or it may switch
+/// the protocol (HELLO, RESET): the requests after it go to the backend connections of the
+/// other protocol, where they could overtake those before it.
 fn runs_alone(request: &crate::protocol::Request, live: &Live) -> bool {
     let name = request.name();
     match name.first().map(u8::to_ascii_lowercase) {
+        Some(b'h') => name.eq_ignore_ascii_case(b"hello"),
+        Some(b'r') => name.eq_ignore_ascii_case(b"reset"),
         Some(b'b' | b'x' | b'w') => live
             .proxy()
             .commands
