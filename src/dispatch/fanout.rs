@@ -135,14 +135,10 @@ impl Proxy {
             encode::array_header(&mut out, channels.len() * 2);
         }
         for reply in &replies {
-            let pair = match (reply.split_first(), as_map) {
-                (Some((b'%', _)), true) => map_body(reply).filter(|(n, _)| *n == 1),
-                (Some((b'*', _)), false) => aggregate_body(reply).filter(|(n, _)| *n == 2),
-                _ => None,
-            };
-            match pair {
-                Some((_, pair)) => out.put_slice(pair),
-                None => return reply.clone(),
+            match aggregate(reply) {
+                Some((b'%', 1, pair)) if as_map => out.put_slice(pair),
+                Some((b'*', 2, pair)) if !as_map => out.put_slice(pair),
+                _ => return reply.clone(),
             }
         }
         out.freeze()
@@ -372,25 +368,22 @@ fn all_same(replies: Vec<Bytes>) -> Bytes {
 /// The element count and the element bytes (everything after the header) of an array
 /// or set reply.
 fn aggregate_body(frame: &Bytes) -> Option<(usize, &[u8])> {
-    if !matches!(frame.first(), Some(b'*' | b'~')) {
-        return None;
+    match aggregate(frame)? {
+        (b'*' | b'~', count, body) => Some((count, body)),
+        _ => None,
     }
+}
+
+/// An aggregate reply's type byte (`*`, `~` or `%`), its count (pairs for a map) and the
+/// bytes after its header.
+fn aggregate(frame: &Bytes) -> Option<(u8, usize, &[u8])> {
+    let kind = *frame.first().filter(|k| matches!(k, b'*' | b'~' | b'%'))?;
     let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
     let count: usize = std::str::from_utf8(&frame[1..header_end])
         .ok()?
         .parse()
         .ok()?;
-    Some((count, &frame[header_end + 2..]))
-}
-
-/// A RESP3 map's pair count and the bytes of its pairs.
-fn map_body(frame: &Bytes) -> Option<(usize, &[u8])> {
-    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
-    let count: usize = std::str::from_utf8(frame.get(1..header_end)?)
-        .ok()?
-        .parse()
-        .ok()?;
-    Some((count, &frame[header_end + 2..]))
+    Some((kind, count, &frame[header_end + 2..]))
 }
 
 fn is_null(frame: &[u8]) -> bool {
