@@ -283,7 +283,9 @@ impl Proxy {
             .collect();
         for (&i, reply) in asked.iter().zip(replies) {
             values[i] = match reply.first() {
-                Some(b'$') => bulk_strings(&array_of_one(&reply))?.pop().flatten(),
+                Some(b'$') => decode_reply(&reply)
+                    .map_err(|_| unexpected())
+                    .and_then(bulk_value)?,
                 Some(b'-') if reply.starts_with(b"-WRONGTYPE") => None,
                 _ => return Err(reply),
             };
@@ -464,26 +466,23 @@ fn bulk_strings(frame: &Bytes) -> Result<Vec<Option<Bytes>>, Bytes> {
     if frame.first() == Some(&b'-') {
         return Err(frame.clone());
     }
-    let unexpected = || reply::error("ERR proxy: unexpected reply to SORT");
     let Ok(Value::List(items)) = decode_reply(frame) else {
         return Err(unexpected());
     };
-    items
-        .into_iter()
-        .map(|item| match item {
-            Value::Text(text) => Ok(Some(Bytes::from(text))),
-            Value::Null => Ok(None),
-            _ => Err(unexpected()),
-        })
-        .collect()
+    items.into_iter().map(bulk_value).collect()
 }
 
-/// A single reply as a one-element array, so [`bulk_strings`] reads it.
-fn array_of_one(reply: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(reply.len() + 4);
-    encode::array_header(&mut out, 1);
-    out.extend_from_slice(reply);
-    out.freeze()
+/// A bulk string, or nil, of a node's reply.
+fn bulk_value(value: Value) -> Result<Option<Bytes>, Bytes> {
+    match value {
+        Value::Text(text) => Ok(Some(Bytes::from(text))),
+        Value::Null => Ok(None),
+        _ => Err(unexpected()),
+    }
+}
+
+fn unexpected() -> Bytes {
+    reply::error("ERR proxy: unexpected reply to SORT")
 }
 
 #[cfg(test)]
