@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
 
+use crate::command::value::{decode_reply, Value};
 use crate::command::CommandSpec;
 use crate::protocol::{encode, Proto};
 use crate::reply;
@@ -425,37 +426,31 @@ pub(super) fn info_text(frame: &[u8]) -> Option<String> {
 /// `cluster-enabled no` (the proxy is not a cluster to its clients). `None` for any other
 /// reply (an error passes as it is).
 fn config_as_one_node(frame: &[u8], port: &str) -> Option<Bytes> {
-    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
-    let (kind, count) = (frame[0], &frame[1..header_end]);
-    let count: usize = std::str::from_utf8(count).ok()?.parse().ok()?;
-    let strings = match kind {
-        b'*' => count,
-        b'%' => count * 2,
+    let (as_map, flat) = match decode_reply(frame).ok()? {
+        Value::Map(pairs) => (true, pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
+        Value::List(items) => (false, items),
         _ => return None,
     };
-    let mut rest = &frame[header_end + 2..];
-    let mut out = BytesMut::with_capacity(frame.len() + 8);
-    out.extend_from_slice(&frame[..header_end + 2]);
-    let mut name: &[u8] = b"";
-    for i in 0..strings {
-        let line_end = rest.windows(2).position(|w| w == b"\r\n")?;
-        if rest.first() != Some(&b'$') {
-            return None;
-        }
-        let len: usize = std::str::from_utf8(&rest[1..line_end]).ok()?.parse().ok()?;
-        let data = rest.get(line_end + 2..line_end + 2 + len)?;
-        let value = match (i % 2, name) {
-            (1, b"port") => port.as_bytes(),
-            (1, b"cluster-enabled") => b"no",
-            _ => data,
-        };
-        if i % 2 == 0 {
-            name = data;
-        }
-        encode::bulk(&mut out, value);
-        rest = rest.get(line_end + 2 + len + 2..)?;
+    if flat.len() % 2 != 0 {
+        return None;
     }
-    rest.is_empty().then(|| out.freeze())
+    let mut out = BytesMut::with_capacity(frame.len() + 8);
+    if as_map {
+        encode::map_header(&mut out, Proto::Resp3, flat.len() / 2);
+    } else {
+        encode::array_header(&mut out, flat.len());
+    }
+    for pair in flat.chunks_exact(2) {
+        let (name, value) = (pair[0].text()?, pair[1].text()?);
+        let value: &[u8] = match name {
+            b"port" => port.as_bytes(),
+            b"cluster-enabled" => b"no",
+            _ => value,
+        };
+        encode::bulk(&mut out, name);
+        encode::bulk(&mut out, value);
+    }
+    Some(out.freeze())
 }
 
 fn verbatim(text: &[u8], proto: Proto) -> Bytes {
