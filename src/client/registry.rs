@@ -342,6 +342,15 @@ mod tests {
         (registry, a, b)
     }
 
+    /// CLIENT KILL ID `id` (the caller spared, as by default).
+    fn only(id: u64) -> KillFilter {
+        KillFilter {
+            id: Some(id),
+            skip_me: true,
+            ..KillFilter::default()
+        }
+    }
+
     #[test]
     fn kill_picks_by_every_criterion_and_spares_the_caller_unless_asked() {
         let (registry, a, b) = registry_with_two();
@@ -373,11 +382,7 @@ mod tests {
     #[tokio::test]
     async fn a_kill_before_the_wait_is_not_lost() {
         let (registry, a, b) = registry_with_two();
-        let filter = KillFilter {
-            id: Some(b.id),
-            skip_me: true,
-            ..KillFilter::default()
-        };
+        let filter = only(b.id);
         registry.kill(&filter, a.id);
         tokio::time::timeout(std::time::Duration::from_secs(5), b.killed())
             .await
@@ -410,11 +415,7 @@ mod tests {
     #[tokio::test]
     async fn a_kill_while_waiting_wakes_the_waiter() {
         let (registry, a, b) = registry_with_two();
-        let filter = KillFilter {
-            id: Some(b.id),
-            skip_me: true,
-            ..KillFilter::default()
-        };
+        let filter = only(b.id);
         let (registry, caller) = (registry.clone(), a.id);
         // From another thread, once the waiter is asleep: only its waker can wake it.
         let killer = std::thread::spawn(move || {
