@@ -141,12 +141,111 @@ fn commands_that_span_every_master_are_refused_inside_multi() {
     }
 }
 
+/// Connection commands the proxy answers itself (SELECT, CLIENT SETNAME/GETNAME, ACL
+/// WHOAMI) are queued like any other and answered in their places inside EXEC's reply,
+/// after the block ran, in both transaction modes; a transaction that EXECABORTs runs none
+/// of them.
+#[test]
+fn connection_commands_queue_and_answer_in_their_places_as_redis_does() {
+    for (addr, tag) in [(proxy().addr(), "txn11"), (split_proxy().addr(), "txn12")] {
+        let set = format!("SET {{{tag}}}a 1");
+        let incr = format!("INCR {{{tag}}}a");
+        let script = [
+            "MULTI",
+            "CLIENT SETNAME before",
+            &set,
+            "SELECT 0",
+            "CLIENT GETNAME",
+            &incr,
+            "SELECT abc",
+            "CLIENT SETNAME after",
+            "ACL WHOAMI",
+            "EXEC",
+            "CLIENT GETNAME",
+            // Only connection commands: no backend block to wait for.
+            "MULTI",
+            "CLIENT GETNAME",
+            "CLIENT SETNAME only",
+            "EXEC",
+            "CLIENT GETNAME",
+            // A discarded transaction changes nothing.
+            "MULTI",
+            "CLIENT SETNAME discarded",
+            "GET",
+            "EXEC",
+            "CLIENT GETNAME",
+        ];
+        let direct = proxy_matches_redis(addr, &script);
+        assert!(
+            direct.contains(
+                "*8\r\n+OK\r\n+OK\r\n+OK\r\n$6\r\nbefore\r\n:2\r\n-ERR value is not an integer"
+            ),
+            "{direct:?}"
+        );
+        assert!(
+            direct.contains("$7\r\ndefault\r\n$5\r\nafter\r\n"),
+            "{direct:?}"
+        );
+        assert!(
+            direct.ends_with(
+                "-EXECABORT Transaction discarded because of previous errors.\r\n$4\r\nonly\r\n"
+            ),
+            "{direct:?}"
+        );
+    }
+}
+
+/// CLIENT REPLY and CLIENT KILL change how the session itself goes on, which an EXEC reply
+/// cannot carry: refused when queued, and the EXEC aborts.
+#[test]
+fn client_reply_and_kill_are_refused_inside_multi() {
+    for command in ["CLIENT REPLY OFF", "CLIENT KILL 127.0.0.1:1"] {
+        let lines = ["MULTI", "SET {txn13}a 1", command, "EXEC", "GET {txn13}a"];
+        let out = transcript(proxy().addr(), &lines);
+        assert!(
+            out.contains("not supported inside MULTI"),
+            "{command}: {out:?}"
+        );
+        assert!(out.contains("-EXECABORT"), "{command}: {out:?}");
+        assert!(out.ends_with("$-1\r\n"), "{command}: the SET ran: {out:?}");
+    }
+}
+
+/// An EXEC that fails its WATCH answers null and runs none of its commands, the
+/// connection's own included.
+#[test]
+fn a_failed_watch_runs_no_queued_connection_command() {
+    let mut con = proxy().client().get_connection().unwrap();
+    let mut other = proxy().client().get_connection().unwrap();
+    redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("kept")
+        .exec(&mut con)
+        .unwrap();
+    redis::cmd("WATCH").arg("{txn14}w").exec(&mut con).unwrap();
+    redis::cmd("SET")
+        .arg("{txn14}w")
+        .arg("changed")
+        .exec(&mut other)
+        .unwrap();
+    redis::cmd("MULTI").exec(&mut con).unwrap();
+    for args in [&["SETNAME", "lost"][..], &["GETNAME"]] {
+        let queued: String = redis::cmd("CLIENT").arg(args).query(&mut con).unwrap();
+        assert_eq!(queued, "QUEUED");
+    }
+    let exec: redis::Value = redis::cmd("EXEC").query(&mut con).unwrap();
+    assert_eq!(exec, redis::Value::Nil);
+    let name: String = redis::cmd("CLIENT").arg("GETNAME").query(&mut con).unwrap();
+    assert_eq!(name, "kept");
+}
+
 #[test]
 fn resp3_transaction_matches_a_single_redis() {
     let script = [
         "MULTI",
         "HSET {txn3}h f v",
         "HGETALL {txn3}h",
+        "CLIENT GETNAME",
         "GET {txn3}missing",
         "EXEC",
     ];
@@ -167,7 +266,8 @@ fn resp3_transaction_matches_a_single_redis() {
     };
     let direct = run(standalone().addr());
     assert!(
-        direct.contains("%1\r\n") && direct.contains("_\r\n"),
+        // CLIENT GETNAME's null (answered by the proxy) next to GET's (by the node).
+        direct.contains("%1\r\n") && direct.contains("_\r\n_\r\n"),
         "{direct:?}"
     );
     assert_eq!(run(proxy().addr()), direct);

@@ -195,13 +195,22 @@ impl Pipeline {
         }
     }
 
+    /// The reply of request `seq`, once it is in and not yet written.
+    pub fn ready_reply_mut(&mut self, seq: u64) -> Option<&mut Bytes> {
+        match self.slot(seq)? {
+            Slot::Ready(reply) => Some(reply),
+            _ => None,
+        }
+    }
+
     /// The reply of the next request pushed is not written to the client.
     pub fn mute_next(&mut self) {
         let seq = self.next_seq();
         self.muted.push_back(seq);
     }
 
-    fn next_seq(&self) -> u64 {
+    /// The sequence number the next request pushed gets.
+    pub fn next_seq(&self) -> u64 {
         self.first_seq + self.slots.len() as u64
     }
 

@@ -32,7 +32,7 @@ use super::local::{self, ConnState, ReplyMode};
 use super::pipeline::Pipeline;
 use super::pubsub::{Intercept, PubSub, Relay};
 use super::registry::{ClientGuard, Registry, Subscriptions};
-use super::transaction::{Step, Transaction};
+use super::transaction::{splice_local_answers, LocalCommands, Step, Transaction};
 
 const READ_BUFFER: usize = 16 * 1024;
 /// Unsent replies past which the session stops reading new requests, so a client that
@@ -99,6 +99,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     // and whether a sequence point is in flight, so nothing after it may start yet.
     let mut held = None;
     let mut sequence_point = false;
+    // An EXEC in flight whose queued connection commands the session answers once the
+    // block's reply is in: the EXEC's sequence number, and those commands.
+    let mut exec_locals: Option<(u64, LocalCommands)> = None;
 
     loop {
         // One configuration snapshot and one clock read serve all requests of this pass.
@@ -169,6 +172,13 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         Step::Run(run) => {
                             note_command(&guard, proxy, &request);
                             sequence_point = true;
+                            in_flight.push_future(run).await;
+                            continue;
+                        }
+                        Step::Exec { run, locals } => {
+                            note_command(&guard, proxy, &request);
+                            sequence_point = true;
+                            exec_locals = Some((in_flight.next_seq(), locals));
                             in_flight.push_future(run).await;
                             continue;
                         }
@@ -265,6 +275,18 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
         tokio::select! {
             biased;
             () = in_flight.progress(), if !in_flight.is_empty() => {
+                if let Some((seq, _)) = &exec_locals {
+                    if let Some(reply) = in_flight.ready_reply_mut(*seq) {
+                        let block_reply = std::mem::take(reply);
+                        let (_, locals) = exec_locals.take().unwrap_or_default();
+                        let proxy = live.proxy();
+                        *reply = splice_local_answers(block_reply, locals, |request| {
+                            local::answer(&mut state, &registry, &proxy, request)
+                                .map(|answer| answer.reply)
+                                .unwrap_or_else(|| reply::error("ERR proxy: no reply"))
+                        });
+                    }
+                }
                 // Everything answered, in order, leaves in the same write.
                 in_flight.write_ready(&mut output);
                 if output_limit > 0 && output.len() > output_limit {

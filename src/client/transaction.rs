@@ -9,6 +9,12 @@
 //!   proxy runs on every master (KEYS, DBSIZE, FLUSHALL, INFO...), or in steps across
 //!   masters (SORT with BY/GET patterns), are refused: inside one node's MULTI they would
 //!   act on, or see, that node only.
+//! - Commands about the connection that the proxy answers itself (SELECT, CLIENT SETNAME
+//!   and most of CLIENT, READONLY, ACL WHOAMI) are queued here, not in the backend block:
+//!   once the block's EXEC reply is an array, the session answers them in queue order and
+//!   puts each answer in its place ([`splice_local_answers`]). They touch only the
+//!   connection's own state, which no other client sees inside the EXEC, so answering them
+//!   after the block is as atomic as Redis; an aborted or failed EXEC runs none of them.
 //! - Every key of a transaction (its WATCH included) hashes to one slot, unless
 //!   `cross_slot_transactions: split` lets each slot run its own MULTI/EXEC (never with
 //!   WATCH: watched keys are checked by one node only).
@@ -41,8 +47,9 @@ use crate::backend::NodeConn;
 use crate::command::{CommandFlags, CommandSpec, KeyList};
 use crate::config::CrossSlotTransactions;
 use crate::dispatch::{Proxy, Target, WatchPin};
-use crate::protocol::{Proto, Request};
+use crate::protocol::{encode, Proto, Request};
 use crate::reply;
+use crate::reply::merge::array_elements;
 use crate::rewrite::Forward;
 use crate::route::{key_slot, NodeAddr, Redirect};
 
@@ -60,15 +67,20 @@ const WATCH_IN_MULTI: &str = "ERR WATCH inside MULTI is not allowed";
 const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
 const SPLIT_WITH_WATCH: &str = "CROSSSLOT proxy: a transaction after WATCH must keep every key in the watched slot (cross_slot_transactions: split does not apply with WATCH)";
 
+/// Connection commands the proxy answers itself that may be queued: answered at EXEC,
+/// after the backend block (see the module doc).
+const ANSWERED_AT_EXEC: &[&str] = &["select", "client", "readonly", "readwrite", "acl|whoami"];
+
+/// CLIENT subcommands refused inside MULTI: their effect is on how the session itself
+/// goes on (muting replies, closing connections), which the EXEC reply cannot carry.
+const CLIENT_NOT_QUEUED: &[&str] = &["client|reply", "client|kill"];
+
 /// Commands the proxy answers itself or that would change what the pinned backend
-/// connection is (protocol, subscriptions): they cannot run inside a backend MULTI.
+/// connection is (protocol, user, subscriptions): they cannot run inside a transaction.
 const LOCAL_ONLY: &[&str] = &[
     "hello",
     "auth",
     "client",
-    "select",
-    "readonly",
-    "readwrite",
     "cluster",
     "subscribe",
     "psubscribe",
@@ -85,14 +97,32 @@ pub enum Step {
     Reply(Bytes),
     /// Answered by this future; a sequence point (see the module doc).
     Run(BoxFuture<'static, Bytes>),
+    /// An EXEC with commands the proxy answers itself: `run` gives EXEC's reply without
+    /// their elements, which the session fills in with [`splice_local_answers`].
+    Exec {
+        run: BoxFuture<'static, Bytes>,
+        locals: LocalCommands,
+    },
     /// Not a transaction matter: answer it the usual way.
     Pass,
+}
+
+/// Queued commands the proxy answers itself, with their places among all queued commands.
+pub type LocalCommands = Vec<(usize, Request)>;
+
+/// What [`Transaction::admit`] accepted.
+enum Admitted {
+    /// Runs inside the backend block.
+    Block(Queued),
+    /// Answered by the proxy at EXEC.
+    Local,
 }
 
 /// The state between MULTI and EXEC.
 #[derive(Default)]
 struct Queue {
     commands: Vec<Queued>,
+    locals: LocalCommands,
     /// The transaction's slot and the key that set it (for error messages).
     slot: Option<(u16, Bytes)>,
     /// Whether a command was refused: EXEC will answer EXECABORT.
@@ -256,9 +286,15 @@ impl Transaction {
         user: Option<&User>,
     ) -> Bytes {
         match self.admit(proxy, proto, request, user) {
-            Ok(queued) => {
+            Ok(admitted) => {
                 if let Some(queue) = &mut self.multi {
-                    queue.commands.push(queued);
+                    match admitted {
+                        Admitted::Block(queued) => queue.commands.push(queued),
+                        Admitted::Local => {
+                            let place = queue.commands.len() + queue.locals.len();
+                            queue.locals.push((place, request.clone()));
+                        }
+                    }
                 }
                 Bytes::from_static(QUEUED)
             }
@@ -276,7 +312,7 @@ impl Transaction {
         proto: Proto,
         request: &Request,
         user: Option<&User>,
-    ) -> Result<Queued, Bytes> {
+    ) -> Result<Admitted, Bytes> {
         let spec = proxy
             .commands
             .lookup(&request.args)
@@ -291,6 +327,12 @@ impl Transaction {
             return Err(reply::error(NOT_IN_MULTI));
         }
         let base = spec.name.split('|').next().unwrap_or_default();
+        let name = spec.name.as_str();
+        if (ANSWERED_AT_EXEC.contains(&base) || ANSWERED_AT_EXEC.contains(&name))
+            && !CLIENT_NOT_QUEUED.contains(&name)
+        {
+            return Ok(Admitted::Local);
+        }
         if LOCAL_ONLY.contains(&base) {
             return Err(reply::error(&format!(
                 "ERR proxy: '{}' is not supported inside MULTI",
@@ -332,7 +374,7 @@ impl Transaction {
             }
         };
         let slot = self.bind_slot(proxy, spec, &args)?;
-        Ok(Queued { slot, ..queued })
+        Ok(Admitted::Block(Queued { slot, ..queued }))
     }
 
     /// Checks that the keys of `args` (cluster names) fit the transaction's slot, binding
@@ -485,18 +527,39 @@ impl Transaction {
         if broken {
             return Step::Reply(crate::dispatch::watch_failed(proto));
         }
-        if queue.commands.is_empty() && pin.is_none() {
-            return Step::Reply(Bytes::from_static(b"*0\r\n"));
+        let Queue {
+            commands, locals, ..
+        } = queue;
+        let run = self.run_block(proxy, proto, commands, pin, watch.as_ref());
+        if locals.is_empty() {
+            Step::Run(run)
+        } else {
+            Step::Exec { run, locals }
+        }
+    }
+
+    /// The future of EXEC's backend block: its reply, with one element per command that
+    /// ran inside it.
+    fn run_block(
+        &mut self,
+        proxy: &Arc<Proxy>,
+        proto: Proto,
+        commands: Vec<Queued>,
+        pin: Option<WatchPin>,
+        watch: Option<&Watch>,
+    ) -> BoxFuture<'static, Bytes> {
+        if commands.is_empty() && pin.is_none() {
+            return futures_util::future::ready(Bytes::from_static(b"*0\r\n")).boxed();
         }
         let mut slots: SmallVec<[u16; 4]> = SmallVec::new();
-        for slot in queue.commands.iter().filter_map(|c| c.slot) {
+        for slot in commands.iter().filter_map(|c| c.slot) {
             if !slots.contains(&slot) {
                 slots.push(slot);
             }
         }
         let proxy = proxy.clone();
         if slots.len() <= 1 {
-            let target = match (slots.first(), &watch) {
+            let target = match (slots.first(), watch) {
                 (Some(&slot), _) => Target::Slot(slot),
                 (None, Some(watch)) => Target::Slot(watch.slot),
                 (None, None) => Target::AnyMaster,
@@ -506,12 +569,10 @@ impl Transaction {
             } else {
                 None
             };
-            return Step::Run(
-                exec::run_single(proxy, target, queue.commands, pin, reusable, proto).boxed(),
-            );
+            return exec::run_single(proxy, target, commands, pin, reusable, proto).boxed();
         }
         crate::metrics::split_transaction();
-        Step::Run(exec::run_split(proxy, queue.commands, slots, proto).boxed())
+        exec::run_split(proxy, commands, slots, proto).boxed()
     }
 
     /// This client's kept connection to the node serving `target`, made on first use.
@@ -530,6 +591,87 @@ impl Transaction {
     }
 }
 
+/// EXEC's reply with the answers of the commands the proxy answers itself put in their
+/// places: `block_reply` is the backend block's reply (one element per other command),
+/// `answer` answers one local command (called in queue order, after the block ran). A
+/// block reply that is not an array (a failed WATCH, an error) is EXEC's whole reply, and
+/// no local command runs, as none of a discarded transaction does.
+pub fn splice_local_answers(
+    block_reply: Bytes,
+    locals: LocalCommands,
+    mut answer: impl FnMut(&Request) -> Bytes,
+) -> Bytes {
+    let Some(block) = array_elements(&block_reply) else {
+        return block_reply;
+    };
+    let total = block.len() + locals.len();
+    let mut block = block.into_iter();
+    let mut locals = locals.into_iter().peekable();
+    let mut elements = Vec::with_capacity(total);
+    for place in 0..total {
+        let element = match locals.next_if(|(at, _)| *at == place) {
+            Some((_, request)) => answer(&request),
+            None => block
+                .next()
+                .unwrap_or_else(|| reply::error("ERR proxy: no reply")),
+        };
+        elements.push(element);
+    }
+    encode::array_frame(total, &elements)
+}
+
 fn lock(cell: &Mutex<PinState>) -> std::sync::MutexGuard<'_, PinState> {
     cell.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(word: &str) -> Request {
+        Request {
+            raw: Bytes::new(),
+            args: SmallVec::from_elem(Bytes::copy_from_slice(word.as_bytes()), 1),
+        }
+    }
+
+    fn answer_with_name(request: &Request) -> Bytes {
+        encode::bulk_frame(&request.args[0])
+    }
+
+    #[test]
+    fn local_answers_go_to_their_places_in_queue_order() {
+        let block = Bytes::from_static(b"*2\r\n:1\r\n:2\r\n");
+        let locals = vec![
+            (0, request("first")),
+            (2, request("middle")),
+            (4, request("last")),
+        ];
+        let mut asked = Vec::new();
+        let spliced = splice_local_answers(block, locals, |request| {
+            asked.push(request.args[0].clone());
+            answer_with_name(request)
+        });
+        assert_eq!(
+            &spliced[..],
+            b"*5\r\n$5\r\nfirst\r\n:1\r\n$6\r\nmiddle\r\n:2\r\n$4\r\nlast\r\n"
+        );
+        assert_eq!(asked, ["first", "middle", "last"]);
+    }
+
+    #[test]
+    fn a_block_reply_that_is_no_array_runs_no_local_command() {
+        for reply in [
+            &b"*-1\r\n"[..],
+            b"_\r\n",
+            b"-EXECABORT Transaction discarded\r\n",
+        ] {
+            let spliced = splice_local_answers(
+                Bytes::copy_from_slice(reply),
+                vec![(0, request("setname"))],
+                |_| panic!("a local command ran after {reply:?}"),
+            );
+            assert_eq!(&spliced[..], reply);
+        }
+    }
 }
