@@ -1,5 +1,5 @@
 //! Client limits through the proxy: `maxclients` refuses the next client with Redis's error,
-//! `timeout` closes idle clients only, a client that never reads its replies is
+//! `timeout` closes idle clients only (not subscribers, not blocked ones), a client that never reads its replies is
 //! disconnected at `client_output_buffer_limit_bytes` while others keep being served, and
 //! clients that hang up with thousands of requests in flight disturb no one.
 
@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{new_dir, read_until_close, shared_cluster, Proxy, Raw};
+use common::{exchange_on, new_dir, read_until_close, shared_cluster, Proxy, Raw};
 
 fn proxy_with(config: &str) -> Proxy {
     let dir = new_dir("limits-config");
@@ -72,6 +72,54 @@ fn idle_clients_are_closed_after_timeout() {
         "idle client still open ({data:?})"
     );
     assert_eq!(busy.call(&["PING"]), "+PONG\r\n");
+}
+
+/// As in Redis, `timeout` spares a client that waits for a reply or is subscribed, and
+/// idle time counts from the last read or write: a subscriber that only receives messages
+/// stays (CLIENT LIST shows it idle=0), a silent one stays too, and a client whose BLPOP
+/// answered after longer than the timeout goes on at once.
+#[test]
+fn timeout_spares_subscribers_and_counts_from_the_last_reply() {
+    let proxy = proxy_with("timeout: 2\n");
+    let mut fed = Raw::connect(proxy.addr());
+    let mut silent = Raw::connect(proxy.addr());
+    let mut blocked = Raw::connect(proxy.addr());
+    let mut publisher = Raw::connect(proxy.addr());
+    assert_eq!(fed.call(&["CLIENT", "SETNAME", "fed"]), "+OK\r\n");
+    assert!(fed
+        .call(&["SUBSCRIBE", "limits:news"])
+        .contains("subscribe"));
+    assert!(silent
+        .call(&["SUBSCRIBE", "limits:quiet"])
+        .contains("subscribe"));
+    blocked.send(&["BLPOP", "limits:empty", "3"]);
+    let start = Instant::now();
+    let mut published = 0;
+    while start.elapsed() < Duration::from_secs(4) {
+        assert_eq!(publisher.call(&["PUBLISH", "limits:news", "m"]), ":1\r\n");
+        published += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(blocked.read_reply(), "*-1\r\n");
+    assert_eq!(blocked.call(&["PING"]), "+PONG\r\n");
+    let list = publisher.call(&["CLIENT", "LIST"]);
+    let line = list
+        .lines()
+        .find(|line| line.contains(" name=fed "))
+        .unwrap_or_else(|| panic!("no subscriber in {list}"));
+    assert!(line.contains(" idle=0 "), "{line}");
+    let messages = exchange_on(&mut fed.stream, &[], Duration::from_millis(300));
+    let text = String::from_utf8_lossy(&messages);
+    assert_eq!(
+        text.matches("$11\r\nlimits:news\r\n").count(),
+        published,
+        "{text}"
+    );
+    assert_eq!(
+        silent.call(&["PING"]),
+        "*2\r\n$4\r\npong\r\n$0\r\n\r\n",
+        "the silent subscriber was closed"
+    );
 }
 
 #[test]

@@ -28,17 +28,17 @@ pub struct ClientEntry {
     pub user: String,
     /// Its channel, pattern and shard channel subscriptions (`sub=`, `psub=`, `ssub=`).
     pub subscriptions: Subscriptions,
-    /// When it last sent something and what it last ran (`idle=`, `cmd=`), and whether
+    /// When it last sent or was sent something and what it last ran (`idle=`, `cmd=`), and whether
     /// CLIENT KILL picked it.
     activity: Arc<Activity>,
 }
 
-/// What the session records per read and per command, and the kill signal it waits on:
+/// What the session records per read, write and command, and the kill signal it waits on:
 /// shared with the registry without a lock.
 #[derive(Debug, Default)]
 struct Activity {
-    /// Milliseconds from the client's connect to its last read.
-    last_read_ms: AtomicU64,
+    /// Milliseconds from the client's connect to its last read or write.
+    last_active_ms: AtomicU64,
     /// The command-table index of its last command, plus one (0: none yet).
     last_command: AtomicUsize,
     /// Set by CLIENT KILL; `kill_waker` wakes the session.
@@ -234,9 +234,9 @@ fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> Strin
         "N"
     };
     let age = e.created.elapsed();
-    let last_read =
-        std::time::Duration::from_millis(e.activity.last_read_ms.load(Ordering::Relaxed));
-    let idle = age.saturating_sub(last_read).as_secs();
+    let last_active =
+        std::time::Duration::from_millis(e.activity.last_active_ms.load(Ordering::Relaxed));
+    let idle = age.saturating_sub(last_active).as_secs();
     // As Redis before a client's first command.
     let cmd = match e.activity.last_command.load(Ordering::Relaxed) {
         0 => None,
@@ -270,10 +270,11 @@ pub struct ClientGuard {
 }
 
 impl ClientGuard {
-    /// Records a read from the client at `at` (CLIENT LIST's `idle=`).
-    pub fn read_at(&self, at: Instant) {
+    /// Records a read from or a write to the client at `at` (CLIENT LIST's `idle=`, which
+    /// Redis counts from its last interaction either way).
+    pub fn active_at(&self, at: Instant) {
         let ms = at.saturating_duration_since(self.created).as_millis() as u64;
-        self.activity.last_read_ms.store(ms, Ordering::Relaxed);
+        self.activity.last_active_ms.store(ms, Ordering::Relaxed);
     }
 
     /// Records the command-table index of the client's latest command (`cmd=`).
@@ -390,7 +391,7 @@ mod tests {
     }
 
     #[test]
-    fn idle_and_cmd_come_from_the_last_read_and_command() {
+    fn idle_and_cmd_come_from_the_last_activity_and_command() {
         let (registry, a, _b) = registry_with_two();
         let names = |index: usize| (index == 7).then_some("client|list");
         let line = registry.line(a.id, &names).unwrap();
@@ -399,14 +400,14 @@ mod tests {
             "{line}"
         );
         a.ran(7);
-        a.read_at(Instant::now());
+        a.active_at(Instant::now());
         let line = registry.line(a.id, &names).unwrap();
         assert!(
             line.contains(" idle=0 ") && line.contains(" cmd=client|list "),
             "{line}"
         );
-        // A read recorded long before now (the connect) shows as idle time.
-        a.read_at(a.created);
+        // Activity recorded long before now (the connect) shows as idle time.
+        a.active_at(a.created);
         std::thread::sleep(std::time::Duration::from_millis(1100));
         let line = registry.line(a.id, &names).unwrap();
         assert!(line.contains(" idle=1 "), "{line}");

@@ -93,7 +93,8 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     tokio::pin!(drain_changed);
     let killed = guard.killed();
     tokio::pin!(killed);
-    let mut last_input = Instant::now();
+    // The last read from or write to the client: idle time counts from it, as in Redis.
+    let mut last_active = Instant::now();
     let mut transaction = Transaction::default();
     // A decoded request waiting for the replies before it (a transaction sequence point),
     // and whether a sequence point is in flight, so nothing after it may start yet.
@@ -269,9 +270,11 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             && in_flight.len() < max_pipeline
             && output.len() < OUTPUT_BACKPRESSURE
             && !(sequence_point && input.len() >= HELD_INPUT);
+        // As in Redis, a client waiting for a reply (a blocked one) or subscribed never
+        // idles out.
         let idle_deadline = idle_timeout
-            .filter(|_| answered)
-            .map(|timeout| last_input + timeout);
+            .filter(|_| answered && !(pubsub.is_used() && pubsub.is_subscribed()))
+            .map(|timeout| last_active + timeout);
         tokio::select! {
             biased;
             () = in_flight.progress(), if !in_flight.is_empty() => {
@@ -300,6 +303,8 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 Ok(n) => {
                     counted.sent(n);
                     output.advance(n);
+                    last_active = Instant::now();
+                    guard.active_at(last_active.into_std());
                 }
             },
             // A subscriber that stopped reading must not hold its messages forever.
@@ -320,8 +325,8 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     Ok(0) | Err(_) => break,
                     Ok(n) => counted.received(n),
                 }
-                last_input = Instant::now();
-                guard.read_at(last_input.into_std());
+                last_active = Instant::now();
+                guard.active_at(last_active.into_std());
                 if input.capacity() - input.len() < 1024 {
                     input.reserve(READ_BUFFER);
                 }
