@@ -46,7 +46,8 @@ pub const DEFAULT_DENY: &[&str] = &[
     "monitor",
     "sync",
     "psync",
-    // Sent to one arbitrary master, these would kill some other client's script.
+    // Sent to every master, these kill whatever script or function runs there, other
+    // clients' included: an operator's tool, not a client's.
     "script|kill",
     "function|kill",
 ];
