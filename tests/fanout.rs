@@ -290,3 +290,84 @@ fn standalone_upstream_fans_out_to_its_one_node() {
     let _: () = redis::cmd("FLUSHDB").query(&mut con).unwrap();
     assert_eq!(dbsize(server.addr()), 0);
 }
+
+/// SLOWLOG through the proxy is every master's log as one, as Redis 7's request policy for
+/// it (all nodes) asks: LEN is the sum, GET merges the entries newest first and cuts them
+/// to the count, RESET empties every master's log.
+#[test]
+fn slowlog_reads_and_resets_every_master() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let set_threshold = |micros: &str| {
+        for master in cluster.masters() {
+            let ok: String = query(
+                &master,
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("slowlog-log-slower-than")
+                    .arg(micros),
+            )
+            .unwrap();
+            assert_eq!(ok, "OK");
+        }
+    };
+    let mut con = proxy.client().get_connection().unwrap();
+    let reset: String = redis::cmd("SLOWLOG").arg("RESET").query(&mut con).unwrap();
+    assert_eq!(reset, "OK");
+    // Log every command for a moment, then nothing, so the logs hold still.
+    set_threshold("0");
+    let keys: Vec<String> = (0..30).map(|i| format!("slow:{i}")).collect();
+    for key in &keys {
+        redis::cmd("SET").arg(key).arg("v").exec(&mut con).unwrap();
+    }
+    set_threshold("100000000");
+    let per_master: Vec<i64> = cluster
+        .masters()
+        .iter()
+        .map(|master| query(master, redis::cmd("SLOWLOG").arg("LEN")).unwrap())
+        .collect();
+    assert!(per_master.iter().all(|&n| n > 0), "{per_master:?}");
+    let len: i64 = redis::cmd("SLOWLOG").arg("LEN").query(&mut con).unwrap();
+    assert_eq!(len, per_master.iter().sum::<i64>());
+
+    type Entry = (i64, i64, i64, Vec<String>, String, String);
+    let all: Vec<Entry> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg("-1")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(all.len() as i64, len);
+    let logged: Vec<&String> = all
+        .iter()
+        .filter(|entry| entry.3.first().is_some_and(|name| name == "SET"))
+        .map(|entry| &entry.3[1])
+        .collect();
+    for key in &keys {
+        assert!(logged.contains(&key), "{key} missing from {logged:?}");
+    }
+    let newest: Vec<Entry> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg("5")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(newest.len(), 5);
+    assert!(newest.windows(2).all(|pair| pair[0].1 >= pair[1].1));
+    let default: Vec<Entry> = redis::cmd("SLOWLOG").arg("GET").query(&mut con).unwrap();
+    assert_eq!(default.len(), 10);
+    // A bad count gets the masters' own error.
+    let bad_count = redis::cmd("SLOWLOG").arg("GET").arg("-2").clone();
+    let error = bad_count.query::<Vec<Entry>>(&mut con).unwrap_err();
+    let node_error = query::<Vec<Entry>>(&cluster.masters()[0], &bad_count).unwrap_err();
+    let detail = error.detail().unwrap_or_default();
+    assert!(
+        detail.contains("count") && node_error.ends_with(detail),
+        "{error} / {node_error}"
+    );
+
+    let reset: String = redis::cmd("SLOWLOG").arg("RESET").query(&mut con).unwrap();
+    assert_eq!(reset, "OK");
+    for master in cluster.masters() {
+        let left: i64 = query(&master, redis::cmd("SLOWLOG").arg("LEN")).unwrap();
+        assert_eq!(left, 0, "{master}");
+    }
+}

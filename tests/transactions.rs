@@ -125,6 +125,7 @@ fn commands_that_span_every_master_are_refused_inside_multi() {
         "RANDOMKEY",
         "INFO keyspace",
         "SCRIPT EXISTS abc",
+        "SLOWLOG LEN",
         "SORT {txn10}l BY w_*",
         "SORT_RO {txn10}l GET o_*",
     ] {

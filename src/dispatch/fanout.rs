@@ -1,8 +1,11 @@
 //! Keyless commands about the whole data set, answered over every master as one server
 //! would answer them: KEYS and PUBSUB SHARDCHANNELS (concatenated), PUBSUB SHARDNUMSUB
 //! (each channel asked of its slot's master), SCAN (one cursor walking every master in
-//! turn), DBSIZE (summed), RANDOMKEY (a master that has keys), and admin broadcasts
-//! (FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT, FUNCTION LOAD/DELETE/FLUSH/RESTORE, the KILLs).
+//! turn), DBSIZE (summed), RANDOMKEY (a master that has keys), SLOWLOG (every master's log
+//! as one, newest first), and admin broadcasts (FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT,
+//! FUNCTION LOAD/DELETE/FLUSH/RESTORE, the KILLs). Which commands fan out, and how their
+//! replies combine, follows the request and response policies Redis 7 documents for them
+//! (`COMMAND DOCS`' tips).
 //!
 //! Invariants: masters are always taken in address order from one routing snapshot, so
 //! the order is stable across refreshes that do not change the master set; a broadcast
@@ -63,12 +66,15 @@ pub enum Op {
     Keys,
     /// SCAN: one cursor over every master in turn.
     Scan,
-    /// DBSIZE: the sum.
-    DbSize,
+    /// DBSIZE, SLOWLOG LEN: the sum.
+    Sum,
+    /// SLOWLOG GET: every master's newest entries, merged newest first and cut to the
+    /// count asked (entry ids are each master's own).
+    SlowlogGet,
     /// RANDOMKEY: a key from a master that has any.
     RandomKey,
-    /// FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT, FUNCTION DELETE/FLUSH/RESTORE: sent to
-    /// every master, `+OK` only when every master said so.
+    /// FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT, FUNCTION DELETE/FLUSH/RESTORE, SLOWLOG
+    /// RESET: sent to every master, `+OK` only when every master said so.
     AllOk,
     /// FUNCTION LOAD: sent to every master; the reply when every master gave the same one.
     AllSame,
@@ -87,10 +93,11 @@ impl Op {
             "keys" | "pubsub|shardchannels" => Op::Keys,
             "pubsub|shardnumsub" => Op::ShardNumSub,
             "scan" => Op::Scan,
-            "dbsize" => Op::DbSize,
+            "dbsize" | "slowlog|len" => Op::Sum,
+            "slowlog|get" => Op::SlowlogGet,
             "randomkey" => Op::RandomKey,
             "flushdb" | "flushall" | "config|set" | "config|resetstat" | "function|delete"
-            | "function|flush" | "function|restore" => Op::AllOk,
+            | "function|flush" | "function|restore" | "slowlog|reset" => Op::AllOk,
             "function|load" => Op::AllSame,
             "script|kill" | "function|kill" => Op::AnyOk,
             _ => return None,
@@ -103,7 +110,8 @@ impl Proxy {
         match op {
             Op::Keys => self.keys_all(request.raw.clone(), proto).await,
             Op::Scan => self.scan_all(&request.args, proto).await,
-            Op::DbSize => self.dbsize_all(request.raw.clone(), proto).await,
+            Op::Sum => self.sum_all(request.raw.clone(), proto).await,
+            Op::SlowlogGet => self.slowlog_all(request, proto).await,
             Op::RandomKey => self.random_key(request.raw.clone(), proto).await,
             Op::AllOk => self.broadcast_all_ok(request.raw.clone(), proto).await,
             Op::AllSame => self.broadcast_all_same(request.raw.clone(), proto).await,
@@ -232,7 +240,33 @@ impl Proxy {
             .unwrap_or_else(|| reply::error(reply::text::SLOT_UNSERVED))
     }
 
-    async fn dbsize_all(&self, request: Bytes, proto: Proto) -> Bytes {
+    /// SLOWLOG GET over every master: the entries of all, newest first (by their
+    /// timestamps; ties in master order), at most the count asked (Redis: 10 by default,
+    /// -1 for all). Each master checks the arguments; the first error in master order is
+    /// the reply.
+    async fn slowlog_all(&self, request: &Request, proto: Proto) -> Bytes {
+        let replies = match self.broadcast(request.raw.clone(), proto).await {
+            Ok(replies) => replies,
+            Err(error) => return error,
+        };
+        let mut entries = Vec::new();
+        for reply in &replies {
+            match merge::array_elements(reply) {
+                Some(elements) => entries.extend(elements),
+                None => return reply.clone(),
+            }
+        }
+        let limit = match request.args.get(2) {
+            None => 10,
+            Some(count) => match crate::protocol::parse_i64(count) {
+                Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
+                _ => usize::MAX,
+            },
+        };
+        encode_newest_first(entries, limit)
+    }
+
+    async fn sum_all(&self, request: Bytes, proto: Proto) -> Bytes {
         let replies = match self.broadcast(request, proto).await {
             Ok(replies) => replies,
             Err(error) => return error,
@@ -386,6 +420,19 @@ fn aggregate(frame: &Bytes) -> Option<(u8, usize, &[u8])> {
     Some((kind, count, &frame[header_end + 2..]))
 }
 
+/// SLOWLOG entries (`[id, timestamp, duration, args, addr, name]`), newest first by
+/// timestamp, the order among equal timestamps kept, cut to `limit`, as one array.
+fn encode_newest_first(mut entries: Vec<Bytes>, limit: usize) -> Bytes {
+    let timestamp = |entry: &Bytes| {
+        merge::array_elements(entry)
+            .and_then(|fields| fields.get(1).and_then(|t| merge::integer(t)))
+            .unwrap_or(i64::MIN)
+    };
+    entries.sort_by_cached_key(|entry| std::cmp::Reverse(timestamp(entry)));
+    entries.truncate(limit);
+    encode::array_frame(entries.len(), &entries)
+}
+
 fn is_null(frame: &[u8]) -> bool {
     frame == b"$-1\r\n" || frame == b"_\r\n" || frame == b"*-1\r\n"
 }
@@ -490,6 +537,42 @@ fn scan_reply(frame: &Bytes) -> Option<(u64, Bytes)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn slowlog_entry(id: i64, timestamp: i64) -> Bytes {
+        let mut out = BytesMut::new();
+        encode::array_header(&mut out, 6);
+        encode::integer(&mut out, id);
+        encode::integer(&mut out, timestamp);
+        encode::integer(&mut out, 5);
+        encode::array_header(&mut out, 1);
+        encode::bulk(&mut out, b"PING");
+        encode::bulk(&mut out, b"127.0.0.1:1");
+        encode::bulk(&mut out, b"");
+        out.freeze()
+    }
+
+    #[test]
+    fn slowlog_entries_of_every_master_merge_newest_first_and_cut_to_the_count() {
+        // Two masters' logs, each newest first, concatenated in master order.
+        let entries = vec![
+            slowlog_entry(2, 300),
+            slowlog_entry(1, 100),
+            slowlog_entry(7, 300),
+            slowlog_entry(6, 200),
+        ];
+        let ids = |frame: &Bytes| -> Vec<i64> {
+            merge::array_elements(frame)
+                .unwrap()
+                .iter()
+                .map(|e| merge::integer(&merge::array_elements(e).unwrap()[0]).unwrap())
+                .collect()
+        };
+        let all = encode_newest_first(entries.clone(), usize::MAX);
+        // Equal timestamps keep master order.
+        assert_eq!(ids(&all), [2, 7, 6, 1]);
+        assert_eq!(ids(&encode_newest_first(entries.clone(), 3)), [2, 7, 6]);
+        assert_eq!(&encode_newest_first(entries, 0)[..], b"*0\r\n");
+    }
 
     fn masters(names: &[&str]) -> Vec<NodeAddr> {
         names.iter().map(|n| NodeAddr::from(*n)).collect()
