@@ -93,3 +93,45 @@ fn contradicting_lists_stop_the_proxy_at_start() {
         "{stderr}"
     );
 }
+
+/// Commands that would turn a shared backend connection into something else (the script
+/// debugger, a MONITOR or replication stream) are refused even when the policy allows
+/// them, and every client's next commands on that node still get their own replies.
+#[test]
+fn commands_that_would_take_over_a_shared_connection_are_always_refused() {
+    let (proxy, _server) = proxy_with("commands:\n  allow: [monitor, sync, psync]\n");
+    let mut con = Raw::connect(proxy.addr());
+    let mut other = Raw::connect(proxy.addr());
+    for (command, name) in [
+        (&["SCRIPT", "DEBUG", "YES"][..], "script|debug"),
+        (&["SCRIPT", "DEBUG", "SYNC"], "script|debug"),
+        (&["MONITOR"], "monitor"),
+        (&["SYNC"], "sync"),
+        (&["PSYNC", "?", "-1"], "psync"),
+        (&["REPLCONF", "listening-port", "1"], "replconf"),
+    ] {
+        assert_eq!(
+            con.call(command),
+            format!("-ERR proxy: '{name}' is not supported: it would change the backend connection it runs on, which other clients share\r\n"),
+            "{command:?}"
+        );
+        // A script runs as usual for this client and for another one.
+        assert_eq!(
+            con.call(&["EVAL", "return 1", "0"]),
+            ":1\r\n",
+            "{command:?}"
+        );
+        assert_eq!(
+            other.call(&["EVAL", "return 2", "0"]),
+            ":2\r\n",
+            "{command:?}"
+        );
+        assert_eq!(other.call(&["SET", "policy:after", "1"]), "+OK\r\n");
+    }
+    // Inside MULTI it is refused when queued, and the transaction aborts.
+    assert_eq!(con.call(&["MULTI"]), "+OK\r\n");
+    assert!(con
+        .call(&["SCRIPT", "DEBUG", "YES"])
+        .starts_with("-ERR proxy: 'script|debug' is not supported inside MULTI"));
+    assert!(con.call(&["EXEC"]).starts_with("-EXECABORT"));
+}

@@ -339,6 +339,12 @@ impl Transaction {
                 spec.name
             )));
         }
+        if crate::dispatch::changes_its_connection(spec) {
+            return Err(reply::error(&format!(
+                "ERR proxy: '{}' is not supported inside MULTI",
+                spec.name
+            )));
+        }
         if Proxy::spans_masters(spec) {
             return Err(reply::error(&format!(
                 "ERR proxy: '{}' is not supported inside MULTI: it runs on every master, which one transaction cannot span",

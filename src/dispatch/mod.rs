@@ -132,6 +132,7 @@ fn forwards_as_is(spec: &CommandSpec) -> bool {
         && scripts::Admin::classify(spec).is_none()
         && !routes_specially(spec)
         && !asks_about_a_slot(spec)
+        && !changes_its_connection(spec)
         && scripts::Run::of(spec).is_none()
         && !spec.may_block()
         // SORT's patterns decide (see `sort::SortRequest::classify`).
@@ -163,6 +164,17 @@ fn routes_specially(spec: &CommandSpec) -> bool {
             | "unsubscribe"
             | "punsubscribe"
             | "sunsubscribe"
+    )
+}
+
+/// Commands that turn the connection they arrive on into something else (the script
+/// debugger's session, a MONITOR or replication stream, a replica's link): on a backend
+/// connection shared by many clients every later reply on it would be wrong. Refused
+/// whatever the policy says; the policy's own refusal comes first for those it denies.
+pub fn changes_its_connection(spec: &CommandSpec) -> bool {
+    matches!(
+        spec.name.as_str(),
+        "script|debug" | "monitor" | "sync" | "psync" | "replconf"
     )
 }
 
@@ -437,6 +449,12 @@ impl Proxy {
         };
         if !spec.arity_ok(args.len()) {
             return Plan::Answer(reply::wrong_arity(&spec.name));
+        }
+        if changes_its_connection(spec) {
+            return Plan::Answer(reply::error(&format!(
+                "ERR proxy: '{}' is not supported: it would change the backend connection it runs on, which other clients share",
+                spec.name
+            )));
         }
         if let Some(sort) = sort::SortRequest::classify(&spec.name, args) {
             return match sort {
