@@ -41,7 +41,8 @@ pub use process::new_dir;
 pub use process::require_tool;
 pub use proxy::Proxy;
 pub use raw::{
-    exchange, exchange_on, read_until_close, reply_complete, resp_lines, transcript, Raw,
+    exchange, exchange_on, read_replies, read_until_close, reply_complete, resp_lines, transcript,
+    Raw,
 };
 pub use standalone::Standalone;
 

@@ -102,6 +102,40 @@ pub fn split_replies(data: &[u8]) -> Vec<Vec<u8>> {
     replies
 }
 
+/// Reads from `stream` until `count` replies are complete, skipping RESP3 push messages
+/// (`>`); bytes after them stay in `pending` for the next call. `Err` says what went wrong:
+/// the peer closed, or no byte came for [`READ_TIMEOUT`].
+pub fn read_replies(
+    stream: &mut TcpStream,
+    pending: &mut Vec<u8>,
+    count: usize,
+) -> Result<Vec<Vec<u8>>, String> {
+    stream
+        .set_read_timeout(Some(READ_TIMEOUT))
+        .expect("set a read timeout");
+    let mut replies = Vec::with_capacity(count);
+    let mut buf = [0u8; 64 * 1024];
+    loop {
+        while replies.len() < count {
+            let Some(len) = frame_len(pending) else {
+                break;
+            };
+            let frame: Vec<u8> = pending.drain(..len).collect();
+            if !frame.starts_with(b">") {
+                replies.push(frame);
+            }
+        }
+        if replies.len() == count {
+            return Ok(replies);
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return Err(format!("closed after {} of {count} replies", replies.len())),
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("{e} after {} of {count} replies", replies.len())),
+        }
+    }
+}
+
 /// Reads until the peer closes (`true`) or `timeout` passes without data (`false`); a read
 /// error counts as a close. Everything received until then is returned.
 pub fn read_until_close(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, bool) {
@@ -173,7 +207,7 @@ fn frame_len(data: &[u8]) -> Option<usize> {
     let head = std::str::from_utf8(&data[1..end]).ok()?;
     let rest = end + 2;
     match data.first()? {
-        b'+' | b'-' | b':' | b'_' | b'#' | b',' => Some(rest),
+        b'+' | b'-' | b':' | b'_' | b'#' | b',' | b'(' => Some(rest),
         b'$' | b'=' | b'!' => {
             let len: i64 = head.parse().ok()?;
             if len < 0 {
