@@ -382,3 +382,51 @@ fn input_held_behind_a_blocked_command_is_bounded() {
     assert!(replies[0].starts_with(b"*2\r\n"), "{:?}", replies[0]);
     assert!(replies[1..].iter().all(|r| r == b"+OK\r\n"));
 }
+
+/// CLIENT UNBLOCK through the proxy, against a single Redis running the same scenario: the
+/// blocked client shows `flags=b`, a TIMEOUT unblock answers its command as a timeout, an
+/// ERROR unblock with `-UNBLOCKED`, and a client that is not blocked (or unknown) gives 0.
+#[test]
+fn client_unblock_ends_a_blocked_command_as_on_a_single_redis() {
+    fn scenario(addr: &str) -> Vec<String> {
+        let mut blocked = Raw::connect(addr);
+        let mut other = Raw::connect(addr);
+        let id = blocked.call(&["CLIENT", "ID"]);
+        let id = id.trim_start_matches(':').trim_end();
+        let shows_blocked = |other: &mut Raw| {
+            let line = other.call(&["CLIENT", "LIST", "ID", id]);
+            line.contains(" flags=b ")
+        };
+        let mut seen = Vec::new();
+        let waits = [
+            &["BLPOP", "unblock:{l}", "0"][..],
+            &["XREAD", "BLOCK", "0", "STREAMS", "unblock:{s}", "$"],
+        ];
+        for (wait, mode) in waits.iter().zip(["TIMEOUT", "ERROR"]) {
+            blocked.send(wait);
+            wait_until("the client to block", Duration::from_secs(3), || {
+                shows_blocked(&mut other)
+            });
+            seen.push(other.call(&["CLIENT", "UNBLOCK", id, mode]));
+            seen.push(blocked.read_reply());
+            assert!(!shows_blocked(&mut other), "{addr}: still blocked");
+        }
+        // Not blocked, unknown, malformed.
+        seen.push(other.call(&["CLIENT", "UNBLOCK", id]));
+        seen.push(other.call(&["CLIENT", "UNBLOCK", "999999"]));
+        seen.push(other.call(&["CLIENT", "UNBLOCK", "abc"]));
+        seen.push(other.call(&["CLIENT", "UNBLOCK", id, "LATER"]));
+        seen.push(other.call(&["CLIENT", "UNBLOCK"]));
+        // The unblocked client goes on.
+        seen.push(blocked.call(&["PING"]));
+        seen
+    }
+    let server = common::Standalone::start();
+    let direct = scenario(server.addr());
+    assert_eq!(direct[0], ":1\r\n");
+    assert_eq!(
+        direct[3],
+        "-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n"
+    );
+    assert_eq!(scenario(proxy().addr()), direct);
+}

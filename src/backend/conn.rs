@@ -340,6 +340,13 @@ impl NodeConn {
     pub fn addr(&self) -> &NodeAddr {
         &self.shared.addr
     }
+
+    /// The local address of the established connection (the node shows it as the
+    /// client's `addr=`); `None` while not connected.
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        let outbox = self.shared.channel.lock();
+        outbox.link.as_ref()?.write.local_addr().ok()
+    }
 }
 
 /// An established connection: its write half, its FIFO, its reader task, and the bytes of

@@ -11,6 +11,8 @@ use std::time::Instant;
 
 use futures_util::task::AtomicWaker;
 
+use crate::dispatch::BlockedOn;
+
 /// What CLIENT LIST shows of one client.
 #[derive(Debug, Clone)]
 pub struct ClientEntry {
@@ -44,6 +46,8 @@ struct Activity {
     /// Set by CLIENT KILL; `kill_waker` wakes the session.
     killed: AtomicBool,
     kill_waker: AtomicWaker,
+    /// Where its blocking command waits, if one runs (CLIENT UNBLOCK, `flags=b`).
+    blocked: Arc<BlockedOn>,
 }
 
 /// How many subscriptions of each kind a client has.
@@ -136,9 +140,13 @@ impl Registry {
         addr: SocketAddr,
         laddr: SocketAddr,
         user: Option<&str>,
+        blocked: Arc<BlockedOn>,
     ) -> ClientGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let activity = Arc::new(Activity::default());
+        let activity = Arc::new(Activity {
+            blocked,
+            ..Activity::default()
+        });
         let created = Instant::now();
         let entry = ClientEntry {
             addr,
@@ -174,6 +182,11 @@ impl Registry {
         if let Some(entry) = self.lock().get_mut(&id) {
             change(entry);
         }
+    }
+
+    /// Where client `id`'s blocking commands are shown, if it is connected.
+    pub fn blocked_on(&self, id: u64) -> Option<Arc<BlockedOn>> {
+        Some(self.lock().get(&id)?.activity.blocked.clone())
     }
 
     /// One CLIENT LIST / CLIENT INFO line for `id`, in Redis's format; `command_name`
@@ -228,10 +241,14 @@ impl Registry {
 pub type CommandName<'a> = &'a dyn Fn(usize) -> Option<&'a str>;
 
 fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> String {
-    let flags = if ClientType::of(e) == ClientType::PubSub {
-        "P"
-    } else {
-        "N"
+    // Redis's letters, in its order; N for none.
+    let pubsub = ClientType::of(e) == ClientType::PubSub;
+    let blocked = e.activity.blocked.current().is_some();
+    let flags = match (pubsub, blocked) {
+        (false, false) => "N",
+        (true, false) => "P",
+        (false, true) => "b",
+        (true, true) => "Pb",
     };
     let age = e.created.elapsed();
     let last_active =
@@ -338,8 +355,18 @@ mod tests {
     fn registry_with_two() -> (Arc<Registry>, ClientGuard, ClientGuard) {
         let registry = Arc::new(Registry::default());
         let laddr: SocketAddr = "127.0.0.1:6380".parse().unwrap();
-        let a = registry.register("127.0.0.1:5001".parse().unwrap(), laddr, None);
-        let b = registry.register("127.0.0.1:5002".parse().unwrap(), laddr, Some("bot"));
+        let a = registry.register(
+            "127.0.0.1:5001".parse().unwrap(),
+            laddr,
+            None,
+            Default::default(),
+        );
+        let b = registry.register(
+            "127.0.0.1:5002".parse().unwrap(),
+            laddr,
+            Some("bot"),
+            Default::default(),
+        );
         (registry, a, b)
     }
 

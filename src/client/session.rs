@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::auth;
-use crate::dispatch::{Proxy, Route};
+use crate::dispatch::{BlockedOn, Proxy, Route, BLOCKED_ON};
 use crate::protocol::{Proto, RequestDecoder};
 use crate::reload::Live;
 use crate::reply;
@@ -49,6 +49,22 @@ const HELD_INPUT: usize = 1024 * 1024;
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, idles past
 /// `timeout`, exceeds its output buffer limit, or the proxy drains.
 pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) {
+    // The commands' futures run in this task: a blocking one records where it waits here.
+    let blocked = Arc::new(BlockedOn::default());
+    BLOCKED_ON
+        .scope(
+            blocked.clone(),
+            serve_client(stream, live, registry, blocked),
+        )
+        .await;
+}
+
+async fn serve_client(
+    stream: TcpStream,
+    live: Arc<Live>,
+    registry: Arc<Registry>,
+    blocked: Arc<BlockedOn>,
+) {
     let peer = stream
         .peer_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
@@ -67,7 +83,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     let output_limit = config.client_output_buffer_limit_bytes;
     let mut decoder = RequestDecoder::new(config.limits.protocol());
     let user = ConnState::initial_user(&proxy.auth);
-    let guard = registry.register(peer, local_addr, user.as_deref());
+    let guard = registry.register(peer, local_addr, user.as_deref(), blocked);
     let mut state = ConnState {
         id: guard.id,
         proto: Proto::Resp2,
@@ -218,7 +234,10 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         if answer.silent {
                             in_flight.mute_next();
                         }
-                        in_flight.push_ready(answer.reply);
+                        match answer.pending {
+                            Some(pending) => in_flight.push_future(pending).await,
+                            None => in_flight.push_ready(answer.reply),
+                        }
                         continue;
                     }
                     let user = user.map(|user| &**user);

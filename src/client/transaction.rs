@@ -72,8 +72,9 @@ const SPLIT_WITH_WATCH: &str = "CROSSSLOT proxy: a transaction after WATCH must 
 const ANSWERED_AT_EXEC: &[&str] = &["select", "client", "readonly", "readwrite", "acl|whoami"];
 
 /// CLIENT subcommands refused inside MULTI: their effect is on how the session itself
-/// goes on (muting replies, closing connections), which the EXEC reply cannot carry.
-const CLIENT_NOT_QUEUED: &[&str] = &["client|reply", "client|kill"];
+/// goes on (muting replies, closing connections), which the EXEC reply cannot carry, or
+/// their answer comes from a node (UNBLOCK).
+const CLIENT_NOT_QUEUED: &[&str] = &["client|reply", "client|kill", "client|unblock"];
 
 /// Commands the proxy answers itself or that would change what the pinned backend
 /// connection is (protocol, user, subscriptions): they cannot run inside a transaction.

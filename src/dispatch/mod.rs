@@ -32,7 +32,7 @@ use crate::topology::Topology;
 
 pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
 pub use forward::{is_final, Target};
-pub use pinned::{watch_failed, WatchPin};
+pub use pinned::{watch_failed, BlockedOn, WatchPin, BLOCKED_ON};
 pub use scripts::ScriptCache;
 
 /// Everything a command needs, shared by every client session.

@@ -9,6 +9,8 @@
 //! blocking command never falls back to a shared connection, where it would stall
 //! every other client of that node.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 
@@ -22,6 +24,54 @@ use super::{Proxy, Target};
 
 pub(super) const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 pub(super) const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
+
+/// Where a client's blocking command waits now: the node and the dedicated connection,
+/// so CLIENT UNBLOCK from another client can reach it (and CLIENT LIST show it blocked).
+#[derive(Debug, Default)]
+pub struct BlockedOn(Mutex<Option<(NodeAddr, NodeConn)>>);
+
+impl BlockedOn {
+    /// The node and connection of the blocking command running now, if any.
+    pub fn current(&self) -> Option<(NodeAddr, NodeConn)> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(NodeAddr, NodeConn)>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+tokio::task_local! {
+    /// The running client session's [`BlockedOn`]. A session sets it around its task, in
+    /// which its commands' futures run; elsewhere (migrate, tests) it is unset and nothing
+    /// is recorded. A task-local rather than an argument: the blocking path is reached
+    /// through every planner (plain, layout, WAIT), none of which knows the client.
+    pub static BLOCKED_ON: Arc<BlockedOn>;
+}
+
+/// Shows a blocking command in its session's [`BlockedOn`] while it lives.
+struct ShownBlocked(Option<Arc<BlockedOn>>);
+
+impl ShownBlocked {
+    fn record(node: &NodeAddr, conn: &NodeConn) -> ShownBlocked {
+        ShownBlocked(
+            BLOCKED_ON
+                .try_with(|blocked| {
+                    *blocked.lock() = Some((node.clone(), conn.clone()));
+                    blocked.clone()
+                })
+                .ok(),
+        )
+    }
+}
+
+impl Drop for ShownBlocked {
+    fn drop(&mut self) {
+        if let Some(blocked) = &self.0 {
+            *blocked.lock() = None;
+        }
+    }
+}
 
 /// The connection a transaction's WATCH was sent on; its EXEC must go there too.
 #[derive(Debug, Clone)]
@@ -234,6 +284,7 @@ impl Proxy {
                 },
             };
             let conn = self.topology.dedicated(&node, proto);
+            let _shown = ShownBlocked::record(&node, &conn);
             let frame = match conn.call(request.clone(), asking).await {
                 Ok(frame) => frame,
                 Err(BackendError::Lost(detail)) => {

@@ -1,8 +1,11 @@
 //! CLIENT's subcommands, answered about the proxy's own clients as one Redis answers them
 //! about its clients: SETNAME/GETNAME/ID/INFO/LIST (with TYPE and ID filters), KILL in
-//! both forms, REPLY, TRACKING OFF and what goes with it, HELP.
+//! both forms, UNBLOCK, REPLY, TRACKING OFF and what goes with it, HELP.
+
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use futures_util::FutureExt;
 
 use crate::auth::Auth;
 use crate::dispatch::Proxy;
@@ -16,7 +19,7 @@ use super::{ok, set_name, valid_name, Answer, ConnState, ReplyMode, BAD_NAME, SY
 pub(super) fn answer(
     state: &mut ConnState,
     registry: &Registry,
-    proxy: &Proxy,
+    proxy: &Arc<Proxy>,
     args: &[Bytes],
 ) -> Option<Answer> {
     let auth = &proxy.auth;
@@ -43,6 +46,7 @@ pub(super) fn answer(
         ),
         (b"list", _) => list(state.proto, registry, &names, args),
         (b"kill", 3..) => return kill(state, registry, auth, args),
+        (b"unblock", 3 | 4) => return unblock(registry, proxy, args),
         (b"help", 2) => help(),
         (b"tracking", 3..) => tracking(registry, args),
         (b"trackinginfo", 2) => tracking_info(state.proto),
@@ -55,7 +59,7 @@ pub(super) fn answer(
         (b"unpause", 2) => ok(),
         (
             b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"kill" | b"help"
-            | b"tracking" | b"trackinginfo" | b"caching" | b"unpause",
+            | b"tracking" | b"trackinginfo" | b"caching" | b"unpause" | b"unblock",
             _,
         ) => reply::wrong_arity(&format!("client|{}", String::from_utf8_lossy(&sub))),
         (b"no-evict" | b"no-touch", 3) => match args[2].to_ascii_lowercase().as_slice() {
@@ -76,6 +80,7 @@ pub(super) fn answer(
                 reply: ok(),
                 close: false,
                 silent: mode != ReplyMode::On,
+                pending: None,
             });
         }
         (b"reply", _) => reply::wrong_arity("client|reply"),
@@ -83,6 +88,89 @@ pub(super) fn answer(
         _ => reply::unknown_subcommand("client", &args[1]),
     };
     Answer::reply(reply)
+}
+
+/// How often, and how far apart, CLIENT UNBLOCK looks for a command that is still on its
+/// way to the node.
+const UNBLOCK_ATTEMPTS: usize = 10;
+const UNBLOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: a client of the proxy blocks on a connection of its
+/// own to a node, so the node unblocks it: the proxy finds that connection among the node's
+/// clients (its `addr=` is the connection's local address) and sends the node CLIENT
+/// UNBLOCK with the node's id for it. The blocked client then gets the node's answer (a
+/// timeout's reply, or `-UNBLOCKED`). `:0` when the client is not blocked, as Redis.
+fn unblock(registry: &Registry, proxy: &Arc<Proxy>, args: &[Bytes]) -> Option<Answer> {
+    let mode: &'static [u8] = match args.get(3).map(|m| m.to_ascii_lowercase()).as_deref() {
+        None | Some(b"timeout") => b"TIMEOUT",
+        Some(b"error") => b"ERROR",
+        Some(_) => {
+            return Answer::reply(reply::error(
+                "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR",
+            ))
+        }
+    };
+    let Some(id) = parse_i64(&args[2]) else {
+        return Answer::reply(reply::error("ERR value is not an integer or out of range"));
+    };
+    let blocked = u64::try_from(id)
+        .ok()
+        .and_then(|id| registry.blocked_on(id));
+    let Some((blocked, (node, conn))) = blocked.and_then(|b| b.current().map(|now| (b, now)))
+    else {
+        return Answer::reply(encode::integer_frame(0));
+    };
+    let proxy = proxy.clone();
+    let pending = async move {
+        // The command may still be on its way to the node (its connection is opened for
+        // it): a few tries, as long as the client still waits on the same connection.
+        for attempt in 0..UNBLOCK_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(UNBLOCK_RETRY).await;
+                if !blocked.current().is_some_and(|(_, now)| now.same(&conn)) {
+                    break;
+                }
+            }
+            let Some(local) = conn.local_addr() else {
+                continue;
+            };
+            let list = encode::encode_request(&[b"CLIENT", b"LIST", b"TYPE", b"normal"]);
+            let listed = proxy.call_node(&node, list, Proto::Resp2).await;
+            if listed.first() == Some(&b'-') {
+                return listed;
+            }
+            let Some(node_id) = node_client_id(&listed, &local.to_string()) else {
+                continue;
+            };
+            let request =
+                encode::encode_request(&[b"CLIENT", b"UNBLOCK", node_id.as_bytes(), mode]);
+            let answer = proxy.call_node(&node, request, Proto::Resp2).await;
+            if &answer[..] != b":0\r\n" {
+                return answer;
+            }
+        }
+        encode::integer_frame(0)
+    };
+    Some(Answer {
+        reply: Bytes::new(),
+        close: false,
+        silent: false,
+        pending: Some(pending.boxed()),
+    })
+}
+
+/// The `id=` of the client whose `addr=` is `addr` in a node's CLIENT LIST reply.
+fn node_client_id(listed: &[u8], addr: &str) -> Option<String> {
+    let text = String::from_utf8_lossy(listed);
+    let wanted = format!(" addr={addr} ");
+    let line = text.lines().find(|line| line.contains(&wanted))?;
+    let id = line
+        .split(' ')
+        .find_map(|field| field.strip_prefix("id="))?;
+    Some(
+        id.trim_start_matches(|c: char| !c.is_ascii_digit())
+            .to_owned(),
+    )
 }
 
 /// CLIENT INFO / LIST output: a verbatim string in RESP3, as Redis sends it.
@@ -153,6 +241,7 @@ fn kill(state: &ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]) -> 
         reply,
         close: caller_killed,
         silent: false,
+        pending: None,
     })
 }
 
@@ -281,6 +370,8 @@ fn help() -> Bytes {
         "      Return clients of specified type.",
         "    * ID <client-id> [<client-id> ...]",
         "      Return clients with the specified IDs.",
+        "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+        "    Unblock the specified blocked client.",
         "REPLY (ON|OFF|SKIP)",
         "    Control the replies sent to the current connection.",
         "SETNAME <name>",

@@ -4,7 +4,10 @@
 
 mod client;
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
+use futures_util::future::BoxFuture;
 
 use crate::auth::{Auth, User};
 use crate::command::{CommandFlags, CommandTable};
@@ -100,6 +103,8 @@ pub struct Answer {
     pub close: bool,
     /// The reply is not sent (CLIENT REPLY OFF and SKIP are not answered).
     pub silent: bool,
+    /// The reply comes from this future instead of `reply` (CLIENT UNBLOCK asks a node).
+    pub pending: Option<BoxFuture<'static, Bytes>>,
 }
 
 impl Answer {
@@ -108,6 +113,7 @@ impl Answer {
             reply,
             close: false,
             silent: false,
+            pending: None,
         })
     }
 }
@@ -116,7 +122,7 @@ impl Answer {
 pub fn answer(
     state: &mut ConnState,
     registry: &Registry,
-    proxy: &Proxy,
+    proxy: &Arc<Proxy>,
     request: &Request,
 ) -> Option<Answer> {
     let auth = &proxy.auth;
@@ -141,6 +147,7 @@ pub fn answer(
             reply: Bytes::from_static(b"+OK\r\n"),
             close: true,
             silent: false,
+            pending: None,
         }),
         b"select" if args.len() == 2 => Answer::reply(match parse_i64(&args[1]) {
             Some(0) => ok(),
