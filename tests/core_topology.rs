@@ -324,3 +324,65 @@ fn a_master_that_stops_answering_fails_its_requests_after_the_read_timeout() {
         .unwrap();
     assert!(count >= 1.0, "{series}{count}");
 }
+
+/// A transaction whose keys are split between the two masters of a slot that is moving is
+/// refused by the node at EXEC (TRYAGAIN), before anything ran: the proxy retries it, and
+/// it runs once the move is done, instead of handing TRYAGAIN to a client written for one
+/// Redis.
+#[test]
+fn a_transaction_refused_at_exec_while_its_slot_moves_is_retried() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let (slot, _) = keys_in_one_slot(&cluster, 0);
+    let (here, there) = ("{moving}:here", "{moving}:there");
+    let mut con = proxy.client().get_connection().unwrap();
+    for key in [here, there] {
+        redis::cmd("SET").arg(key).arg(10).exec(&mut con).unwrap();
+    }
+    let source = cluster.node_for_slot(slot);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|m| *m != source)
+        .unwrap();
+    cluster.begin_migration(slot, &target);
+    let (host, port) = target.rsplit_once(':').unwrap();
+    let moved: String = common::query(
+        &source,
+        redis::cmd("MIGRATE")
+            .arg(host)
+            .arg(port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(there),
+    )
+    .unwrap();
+    assert_eq!(moved, "OK");
+    // The rest of the move happens while the transaction is being retried.
+    let finisher = {
+        let (cluster, target) = (&cluster, target.clone());
+        move || {
+            thread::sleep(Duration::from_millis(400));
+            cluster.migrate_keys(slot, &target, usize::MAX);
+            cluster.finish_migration(slot, &target);
+        }
+    };
+    thread::scope(|scope| {
+        scope.spawn(finisher);
+        let (a, b): (i64, i64) = redis::pipe()
+            .atomic()
+            .cmd("INCR")
+            .arg(here)
+            .cmd("INCR")
+            .arg(there)
+            .query(&mut con)
+            .expect("the transaction runs once the slot has moved");
+        assert_eq!((a, b), (11, 11));
+    });
+    for (key, want) in [(here, "11"), (there, "11")] {
+        let value: String = redis::cmd("GET").arg(key).query(&mut con).unwrap();
+        assert_eq!(value, want, "{key}");
+    }
+}

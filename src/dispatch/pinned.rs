@@ -219,9 +219,12 @@ impl Proxy {
             let Some((exec_reply, queued)) = block.split_last() else {
                 return reply::error("ERR proxy: no reply to EXEC");
             };
-            // The first refusal at queue time explains the backend's EXECABORT.
+            // The first refusal at queue time explains the backend's EXECABORT. A refusal of
+            // EXEC itself (a redirect, TRYAGAIN while the slot's keys move, READONLY after a
+            // failover) comes before anything ran: the node discarded the transaction.
             let refusal = queued
                 .iter()
+                .chain(std::iter::once(exec_reply))
                 .find_map(|frame| Redirect::classify(frame, &node));
             let Some(refusal) = refusal else {
                 return exec_reply.clone();
@@ -256,7 +259,14 @@ impl Proxy {
                     if !budget.wait_for_retry().await {
                         return exec_reply.clone();
                     }
-                    asking = false;
+                    if asking && retryable == Redirect::TryAgain {
+                        // The importing node has some of the keys but not all yet: ask it
+                        // again once more have moved, rather than going back to the source,
+                        // which would send us here again for the ones it no longer has.
+                        conn = Some(this);
+                    } else {
+                        asking = false;
+                    }
                 }
             }
         }
