@@ -8,7 +8,7 @@
 //! [`Topology::watch_masters`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -87,6 +87,8 @@ pub struct Topology {
     min_refresh_interval: Duration,
     last_refresh: Mutex<Option<Instant>>,
     round_robin: AtomicUsize,
+    /// How many snapshots moved a slot to another master (see [`Topology::moves`]).
+    moves: AtomicU64,
 }
 
 impl Topology {
@@ -125,6 +127,7 @@ impl Topology {
             min_refresh_interval: Duration::from_millis(config.topology.min_refresh_interval_ms),
             last_refresh: Mutex::new(None),
             round_robin: AtomicUsize::new(0),
+            moves: AtomicU64::new(0),
         };
         if topology.standalone {
             let addr: NodeAddr = topology.remapped(&topology.seeds[0]);
@@ -226,6 +229,14 @@ impl Topology {
         conns
     }
 
+    /// Counts the snapshots that gave some slot another master. A client whose requests
+    /// in flight were routed before the count changed waits for them before routing more,
+    /// so a request routed to a slot's new master cannot overtake an earlier one still on
+    /// its way to the old master (and back, redirected).
+    pub fn moves(&self) -> u64 {
+        self.moves.load(Ordering::Acquire)
+    }
+
     /// `addr` as the proxy dials it: through the configured address map, when it has one.
     pub fn remapped(&self, addr: &str) -> NodeAddr {
         self.remap
@@ -244,7 +255,11 @@ impl Topology {
             .collect();
         crate::metrics::slot_map(map.slots_covered(), map.masters().len());
         let previous = self.routing.swap(Arc::new(Routing { map, masters }));
-        if !same_members(previous.map.masters(), self.routing.load().map.masters()) {
+        let current = self.routing.load();
+        if !previous.map.same_owners(&current.map) {
+            self.moves.fetch_add(1, Ordering::Release);
+        }
+        if !same_members(previous.map.masters(), current.map.masters()) {
             self.masters_changed.send_replace(());
         }
     }

@@ -386,3 +386,103 @@ fn a_transaction_refused_at_exec_while_its_slot_moves_is_retried() {
         assert_eq!(value, want, "{key}");
     }
 }
+
+/// The requests a client pipelines at one key, redirected together while the key's slot
+/// moves, take effect in the order sent: a read after a write sees the write, whichever
+/// of them is a plain forward, a command split over masters, or a script. First with the
+/// key already on the importing master (every request meets ASK), then once the move is
+/// done (the first requests meet MOVED).
+#[test]
+fn pipelined_requests_at_a_moving_key_take_effect_in_order() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let key = "{moving}:k";
+    let (slot, _) = keys_in_one_slot(&cluster, 0);
+    let home = cluster.node_for_slot(slot);
+    let away = cluster.masters().into_iter().find(|m| *m != home).unwrap();
+    let mut client = OrderedClient::connect(proxy.addr());
+    client.check(key, 1);
+    cluster.begin_migration(slot, &away);
+    cluster.migrate_keys(slot, &away, usize::MAX);
+    client.check(key, 50);
+    cluster.finish_migration(slot, &away);
+    client.check(key, 3);
+}
+
+type Pattern = fn(&str, &str) -> Vec<Vec<String>>;
+
+/// A write then a read of one key, in one pipeline, in the shapes that take different
+/// paths through the proxy.
+const ORDER_PATTERNS: [(&str, Pattern); 5] = [
+    ("SET then GET", |k, v| {
+        vec![words(&["SET", k, v]), words(&["GET", k])]
+    }),
+    ("SET then MGET", |k, v| {
+        vec![words(&["SET", k, v]), words(&["MGET", k, "{other}:x"])]
+    }),
+    ("MSET then GET", |k, v| {
+        vec![words(&["MSET", k, v, "{other}:x", "1"]), words(&["GET", k])]
+    }),
+    ("MSET then MGET", |k, v| {
+        vec![
+            words(&["MSET", k, v, "{other}:x", "1"]),
+            words(&["MGET", k, "{other}:x"]),
+        ]
+    }),
+    ("SET then EVAL", |k, v| {
+        vec![
+            words(&["SET", k, v]),
+            words(&["EVAL", "return redis.call('GET', KEYS[1])", "1", k]),
+        ]
+    }),
+];
+
+struct OrderedClient {
+    stream: std::net::TcpStream,
+    pending: Vec<u8>,
+    round: u64,
+}
+
+impl OrderedClient {
+    fn connect(addr: &str) -> OrderedClient {
+        OrderedClient {
+            stream: std::net::TcpStream::connect(addr).unwrap(),
+            pending: Vec::new(),
+            round: 0,
+        }
+    }
+
+    /// Runs every pattern `rounds` times on `key`; each read must show its write.
+    fn check(&mut self, key: &str, rounds: usize) {
+        use std::io::Write;
+        for (name, pattern) in ORDER_PATTERNS {
+            for _ in 0..rounds {
+                self.round += 1;
+                let value = format!("v{}", self.round);
+                let batch = pattern(key, &value);
+                let wire: Vec<u8> = batch.iter().flat_map(|args| encode(args)).collect();
+                self.stream.write_all(&wire).unwrap();
+                let replies = common::read_replies(&mut self.stream, &mut self.pending, 2)
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let read = String::from_utf8_lossy(&replies[1]);
+                assert!(
+                    !replies[0].starts_with(b"-") && read.contains(&value),
+                    "{name}: the read missed the write before it: {:?} then {read:?}",
+                    String::from_utf8_lossy(&replies[0])
+                );
+            }
+        }
+    }
+}
+
+fn words(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| a.to_string()).collect()
+}
+
+fn encode(args: &[String]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+    }
+    out
+}

@@ -5,6 +5,7 @@
 //! PING, ...); [`registry`] lists the connected clients for CLIENT LIST.
 
 mod local;
+mod ordered;
 mod pipeline;
 pub mod pubsub;
 pub mod registry;

@@ -19,11 +19,12 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::backend::{Batches, Delivery, ReplySink};
 use crate::dispatch::{is_final, Direct, Proxy};
 use crate::protocol::Proto;
+
+use super::ordered::OrderedFutures;
 
 /// A request that is not a plain forward, or a forward that needs another attempt.
 type Running = Pin<Box<dyn Future<Output = Bytes> + Send>>;
@@ -48,28 +49,14 @@ enum Slot {
     Running,
 }
 
-/// A running future and the sequence number of its request.
-struct Tagged {
-    seq: u64,
-    future: Running,
-}
-
-impl Future for Tagged {
-    type Output = (u64, Bytes);
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(u64, Bytes)> {
-        let seq = self.seq;
-        self.future.as_mut().poll(cx).map(|reply| (seq, reply))
-    }
-}
-
 /// A client's requests in flight, in request order.
 pub struct Pipeline {
     /// One per request not yet written to the client, oldest first.
     slots: VecDeque<Slot>,
     /// The sequence number of `slots[0]`.
     first_seq: u64,
-    running: FuturesUnordered<Tagged>,
+    /// Futures of requests not answered yet, polled in request order (see `ordered`).
+    running: OrderedFutures<Bytes>,
     sink: Arc<ReplySink>,
     /// Deliveries taken off the sink (kept to reuse its buffer).
     delivered: Vec<Delivery>,
@@ -84,7 +71,7 @@ impl Default for Pipeline {
         Pipeline {
             slots: VecDeque::new(),
             first_seq: 0,
-            running: FuturesUnordered::new(),
+            running: OrderedFutures::default(),
             sink: ReplySink::new(),
             delivered: Vec::new(),
             staged: Batches::default(),
@@ -142,8 +129,8 @@ impl Pipeline {
     /// Runs `future` for the next request: the staged batches leave first, then the
     /// future is polled once, so whatever it sends on its first poll follows the
     /// requests before it and precedes those after it. It is polled here rather than
-    /// through `running`, which may stop before reaching it (see `FuturesUnordered`'s
-    /// fairness rules).
+    /// through `running`, whose next turn may come after the session has read and sent
+    /// later requests.
     pub async fn push_future(&mut self, future: impl Future<Output = Bytes> + Send + 'static) {
         self.send_staged();
         let mut future: Running = Box::pin(future);
@@ -154,7 +141,7 @@ impl Pipeline {
                 // `running` polls it again on its next turn, with its own waker.
                 let seq = self.next_seq();
                 self.slots.push_back(Slot::Running);
-                self.running.push(Tagged { seq, future });
+                self.running.push(seq, future);
             }
         }
     }
@@ -220,11 +207,15 @@ impl Pipeline {
     }
 
     fn poll_running(&mut self, cx: &mut Context<'_>) {
-        while let Poll::Ready(Some((seq, reply))) = self.running.poll_next_unpin(cx) {
-            if let Some(slot) = self.slot(seq) {
+        let (slots, first_seq) = (&mut self.slots, self.first_seq);
+        self.running.poll_each(cx, |seq, reply| {
+            let index = seq
+                .checked_sub(first_seq)
+                .and_then(|i| usize::try_from(i).ok());
+            if let Some(slot) = index.and_then(|i| slots.get_mut(i)) {
                 *slot = Slot::Ready(reply);
             }
-        }
+        });
     }
 
     /// Settles a direct request with its first answer.
@@ -255,11 +246,9 @@ impl Pipeline {
             proto,
             started,
         } = sent;
+        // Polled after this turn's deliveries, with the woken futures, in request order.
         let future = proxy.follow_up(direct, request, proto, answer, started);
-        self.running.push(Tagged {
-            seq: delivery.seq,
-            future: Box::pin(future),
-        });
+        self.running.push(delivery.seq, Box::pin(future));
     }
 }
 
@@ -298,10 +287,9 @@ mod tests {
         assert!(pipeline.is_empty());
     }
 
-    /// A future that is woken while it is polled (its reply arrives from another thread, or
-    /// Tokio's budget for the task is spent) makes `FuturesUnordered` stop early once two
-    /// of them were polled. A new future still runs to its first await at once: whatever it
-    /// sends must leave before the requests after it.
+    /// Futures that wake themselves while they are polled (a reply arriving from another
+    /// thread, Tokio's budget for the task spent) do not delay a new one: it still runs to
+    /// its first await at once, so whatever it sends leaves before the requests after it.
     #[tokio::test]
     async fn a_new_future_starts_before_push_future_returns_whatever_runs_beside_it() {
         let mut pipeline = Pipeline::default();

@@ -116,6 +116,8 @@ async fn serve_client(
     // and whether a sequence point is in flight, so nothing after it may start yet.
     let mut held = None;
     let mut sequence_point = false;
+    // The topology's slot-move count when the oldest request in flight was routed.
+    let mut routed_moves = 0;
     // An EXEC in flight whose queued connection commands the session answers once the
     // block's reply is in: the EXEC's sequence number, and those commands.
     let mut exec_locals: Option<(u64, LocalCommands)> = None;
@@ -138,15 +140,30 @@ async fn serve_client(
                 None => decoder.decode(&mut input),
             };
             let alone = matches!(&decoded, Ok(Some(request)) if runs_alone(request, &live));
+            // A slot changed master since the requests in flight were routed: they may
+            // still be redirected to where this one would go at once, so it waits for them.
+            let moved = !in_flight.is_empty()
+                && matches!(&decoded, Ok(Some(_)))
+                && snapshot
+                    .get_or_insert_with(|| live.proxy())
+                    .topology
+                    .moves()
+                    != routed_moves;
             match decoded {
                 Ok(Some(request))
                     if !in_flight.is_empty()
-                        && (alone || Transaction::is_sequence_point(&request)) =>
+                        && (alone || moved || Transaction::is_sequence_point(&request)) =>
                 {
                     held = Some(request);
                     break;
                 }
                 Ok(Some(request)) => {
+                    if in_flight.is_empty() {
+                        routed_moves = snapshot
+                            .get_or_insert_with(|| live.proxy())
+                            .topology
+                            .moves();
+                    }
                     if state.replies.mutes() && !local::sets_reply_mode(&request) {
                         in_flight.mute_next();
                     }

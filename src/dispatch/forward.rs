@@ -2,7 +2,10 @@
 //! the answers that arrive before anything ran (TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN,
 //! READONLY, node unreachable). A command whose reply was lost is never resent.
 
+use std::future::Future;
 use std::ops::Range;
+use std::pin::Pin;
+use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 
@@ -16,6 +19,9 @@ use crate::reply;
 use crate::route::Redirect;
 
 use super::Proxy;
+
+/// A part of [`Proxy::forward_each`] that goes on after its first answer.
+type Resumed<'a> = Pin<Box<dyn Future<Output = Bytes> + Send + 'a>>;
 
 /// Where the first attempt of a command goes.
 #[derive(Debug, Clone, Copy)]
@@ -115,44 +121,70 @@ impl Proxy {
             let joined = wire.slice(spans[first as usize].start..spans[last as usize].end);
             conn.send_batch(Batch::joined(joined, &seqs, sink.clone()));
         }
-        let mut answers: SmallVec<[Option<Result<Bytes, BackendError>>; 8]> =
-            (0..count).map(|_| None).collect();
-        // Every batched request gets exactly one delivery, whatever happens to its node.
+        // Every batched request gets exactly one delivery, whatever happens to its node. A
+        // part that needs another attempt (a redirect while its slot moves, a retryable
+        // error) starts it as soon as its own delivery is in, not once every part is: the
+        // client's later requests, redirected the same way, must resend after it (see
+        // `client::ordered`), and they do not wait for this command's other masters.
+        let mut finished: SmallVec<[Option<Bytes>; 8]> = (0..count).map(|_| None).collect();
+        let mut resumed: Vec<(usize, Resumed<'_>)> = Vec::new();
+        let mut delivered: SmallVec<[bool; 8]> = (0..count).map(|_| false).collect();
         let mut missing = conns.iter().filter(|conn| conn.is_some()).count();
         let mut taken = Vec::new();
         while missing > 0 {
             sink.take(&mut taken).await;
             for delivery in taken.drain(..) {
-                if let Some(answer) = answers.get_mut(delivery.seq as usize) {
-                    missing -= usize::from(answer.is_none());
-                    *answer = Some(delivery.reply);
+                let i = delivery.seq as usize;
+                let (Some(Some(conn)), Some(false)) = (conns.get(i), delivered.get(i).copied())
+                else {
+                    continue;
+                };
+                delivered[i] = true;
+                missing -= 1;
+                match delivery.reply {
+                    Ok(frame) if is_final(&frame, conn.addr()) => finished[i] = Some(frame),
+                    answer => {
+                        let target = Target::Slot(slots[i]);
+                        let mut retry: Resumed<'_> = Box::pin(self.forward_after(
+                            target,
+                            requests[i].clone(),
+                            proto,
+                            conn.clone(),
+                            answer,
+                        ));
+                        match std::future::poll_fn(|cx| Poll::Ready(retry.as_mut().poll(cx))).await
+                        {
+                            Poll::Ready(frame) => finished[i] = Some(frame),
+                            Poll::Pending => resumed.push((i, retry)),
+                        }
+                    }
                 }
             }
         }
-        let settled = conns
-            .iter()
-            .zip(&answers)
-            .all(|(conn, answer)| match (conn, answer) {
-                (Some(conn), Some(Ok(frame))) => is_final(frame, conn.addr()),
-                _ => false,
-            });
-        if settled {
-            return answers.into_iter().flatten().flatten().collect();
+        for (i, conn) in conns.iter().enumerate() {
+            if conn.is_none() {
+                let request = requests[i].clone();
+                resumed.push((
+                    i,
+                    Box::pin(self.forward(Target::Slot(slots[i]), request, proto)),
+                ));
+            }
         }
-        let finished = slots.iter().zip(requests).zip(conns).zip(answers).map(
-            |(((slot, request), conn), answer)| async move {
-                let target = Target::Slot(*slot);
-                match (conn, answer) {
-                    (Some(conn), Some(Ok(frame))) if is_final(&frame, conn.addr()) => frame,
-                    (Some(conn), Some(answer)) => {
-                        self.forward_after(target, request, proto, conn, answer)
-                            .await
-                    }
-                    _ => self.forward(target, request, proto).await,
-                }
-            },
-        );
-        join_all(finished).await
+        if !resumed.is_empty() {
+            let outcomes = join_all(
+                resumed
+                    .into_iter()
+                    .map(|(i, retry)| async move { (i, retry.await) }),
+            )
+            .await;
+            for (i, frame) in outcomes {
+                finished[i] = Some(frame);
+            }
+        }
+        finished
+            .into_iter()
+            .map(|frame| frame.unwrap_or_else(|| reply::error("ERR proxy: no reply")))
+            .collect()
     }
 
     async fn forward_from(
@@ -216,21 +248,28 @@ impl Proxy {
             let Some(redirect) = follow_up(&frame, conn.addr()) else {
                 return frame;
             };
-            match redirect {
-                Redirect::Moved { slot, addr } => {
-                    redirects += 1;
-                    if redirects > retry.max_redirects {
+            if matches!(redirect, Redirect::Moved { .. } | Redirect::Ask { .. }) {
+                redirects += 1;
+                if redirects > retry.max_redirects {
+                    // The nodes disagree about the slot (as for a moment after it moved):
+                    // wait like a retry, then start again from the slot map.
+                    if attempts >= retry.attempts {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
+                    self.topology.request_refresh();
+                    tokio::time::sleep(retry.backoff(attempts)).await;
+                    attempts += 1;
+                    redirects = 0;
+                    continue;
+                }
+            }
+            match redirect {
+                Redirect::Moved { slot, addr } => {
                     metrics::redirect_moved();
                     self.topology.on_moved(slot, &addr);
                     redirected = Some((self.topology.node(&addr, proto), false));
                 }
                 Redirect::Ask { addr, .. } => {
-                    redirects += 1;
-                    if redirects > retry.max_redirects {
-                        return reply::error(reply::text::TOO_MANY_REDIRECTS);
-                    }
                     metrics::redirect_ask();
                     redirected = Some((self.topology.node(&addr, proto), true));
                 }

@@ -132,7 +132,7 @@ impl Proxy {
                 None if frame.first() == Some(&b'-') => return (frame, None),
                 None => return (frame, Some(WatchPin { conn, asking })),
                 Some(Redirect::Moved { slot, addr: to }) => {
-                    if !budget.follow_redirect() {
+                    if !budget.follow_redirect().await {
                         return (reply::error(reply::text::TOO_MANY_REDIRECTS), None);
                     }
                     self.topology.on_moved(slot, &to);
@@ -140,7 +140,7 @@ impl Proxy {
                     asking = false;
                 }
                 Some(Redirect::Ask { addr: to, .. }) => {
-                    if !budget.follow_redirect() {
+                    if !budget.follow_redirect().await {
                         return (reply::error(reply::text::TOO_MANY_REDIRECTS), None);
                     }
                     addr = Some(to);
@@ -234,7 +234,7 @@ impl Proxy {
             }
             match refusal {
                 Redirect::Moved { slot, addr } => {
-                    if !budget.follow_redirect() {
+                    if !budget.follow_redirect().await {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
                     self.topology.on_moved(slot, &addr);
@@ -242,7 +242,7 @@ impl Proxy {
                     asking = false;
                 }
                 Redirect::Ask { addr, .. } => {
-                    if !budget.follow_redirect() {
+                    if !budget.follow_redirect().await {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
                     conn = Some(self.topology.dedicated(&addr, proto));
@@ -315,14 +315,14 @@ impl Proxy {
             match Redirect::classify(&frame, &node) {
                 None | Some(Redirect::NoScript) => return frame,
                 Some(Redirect::Moved { slot, addr }) => {
-                    if !budget.follow_redirect() {
+                    if !budget.follow_redirect().await {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
                     self.topology.on_moved(slot, &addr);
                     redirected = Some((addr, false));
                 }
                 Some(Redirect::Ask { addr, .. }) => {
-                    if !budget.follow_redirect() {
+                    if !budget.follow_redirect().await {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
                     redirected = Some((addr, true));
@@ -370,10 +370,19 @@ impl<'a> RetryBudget<'a> {
         true
     }
 
-    /// Counts one MOVED/ASK hop; `false` once more hops than allowed were taken.
-    fn follow_redirect(&mut self) -> bool {
+    /// Counts one MOVED/ASK hop. Past `max_redirects` hops in a row the nodes are taken to
+    /// disagree about the slot (as they do for a moment after it moved): the budget waits
+    /// like a retry and allows another round of hops; `false` once retries are spent too.
+    async fn follow_redirect(&mut self) -> bool {
         self.redirects += 1;
-        self.redirects <= self.retry.max_redirects
+        if self.redirects <= self.retry.max_redirects {
+            return true;
+        }
+        if !self.wait_for_retry().await {
+            return false;
+        }
+        self.redirects = 1;
+        true
     }
 }
 

@@ -31,6 +31,11 @@ pub struct SlotMap {
 }
 
 impl SlotMap {
+    /// Whether every slot has the same master (by address) in both maps.
+    pub fn same_owners(&self, other: &SlotMap) -> bool {
+        (0..SLOT_COUNT as u16).all(|slot| self.master_addr(slot) == other.master_addr(slot))
+    }
+
     /// A map that serves no slot yet (before the first refresh).
     pub fn empty() -> SlotMap {
         SlotMap {
