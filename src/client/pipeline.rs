@@ -202,17 +202,13 @@ impl Pipeline {
     }
 
     fn slot(&mut self, seq: u64) -> Option<&mut Slot> {
-        let index = usize::try_from(seq.checked_sub(self.first_seq)?).ok()?;
-        self.slots.get_mut(index)
+        slot_of(&mut self.slots, self.first_seq, seq)
     }
 
     fn poll_running(&mut self, cx: &mut Context<'_>) {
         let (slots, first_seq) = (&mut self.slots, self.first_seq);
         self.running.poll_each(cx, |seq, reply| {
-            let index = seq
-                .checked_sub(first_seq)
-                .and_then(|i| usize::try_from(i).ok());
-            if let Some(slot) = index.and_then(|i| slots.get_mut(i)) {
+            if let Some(slot) = slot_of(slots, first_seq, seq) {
                 *slot = Slot::Ready(reply);
             }
         });
@@ -250,6 +246,12 @@ impl Pipeline {
         let future = proxy.follow_up(direct, request, proto, answer, started);
         self.running.push(delivery.seq, Box::pin(future));
     }
+}
+
+/// The slot of request `seq` in `slots`, whose first is request `first_seq`.
+fn slot_of(slots: &mut VecDeque<Slot>, first_seq: u64, seq: u64) -> Option<&mut Slot> {
+    let index = usize::try_from(seq.checked_sub(first_seq)?).ok()?;
+    slots.get_mut(index)
 }
 
 #[cfg(test)]

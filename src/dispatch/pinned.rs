@@ -25,18 +25,18 @@ use super::{Proxy, Target};
 pub(super) const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 pub(super) const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
 
-/// Where a client's blocking command waits now: the node and the dedicated connection,
-/// so CLIENT UNBLOCK from another client can reach it (and CLIENT LIST show it blocked).
+/// Where a client's blocking command waits now: its dedicated connection to the node, so
+/// CLIENT UNBLOCK from another client can reach it (and CLIENT LIST show it blocked).
 #[derive(Debug, Default)]
-pub struct BlockedOn(Mutex<Option<(NodeAddr, NodeConn)>>);
+pub struct BlockedOn(Mutex<Option<NodeConn>>);
 
 impl BlockedOn {
-    /// The node and connection of the blocking command running now, if any.
-    pub fn current(&self) -> Option<(NodeAddr, NodeConn)> {
+    /// The connection of the blocking command running now, if any.
+    pub fn current(&self) -> Option<NodeConn> {
         self.lock().clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<(NodeAddr, NodeConn)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<NodeConn>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -53,11 +53,11 @@ tokio::task_local! {
 struct ShownBlocked(Option<Arc<BlockedOn>>);
 
 impl ShownBlocked {
-    fn record(node: &NodeAddr, conn: &NodeConn) -> ShownBlocked {
+    fn record(conn: &NodeConn) -> ShownBlocked {
         ShownBlocked(
             BLOCKED_ON
                 .try_with(|blocked| {
-                    *blocked.lock() = Some((node.clone(), conn.clone()));
+                    *blocked.lock() = Some(conn.clone());
                     blocked.clone()
                 })
                 .ok(),
@@ -294,7 +294,7 @@ impl Proxy {
                 },
             };
             let conn = self.topology.dedicated(&node, proto);
-            let _shown = ShownBlocked::record(&node, &conn);
+            let _shown = ShownBlocked::record(&conn);
             let frame = match conn.call(request.clone(), asking).await {
                 Ok(frame) => frame,
                 Err(BackendError::Lost(detail)) => {

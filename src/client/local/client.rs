@@ -116,10 +116,10 @@ fn unblock(registry: &Registry, proxy: &Arc<Proxy>, args: &[Bytes]) -> Option<An
     let blocked = u64::try_from(id)
         .ok()
         .and_then(|id| registry.blocked_on(id));
-    let Some((blocked, (node, conn))) = blocked.and_then(|b| b.current().map(|now| (b, now)))
-    else {
+    let Some((blocked, conn)) = blocked.and_then(|b| b.current().map(|now| (b, now))) else {
         return Answer::reply(encode::integer_frame(0));
     };
+    let node = conn.addr().clone();
     let proxy = proxy.clone();
     let pending = async move {
         // The command may still be on its way to the node (its connection is opened for
@@ -127,7 +127,7 @@ fn unblock(registry: &Registry, proxy: &Arc<Proxy>, args: &[Bytes]) -> Option<An
         for attempt in 0..UNBLOCK_ATTEMPTS {
             if attempt > 0 {
                 tokio::time::sleep(UNBLOCK_RETRY).await;
-                if !blocked.current().is_some_and(|(_, now)| now.same(&conn)) {
+                if !blocked.current().is_some_and(|now| now.same(&conn)) {
                     break;
                 }
             }
@@ -167,10 +167,7 @@ fn node_client_id(listed: &[u8], addr: &str) -> Option<String> {
     let id = line
         .split(' ')
         .find_map(|field| field.strip_prefix("id="))?;
-    Some(
-        id.trim_start_matches(|c: char| !c.is_ascii_digit())
-            .to_owned(),
-    )
+    Some(id.to_owned())
 }
 
 /// CLIENT INFO / LIST output: a verbatim string in RESP3, as Redis sends it.
