@@ -11,6 +11,15 @@ use std::time::{Duration, Instant};
 
 use common::{http_get, new_dir, Cluster, Proxy};
 
+/// A master of `cluster` other than `than`.
+fn other_master(cluster: &Cluster, than: &str) -> String {
+    cluster
+        .masters()
+        .into_iter()
+        .find(|m| m != than)
+        .expect("a second master")
+}
+
 /// Keys that all hash to one slot, found by asking the cluster.
 fn keys_in_one_slot(cluster: &Cluster, count: usize) -> (u16, Vec<String>) {
     let slot = cluster.keyslot("{moving}");
@@ -40,11 +49,7 @@ fn slot_migration_is_invisible_to_a_plain_client() {
             .unwrap();
     }
     let source = cluster.node_for_slot(slot);
-    let target = cluster
-        .masters()
-        .into_iter()
-        .find(|m| *m != source)
-        .unwrap();
+    let target = other_master(&cluster, &source);
 
     let stop = Arc::new(AtomicBool::new(false));
     let seen_errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -340,11 +345,7 @@ fn a_transaction_refused_at_exec_while_its_slot_moves_is_retried() {
         redis::cmd("SET").arg(key).arg(10).exec(&mut con).unwrap();
     }
     let source = cluster.node_for_slot(slot);
-    let target = cluster
-        .masters()
-        .into_iter()
-        .find(|m| *m != source)
-        .unwrap();
+    let target = other_master(&cluster, &source);
     cluster.begin_migration(slot, &target);
     let (host, port) = target.rsplit_once(':').unwrap();
     let moved: String = common::query(
@@ -399,7 +400,7 @@ fn pipelined_requests_at_a_moving_key_take_effect_in_order() {
     let key = "{moving}:k";
     let (slot, _) = keys_in_one_slot(&cluster, 0);
     let home = cluster.node_for_slot(slot);
-    let away = cluster.masters().into_iter().find(|m| *m != home).unwrap();
+    let away = other_master(&cluster, &home);
     let mut client = OrderedClient::connect(proxy.addr());
     client.check(key, 1);
     cluster.begin_migration(slot, &away);
