@@ -205,3 +205,40 @@ fn clients_that_hang_up_mid_pipeline_do_not_disturb_others() {
         proxy.output()
     );
 }
+
+/// Options set without a file, as every option can be: a `SLOTBRIDGE_<PATH>` variable
+/// (`maxclients`) and `--set` (`timeout`); a bad one stops the proxy with an error naming it.
+#[test]
+fn options_set_by_variable_and_by_flag_apply() {
+    let seeds = shared_cluster().seeds_arg();
+    let proxy = Proxy::start_with_env(
+        &["--cluster", &seeds, "--set", "timeout=1"],
+        &[("SLOTBRIDGE_MAXCLIENTS", "2")],
+    );
+    // The harness's readiness probe may still hold a place for a moment.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut idle = Raw::connect(proxy.addr());
+    let mut busy = Raw::connect(proxy.addr());
+    assert_eq!(idle.call(&["PING"]), "+PONG\r\n");
+    let mut third = TcpStream::connect(proxy.addr()).unwrap();
+    let (reply, _) = read_until_close(&mut third, Duration::from_secs(5));
+    assert_eq!(
+        String::from_utf8_lossy(&reply),
+        "-ERR max number of clients reached\r\n"
+    );
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(busy.call(&["PING"]), "+PONG\r\n");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (data, closed) = read_until_close(&mut idle.stream, Duration::from_secs(2));
+    assert!(data.is_empty() && closed, "the idle client is still open");
+
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+        .args(["--cluster", &seeds, "--set", "maxclients=many"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(error.contains("--set maxclients=many"), "{error}");
+}

@@ -127,7 +127,29 @@ pub struct RunArgs {
     /// Write the proxy's pid to this file (for `slotbridge reload`).
     #[arg(long, env = "SLOTBRIDGE_PIDFILE")]
     pub pidfile: Option<PathBuf>,
+    /// Set any option of the configuration file, e.g. `--set backend.read_timeout_ms=300`
+    /// or `--set commands.allow=[flushdb]`; repeatable. Over the file and the
+    /// `SLOTBRIDGE_<PATH>` variables (`SLOTBRIDGE_BACKEND__READ_TIMEOUT_MS=300`), under the
+    /// flags above.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub set: Vec<String>,
 }
+
+/// The variables read by the flags above: they are not taken as `SLOTBRIDGE_<PATH>`
+/// option settings too.
+const FLAG_VARIABLES: &[&str] = &[
+    "SLOTBRIDGE_CONFIG",
+    "SLOTBRIDGE_LISTEN",
+    "SLOTBRIDGE_CLUSTER",
+    "SLOTBRIDGE_STANDALONE",
+    "SLOTBRIDGE_ADMIN_LISTEN",
+    "SLOTBRIDGE_THREADS",
+    "SLOTBRIDGE_LOG_FORMAT",
+    "SLOTBRIDGE_LOG_LEVEL",
+    "SLOTBRIDGE_LAYOUT",
+    "SLOTBRIDGE_REQUIREPASS",
+    "SLOTBRIDGE_PIDFILE",
+];
 
 /// Runs the subcommand `cli` names (`run` when none) and returns the process exit code.
 pub fn dispatch(cli: Cli) -> ExitCode {
