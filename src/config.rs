@@ -543,6 +543,8 @@ impl Config {
             path: path.into(),
             source,
         })?;
+        // The file alone first: typed parsing names the file's line, which the merged
+        // tree (parsed again below) no longer can.
         Config::from_yaml(&text).map_err(|message| ConfigError::Parse {
             path: path.into(),
             message,
