@@ -217,3 +217,67 @@ fn a_node_gets_the_scripts_back_when_the_proxy_reconnects() {
     let replies = common::Raw::connect(proxy.addr()).pipeline(&common::resp_lines(&lines), 2);
     assert_eq!(replies, vec![b":1\r\n".to_vec(), b"$1\r\n1\r\n".to_vec()]);
 }
+
+/// SCRIPT KILL and FUNCTION KILL, once allowed, stop a script that runs forever on a master:
+/// the proxy asks each master on a connection of its own, since the node stops reading the
+/// connection the script came on (which other clients' requests share) until it ends. The
+/// script's client gets Redis's error, the requests queued behind it their replies.
+#[test]
+fn script_kill_and_function_kill_stop_a_busy_script() {
+    let cluster = Cluster::start(3, 0);
+    for master in cluster.masters() {
+        // Redis reads other connections during a script only after this long.
+        query::<()>(
+            &master,
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("busy-reply-threshold")
+                .arg("100"),
+        )
+        .unwrap();
+    }
+    let proxy = Proxy::start(&[
+        "--cluster",
+        &cluster.seeds_arg(),
+        "--set",
+        "commands.allow=[script|kill, function|kill]",
+    ]);
+    let mut operator = common::Raw::connect(proxy.addr());
+    assert!(
+        operator.call(&["SCRIPT", "KILL"]).starts_with("-NOTBUSY "),
+        "nothing runs yet"
+    );
+    let key = "kill:spin";
+    let mut other = common::Raw::connect(proxy.addr());
+    assert_eq!(other.call(&["SET", key, "before"]), "+OK\r\n");
+
+    let library = "#!lua name=spinlib\nredis.register_function('spin', function(keys) while true do end end)";
+    assert_eq!(
+        operator.call(&["FUNCTION", "LOAD", library]),
+        "$7\r\nspinlib\r\n"
+    );
+    let runs: [(&[&str], &str); 2] = [
+        (&["EVAL", "while true do end", "1", key], "SCRIPT"),
+        (&["FCALL", "spin", "1", key], "FUNCTION"),
+    ];
+    for (command, kill) in runs {
+        let mut spinner = common::Raw::connect(proxy.addr());
+        spinner.send(command);
+        std::thread::sleep(Duration::from_millis(300));
+        // Queued behind the script on the shared connection to the key's master.
+        other.send(&["GET", key]);
+        let started = Instant::now();
+        assert_eq!(operator.call(&[kill, "KILL"]), "+OK\r\n", "{kill} KILL");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{kill} KILL waited {:?}",
+            started.elapsed()
+        );
+        let killed = spinner.read_reply();
+        assert!(
+            killed.starts_with("-ERR ") && killed.contains("killed by user"),
+            "{command:?}: {killed}"
+        );
+        assert_eq!(other.read_reply(), "$6\r\nbefore\r\n", "after {kill} KILL");
+    }
+}

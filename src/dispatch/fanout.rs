@@ -226,18 +226,26 @@ impl Proxy {
         }
     }
 
+    /// SCRIPT KILL and FUNCTION KILL, each master asked on a connection of its own: the
+    /// script to kill was sent on the shared connection, which the node stops reading
+    /// while the script runs, so a KILL queued behind it would wait for the script's end.
     async fn broadcast_any_ok(&self, request: Bytes, proto: Proto) -> Bytes {
-        let replies = match self.broadcast(request, proto).await {
-            Ok(replies) => replies,
+        let masters = match self.masters_in_order().await {
+            Ok(masters) => masters,
             Err(error) => return error,
         };
-        if replies.iter().any(|r| r.starts_with(b"+OK\r\n")) {
-            return Bytes::from_static(b"+OK\r\n");
-        }
-        replies
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| reply::error(reply::text::SLOT_UNSERVED))
+        let calls = masters.iter().map(|addr| {
+            let conn = self.topology.dedicated_once(addr, proto);
+            let request = request.clone();
+            async move {
+                match conn.call(request, false).await {
+                    Ok(frame) => frame,
+                    Err(BackendError::Lost(detail)) => reply::outcome_unknown(addr, &detail),
+                    Err(BackendError::NotSent(detail)) => reply::unavailable(addr, &detail),
+                }
+            }
+        });
+        any_ok(join_all(calls).await)
     }
 
     /// SLOWLOG GET over every master: the entries of all, newest first (by their
@@ -384,6 +392,19 @@ fn all_ok(replies: Vec<Bytes>) -> Bytes {
 }
 
 /// The common reply of every master, the first error, or a disagreement error.
+/// `+OK` when any master killed something; else the first reply that says more than
+/// NOTBUSY (UNKILLABLE: a script that wrote, an unreachable master), else NOTBUSY.
+fn any_ok(replies: Vec<Bytes>) -> Bytes {
+    if replies.iter().any(|r| r.starts_with(b"+OK\r\n")) {
+        return Bytes::from_static(b"+OK\r\n");
+    }
+    let telling = replies.iter().position(|r| !r.starts_with(b"-NOTBUSY"));
+    replies
+        .into_iter()
+        .nth(telling.unwrap_or(0))
+        .unwrap_or_else(|| reply::error(reply::text::SLOT_UNSERVED))
+}
+
 fn all_same(replies: Vec<Bytes>) -> Bytes {
     if let Some(error) = merge::first_error(&replies) {
         return error.clone();
@@ -657,5 +678,20 @@ mod tests {
         let name = || Bytes::from_static(b"$3\r\nlib\r\n");
         assert_eq!(all_same(vec![name(), name()]), name());
         assert!(all_same(vec![name(), Bytes::from_static(b"$1\r\nx\r\n")]).starts_with(b"-ERR"));
+    }
+
+    #[test]
+    fn a_kill_is_ok_when_any_master_killed_and_names_the_telling_error_otherwise() {
+        let ok = || Bytes::from_static(b"+OK\r\n");
+        let notbusy = || Bytes::from_static(b"-NOTBUSY No scripts in execution right now.\r\n");
+        let unkillable = || {
+            Bytes::from_static(b"-UNKILLABLE Sorry the script already executed write commands\r\n")
+        };
+        assert_eq!(any_ok(vec![notbusy(), ok(), unkillable()]), ok());
+        assert_eq!(
+            any_ok(vec![notbusy(), unkillable(), notbusy()]),
+            unkillable()
+        );
+        assert_eq!(any_ok(vec![notbusy(), notbusy()]), notbusy());
     }
 }
