@@ -1043,3 +1043,111 @@ fn a_protocol_switch_in_a_pipeline_keeps_its_order() {
         }
     }
 }
+
+/// How long a command took while a pause was on, in words the two servers can agree on.
+fn timed(raw: &mut common::Raw, args: &[&str]) -> String {
+    let started = std::time::Instant::now();
+    let reply = raw.call(args);
+    format!("{args:?} {}: {reply:?}", took(started))
+}
+
+fn took(started: std::time::Instant) -> &'static str {
+    match started.elapsed() {
+        t if t < Duration::from_millis(400) => "at once",
+        t if t >= Duration::from_millis(800) => "held",
+        _ => "neither at once nor held to the pause's end",
+    }
+}
+
+/// CLIENT PAUSE on `addr` (1 s pauses), from another client and from the paused one.
+fn pause_scenario(addr: &str) -> Vec<String> {
+    let mut admin = common::Raw::connect(addr);
+    let mut client = common::Raw::connect(addr);
+    let mut seen = vec![transcript(
+        addr,
+        &[
+            "CLIENT PAUSE",
+            "CLIENT PAUSE x",
+            "CLIENT PAUSE -1",
+            "CLIENT PAUSE 10 sometimes",
+            "CLIENT PAUSE 10 WRITE x",
+            "CLIENT PAUSE 0",
+        ],
+    )];
+    let mut pause =
+        |mode: &str| assert_eq!(admin.call(&["CLIENT", "PAUSE", "1000", mode]), "+OK\r\n");
+    // WRITE: reads pass, writes and what may replicate wait.
+    for command in [
+        &["GET", "pause:k"][..],
+        &["SET", "pause:k", "1"],
+        &["EVAL", "return 1", "0"],
+        &["PUBLISH", "pause:channel", "m"],
+        &["PING"],
+    ] {
+        pause("WRITE");
+        seen.push(timed(&mut client, command));
+    }
+    // A transaction: queuing a write waits, and so does the EXEC of a block that writes.
+    pause("WRITE");
+    for command in [
+        &["MULTI"][..],
+        &["GET", "pause:k"],
+        &["EXEC"],
+        &["MULTI"],
+        &["INCR", "pause:k"],
+    ] {
+        seen.push(timed(&mut client, command));
+    }
+    pause("WRITE");
+    seen.push(timed(&mut client, &["EXEC"]));
+    // A pipeline keeps its order: the read behind the held write waits for it.
+    pause("WRITE");
+    let started = std::time::Instant::now();
+    let replies = client.pipeline(b"SET pause:k 3\r\nGET pause:k\r\n", 2);
+    seen.push(format!("pipeline {}: {replies:?}", took(started)));
+    // ALL: everything waits, CLIENT UNPAUSE too, the pausing client's own commands too.
+    pause("ALL");
+    seen.push(timed(&mut client, &["PING"]));
+    pause("ALL");
+    seen.push(timed(&mut admin, &["CLIENT", "UNPAUSE"]));
+    // UNPAUSE under a WRITE pause ends it: the held write goes at once.
+    assert_eq!(
+        admin.call(&["CLIENT", "PAUSE", "20000", "WRITE"]),
+        "+OK\r\n"
+    );
+    let started = std::time::Instant::now();
+    client.send(&["SET", "pause:k", "4"]);
+    std::thread::sleep(Duration::from_millis(200));
+    seen.push(timed(&mut admin, &["CLIENT", "UNPAUSE"]));
+    let reply = client.read_reply();
+    seen.push(format!(
+        "released after {}: {reply:?}",
+        if started.elapsed() < Duration::from_secs(2) {
+            "the unpause"
+        } else {
+            "too long"
+        }
+    ));
+    seen
+}
+
+/// CLIENT PAUSE holds the proxy's clients as Redis holds its own: which commands wait
+/// under WRITE and ALL, in MULTI and in a pipeline, and when UNPAUSE releases them.
+#[test]
+fn client_pause_holds_clients_as_redis_does() {
+    let proxy = Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]);
+    let server = Standalone::start();
+    let redis = std::thread::spawn({
+        let addr = server.addr().to_string();
+        move || pause_scenario(&addr)
+    });
+    let through_proxy = pause_scenario(proxy.addr());
+    let of_redis = redis.join().unwrap();
+    assert_eq!(through_proxy, of_redis);
+    assert!(
+        through_proxy
+            .iter()
+            .any(|line| line.starts_with(r#"["SET", "pause:k", "1"] held"#)),
+        "{through_proxy:#?}"
+    );
+}

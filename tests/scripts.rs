@@ -251,7 +251,8 @@ fn script_kill_and_function_kill_stop_a_busy_script() {
     let mut other = common::Raw::connect(proxy.addr());
     assert_eq!(other.call(&["SET", key, "before"]), "+OK\r\n");
 
-    let library = "#!lua name=spinlib\nredis.register_function('spin', function(keys) while true do end end)";
+    let library =
+        "#!lua name=spinlib\nredis.register_function('spin', function(keys) while true do end end)";
     assert_eq!(
         operator.call(&["FUNCTION", "LOAD", library]),
         "$7\r\nspinlib\r\n"

@@ -6,6 +6,7 @@
 
 mod local;
 mod ordered;
+mod pause;
 mod pipeline;
 pub mod pubsub;
 pub mod registry;

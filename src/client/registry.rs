@@ -13,6 +13,8 @@ use futures_util::task::AtomicWaker;
 
 use crate::dispatch::BlockedOn;
 
+use super::pause::ClientPause;
+
 /// What CLIENT LIST shows of one client.
 #[derive(Debug, Clone)]
 pub struct ClientEntry {
@@ -130,9 +132,15 @@ impl KillFilter {
 pub struct Registry {
     next_id: AtomicU64,
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
+    pause: ClientPause,
 }
 
 impl Registry {
+    /// CLIENT PAUSE, which holds every client's commands.
+    pub fn pause(&self) -> &ClientPause {
+        &self.pause
+    }
+
     /// Registers a client running as `user`; it is removed when the returned guard is
     /// dropped.
     pub fn register(

@@ -121,6 +121,8 @@ async fn serve_client(
     // An EXEC in flight whose queued connection commands the session answers once the
     // block's reply is in: the EXEC's sequence number, and those commands.
     let mut exec_locals: Option<(u64, LocalCommands)> = None;
+    // The end of the CLIENT PAUSE that holds the request in `held`.
+    let mut paused_until = None;
 
     loop {
         // One configuration snapshot and one clock read serve all requests of this pass.
@@ -139,6 +141,17 @@ async fn serve_client(
                 Some(request) => Ok(Some(request)),
                 None => decoder.decode(&mut input),
             };
+            if let Ok(Some(request)) = &decoded {
+                // As in Redis, a client that has not authenticated gets NOAUTH at once.
+                let pause = (!draining && state.user.is_some())
+                    .then(|| paused(&registry, &live, &transaction, request))
+                    .flatten();
+                if pause.is_some() {
+                    paused_until = pause;
+                    held = decoded.ok().flatten();
+                    break;
+                }
+            }
             let alone = matches!(&decoded, Ok(Some(request)) if runs_alone(request, &live));
             // A slot changed master since the requests in flight were routed: they may
             // still be redirected to where this one would go at once, so it waits for them.
@@ -309,7 +322,8 @@ async fn serve_client(
         // As in Redis, a client waiting for a reply (a blocked one) or subscribed never
         // idles out.
         let idle_deadline = idle_timeout
-            .filter(|_| answered && !(pubsub.is_used() && pubsub.is_subscribed()))
+            .filter(|_| answered && paused_until.is_none())
+            .filter(|_| !(pubsub.is_used() && pubsub.is_subscribed()))
             .map(|timeout| last_active + timeout);
         tokio::select! {
             biased;
@@ -367,6 +381,8 @@ async fn serve_client(
                     input.reserve(READ_BUFFER);
                 }
             }
+            // The pause ended or changed: the held request looks again.
+            () = wait_pause(&registry, paused_until), if paused_until.is_some() => paused_until = None,
             _ = &mut drain_changed, if !draining => draining = true,
             // CLIENT KILL from another client: closed at once, as Redis frees it.
             () = &mut killed => {
@@ -442,6 +458,33 @@ fn runs_alone(request: &crate::protocol::Request, live: &Live) -> bool {
             crate::dispatch::sort_runs_in_steps(&request.args)
         }
         _ => false,
+    }
+}
+
+/// The end of the CLIENT PAUSE that holds `request` now, if one does (under a WRITE
+/// pause, commands that write or may replicate, and EXEC of a block with one).
+fn paused(
+    registry: &Registry,
+    live: &Live,
+    transaction: &Transaction,
+    request: &crate::protocol::Request,
+) -> Option<Instant> {
+    registry.pause().holds(|| {
+        if request.name().eq_ignore_ascii_case(b"exec") {
+            return transaction.queued_writes();
+        }
+        live.proxy()
+            .commands
+            .lookup(&request.args)
+            .is_some_and(crate::command::CommandSpec::is_write_or_may_replicate)
+    })
+}
+
+/// Returns when the pause ending at `end` ends or changes; never for `None`.
+async fn wait_pause(registry: &Registry, end: Option<Instant>) {
+    match end {
+        Some(end) => registry.pause().wait(end).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -128,6 +128,8 @@ struct Queue {
     slot: Option<(u16, Bytes)>,
     /// Whether a command was refused: EXEC will answer EXECABORT.
     failed: bool,
+    /// Whether a queued command writes or may replicate (CLIENT PAUSE WRITE holds EXEC).
+    writes: bool,
 }
 
 /// Keys watched since the first WATCH.
@@ -168,6 +170,11 @@ impl Transaction {
     /// Whether the client is inside MULTI.
     pub fn in_multi(&self) -> bool {
         self.multi.is_some()
+    }
+
+    /// Whether the block EXEC would run writes or may replicate.
+    pub fn queued_writes(&self) -> bool {
+        self.multi.as_ref().is_some_and(|queue| queue.writes)
     }
 
     /// Leaves MULTI and drops every WATCH (RESET, and a client that goes away).
@@ -290,7 +297,13 @@ impl Transaction {
             Ok(admitted) => {
                 if let Some(queue) = &mut self.multi {
                     match admitted {
-                        Admitted::Block(queued) => queue.commands.push(queued),
+                        Admitted::Block(queued) => {
+                            queue.writes |= proxy
+                                .commands
+                                .lookup(&request.args)
+                                .is_some_and(CommandSpec::is_write_or_may_replicate);
+                            queue.commands.push(queued);
+                        }
                         Admitted::Local => {
                             let place = queue.commands.len() + queue.locals.len();
                             queue.locals.push((place, request.clone()));

@@ -141,6 +141,9 @@ pub fn acl_category_bit(name: &[u8]) -> Option<u64> {
         .map(|i| 1 << i)
 }
 
+/// Commands Redis flags `may_replicate`, a flag COMMAND INFO hides on purpose.
+const MAY_REPLICATE: &[&str] = &["eval", "evalsha", "fcall", "publish", "spublish", "pfcount"];
+
 /// One command (or subcommand) of the table.
 #[derive(Debug, Clone)]
 pub struct CommandSpec {
@@ -197,6 +200,14 @@ impl CommandSpec {
     /// Whether the command may modify data.
     pub fn is_write(&self) -> bool {
         self.flags.has(CommandFlags::WRITE)
+    }
+
+    /// Whether CLIENT PAUSE WRITE holds the command: it writes, or may replicate (EVAL,
+    /// FCALL, PUBLISH, PFCOUNT...).
+    pub fn is_write_or_may_replicate(&self) -> bool {
+        self.flags.has(CommandFlags::WRITE)
+            || self.flags.has(CommandFlags::MAY_REPLICATE)
+            || MAY_REPLICATE.contains(&self.name.as_str())
     }
 
     /// Whether the command is flagged `blocking` (it may block, depending on arguments).

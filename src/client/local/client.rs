@@ -12,6 +12,7 @@ use crate::dispatch::Proxy;
 use crate::protocol::{encode, parse_i64, Proto};
 use crate::reply;
 
+use super::super::pause::PauseMode;
 use super::super::registry::{ClientType, CommandName, KillFilter, Registry};
 use super::{ok, set_name, valid_name, Answer, ConnState, ReplyMode, BAD_NAME, SYNTAX};
 
@@ -55,8 +56,16 @@ pub(super) fn answer(
             "ERR CLIENT CACHING can be called only when the client is in tracking mode with \
              OPTIN or OPTOUT mode enabled",
         ),
-        // The proxy never pauses its clients: nothing to resume.
-        (b"unpause", 2) => ok(),
+        (b"pause", 3 | 4) => pause(registry, &args[2..]),
+        (b"pause", 2) => reply::wrong_arity("client|pause"),
+        (b"pause", _) => reply::error(&format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        )),
+        (b"unpause", 2) => {
+            registry.pause().unpause();
+            ok()
+        }
         (
             b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"kill" | b"help"
             | b"tracking" | b"trackinginfo" | b"caching" | b"unpause" | b"unblock",
@@ -88,6 +97,28 @@ pub(super) fn answer(
         _ => reply::unknown_subcommand("client", &args[1]),
     };
     Answer::reply(reply)
+}
+
+/// CLIENT PAUSE timeout [WRITE|ALL], with Redis's checks and error texts.
+fn pause(registry: &Registry, args: &[Bytes]) -> Bytes {
+    let Some(timeout) = parse_i64(&args[0]) else {
+        return reply::error("ERR timeout is not an integer or out of range");
+    };
+    let Ok(timeout) = u64::try_from(timeout) else {
+        return reply::error("ERR timeout is negative");
+    };
+    let mode = match args.get(1).map(|m| m.to_ascii_lowercase()).as_deref() {
+        None | Some(b"all") => PauseMode::All,
+        Some(b"write") => PauseMode::Write,
+        Some(_) => return reply::error("ERR CLIENT PAUSE mode must be WRITE or ALL"),
+    };
+    match tokio::time::Instant::now().checked_add(std::time::Duration::from_millis(timeout)) {
+        Some(until) => {
+            registry.pause().pause(until, mode);
+            ok()
+        }
+        None => reply::error("ERR timeout is out of range"),
+    }
 }
 
 /// How often, and how far apart, CLIENT UNBLOCK looks for a command that is still on its
@@ -369,6 +400,10 @@ fn help() -> Bytes {
         "      Return clients with the specified IDs.",
         "UNBLOCK <clientid> [TIMEOUT|ERROR]",
         "    Unblock the specified blocked client.",
+        "UNPAUSE",
+        "    Stop the current client pause, resuming traffic.",
+        "PAUSE <timeout> [WRITE|ALL]",
+        "    Suspend all, or just write, clients for <timeout> milliseconds.",
         "REPLY (ON|OFF|SKIP)",
         "    Control the replies sent to the current connection.",
         "SETNAME <name>",
