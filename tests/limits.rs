@@ -241,4 +241,40 @@ fn options_set_by_variable_and_by_flag_apply() {
     assert!(!refused.status.success());
     let error = String::from_utf8_lossy(&refused.stderr);
     assert!(error.contains("--set maxclients=many"), "{error}");
+
+    // check-config validates what `run` would run with: the file, the variables, --set.
+    let dir = new_dir("check-config-overrides");
+    let file = dir.join("slotbridge.yaml");
+    std::fs::write(
+        &file,
+        format!("cluster: [{}]\n", shared_cluster().seeds()[0]),
+    )
+    .unwrap();
+    let check = |set: &[&str], env: &[(&str, &str)]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+            .arg("check-config")
+            .arg(&file)
+            .args(set)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        (output.status.success(), text)
+    };
+    let (ok, text) = check(&["--set", "listen=127.0.0.1:6999"], &[]);
+    assert!(ok && text.contains("listen 127.0.0.1:6999"), "{text}");
+    let (ok, text) = check(&["--set", "maxclients=many"], &[]);
+    assert!(!ok && text.contains("--set maxclients=many"), "{text}");
+    let (ok, text) = check(
+        &[],
+        &[
+            ("SLOTBRIDGE_COMMANDS__ALLOW", "[keys]"),
+            ("SLOTBRIDGE_COMMANDS__DENY", "[keys]"),
+        ],
+    );
+    assert!(
+        !ok && text.contains("'keys' is both allowed and denied"),
+        "{text}"
+    );
 }

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use slotbridge::config::LogFormat;
+use slotbridge::config::{LogFormat, Override};
 
 use migrate::{InspectArgs, MigrateArgs};
 
@@ -37,10 +37,14 @@ pub struct Cli {
 pub enum Command {
     /// Run the proxy (the default when no subcommand is given).
     Run(RunArgs),
-    /// Parse and validate a configuration file, then exit.
+    /// Parse and validate a configuration file, then exit. The `SLOTBRIDGE_<PATH>`
+    /// variables and `--set` apply over it, as they would for `run`.
     CheckConfig {
         /// The YAML file to check.
         file: PathBuf,
+        /// Set an option over the file, as `run --set` does; repeatable.
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        set: Vec<String>,
     },
     /// Show how a legacy key translates under a layout rule file (prefix, rule, cluster
     /// key, hash slot, index entry), then exit.
@@ -155,7 +159,10 @@ const FLAG_VARIABLES: &[&str] = &[
 pub fn dispatch(cli: Cli) -> ExitCode {
     match cli.command.unwrap_or(Command::Run(cli.run)) {
         Command::Run(args) => run::run(args),
-        Command::CheckConfig { file } => tools::check_config(&file),
+        Command::CheckConfig { file, set } => match option_overrides(&set) {
+            Ok(overrides) => tools::check_config(&file, &overrides),
+            Err(e) => usage_error(&e),
+        },
         Command::ExplainKey {
             key,
             layout,
@@ -166,6 +173,24 @@ pub fn dispatch(cli: Cli) -> ExitCode {
         Command::Healthcheck { admin_listen } => tools::healthcheck(&admin_listen),
         Command::Reload { pidfile } => tools::reload(&pidfile),
     }
+}
+
+/// The options set by `SLOTBRIDGE_<PATH>` variables (in name order), then by `--set`.
+fn option_overrides(set: &[String]) -> Result<Vec<Override>, String> {
+    // Names or values that are not UTF-8 cannot be options: skipped, not a panic.
+    let mut variables: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
+        .filter(|(name, _)| !FLAG_VARIABLES.contains(&name.as_str()))
+        .collect();
+    variables.sort();
+    let mut overrides: Vec<Override> = variables
+        .iter()
+        .filter_map(|(name, value)| Override::from_env(name, value))
+        .collect();
+    for arg in set {
+        overrides.push(Override::from_flag(arg)?);
+    }
+    Ok(overrides)
 }
 
 /// Prints a usage problem and returns exit code 2 (bad flags or arguments).

@@ -7,33 +7,15 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use slotbridge::config::{Config, LogFormat, Override, Secret};
+use slotbridge::config::{Config, LogFormat, Secret};
 
 use super::RunArgs;
 
 impl RunArgs {
-    /// The options set by `SLOTBRIDGE_<PATH>` variables (in name order), then by `--set`.
-    fn overrides(&self) -> Result<Vec<Override>, String> {
-        // Names or values that are not UTF-8 cannot be options: skipped, not a panic.
-        let mut variables: Vec<(String, String)> = std::env::vars_os()
-            .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
-            .filter(|(name, _)| !super::FLAG_VARIABLES.contains(&name.as_str()))
-            .collect();
-        variables.sort();
-        let mut overrides: Vec<Override> = variables
-            .iter()
-            .filter_map(|(name, value)| Override::from_env(name, value))
-            .collect();
-        for arg in &self.set {
-            overrides.push(Override::from_flag(arg)?);
-        }
-        Ok(overrides)
-    }
-
     /// The file's configuration with these flags and the backend credential variables
     /// applied over it.
     fn config(&self) -> Result<Config, String> {
-        let overrides = self.overrides()?;
+        let overrides = super::option_overrides(&self.set)?;
         let mut config = match &self.config {
             Some(path) => Config::from_file_with(path, &overrides).map_err(|e| e.to_string())?,
             None => Config::from_yaml_with("", &overrides)?,

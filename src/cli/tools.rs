@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use slotbridge::config::Config;
+use slotbridge::config::{Config, Override};
 
 /// `slotbridge reload --pidfile FILE`: sends SIGHUP to the proxy whose pid is in FILE.
 pub fn reload(pidfile: &Path) -> ExitCode {
@@ -57,9 +57,10 @@ pub fn healthcheck(admin_listen: &str) -> ExitCode {
     }
 }
 
-/// `slotbridge check-config FILE`.
-pub fn check_config(file: &Path) -> ExitCode {
-    match Config::from_file(file).and_then(|c| c.validate().map(|()| c)) {
+/// `slotbridge check-config FILE [--set PATH=VALUE]...`, with `overrides` (the
+/// variables' and `--set`'s) applied over the file.
+pub fn check_config(file: &Path, overrides: &[Override]) -> ExitCode {
+    match Config::from_file_with(file, overrides).and_then(|c| c.validate().map(|()| c)) {
         Ok(config) => {
             let upstream = config
                 .upstream()
