@@ -282,3 +282,49 @@ fn script_kill_and_function_kill_stop_a_busy_script() {
         assert_eq!(other.read_reply(), "$6\r\nbefore\r\n", "after {kill} KILL");
     }
 }
+
+/// A master that joins after FUNCTION LOAD has no libraries: FCALL for a key that moved
+/// there still runs, because the proxy copies the libraries over when the node says
+/// "Function not found". A function no master has still gets the node's error.
+#[test]
+fn fcall_works_on_a_master_that_joined_after_function_load() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.connect();
+    let library = "#!lua name=joinlib\n\
+                   redis.register_function('join_incr', function(keys, args) return redis.call('INCR', keys[1]) end)";
+    let name: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(library)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(name, "joinlib");
+    let key = "fn:joined";
+    let incr = |con: &mut redis::Connection| -> redis::RedisResult<i64> {
+        redis::cmd("FCALL")
+            .arg("join_incr")
+            .arg(1)
+            .arg(key)
+            .query(con)
+    };
+    assert_eq!(incr(&mut con).unwrap(), 1);
+
+    let joined = cluster.add_master();
+    let listed = |addr: &str| -> usize {
+        query::<Vec<redis::Value>>(addr, redis::cmd("FUNCTION").arg("LIST"))
+            .unwrap()
+            .len()
+    };
+    assert_eq!(listed(&joined), 0, "a new master starts without libraries");
+    cluster.migrate_slot(cluster.keyslot(key), &joined);
+    assert_eq!(incr(&mut con).unwrap(), 2, "FCALL on the new master");
+    assert_eq!(listed(&joined), 1, "the library was copied to {joined}");
+
+    let missing: redis::RedisResult<i64> = redis::cmd("FCALL")
+        .arg("nowhere")
+        .arg(1)
+        .arg(key)
+        .query(&mut con);
+    let error = missing.expect_err("a function no master has");
+    assert!(error.to_string().contains("Function not found"), "{error}");
+}

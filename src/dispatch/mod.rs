@@ -8,6 +8,7 @@
 mod emulate;
 mod fanout;
 mod forward;
+mod functions;
 pub mod layout;
 mod listing;
 mod multikey;

@@ -68,6 +68,9 @@ pub enum Run {
     Eval,
     /// EVALSHA, EVALSHA_RO: forward; reload a remembered body on `-NOSCRIPT`.
     EvalSha,
+    /// FCALL, FCALL_RO: forward; copy the libraries to a master without the function
+    /// (see `functions`).
+    Fcall,
 }
 
 impl Run {
@@ -76,6 +79,7 @@ impl Run {
         match spec.name.as_str() {
             "eval" | "eval_ro" => Some(Run::Eval),
             "evalsha" | "evalsha_ro" => Some(Run::EvalSha),
+            "fcall" | "fcall_ro" => Some(Run::Fcall),
             _ => None,
         }
     }
@@ -293,6 +297,10 @@ impl Proxy {
         proto: Proto,
     ) -> Bytes {
         let script = request.args.get(1);
+        if run == Run::Fcall {
+            let reply = self.run_function(target, request, proto).await;
+            return with_key_slot_hint(reply);
+        }
         if run == Run::Eval {
             if let Some(body) = script {
                 self.scripts.remember(body);
