@@ -371,3 +371,80 @@ fn slowlog_reads_and_resets_every_master() {
         assert_eq!(left, 0, "{master}");
     }
 }
+
+/// LATENCY through the proxy reads every master's monitor as one: LATEST lists an event
+/// once with the newest sample and the highest maximum of all masters, HISTORY merges the
+/// samples in time order, RESET sums what each master reset.
+#[test]
+fn latency_reads_and_resets_every_master() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.client().get_connection().unwrap();
+    let masters = cluster.masters();
+    // A command of `ms` milliseconds on each master, a second apart (samples are per second).
+    let spin = "local s = redis.call('TIME') \
+                while true do \
+                  local n = redis.call('TIME') \
+                  if (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > tonumber(ARGV[1]) * 1000 then return 1 end \
+                end";
+    for (master, ms) in masters.iter().zip([20, 60, 40]) {
+        let _: () = query(
+            master,
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("latency-monitor-threshold")
+                .arg(1),
+        )
+        .unwrap();
+        let _: i64 = query(master, redis::cmd("EVAL").arg(spin).arg(0).arg(ms)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    type Latest = Vec<(String, i64, i64, i64)>;
+    let per_master: Vec<Latest> = masters
+        .iter()
+        .map(|master| query(master, redis::cmd("LATENCY").arg("LATEST")).unwrap())
+        .collect();
+    let command_of = |latest: &Latest| latest.iter().find(|e| e.0 == "command").cloned();
+    let samples: Vec<(String, i64, i64, i64)> = per_master
+        .iter()
+        .map(|l| command_of(l).expect("a command event"))
+        .collect();
+    let latest: Latest = redis::cmd("LATENCY").arg("LATEST").query(&mut con).unwrap();
+    assert_eq!(
+        latest.iter().filter(|e| e.0 == "command").count(),
+        1,
+        "{latest:?}"
+    );
+    let merged = command_of(&latest).unwrap();
+    let newest = samples.iter().max_by_key(|s| s.1).unwrap();
+    assert_eq!(merged.1, newest.1, "newest timestamp");
+    assert_eq!(merged.2, newest.2, "the newest sample's latency");
+    assert_eq!(
+        merged.3,
+        samples.iter().map(|s| s.3).max().unwrap(),
+        "highest max"
+    );
+    assert!(merged.3 >= 60, "{merged:?}");
+
+    let history: Vec<(i64, i64)> = redis::cmd("LATENCY")
+        .arg("HISTORY")
+        .arg("command")
+        .query(&mut con)
+        .unwrap();
+    let mut expected: Vec<(i64, i64)> = masters
+        .iter()
+        .flat_map(|master| {
+            query::<Vec<(i64, i64)>>(master, redis::cmd("LATENCY").arg("HISTORY").arg("command"))
+                .unwrap()
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(history, expected);
+    assert!(history.len() >= 3, "{history:?}");
+
+    let reset: i64 = redis::cmd("LATENCY").arg("RESET").query(&mut con).unwrap();
+    let events: usize = per_master.iter().map(Vec::len).sum();
+    assert_eq!(reset, events as i64);
+    let after: Latest = redis::cmd("LATENCY").arg("LATEST").query(&mut con).unwrap();
+    assert!(after.is_empty(), "{after:?}");
+}

@@ -1,8 +1,9 @@
 //! Keyless commands about the whole data set, answered over every master as one server
 //! would answer them: KEYS and PUBSUB SHARDCHANNELS (concatenated), PUBSUB SHARDNUMSUB
 //! (each channel asked of its slot's master), SCAN (one cursor walking every master in
-//! turn), DBSIZE (summed), RANDOMKEY (a master that has keys), SLOWLOG (every master's log
-//! as one, newest first), and admin broadcasts (FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT,
+//! turn), DBSIZE and LATENCY RESET (summed), RANDOMKEY (a master that has keys), SLOWLOG
+//! (every master's log as one, newest first), LATENCY LATEST/HISTORY (see `latency`), and
+//! admin broadcasts (FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT,
 //! FUNCTION LOAD/DELETE/FLUSH/RESTORE, the KILLs). Which commands fan out, and how their
 //! replies combine, follows the request and response policies Redis 7 documents for them
 //! (`COMMAND DOCS`' tips).
@@ -84,6 +85,9 @@ pub enum Op {
     /// PUBSUB SHARDNUMSUB: each shard channel asked of the master of its slot, where its
     /// subscribers are; the pairs in the order asked.
     ShardNumSub,
+    /// LATENCY LATEST and HISTORY: every master's samples as one monitor's (see `latency`).
+    LatencyLatest,
+    LatencyHistory,
 }
 
 impl Op {
@@ -93,7 +97,9 @@ impl Op {
             "keys" | "pubsub|shardchannels" => Op::Keys,
             "pubsub|shardnumsub" => Op::ShardNumSub,
             "scan" => Op::Scan,
-            "dbsize" | "slowlog|len" => Op::Sum,
+            "dbsize" | "slowlog|len" | "latency|reset" => Op::Sum,
+            "latency|latest" => Op::LatencyLatest,
+            "latency|history" => Op::LatencyHistory,
             "slowlog|get" => Op::SlowlogGet,
             "randomkey" => Op::RandomKey,
             "flushdb" | "flushall" | "config|set" | "config|resetstat" | "function|delete"
@@ -117,6 +123,8 @@ impl Proxy {
             Op::AllSame => self.broadcast_all_same(request.raw.clone(), proto).await,
             Op::AnyOk => self.broadcast_any_ok(request.raw.clone(), proto).await,
             Op::ShardNumSub => self.shard_numsub(&request.args[2..], proto).await,
+            Op::LatencyLatest => self.latency_latest(request.raw.clone(), proto).await,
+            Op::LatencyHistory => self.latency_history(request.raw.clone(), proto).await,
         }
     }
 

@@ -9,6 +9,7 @@ mod emulate;
 mod fanout;
 mod forward;
 mod functions;
+mod latency;
 pub mod layout;
 mod listing;
 mod multikey;

@@ -1,0 +1,178 @@
+//! LATENCY over every master, as one server's monitor would read: LATEST lists each event
+//! once (the newest sample of any master, with the highest maximum of all), HISTORY merges
+//! the masters' samples of an event in time order (the highest where two share a second,
+//! at most Redis's 160), RESET sums the masters' counts. DOCTOR, GRAPH and HISTOGRAM stay
+//! one master's.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::protocol::{encode, Proto};
+use crate::reply::merge::{array_elements, array_frame, integer};
+
+use super::Proxy;
+
+/// Samples Redis keeps per event (`LATENCY_TS_LEN`).
+const HISTORY_LEN: usize = 160;
+
+impl Proxy {
+    /// LATENCY LATEST of every master, one entry per event.
+    pub(super) async fn latency_latest(&self, request: Bytes, proto: Proto) -> Bytes {
+        match self.broadcast(request, proto).await {
+            Ok(replies) => merge_latest(&replies),
+            Err(error) => error,
+        }
+    }
+
+    /// LATENCY HISTORY of every master, in time order.
+    pub(super) async fn latency_history(&self, request: Bytes, proto: Proto) -> Bytes {
+        match self.broadcast(request, proto).await {
+            Ok(replies) => merge_history(&replies),
+            Err(error) => error,
+        }
+    }
+}
+
+/// One `[event, timestamp, latest, max]` entry per event; the first reply that is not a
+/// list of such entries is the answer as is.
+fn merge_latest(replies: &[Bytes]) -> Bytes {
+    // In the order first seen: event name, timestamp, the newest entry, highest max.
+    let mut events: Vec<(Bytes, i64, Bytes, i64)> = Vec::new();
+    for reply in replies {
+        let Some(entries) = array_elements(reply) else {
+            return reply.clone();
+        };
+        for entry in entries {
+            let Some(fields) = array_elements(&entry) else {
+                return reply.clone();
+            };
+            let (Some(name), Some(time), Some(max)) = (
+                fields.first(),
+                fields.get(1).and_then(|f| integer(f)),
+                fields.get(3).and_then(|f| integer(f)),
+            ) else {
+                return reply.clone();
+            };
+            match events.iter_mut().find(|kept| kept.0 == *name) {
+                Some(kept) => {
+                    if time > kept.1 {
+                        kept.1 = time;
+                        kept.2 = entry.clone();
+                    }
+                    kept.3 = kept.3.max(max);
+                }
+                None => events.push((name.clone(), time, entry.clone(), max)),
+            }
+        }
+    }
+    let merged: Vec<Bytes> = events
+        .into_iter()
+        .map(|(_, _, entry, max)| with_max(&entry, max))
+        .collect();
+    array_frame(merged.len(), merged.iter())
+}
+
+/// `entry` with its fourth field (the maximum) set to `max`.
+fn with_max(entry: &Bytes, max: i64) -> Bytes {
+    let Some(mut fields) = array_elements(entry) else {
+        return entry.clone();
+    };
+    if let Some(field) = fields.get_mut(3) {
+        *field = encode::integer_frame(max);
+    }
+    array_frame(fields.len(), fields.iter())
+}
+
+/// The `[timestamp, latency]` samples of every reply in time order, the highest of those
+/// that share a timestamp, the newest [`HISTORY_LEN`].
+fn merge_history(replies: &[Bytes]) -> Bytes {
+    let mut samples: BTreeMap<i64, (i64, Bytes)> = BTreeMap::new();
+    for reply in replies {
+        let Some(entries) = array_elements(reply) else {
+            return reply.clone();
+        };
+        for entry in entries {
+            let fields = array_elements(&entry).unwrap_or_default();
+            let (Some(time), Some(latency)) = (
+                fields.first().and_then(|f| integer(f)),
+                fields.get(1).and_then(|f| integer(f)),
+            ) else {
+                return reply.clone();
+            };
+            let kept = samples.entry(time).or_insert((latency, entry.clone()));
+            if latency > kept.0 {
+                *kept = (latency, entry);
+            }
+        }
+    }
+    let skip = samples.len().saturating_sub(HISTORY_LEN);
+    let merged: Vec<Bytes> = samples.into_values().skip(skip).map(|(_, e)| e).collect();
+    array_frame(merged.len(), merged.iter())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn latest(entries: &[(&str, i64, i64, i64)]) -> Bytes {
+        let frames: Vec<Bytes> = entries
+            .iter()
+            .map(|(name, time, last, max)| {
+                let fields = [
+                    encode::bulk_frame(name.as_bytes()),
+                    encode::integer_frame(*time),
+                    encode::integer_frame(*last),
+                    encode::integer_frame(*max),
+                ];
+                array_frame(4, fields.iter())
+            })
+            .collect();
+        array_frame(frames.len(), frames.iter())
+    }
+
+    fn history(samples: &[(i64, i64)]) -> Bytes {
+        let frames: Vec<Bytes> = samples
+            .iter()
+            .map(|(time, latency)| {
+                let fields = [
+                    encode::integer_frame(*time),
+                    encode::integer_frame(*latency),
+                ];
+                array_frame(2, fields.iter())
+            })
+            .collect();
+        array_frame(frames.len(), frames.iter())
+    }
+
+    #[test]
+    fn latest_keeps_each_event_once_newest_sample_and_highest_max() {
+        let a = latest(&[("command", 100, 5, 50), ("fork", 90, 3, 3)]);
+        let b = latest(&[("command", 120, 7, 20)]);
+        let c = latest(&[]);
+        assert_eq!(
+            merge_latest(&[a, b, c]),
+            latest(&[("command", 120, 7, 50), ("fork", 90, 3, 3)])
+        );
+    }
+
+    #[test]
+    fn history_is_in_time_order_with_the_highest_sample_of_a_second() {
+        let a = history(&[(10, 5), (30, 9)]);
+        let b = history(&[(20, 7), (30, 12)]);
+        assert_eq!(
+            merge_history(&[a, b]),
+            history(&[(10, 5), (20, 7), (30, 12)])
+        );
+        let long: Vec<(i64, i64)> = (0..200).map(|t| (t, 1)).collect();
+        let merged = merge_history(&[history(&long)]);
+        assert_eq!(merged, history(&long[40..]), "the newest 160");
+    }
+
+    #[test]
+    fn an_error_reply_is_the_answer() {
+        let error = Bytes::from_static(b"-ERR unknown\r\n");
+        assert_eq!(merge_latest(&[latest(&[]), error.clone()]), error);
+        assert_eq!(merge_history(std::slice::from_ref(&error)), error);
+    }
+}
