@@ -4,8 +4,8 @@
 //! A refresher task re-reads `CLUSTER SHARDS` (or `CLUSTER SLOTS`) from any known node
 //! periodically and on request (MOVED, connection failure), never more often than
 //! `min_refresh_interval`, so a reshard's burst of MOVED replies can't cause a storm.
-//! Whoever holds per-master state (keyspace subscriptions) watches the master set through
-//! [`Topology::watch_masters`].
+//! Whoever holds per-master state (keyspace subscriptions) or state on the pub/sub home
+//! (channels and patterns) watches for changes through [`Topology::watch_masters`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,6 +20,12 @@ use crate::backend::{ConnOptions, NodeConn, Prelude};
 use crate::config::{Config, Upstream};
 use crate::protocol::Proto;
 use crate::route::{NodeAddr, SlotMap};
+
+/// Every client's channels and patterns are subscribed on the master of this slot (see
+/// `client::pubsub`), and PUBLISH and PUBSUB CHANNELS/NUMSUB/NUMPAT run there: a cluster
+/// node counts only its own subscribers, and on one node those are all of the proxy's, as
+/// on a single Redis. When the slot moves, the subscriptions follow it.
+pub const PUBSUB_HOME_SLOT: u16 = 0;
 
 /// One node's shared connections, one per protocol version, so replies pass byte-exact.
 #[derive(Clone)]
@@ -142,7 +148,8 @@ impl Topology {
     }
 
     /// Resolves `changed()` each time a new snapshot brings another set of masters (one
-    /// added, removed, or replaced by its replica), whatever the order.
+    /// added, removed, or replaced by its replica), whatever the order, or another master
+    /// of [`PUBSUB_HOME_SLOT`].
     pub fn watch_masters(&self) -> watch::Receiver<()> {
         self.masters_changed.subscribe()
     }
@@ -259,7 +266,9 @@ impl Topology {
         if !previous.map.same_owners(&current.map) {
             self.moves.fetch_add(1, Ordering::Release);
         }
-        if !same_members(previous.map.masters(), current.map.masters()) {
+        let home_moved =
+            previous.map.master_addr(PUBSUB_HOME_SLOT) != current.map.master_addr(PUBSUB_HOME_SLOT);
+        if home_moved || !same_members(previous.map.masters(), current.map.masters()) {
             self.masters_changed.send_replace(());
         }
     }

@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{shared_cluster, Cluster, Proxy, Standalone};
+use common::{query, shared_cluster, Cluster, Proxy, Standalone};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
@@ -379,6 +379,68 @@ fn shard_subscription_follows_a_migrated_slot() {
         "{}",
         show(&seen)
     );
+}
+
+/// Channels and patterns live on the master of slot 0, where PUBLISH and PUBSUB go. When
+/// slot 0 moves to another master (a rebalance after adding one), the subscriptions follow
+/// it, so PUBLISH keeps counting the subscriber and it keeps getting every message once.
+#[test]
+fn channel_subscriptions_follow_slot_0_to_its_new_master() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let old_home = cluster.node_for_slot(0);
+    let new_home = cluster
+        .masters()
+        .into_iter()
+        .find(|master| *master != old_home)
+        .expect("another master");
+    let mut raw = Raw::connect(proxy.addr());
+    raw.send(&[b"SUBSCRIBE", b"ps:home:moving"]);
+    raw.send(&[b"PSUBSCRIBE", b"ps:home:m*"]);
+    let confirmed = raw.read_at_least(70);
+    assert!(
+        show(&confirmed).contains("psubscribe"),
+        "{}",
+        show(&confirmed)
+    );
+    let numsub = |addr: &str| -> i64 {
+        let (_, count): (String, i64) = query(
+            addr,
+            redis::cmd("PUBSUB").arg("NUMSUB").arg("ps:home:moving"),
+        )
+        .unwrap();
+        count
+    };
+    assert_eq!((numsub(&old_home), numsub(&new_home)), (1, 0));
+
+    cluster.migrate_slot(0, &new_home);
+    // A key of slot 0 meets MOVED: the proxy learns the move at once.
+    let slot_0_key = (0..100_000)
+        .map(|i| format!("k{i}"))
+        .find(|key| cluster.keyslot(key) == 0)
+        .expect("a key of slot 0");
+    let mut con = proxy.connect();
+    let _: Option<String> = redis::cmd("GET").arg(&slot_0_key).query(&mut con).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while numsub(&new_home) != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the subscription never moved to {new_home}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(numsub(&old_home), 0, "left {old_home}");
+    let receivers: i64 = redis::cmd("PUBLISH")
+        .arg("ps:home:moving")
+        .arg("after")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(receivers, 2, "the channel and the pattern, on the new home");
+    let seen = raw.read_at_least(90);
+    let message = b"$7\r\nmessage\r\n$14\r\nps:home:moving\r\n$5\r\nafter\r\n";
+    let count = seen.windows(message.len()).filter(|w| w == message).count();
+    assert_eq!(count, 1, "{}", show(&seen));
+    assert!(show(&seen).contains("pmessage"), "{}", show(&seen));
 }
 
 #[test]

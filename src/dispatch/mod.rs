@@ -32,6 +32,7 @@ use crate::reply;
 use crate::route::{key_slot, SLOT_COUNT};
 use crate::topology::Topology;
 
+pub use crate::topology::PUBSUB_HOME_SLOT;
 pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
 pub use forward::{is_final, Target};
 pub use pinned::{watch_failed, BlockedOn, WatchPin, BLOCKED_ON};
@@ -140,13 +141,6 @@ fn forwards_as_is(spec: &CommandSpec) -> bool {
         // SORT's patterns decide (see `sort::SortRequest::classify`).
         && !matches!(spec.name.as_str(), "sort" | "sort_ro")
 }
-
-/// Shard-channel publishing (routed by channel) and subscriptions (client connections only).
-/// Every client's channels and patterns are subscribed on the master of this slot (see
-/// `client::pubsub`), and the commands about them run there: a cluster node counts only
-/// its own subscribers in PUBLISH's reply and PUBSUB CHANNELS/NUMSUB/NUMPAT, and on one
-/// node those are all of the proxy's, as on a single Redis.
-pub const PUBSUB_HOME_SLOT: u16 = 0;
 
 /// PUBLISH and the PUBSUB subcommands about ordinary channels and patterns.
 fn is_about_channels(spec: &CommandSpec) -> bool {

@@ -40,7 +40,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch};
 
-use crate::dispatch::Proxy;
+use crate::dispatch::{Proxy, PUBSUB_HOME_SLOT};
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::NodeAddr;
@@ -314,6 +314,25 @@ impl PubSub {
                 let mut inner = lock(&self.inner);
                 if !inner.keyspace.is_empty() {
                     Restore::Keyspace.start(&mut inner, &self.inner, &mut self.background);
+                }
+                // Slot 0 moved: channels and patterns follow it to its new master, where
+                // PUBLISH and PUBSUB now go (dropping the old link unsubscribes there).
+                let home = inner
+                    .proxy
+                    .topology
+                    .routing()
+                    .map
+                    .master_addr(PUBSUB_HOME_SLOT)
+                    .cloned();
+                let moved = inner
+                    .regular
+                    .as_ref()
+                    .is_some_and(|link| home.is_some_and(|home| home != link.addr));
+                if moved {
+                    inner.regular = None;
+                    if !inner.channels.is_empty() || !inner.patterns.is_empty() {
+                        Restore::Regular.start(&mut inner, &self.inner, &mut self.background);
+                    }
                 }
                 Relay::Idle
             }
