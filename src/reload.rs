@@ -81,6 +81,8 @@ pub struct Live {
     refresher: Mutex<Option<JoinHandle<()>>>,
     reloading: tokio::sync::Mutex<()>,
     clients: Arc<AtomicUsize>,
+    /// Successful reloads so far: sessions read their limits again when it changes.
+    reloads: watch::Sender<u64>,
     /// Set when the proxy is shutting down.
     pub drain: Drain,
 }
@@ -107,6 +109,7 @@ impl Live {
             refresher: Mutex::new(None),
             reloading: tokio::sync::Mutex::new(()),
             clients: Arc::new(AtomicUsize::new(0)),
+            reloads: watch::Sender::new(0),
             drain: Drain::default(),
         });
         // Reloads keep the readiness flag, so /readyz follows every later snapshot.
@@ -117,6 +120,22 @@ impl Live {
     /// The current snapshot.
     pub fn proxy(&self) -> Arc<Proxy> {
         self.current.load_full()
+    }
+
+    /// How many reloads have succeeded: a change means another configuration serves.
+    pub fn reloads(&self) -> u64 {
+        *self.reloads.borrow()
+    }
+
+    /// Resolves when a reload succeeds after this call.
+    pub fn reloaded(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut reloads = self.reloads.subscribe();
+        async move {
+            // An error means the proxy is going away: nothing to wait for then.
+            if reloads.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// Clients connected now.
@@ -206,6 +225,7 @@ impl Live {
             crate::dispatch::layout::start(&next, active).await?;
         }
         self.current.store(Arc::new(next));
+        self.reloads.send_modify(|reloads| *reloads += 1);
         if new_upstream {
             self.start_refresher();
         }

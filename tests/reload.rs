@@ -136,6 +136,28 @@ fn a_command_denied_by_a_reload_is_refused_on_open_connections() {
     assert_eq!(con.call(&["GET", "reload:denied"]), "$2\r\nab\r\n");
 }
 
+/// A reload's `timeout` applies to clients already connected, as CONFIG SET timeout does
+/// on Redis: a client idle since before the reload is closed once it has idled that long,
+/// also when nothing else happens on its connection; a busy one is not.
+#[test]
+fn a_timeout_set_by_a_reload_closes_clients_already_idle() {
+    let path = config_file(&cluster_yaml());
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    let mut idle = Raw::connect(proxy.addr());
+    let mut busy = Raw::connect(proxy.addr());
+    assert_eq!(idle.call(&["PING"]), "+PONG\r\n");
+    std::fs::write(&path, format!("{}timeout: 1\n", cluster_yaml())).unwrap();
+    proxy.send_signal("HUP");
+    wait_log(&proxy, "configuration reloaded", 1);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(busy.call(&["PING"]), "+PONG\r\n");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (data, closed) = common::read_until_close(&mut idle.stream, Duration::from_secs(2));
+    assert!(data.is_empty() && closed, "the idle client is still open");
+}
+
 fn reload_with_pidfile(pidfile: &Path) {
     let status = Command::new(env!("CARGO_BIN_EXE_slotbridge"))
         .args(["reload", "--pidfile", pidfile.to_str().unwrap()])

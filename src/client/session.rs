@@ -70,7 +70,10 @@ async fn serve_client(
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let local_addr = stream.local_addr().unwrap_or(peer);
     let _ = stream.set_nodelay(true);
-    // Limits are read once: a reload applies them to connections made after it.
+    // TCP keepalive and the protocol limits are set at connect; the other limits follow
+    // reloads (see `ClientLimits`).
+    let mut reloaded = Box::pin(live.reloaded());
+    let mut limits_of_reload = live.reloads();
     let proxy = live.proxy();
     let config = &proxy.config;
     if config.tcp_keepalive > 0 {
@@ -78,9 +81,7 @@ async fn serve_client(
             socket2::TcpKeepalive::new().with_time(Duration::from_secs(config.tcp_keepalive));
         let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
     }
-    let max_pipeline = config.limits.max_pipeline;
-    let idle_timeout = (config.timeout > 0).then(|| Duration::from_secs(config.timeout));
-    let output_limit = config.client_output_buffer_limit_bytes;
+    let mut limits = ClientLimits::of(config);
     let mut decoder = RequestDecoder::new(config.limits.protocol());
     let user = ConnState::initial_user(&proxy.auth);
     let guard = registry.register(peer, local_addr, user.as_deref(), blocked);
@@ -125,6 +126,16 @@ async fn serve_client(
     let mut paused_until = None;
 
     loop {
+        // As in Redis, where CONFIG SET timeout applies to every client at once.
+        if live.reloads() != limits_of_reload {
+            limits_of_reload = live.reloads();
+            limits = ClientLimits::of(&live.proxy().config);
+        }
+        let ClientLimits {
+            max_pipeline,
+            idle_timeout,
+            output_limit,
+        } = limits;
         // One configuration snapshot and one clock read serve all requests of this pass.
         let mut snapshot = None;
         let mut pass_started = None;
@@ -384,6 +395,8 @@ async fn serve_client(
             // The pause ended or changed: the held request looks again.
             () = wait_pause(&registry, paused_until), if paused_until.is_some() => paused_until = None,
             _ = &mut drain_changed, if !draining => draining = true,
+            // The limits are read again at the top of the loop.
+            () = &mut reloaded => reloaded = Box::pin(live.reloaded()),
             // CLIENT KILL from another client: closed at once, as Redis frees it.
             () = &mut killed => {
                 tracing::debug!(client = %peer, "closing client killed by CLIENT KILL");
@@ -393,6 +406,24 @@ async fn serve_client(
                 tracing::debug!(client = %peer, "closing idle client");
                 break;
             }
+        }
+    }
+}
+
+/// The limits of one client that a reload changes for connected clients too.
+#[derive(Clone, Copy)]
+struct ClientLimits {
+    max_pipeline: usize,
+    idle_timeout: Option<Duration>,
+    output_limit: usize,
+}
+
+impl ClientLimits {
+    fn of(config: &crate::config::Config) -> ClientLimits {
+        ClientLimits {
+            max_pipeline: config.limits.max_pipeline,
+            idle_timeout: (config.timeout > 0).then(|| Duration::from_secs(config.timeout)),
+            output_limit: config.client_output_buffer_limit_bytes,
         }
     }
 }
