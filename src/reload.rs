@@ -11,7 +11,7 @@
 //! - Settings bound at start-up (listen addresses, threads, logging, pidfile) keep their
 //!   running values; a reload that changes them logs that a restart is needed.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,7 @@ pub struct Live {
     reloading: tokio::sync::Mutex<()>,
     clients: Arc<AtomicUsize>,
     /// Successful reloads so far: sessions read their limits again when it changes.
-    reloads: watch::Sender<u64>,
+    reloads: AtomicU64,
     /// Set when the proxy is shutting down.
     pub drain: Drain,
 }
@@ -109,7 +109,7 @@ impl Live {
             refresher: Mutex::new(None),
             reloading: tokio::sync::Mutex::new(()),
             clients: Arc::new(AtomicUsize::new(0)),
-            reloads: watch::Sender::new(0),
+            reloads: AtomicU64::new(0),
             drain: Drain::default(),
         });
         // Reloads keep the readiness flag, so /readyz follows every later snapshot.
@@ -124,18 +124,7 @@ impl Live {
 
     /// How many reloads have succeeded: a change means another configuration serves.
     pub fn reloads(&self) -> u64 {
-        *self.reloads.borrow()
-    }
-
-    /// Resolves when a reload succeeds after this call.
-    pub fn reloaded(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut reloads = self.reloads.subscribe();
-        async move {
-            // An error means the proxy is going away: nothing to wait for then.
-            if reloads.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
+        self.reloads.load(Ordering::Acquire)
     }
 
     /// Clients connected now.
@@ -225,7 +214,7 @@ impl Live {
             crate::dispatch::layout::start(&next, active).await?;
         }
         self.current.store(Arc::new(next));
-        self.reloads.send_modify(|reloads| *reloads += 1);
+        self.reloads.fetch_add(1, Ordering::Release);
         if new_upstream {
             self.start_refresher();
         }
@@ -233,7 +222,9 @@ impl Live {
     }
 
     /// Reloads on SIGHUP and on [`request`], forever; logs and counts each outcome.
-    pub async fn run_reloader(self: Arc<Self>) {
+    /// `after_reload` runs after each successful one (it wakes the sessions, which read
+    /// their limits again).
+    pub async fn run_reloader(self: Arc<Self>, after_reload: impl Fn()) {
         use tokio::signal::unix::{signal, SignalKind};
         let mut hangup = signal(SignalKind::hangup()).ok();
         loop {
@@ -253,6 +244,7 @@ impl Live {
                 Ok(()) => {
                     tracing::info!("configuration reloaded");
                     crate::metrics::config_reload(true);
+                    after_reload();
                 }
                 Err(error) => {
                     tracing::error!(%error, "configuration reload failed; keeping the running configuration");

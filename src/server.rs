@@ -160,7 +160,10 @@ pub async fn serve_live(
 ) {
     let registry = Arc::new(Registry::default());
     live.start_refresher();
-    let reloader = tokio::spawn(live.clone().run_reloader());
+    let reloader = tokio::spawn(live.clone().run_reloader({
+        let registry = registry.clone();
+        move || registry.wake_all()
+    }));
     {
         let proxy = live.proxy();
         let routing = proxy.topology.routing();

@@ -47,6 +47,8 @@ struct Activity {
     last_command: AtomicUsize,
     /// Set by CLIENT KILL; `kill_waker` wakes the session.
     killed: AtomicBool,
+    /// Bumped by [`Registry::wake_all`]: the session looks at its configuration again.
+    nudges: AtomicU64,
     kill_waker: AtomicWaker,
     /// Where its blocking command waits, if one runs (CLIENT UNBLOCK, `flags=b`).
     blocked: Arc<BlockedOn>,
@@ -240,6 +242,15 @@ impl Registry {
         (killed, caller_killed)
     }
 
+    /// Nudges every client's session once, so it looks at the configuration again (after
+    /// a reload); nobody is killed.
+    pub fn wake_all(&self) {
+        for entry in self.lock().values() {
+            entry.activity.nudges.fetch_add(1, Ordering::Release);
+            entry.activity.kill_waker.wake();
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ClientEntry>> {
         self.clients.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -309,30 +320,58 @@ impl ClientGuard {
             .store(command + 1, Ordering::Relaxed);
     }
 
-    /// Resolves once CLIENT KILL has picked this client (also when that happened before
-    /// the call).
-    pub fn killed(&self) -> Killed<'_> {
-        Killed {
+    /// What other clients and the reloader ask of this one: resolves to [`Signal::Kill`]
+    /// once CLIENT KILL has picked it (also when that happened before the call), and to
+    /// [`Signal::Nudge`] after each [`Registry::wake_all`]. Polled again after either.
+    pub fn signals(&self) -> Signals<'_> {
+        Signals {
             activity: &self.activity,
+            nudges: self.activity.nudges.load(Ordering::Acquire),
             registered: None,
         }
     }
 }
 
-/// See [`ClientGuard::killed`]. Polled on every turn of the session's loop, so a poll is
-/// one atomic load and a waker comparison; the waker is registered again only when it
-/// changes.
-pub struct Killed<'a> {
+/// See [`ClientGuard::signals`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// CLIENT KILL: close the connection.
+    Kill,
+    /// A reload: read the configuration again.
+    Nudge,
+}
+
+/// See [`ClientGuard::signals`]. Polled on every turn of the session's loop, so a poll is
+/// two atomic loads and a waker comparison; the waker is registered again only when it
+/// changes or was used.
+pub struct Signals<'a> {
     activity: &'a Activity,
+    nudges: u64,
     registered: Option<Waker>,
 }
 
-impl Future for Killed<'_> {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+impl Signals<'_> {
+    fn ready(&mut self) -> Option<Signal> {
         if self.activity.killed.load(Ordering::Acquire) {
-            return Poll::Ready(());
+            return Some(Signal::Kill);
+        }
+        let nudges = self.activity.nudges.load(Ordering::Acquire);
+        if nudges != self.nudges {
+            self.nudges = nudges;
+            // The nudge used up the registered waker.
+            self.registered = None;
+            return Some(Signal::Nudge);
+        }
+        None
+    }
+}
+
+impl Future for Signals<'_> {
+    type Output = Signal;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Signal> {
+        if let Some(signal) = self.ready() {
+            return Poll::Ready(signal);
         }
         if !self
             .registered
@@ -341,9 +380,9 @@ impl Future for Killed<'_> {
         {
             self.activity.kill_waker.register(cx.waker());
             self.registered = Some(cx.waker().clone());
-            // A kill between the first check and the registration woke nobody.
-            if self.activity.killed.load(Ordering::Acquire) {
-                return Poll::Ready(());
+            // A signal between the first check and the registration woke nobody.
+            if let Some(signal) = self.ready() {
+                return Poll::Ready(signal);
             }
         }
         Poll::Pending
@@ -420,9 +459,39 @@ mod tests {
         let (registry, a, b) = registry_with_two();
         let filter = only(b.id);
         registry.kill(&filter, a.id);
-        tokio::time::timeout(std::time::Duration::from_secs(5), b.killed())
+        let signal = tokio::time::timeout(std::time::Duration::from_secs(5), b.signals())
             .await
             .expect("the kill reached the client");
+        assert_eq!(signal, Signal::Kill);
+    }
+
+    #[tokio::test]
+    async fn a_nudge_wakes_a_waiting_client_and_a_later_kill_still_does() {
+        let (registry, a, b) = registry_with_two();
+        let signals = b.signals();
+        tokio::pin!(signals);
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), &mut signals);
+        assert!(waiting.await.is_err(), "nothing to tell yet");
+        let nudger = std::thread::spawn({
+            let registry = registry.clone();
+            move || registry.wake_all()
+        });
+        let second = std::time::Duration::from_secs(5);
+        assert_eq!(
+            tokio::time::timeout(second, &mut signals).await,
+            Ok(Signal::Nudge)
+        );
+        nudger.join().unwrap();
+        let killer = std::thread::spawn({
+            let registry = registry.clone();
+            let filter = only(b.id);
+            move || registry.kill(&filter, a.id)
+        });
+        assert_eq!(
+            tokio::time::timeout(second, &mut signals).await,
+            Ok(Signal::Kill)
+        );
+        killer.join().unwrap();
     }
 
     #[test]
@@ -459,9 +528,10 @@ mod tests {
             registry.kill(&filter, caller)
         });
         let started = Instant::now();
-        tokio::time::timeout(std::time::Duration::from_secs(5), b.killed())
+        let signal = tokio::time::timeout(std::time::Duration::from_secs(5), b.signals())
             .await
             .expect("the kill reached the waiting client");
+        assert_eq!(signal, Signal::Kill);
         // Woken by the kill itself, not found at the timeout's own wake-up.
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
         assert_eq!(killer.join().unwrap(), (1, false));

@@ -31,7 +31,7 @@ use crate::reply;
 use super::local::{self, ConnState, ReplyMode};
 use super::pipeline::Pipeline;
 use super::pubsub::{Intercept, PubSub, Relay};
-use super::registry::{ClientGuard, Registry, Subscriptions};
+use super::registry::{ClientGuard, Registry, Signal, Subscriptions};
 use super::transaction::{splice_local_answers, LocalCommands, Step, Transaction};
 
 const READ_BUFFER: usize = 16 * 1024;
@@ -72,7 +72,6 @@ async fn serve_client(
     let _ = stream.set_nodelay(true);
     // TCP keepalive and the protocol limits are set at connect; the other limits follow
     // reloads (see `ClientLimits`).
-    let mut reloaded = Box::pin(live.reloaded());
     let mut limits_of_reload = live.reloads();
     let proxy = live.proxy();
     let config = &proxy.config;
@@ -108,8 +107,8 @@ async fn serve_client(
     // watch's waiter list.
     let drain_changed = drain.changed();
     tokio::pin!(drain_changed);
-    let killed = guard.killed();
-    tokio::pin!(killed);
+    let signals = guard.signals();
+    tokio::pin!(signals);
     // The last read from or write to the client: idle time counts from it, as in Redis.
     let mut last_active = Instant::now();
     let mut transaction = Transaction::default();
@@ -126,7 +125,8 @@ async fn serve_client(
     let mut paused_until = None;
 
     loop {
-        // As in Redis, where CONFIG SET timeout applies to every client at once.
+        // As in Redis, where CONFIG SET timeout applies to every client at once (a reload
+        // wakes every session, see `Registry::wake_all`).
         if live.reloads() != limits_of_reload {
             limits_of_reload = live.reloads();
             limits = ClientLimits::of(&live.proxy().config);
@@ -395,13 +395,15 @@ async fn serve_client(
             // The pause ended or changed: the held request looks again.
             () = wait_pause(&registry, paused_until), if paused_until.is_some() => paused_until = None,
             _ = &mut drain_changed, if !draining => draining = true,
-            // The limits are read again at the top of the loop.
-            () = &mut reloaded => reloaded = Box::pin(live.reloaded()),
             // CLIENT KILL from another client: closed at once, as Redis frees it.
-            () = &mut killed => {
-                tracing::debug!(client = %peer, "closing client killed by CLIENT KILL");
-                break;
-            }
+            signal = &mut signals => match signal {
+                Signal::Kill => {
+                    tracing::debug!(client = %peer, "closing client killed by CLIENT KILL");
+                    break;
+                }
+                // The limits are read again at the top of the loop.
+                Signal::Nudge => {}
+            },
             _ = sleep_until(idle_deadline), if idle_deadline.is_some() => {
                 tracing::debug!(client = %peer, "closing idle client");
                 break;
