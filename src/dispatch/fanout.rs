@@ -2,7 +2,7 @@
 //! would answer them: KEYS and PUBSUB SHARDCHANNELS (concatenated), PUBSUB SHARDNUMSUB
 //! (each channel asked of its slot's master), SCAN (one cursor walking every master in
 //! turn), DBSIZE and LATENCY RESET (summed), RANDOMKEY (a master that has keys), SLOWLOG
-//! (every master's log as one, newest first), LATENCY LATEST/HISTORY (see `latency`), and
+//! (every master's log as one, newest first), LATENCY LATEST/HISTORY (see `monitors`), and
 //! admin broadcasts (FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT,
 //! FUNCTION LOAD/DELETE/FLUSH/RESTORE, the KILLs). Which commands fan out, and how their
 //! replies combine, follows the request and response policies Redis 7 documents for them
@@ -85,7 +85,7 @@ pub enum Op {
     /// PUBSUB SHARDNUMSUB: each shard channel asked of the master of its slot, where its
     /// subscribers are; the pairs in the order asked.
     ShardNumSub,
-    /// LATENCY LATEST and HISTORY: every master's samples as one monitor's (see `latency`).
+    /// LATENCY LATEST and HISTORY: every master's samples as one monitor's (see `monitors`).
     LatencyLatest,
     LatencyHistory,
 }
@@ -256,32 +256,6 @@ impl Proxy {
         any_ok(join_all(calls).await)
     }
 
-    /// SLOWLOG GET over every master: the entries of all, newest first (by their
-    /// timestamps; ties in master order), at most the count asked (Redis: 10 by default,
-    /// -1 for all). Each master checks the arguments; the first error in master order is
-    /// the reply.
-    async fn slowlog_all(&self, request: &Request, proto: Proto) -> Bytes {
-        let replies = match self.broadcast(request.raw.clone(), proto).await {
-            Ok(replies) => replies,
-            Err(error) => return error,
-        };
-        let mut entries = Vec::new();
-        for reply in &replies {
-            match merge::array_elements(reply) {
-                Some(elements) => entries.extend(elements),
-                None => return reply.clone(),
-            }
-        }
-        let limit = match request.args.get(2) {
-            None => 10,
-            Some(count) => match crate::protocol::parse_i64(count) {
-                Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
-                _ => usize::MAX,
-            },
-        };
-        encode_newest_first(entries, limit)
-    }
-
     async fn sum_all(&self, request: Bytes, proto: Proto) -> Bytes {
         let replies = match self.broadcast(request, proto).await {
             Ok(replies) => replies,
@@ -449,19 +423,6 @@ fn aggregate(frame: &Bytes) -> Option<(u8, usize, &[u8])> {
     Some((kind, count, &frame[header_end + 2..]))
 }
 
-/// SLOWLOG entries (`[id, timestamp, duration, args, addr, name]`), newest first by
-/// timestamp, the order among equal timestamps kept, cut to `limit`, as one array.
-fn encode_newest_first(mut entries: Vec<Bytes>, limit: usize) -> Bytes {
-    let timestamp = |entry: &Bytes| {
-        merge::array_elements(entry)
-            .and_then(|fields| fields.get(1).and_then(|t| merge::integer(t)))
-            .unwrap_or(i64::MIN)
-    };
-    entries.sort_by_cached_key(|entry| std::cmp::Reverse(timestamp(entry)));
-    entries.truncate(limit);
-    encode::array_frame(entries.len(), &entries)
-}
-
 fn is_null(frame: &[u8]) -> bool {
     frame == b"$-1\r\n" || frame == b"_\r\n" || frame == b"*-1\r\n"
 }
@@ -566,42 +527,6 @@ fn scan_reply(frame: &Bytes) -> Option<(u64, Bytes)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn slowlog_entry(id: i64, timestamp: i64) -> Bytes {
-        let mut out = BytesMut::new();
-        encode::array_header(&mut out, 6);
-        encode::integer(&mut out, id);
-        encode::integer(&mut out, timestamp);
-        encode::integer(&mut out, 5);
-        encode::array_header(&mut out, 1);
-        encode::bulk(&mut out, b"PING");
-        encode::bulk(&mut out, b"127.0.0.1:1");
-        encode::bulk(&mut out, b"");
-        out.freeze()
-    }
-
-    #[test]
-    fn slowlog_entries_of_every_master_merge_newest_first_and_cut_to_the_count() {
-        // Two masters' logs, each newest first, concatenated in master order.
-        let entries = vec![
-            slowlog_entry(2, 300),
-            slowlog_entry(1, 100),
-            slowlog_entry(7, 300),
-            slowlog_entry(6, 200),
-        ];
-        let ids = |frame: &Bytes| -> Vec<i64> {
-            merge::array_elements(frame)
-                .unwrap()
-                .iter()
-                .map(|e| merge::integer(&merge::array_elements(e).unwrap()[0]).unwrap())
-                .collect()
-        };
-        let all = encode_newest_first(entries.clone(), usize::MAX);
-        // Equal timestamps keep master order.
-        assert_eq!(ids(&all), [2, 7, 6, 1]);
-        assert_eq!(ids(&encode_newest_first(entries.clone(), 3)), [2, 7, 6]);
-        assert_eq!(&encode_newest_first(entries, 0)[..], b"*0\r\n");
-    }
 
     fn masters(names: &[&str]) -> Vec<NodeAddr> {
         names.iter().map(|n| NodeAddr::from(*n)).collect()

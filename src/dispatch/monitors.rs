@@ -1,14 +1,15 @@
-//! LATENCY over every master, as one server's monitor would read: LATEST lists each event
-//! once (the newest sample of any master, with the highest maximum of all), HISTORY merges
-//! the masters' samples of an event in time order (the highest where two share a second,
-//! at most Redis's 160), RESET sums the masters' counts. DOCTOR, GRAPH and HISTOGRAM stay
-//! one master's.
+//! The masters' own monitors read as one server's. SLOWLOG GET: every master's entries,
+//! newest first, cut to the count asked (LEN and RESET are a sum and a broadcast, see
+//! `fanout`). LATENCY LATEST lists each event once (the newest sample of any master, with
+//! the highest maximum of all), HISTORY merges the masters' samples of an event in time
+//! order (the highest where two share a second, at most Redis's 160), RESET sums the
+//! masters' counts. DOCTOR, GRAPH and HISTOGRAM stay one master's.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use crate::protocol::{encode, Proto};
+use crate::protocol::{encode, Proto, Request};
 use crate::reply::merge::{array_elements, array_frame, integer};
 
 use super::Proxy;
@@ -17,6 +18,32 @@ use super::Proxy;
 const HISTORY_LEN: usize = 160;
 
 impl Proxy {
+    /// SLOWLOG GET over every master: the entries of all, newest first (by their
+    /// timestamps; ties in master order), at most the count asked (Redis: 10 by default,
+    /// -1 for all). Each master checks the arguments; the first error in master order is
+    /// the reply.
+    pub(super) async fn slowlog_all(&self, request: &Request, proto: Proto) -> Bytes {
+        let replies = match self.broadcast(request.raw.clone(), proto).await {
+            Ok(replies) => replies,
+            Err(error) => return error,
+        };
+        let mut entries = Vec::new();
+        for reply in &replies {
+            match array_elements(reply) {
+                Some(elements) => entries.extend(elements),
+                None => return reply.clone(),
+            }
+        }
+        let limit = match request.args.get(2) {
+            None => 10,
+            Some(count) => match crate::protocol::parse_i64(count) {
+                Some(n) if n >= 0 => usize::try_from(n).unwrap_or(usize::MAX),
+                _ => usize::MAX,
+            },
+        };
+        encode_newest_first(entries, limit)
+    }
+
     /// LATENCY LATEST of every master, one entry per event.
     pub(super) async fn latency_latest(&self, request: Bytes, proto: Proto) -> Bytes {
         match self.broadcast(request, proto).await {
@@ -32,6 +59,19 @@ impl Proxy {
             Err(error) => error,
         }
     }
+}
+
+/// SLOWLOG entries (`[id, timestamp, duration, args, addr, name]`), newest first by
+/// timestamp, the order among equal timestamps kept, cut to `limit`, as one array.
+fn encode_newest_first(mut entries: Vec<Bytes>, limit: usize) -> Bytes {
+    let timestamp = |entry: &Bytes| {
+        array_elements(entry)
+            .and_then(|fields| fields.get(1).and_then(|t| integer(t)))
+            .unwrap_or(i64::MIN)
+    };
+    entries.sort_by_cached_key(|entry| std::cmp::Reverse(timestamp(entry)));
+    entries.truncate(limit);
+    encode::array_frame(entries.len(), &entries)
 }
 
 /// One `[event, timestamp, latest, max]` entry per event; the first reply that is not a
@@ -113,7 +153,45 @@ fn merge_history(replies: &[Bytes]) -> Bytes {
 
 #[cfg(test)]
 mod tests {
+    use bytes::BytesMut;
+
     use super::*;
+
+    fn slowlog_entry(id: i64, timestamp: i64) -> Bytes {
+        let mut out = BytesMut::new();
+        encode::array_header(&mut out, 6);
+        encode::integer(&mut out, id);
+        encode::integer(&mut out, timestamp);
+        encode::integer(&mut out, 5);
+        encode::array_header(&mut out, 1);
+        encode::bulk(&mut out, b"PING");
+        encode::bulk(&mut out, b"127.0.0.1:1");
+        encode::bulk(&mut out, b"");
+        out.freeze()
+    }
+
+    #[test]
+    fn slowlog_entries_of_every_master_merge_newest_first_and_cut_to_the_count() {
+        // Two masters' logs, each newest first, concatenated in master order.
+        let entries = vec![
+            slowlog_entry(2, 300),
+            slowlog_entry(1, 100),
+            slowlog_entry(7, 300),
+            slowlog_entry(6, 200),
+        ];
+        let ids = |frame: &Bytes| -> Vec<i64> {
+            array_elements(frame)
+                .unwrap()
+                .iter()
+                .map(|e| integer(&array_elements(e).unwrap()[0]).unwrap())
+                .collect()
+        };
+        let all = encode_newest_first(entries.clone(), usize::MAX);
+        // Equal timestamps keep master order.
+        assert_eq!(ids(&all), [2, 7, 6, 1]);
+        assert_eq!(ids(&encode_newest_first(entries.clone(), 3)), [2, 7, 6]);
+        assert_eq!(&encode_newest_first(entries, 0)[..], b"*0\r\n");
+    }
 
     fn latest(entries: &[(&str, i64, i64, i64)]) -> Bytes {
         let frames: Vec<Bytes> = entries
