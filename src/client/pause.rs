@@ -3,7 +3,7 @@
 //!
 //! Invariants: a pause ends at the later of its end and the end of a pause already in
 //! force, and takes the newest mode (Redis's rule); CLIENT UNPAUSE ends it at once. The
-//! check on every command is one relaxed load while no pause was ever set. Waiting
+//! check on every command is one relaxed load while no pause is in force. Waiting
 //! commands are woken on UNPAUSE and on every new pause (to see the new end or mode).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,8 +24,9 @@ pub enum PauseMode {
 /// The pause of all clients of one proxy process.
 #[derive(Debug, Default)]
 pub struct ClientPause {
-    /// Set by the first CLIENT PAUSE; spares every command the lock until then.
-    ever: AtomicBool,
+    /// Whether a pause may be in force (changed under the lock): spares commands the
+    /// lock and the clock read the rest of the time.
+    active: AtomicBool,
     current: Mutex<Option<(Instant, PauseMode)>>,
     changed: Notify,
 }
@@ -39,25 +40,35 @@ impl ClientPause {
             _ => until,
         };
         *current = Some((end, mode));
-        self.ever.store(true, Ordering::Relaxed);
+        self.active.store(true, Ordering::Relaxed);
         drop(current);
         self.changed.notify_waiters();
     }
 
     /// CLIENT UNPAUSE.
     pub fn unpause(&self) {
-        *self.lock() = None;
+        let mut current = self.lock();
+        *current = None;
+        self.active.store(false, Ordering::Relaxed);
+        drop(current);
         self.changed.notify_waiters();
     }
 
     /// The pause's end, if it holds a command now; `writes` tells (asked only under a
     /// WRITE pause) whether the command writes or may replicate.
     pub fn holds(&self, writes: impl FnOnce() -> bool) -> Option<Instant> {
-        if !self.ever.load(Ordering::Relaxed) {
+        if !self.active.load(Ordering::Relaxed) {
             return None;
         }
-        let (end, mode) = (*self.lock())?;
-        (Instant::now() < end && (mode == PauseMode::All || writes())).then_some(end)
+        let mut current = self.lock();
+        let (end, mode) = (*current)?;
+        if Instant::now() >= end {
+            *current = None;
+            self.active.store(false, Ordering::Relaxed);
+            return None;
+        }
+        drop(current);
+        (mode == PauseMode::All || writes()).then_some(end)
     }
 
     /// Returns at `end`, or sooner when the pause changes (the caller looks again).

@@ -45,11 +45,11 @@ struct Activity {
     last_active_ms: AtomicU64,
     /// The command-table index of its last command, plus one (0: none yet).
     last_command: AtomicUsize,
-    /// Set by CLIENT KILL; `kill_waker` wakes the session.
+    /// Set by CLIENT KILL; `signal_waker` wakes the session for it and for nudges.
     killed: AtomicBool,
     /// Bumped by [`Registry::wake_all`]: the session looks at its configuration again.
     nudges: AtomicU64,
-    kill_waker: AtomicWaker,
+    signal_waker: AtomicWaker,
     /// Where its blocking command waits, if one runs (CLIENT UNBLOCK, `flags=b`).
     blocked: Arc<BlockedOn>,
 }
@@ -235,7 +235,7 @@ impl Registry {
                     caller_killed = true;
                 } else {
                     entry.activity.killed.store(true, Ordering::Release);
-                    entry.activity.kill_waker.wake();
+                    entry.activity.signal_waker.wake();
                 }
             }
         }
@@ -247,7 +247,7 @@ impl Registry {
     pub fn wake_all(&self) {
         for entry in self.lock().values() {
             entry.activity.nudges.fetch_add(1, Ordering::Release);
-            entry.activity.kill_waker.wake();
+            entry.activity.signal_waker.wake();
         }
     }
 
@@ -378,7 +378,7 @@ impl Future for Signals<'_> {
             .as_ref()
             .is_some_and(|waker| waker.will_wake(cx.waker()))
         {
-            self.activity.kill_waker.register(cx.waker());
+            self.activity.signal_waker.register(cx.waker());
             self.registered = Some(cx.waker().clone());
             // A signal between the first check and the registration woke nobody.
             if let Some(signal) = self.ready() {
