@@ -113,8 +113,9 @@ pub type LocalCommands = Vec<(usize, Request)>;
 
 /// What [`Transaction::admit`] accepted.
 enum Admitted {
-    /// Runs inside the backend block.
-    Block(Queued),
+    /// Runs inside the backend block; `writes`: it writes or may replicate (see
+    /// `Queue::writes`).
+    Block { queued: Queued, writes: bool },
     /// Answered by the proxy at EXEC.
     Local,
 }
@@ -297,11 +298,8 @@ impl Transaction {
             Ok(admitted) => {
                 if let Some(queue) = &mut self.multi {
                     match admitted {
-                        Admitted::Block(queued) => {
-                            queue.writes |= proxy
-                                .commands
-                                .lookup(&request.args)
-                                .is_some_and(CommandSpec::is_write_or_may_replicate);
+                        Admitted::Block { queued, writes } => {
+                            queue.writes |= writes;
                             queue.commands.push(queued);
                         }
                         Admitted::Local => {
@@ -394,7 +392,10 @@ impl Transaction {
             }
         };
         let slot = self.bind_slot(proxy, spec, &args)?;
-        Ok(Admitted::Block(Queued { slot, ..queued }))
+        Ok(Admitted::Block {
+            queued: Queued { slot, ..queued },
+            writes: spec.is_write_or_may_replicate(),
+        })
     }
 
     /// Checks that the keys of `args` (cluster names) fit the transaction's slot, binding
