@@ -198,6 +198,8 @@ fn describe() {
 /// recorder can't be read back (and may not be installed).
 struct Totals {
     clients: AtomicI64,
+    connections_received: AtomicU64,
+    connections_rejected: AtomicU64,
     moved: AtomicU64,
     ask: AtomicU64,
     retries: AtomicU64,
@@ -207,6 +209,8 @@ struct Totals {
 
 static TOTALS: Totals = Totals {
     clients: AtomicI64::new(0),
+    connections_received: AtomicU64::new(0),
+    connections_rejected: AtomicU64::new(0),
     moved: AtomicU64::new(0),
     ask: AtomicU64::new(0),
     retries: AtomicU64::new(0),
@@ -219,6 +223,10 @@ static TOTALS: Totals = Totals {
 pub struct ProxyTotals {
     /// Open client connections.
     pub clients: i64,
+    /// Client connections accepted since start.
+    pub connections_received: u64,
+    /// Client connections refused since start.
+    pub connections_rejected: u64,
     /// MOVED redirects followed.
     pub moved: u64,
     /// ASK redirects followed.
@@ -235,6 +243,8 @@ pub struct ProxyTotals {
 pub fn totals() -> ProxyTotals {
     ProxyTotals {
         clients: TOTALS.clients.load(Ordering::Relaxed),
+        connections_received: TOTALS.connections_received.load(Ordering::Relaxed),
+        connections_rejected: TOTALS.connections_rejected.load(Ordering::Relaxed),
         moved: TOTALS.moved.load(Ordering::Relaxed),
         ask: TOTALS.ask.load(Ordering::Relaxed),
         retries: TOTALS.retries.load(Ordering::Relaxed),
@@ -333,6 +343,7 @@ pub fn slot_map(slots_covered: usize, masters: usize) {
 
 /// A client connection was refused (`maxclients` reached).
 pub fn client_rejected() {
+    TOTALS.connections_rejected.fetch_add(1, Ordering::Relaxed);
     counter!(CLIENT_CONNECTIONS_REJECTED).increment(1);
 }
 

@@ -9,6 +9,7 @@ mod emulate;
 mod fanout;
 mod forward;
 mod functions;
+mod info;
 pub mod layout;
 mod listing;
 mod monitors;

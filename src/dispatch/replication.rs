@@ -20,7 +20,7 @@ use crate::backend::NodeConn;
 use crate::protocol::{encode, Proto, Request};
 use crate::route::NodeAddr;
 
-use super::emulate::info_text;
+use super::info::info_text;
 use super::{Proxy, Target};
 
 const INFO_REPLICATION: &[u8] = b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";

@@ -21,6 +21,7 @@ impl ClientConnection {
     /// Counts a newly accepted client connection.
     pub fn opened() -> ClientConnection {
         TOTALS.clients.fetch_add(1, Ordering::Relaxed);
+        TOTALS.connections_received.fetch_add(1, Ordering::Relaxed);
         counter!(CLIENT_CONNECTIONS_TOTAL).increment(1);
         let open = gauge!(CLIENT_CONNECTIONS);
         open.increment(1.0);
