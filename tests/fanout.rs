@@ -1,7 +1,7 @@
 //! Commands about the whole data set through the proxy, checked against the masters
 //! themselves: KEYS and SCAN see every key exactly once, also while a slot moves; DBSIZE
 //! is the sum; RANDOMKEY finds a key; FLUSHALL and CONFIG SET reach every master; all of
-//! it also with a standalone upstream.
+//! it also with a standalone upstream. SLOWLOG, LATENCY and LASTSAVE read every master.
 
 mod common;
 
@@ -441,6 +441,19 @@ fn latency_reads_and_resets_every_master() {
     expected.sort();
     assert_eq!(history, expected);
     assert!(history.len() >= 3, "{history:?}");
+
+    // LASTSAVE is the oldest: the masters started together, one saved seconds later.
+    let _: () = query(&masters[1], &redis::cmd("SAVE")).unwrap();
+    let saved: Vec<i64> = masters
+        .iter()
+        .map(|master| query(master, &redis::cmd("LASTSAVE")).unwrap())
+        .collect();
+    let oldest = *saved.iter().min().unwrap();
+    assert!(saved[1] > oldest, "{saved:?}");
+    for _ in &masters {
+        let lastsave: i64 = redis::cmd("LASTSAVE").query(&mut con).unwrap();
+        assert_eq!(lastsave, oldest, "{saved:?}");
+    }
 
     let reset: i64 = redis::cmd("LATENCY").arg("RESET").query(&mut con).unwrap();
     let events: usize = per_master.iter().map(Vec::len).sum();

@@ -69,6 +69,9 @@ pub enum Op {
     Scan,
     /// DBSIZE, SLOWLOG LEN: the sum.
     Sum,
+    /// LASTSAVE: the oldest, the time by which every master had saved (a script that waits
+    /// for LASTSAVE to change after BGSAVE waits for all of them).
+    Oldest,
     /// SLOWLOG GET: every master's newest entries, merged newest first and cut to the
     /// count asked (entry ids are each master's own).
     SlowlogGet,
@@ -98,6 +101,7 @@ impl Op {
             "pubsub|shardnumsub" => Op::ShardNumSub,
             "scan" => Op::Scan,
             "dbsize" | "slowlog|len" | "latency|reset" => Op::Sum,
+            "lastsave" => Op::Oldest,
             "latency|latest" => Op::LatencyLatest,
             "latency|history" => Op::LatencyHistory,
             "slowlog|get" => Op::SlowlogGet,
@@ -116,7 +120,14 @@ impl Proxy {
         match op {
             Op::Keys => self.keys_all(request.raw.clone(), proto).await,
             Op::Scan => self.scan_all(&request.args, proto).await,
-            Op::Sum => self.sum_all(request.raw.clone(), proto).await,
+            Op::Sum => {
+                self.integers_all(request.raw.clone(), proto, merge::sum_counts)
+                    .await
+            }
+            Op::Oldest => {
+                self.integers_all(request.raw.clone(), proto, merge::least)
+                    .await
+            }
             Op::SlowlogGet => self.slowlog_all(request, proto).await,
             Op::RandomKey => self.random_key(request.raw.clone(), proto).await,
             Op::AllOk => self.broadcast_all_ok(request.raw.clone(), proto).await,
@@ -256,19 +267,17 @@ impl Proxy {
         any_ok(join_all(calls).await)
     }
 
-    async fn sum_all(&self, request: Bytes, proto: Proto) -> Bytes {
-        let replies = match self.broadcast(request, proto).await {
-            Ok(replies) => replies,
-            Err(error) => return error,
-        };
-        let mut total: i64 = 0;
-        for reply in &replies {
-            match merge::integer(reply) {
-                Some(n) => total = total.saturating_add(n),
-                None => return reply.clone(),
-            }
+    /// Broadcasts `request`, whose replies are integers, and answers `combine` of them.
+    async fn integers_all(
+        &self,
+        request: Bytes,
+        proto: Proto,
+        combine: fn(&[Bytes]) -> Bytes,
+    ) -> Bytes {
+        match self.broadcast(request, proto).await {
+            Ok(replies) => combine(&replies),
+            Err(error) => error,
         }
-        merge::integer_frame(total)
     }
 
     /// KEYS over every master, one at a time, so memory holds at most one master's reply

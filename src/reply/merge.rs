@@ -49,10 +49,19 @@ pub fn array_frame<'a>(count: usize, elements: impl Iterator<Item = &'a Bytes>) 
 /// The sum of integer replies (DEL, EXISTS ... split by slot); the first reply that is not
 /// an integer is returned as is, as the whole command's answer.
 pub fn sum_counts(replies: &[Bytes]) -> Bytes {
-    let mut total = 0i64;
+    fold_integers(replies, 0, i64::saturating_add)
+}
+
+/// The smallest integer of `replies`, or the first reply that is not an integer.
+pub fn least(replies: &[Bytes]) -> Bytes {
+    fold_integers(replies, i64::MAX, i64::min)
+}
+
+fn fold_integers(replies: &[Bytes], start: i64, step: fn(i64, i64) -> i64) -> Bytes {
+    let mut total = start;
     for reply in replies {
         match integer(reply) {
-            Some(n) => total += n,
+            Some(n) => total = step(total, n),
             None => return reply.clone(),
         }
     }
@@ -93,6 +102,21 @@ mod tests {
         assert_eq!(integer(b":42\r\n"), Some(42));
         assert_eq!(integer(b"+OK\r\n"), None);
         assert_eq!(integer_frame(-3), Bytes::from_static(b":-3\r\n"));
+    }
+
+    #[test]
+    fn least_is_the_smallest_integer_and_non_integers_win() {
+        let parts = [
+            Bytes::from_static(b":7\r\n"),
+            Bytes::from_static(b":3\r\n"),
+            Bytes::from_static(b":5\r\n"),
+        ];
+        assert_eq!(least(&parts), Bytes::from_static(b":3\r\n"));
+        let failed = [
+            Bytes::from_static(b":1\r\n"),
+            Bytes::from_static(b"-ERR x\r\n"),
+        ];
+        assert_eq!(least(&failed), Bytes::from_static(b"-ERR x\r\n"));
     }
 
     #[test]
