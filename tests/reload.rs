@@ -158,6 +158,35 @@ fn a_timeout_set_by_a_reload_closes_clients_already_idle() {
     assert!(data.is_empty() && closed, "the idle client is still open");
 }
 
+/// A reload's protocol limits apply to clients already connected, as CONFIG SET
+/// proto-max-bulk-len does on Redis: a bulk over the new bound gets Redis's protocol error
+/// and the connection closes.
+#[test]
+fn protocol_limits_set_by_a_reload_apply_to_open_connections() {
+    let path = config_file(&cluster_yaml());
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    let mut con = Raw::connect(proxy.addr());
+    let value = "v".repeat(2048);
+    assert_eq!(con.call(&["SET", "reload:bulk", &value]), "+OK\r\n");
+    std::fs::write(
+        &path,
+        format!("{}limits:\n  proto_max_bulk_len: 1024\n", cluster_yaml()),
+    )
+    .unwrap();
+    proxy.send_signal("HUP");
+    wait_log(&proxy, "configuration reloaded", 1);
+    assert_eq!(con.call(&["SET", "reload:bulk", "short"]), "+OK\r\n");
+    con.send(&["SET", "reload:bulk", &value]);
+    let (data, closed) = common::read_until_close(&mut con.stream, Duration::from_secs(2));
+    assert_eq!(
+        String::from_utf8_lossy(&data),
+        "-ERR Protocol error: invalid bulk length\r\n"
+    );
+    assert!(closed, "the connection stays open after a protocol error");
+    let mut fresh = Raw::connect(proxy.addr());
+    assert_eq!(fresh.call(&["GET", "reload:bulk"]), "$5\r\nshort\r\n");
+}
+
 fn reload_with_pidfile(pidfile: &Path) {
     let status = Command::new(env!("CARGO_BIN_EXE_slotbridge"))
         .args(["reload", "--pidfile", pidfile.to_str().unwrap()])

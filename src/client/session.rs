@@ -70,8 +70,8 @@ async fn serve_client(
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let local_addr = stream.local_addr().unwrap_or(peer);
     let _ = stream.set_nodelay(true);
-    // TCP keepalive and the protocol limits are set at connect; the other limits follow
-    // reloads (see `ClientLimits`).
+    // TCP keepalive is set at connect (as Redis's `tcp-keepalive`); the other limits
+    // follow reloads (see `ClientLimits`).
     let mut limits_of_reload = live.reloads();
     let proxy = live.proxy();
     let config = &proxy.config;
@@ -125,11 +125,13 @@ async fn serve_client(
     let mut paused_until = None;
 
     loop {
-        // As in Redis, where CONFIG SET timeout applies to every client at once (a reload
-        // wakes every session, see `Registry::wake_all`).
+        // As in Redis, where CONFIG SET timeout (or proto-max-bulk-len) applies to every
+        // client at once (a reload wakes every session, see `Registry::wake_all`).
         if live.reloads() != limits_of_reload {
             limits_of_reload = live.reloads();
-            limits = ClientLimits::of(&live.proxy().config);
+            let proxy = live.proxy();
+            limits = ClientLimits::of(&proxy.config);
+            decoder.set_limits(proxy.config.limits.protocol());
         }
         let ClientLimits {
             max_pipeline,

@@ -122,6 +122,12 @@ impl RequestDecoder {
         }
     }
 
+    /// Enforces `limits` from the next check on, as Redis applies a CONFIG SET of
+    /// `proto-max-bulk-len` to its connected clients (a length already accepted stands).
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
     /// Takes the next whole request off the front of `buf`.
     ///
     /// `Ok(None)`: more bytes are needed (nothing consumed that matters). Empty requests
