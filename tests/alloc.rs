@@ -31,11 +31,11 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 /// The counter is process-wide: the measurements must not overlap.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// `SET key:<i> <value>` as RESP, `count` times, pipelined in one buffer.
-fn set_commands(count: usize, value: &[u8]) -> Vec<u8> {
+/// `SET <prefix><i> <value>` as RESP, `count` times, pipelined in one buffer.
+fn set_commands(count: usize, value: &[u8], prefix: &str) -> Vec<u8> {
     let mut out = Vec::new();
     for i in 0..count {
-        let key = format!("key:{i:06}");
+        let key = format!("{prefix}{i:06}");
         out.extend_from_slice(
             format!(
                 "*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n${}\r\n",
@@ -50,11 +50,11 @@ fn set_commands(count: usize, value: &[u8]) -> Vec<u8> {
     out
 }
 
-/// `GET key:<i>` as RESP, `count` times.
-fn get_commands(count: usize) -> Vec<u8> {
+/// `GET <prefix><i>` as RESP, `count` times.
+fn get_commands(count: usize, prefix: &str) -> Vec<u8> {
     let mut out = Vec::new();
     for i in 0..count {
-        let key = format!("key:{i:06}");
+        let key = format!("{prefix}{i:06}");
         out.extend_from_slice(format!("*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).as_bytes());
     }
     out
@@ -90,8 +90,8 @@ fn pure_stages_do_not_allocate_per_command() {
     const COMMANDS: usize = 1000;
     let table = CommandTable::builtin();
     let value = [b'x'; 64];
-    let mut wire = set_commands(COMMANDS, &value);
-    wire.extend_from_slice(&get_commands(COMMANDS));
+    let mut wire = set_commands(COMMANDS, &value, "key:");
+    wire.extend_from_slice(&get_commands(COMMANDS, "key:"));
     let mut out = BytesMut::with_capacity(1024);
 
     let mut warm = BytesMut::from(&wire[..]);
@@ -135,9 +135,10 @@ fn round_trips(
     }
 }
 
-#[test]
-fn proxy_round_trip_allocations_per_command_are_bounded() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+/// Allocations per command of SET and GET on keys `<prefix><i>` through an in-process
+/// proxy (with `layout` loaded when given) in front of a real standalone Redis, at -P 1
+/// and -P 16.
+fn proxy_allocations_per_command(prefix: &str, layout: Option<&str>) -> Vec<(usize, f64)> {
     const COMMANDS: usize = 2000;
     let server = common::Standalone::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -145,13 +146,17 @@ fn proxy_round_trip_allocations_per_command_are_bounded() {
         .enable_all()
         .build()
         .expect("runtime");
-    let config = Config {
+    let mut config = Config {
         standalone: Some(server.addr().to_string()),
         cluster: Vec::new(),
         listen: "127.0.0.1:0".into(),
         admin_listen: "127.0.0.1:0".into(),
         ..Config::default()
     };
+    if let Some(file) = layout {
+        config.layout.file = Some(file.into());
+        config.layout.prefixes = vec!["mybot".into()];
+    }
     let (proxy, listener) = runtime
         .block_on(slotbridge::server::start(config))
         .expect("proxy starts");
@@ -168,8 +173,8 @@ fn proxy_round_trip_allocations_per_command_are_bounded() {
     let _ = client.set_nodelay(true);
     // Values of the length GET returns, so the reply's bytes are known from RESP alone.
     let value = b"abc";
-    let sets = set_commands(COMMANDS, value);
-    let gets = get_commands(COMMANDS);
+    let sets = set_commands(COMMANDS, value, prefix);
+    let gets = get_commands(COMMANDS, prefix);
     let get_reply = b"$3\r\nabc\r\n";
 
     let mut report = Vec::new();
@@ -188,6 +193,13 @@ fn proxy_round_trip_allocations_per_command_are_bounded() {
     let _ = stop.send(());
     let _ = runtime.block_on(serving);
     drop(client);
+    report
+}
+
+#[test]
+fn proxy_round_trip_allocations_per_command_are_bounded() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let report = proxy_allocations_per_command("key:", None);
     eprintln!("allocations per command (pipeline, allocations): {report:?}");
     for (pipeline, per_command) in report {
         // A plain GET/SET is sent in its client's batch for its master (one queue message
@@ -202,5 +214,32 @@ fn proxy_round_trip_allocations_per_command_are_bounded() {
             per_command <= bound,
             "{per_command:.2} allocations per command at -P {pipeline} (bound {bound})"
         );
+    }
+}
+
+/// Under a layout, a key whose name the rules keep, or only rename, takes the same
+/// batched path as a plain key: nothing per command beyond, for a renamed key, its
+/// cluster name and the request's new frame (each a buffer and a shared handle: 4). As a
+/// future of its own on the layout path, a kept name cost 5.5 allocations per command.
+#[test]
+fn layout_keys_that_are_only_renamed_are_batched_like_plain_ones() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let layout = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/botmesh-cluster-v1.yaml"
+    );
+    for (prefix, what, extra) in [
+        ("mybot:conv:", "name kept", 0.0),
+        ("mybot:lock:", "name rewritten", 4.0),
+    ] {
+        let report = proxy_allocations_per_command(prefix, Some(layout));
+        eprintln!("{what}: allocations per command (pipeline, allocations): {report:?}");
+        for (pipeline, per_command) in report {
+            let bound = extra + if pipeline == 1 { 0.02 } else { 0.2 };
+            assert!(
+                per_command <= bound,
+                "{what}: {per_command:.2} allocations per command at -P {pipeline} (bound {bound})"
+            );
+        }
     }
 }

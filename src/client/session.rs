@@ -286,7 +286,7 @@ async fn serve_client(
                     let user = user.map(|user| &**user);
                     sequence_point = alone;
                     match proxy.route(&request, state.proto, user) {
-                        Route::Direct(direct) => {
+                        Route::Direct(direct, renamed) => {
                             guard.ran(direct.command);
                             if direct.writes {
                                 transaction.note_write_slot(direct.slot);
@@ -295,7 +295,7 @@ async fn serve_client(
                             in_flight.push_direct(
                                 proxy.clone(),
                                 direct,
-                                request.raw,
+                                renamed.unwrap_or(request.raw),
                                 state.proto,
                                 started,
                             );

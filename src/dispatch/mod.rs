@@ -83,8 +83,9 @@ pub fn sort_runs_in_steps(args: &[Bytes]) -> bool {
 }
 
 /// A request the client session may send straight to the master of its slot, batched
-/// with its neighbours: a known command, allowed, outside every layout prefix, whose keys
-/// share one slot, and whose plan is a plain forward (no split, script, block or emulation).
+/// with its neighbours: a known command, allowed, whose keys share one slot, and whose plan
+/// is a plain forward (no split, script, block or emulation); under a layout prefix, one
+/// that needs no more than its keys renamed (see [`layout::DirectRewrite`]).
 pub struct Direct {
     /// The command's index in the command table (for its metrics).
     pub command: usize,
@@ -98,8 +99,9 @@ pub struct Direct {
 
 /// How the client session runs a request, decided with one command-name lookup.
 pub enum Route {
-    /// Straight to a master, in the client's batch for it.
-    Direct(Direct),
+    /// Straight to a master, in the client's batch for it; with the frame to send when
+    /// the layout renamed its keys (else the request's own).
+    Direct(Direct, Option<Bytes>),
     /// As a future ([`Proxy::execute_indexed`]), with the command's table index if known.
     Planned(Option<usize>),
 }
@@ -289,7 +291,7 @@ impl Proxy {
     ) -> Route {
         let command = self.commands.lookup_index(&request.args);
         match command.and_then(|command| self.direct(command, request, proto, user)) {
-            Some(direct) => Route::Direct(direct),
+            Some((direct, frame)) => Route::Direct(direct, frame),
             None => Route::Planned(command),
         }
     }
@@ -300,7 +302,7 @@ impl Proxy {
         request: &Request,
         proto: Proto,
         user: Option<&crate::auth::User>,
-    ) -> Option<Direct> {
+    ) -> Option<(Direct, Option<Bytes>)> {
         let args = &request.args;
         if !self.forwardable.get(command) {
             return None;
@@ -310,28 +312,33 @@ impl Proxy {
         if !spec.arity_ok(args.len()) || Self::user_refusal(spec, request, user).is_some() {
             return None;
         }
-        if let Some(active) = &self.layout {
-            if active.concerns(Some(spec), args) {
-                return None;
-            }
-        }
         let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);
-        let Ok(Some(slot)) = common_slot(args, &keys) else {
-            return None;
+        let (slot, frame) = match &self.layout {
+            Some(active) if active.concerns_keys(args, &keys) => {
+                let rewrite = active.direct_rewrite(spec, args, &keys)?;
+                (rewrite.slot, rewrite.frame)
+            }
+            _ => {
+                let Ok(Some(slot)) = common_slot(args, &keys) else {
+                    return None;
+                };
+                debug_assert!(
+                    matches!(self.plan(Some(spec), request), Plan::Forward(Target::Slot(s)) if s == slot),
+                    "{} is flagged forwardable but the planner does otherwise",
+                    spec.name
+                );
+                (slot, None)
+            }
         };
-        debug_assert!(
-            matches!(self.plan(Some(spec), request), Plan::Forward(Target::Slot(s)) if s == slot),
-            "{} is flagged forwardable but the planner does otherwise",
-            spec.name
-        );
         let conn = self.topology.master_for_slot(slot, proto)?;
-        Some(Direct {
+        let direct = Direct {
             command,
             slot,
             writes: spec.is_write(),
             conn,
-        })
+        };
+        Some((direct, frame))
     }
 
     /// Finishes a [`Direct`] request whose first answer was not final (a redirect, a

@@ -200,12 +200,20 @@ impl Layout {
         Found::Unmatched(prefix)
     }
 
-    fn build(&self, prefix: usize, rule_at: usize, key: &[u8], spans: &Spans) -> Rewritten {
+    /// The rewrite of `key` by rule `rule_at`; a name the rule keeps is `kept()`.
+    fn build(
+        &self,
+        prefix: usize,
+        rule_at: usize,
+        key: &[u8],
+        spans: &Spans,
+        kept: impl FnOnce() -> Bytes,
+    ) -> Rewritten {
         let rule = &self.rules[rule_at];
         let family = FamilyId(rule.family);
         let Some(cluster) = &rule.cluster else {
             return Rewritten {
-                key: Bytes::copy_from_slice(key),
+                key: kept(),
                 family,
                 index: None,
             };
@@ -241,6 +249,16 @@ impl Layout {
 
     /// Translates a legacy key name to its cluster:v1 name.
     pub fn forward(&self, key: &[u8]) -> Forward {
+        self.forward_keeping(key, || Bytes::copy_from_slice(key))
+    }
+
+    /// [`Layout::forward`] of a name held as `Bytes`: a name the rules keep is shared, not
+    /// copied (requests carry their names so; this keeps them allocation-free).
+    pub fn forward_shared(&self, key: &Bytes) -> Forward {
+        self.forward_keeping(key, || key.clone())
+    }
+
+    fn forward_keeping(&self, key: &[u8], kept: impl FnOnce() -> Bytes) -> Forward {
         match self.find(key) {
             Found::Outside => Forward::Outside,
             Found::Unmatched(prefix) => Forward::Unmatched { prefix },
@@ -248,7 +266,7 @@ impl Layout {
                 prefix,
                 rule,
                 spans,
-            } => Forward::Rewritten(self.build(prefix, rule, key, &spans)),
+            } => Forward::Rewritten(self.build(prefix, rule, key, &spans, kept)),
         }
     }
 
@@ -278,7 +296,9 @@ impl Layout {
                 prefix,
                 rule: found,
                 spans,
-            } if found == rule => expect(&self.build(prefix, rule, legacy, &spans)),
+            } if found == rule => expect(&self.build(prefix, rule, legacy, &spans, || {
+                Bytes::copy_from_slice(legacy)
+            })),
             _ => false,
         }
     }
@@ -517,7 +537,8 @@ impl Layout {
                 spans,
             } => {
                 let info = &self.infos[rule];
-                let rewritten = self.build(prefix, rule, key, &spans);
+                let rewritten =
+                    self.build(prefix, rule, key, &spans, || Bytes::copy_from_slice(key));
                 text.push_str(&format!("prefix: {}\n", self.prefixes[prefix]));
                 text.push_str(&format!(
                     "rule: {} (family {}): {} -> {}\n",

@@ -40,10 +40,11 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::command::{CommandSpec, KeyList};
+use crate::command::{CommandSpec, KeyList, KeyPos};
 use crate::protocol::Request;
 use crate::rewrite::{Forward, IndexEntry, Layout, Reverse};
 
+pub use request::DirectRewrite;
 pub use startup::{start, LEGACY_CHECK_LIMIT};
 pub use upkeep::QueuedUnderLayout;
 
@@ -141,6 +142,11 @@ impl ActiveLayout {
         };
         let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);
+        self.concerns_keys(args, &keys)
+    }
+
+    /// [`ActiveLayout::concerns`] for a request whose key positions are known.
+    pub fn concerns_keys(&self, args: &[Bytes], keys: &[KeyPos]) -> bool {
         keys.is_empty()
             || keys
                 .iter()

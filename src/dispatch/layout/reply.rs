@@ -103,6 +103,12 @@ impl ActiveLayout {
     }
 }
 
+/// Whether replies of command `name` carry key names (which the layout path shows as
+/// legacy names).
+pub(super) fn names_keys(name: &str) -> bool {
+    ReplyKeys::of(name).is_some()
+}
+
 /// Which part of a reply carries key names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ReplyKeys {

@@ -275,3 +275,70 @@ fn keyspace_channels_map_back_and_internal_ones_drop() {
         Some(&b"mybot:lock:a"[..])
     );
 }
+
+/// `direct_rewrite` of `args`, next to what the layout path's rewrite makes of them.
+fn direct(
+    active: &ActiveLayout,
+    args: &[&str],
+) -> (Option<DirectRewrite>, Result<RewrittenRequest, Bytes>) {
+    let table = CommandTable::builtin();
+    let request = request(args);
+    let spec = table.lookup(&request.args).expect("known command").clone();
+    let mut keys: KeyList = SmallVec::new();
+    spec.keys(&request.args, &mut keys);
+    let direct = active.direct_rewrite(&spec, &request.args, &keys);
+    (direct, active.rewrite_request(&spec, request))
+}
+
+#[test]
+fn requests_the_layout_only_renames_are_batched_with_the_layout_paths_frame() {
+    let layout = active(false);
+    for args in [
+        &["SET", "mybot:lock:a", "1", "NX"][..],
+        &["GET", "mybot:chat:chat-1"],
+        &["HGETALL", "mybot:user:u1:prefs:theme"],
+        &["GET", "mybot:conv:kept"],
+        &["GET", "mybot:nosuchfamily:x"],
+        &["MGET", "mybot:lock:a", "mybot:fence:a"],
+    ] {
+        let (direct, rewritten) = direct(&layout, args);
+        let direct = direct.unwrap_or_else(|| panic!("{args:?} is batched"));
+        let rewritten = rewritten.expect("the layout path accepts it");
+        assert_eq!(
+            direct.frame.as_ref().unwrap_or(&request(args).raw),
+            &rewritten.request.raw,
+            "{args:?}"
+        );
+        assert_eq!(
+            direct.slot,
+            crate::route::key_slot(&rewritten.request.args[rewritten.keys[0].index]),
+            "{args:?}"
+        );
+        assert_eq!(
+            direct.frame.is_none(),
+            rewritten.request.raw == request(args).raw
+        );
+    }
+}
+
+#[test]
+fn requests_needing_more_than_a_rename_take_the_layout_path() {
+    let lenient = active(false);
+    for args in [
+        // Writes to an index-backed family keep the index in the same script.
+        &["SET", "mybot:chat:chat-1", "v"][..],
+        &["EXPIRE", "mybot:chat:chat-1", "10"],
+        &["DEL", "mybot:user:u1:prefs:theme"],
+        // The reply names a key.
+        &["LMPOP", "1", "mybot:conv:q", "LEFT"],
+        // Renamed into different slots.
+        &["MGET", "mybot:lock:a", "mybot:lock:b"],
+        // Scripts.
+        &["EVAL", "return 1", "1", "mybot:lock:a"],
+    ] {
+        assert_eq!(direct(&lenient, args).0, None, "{args:?}");
+    }
+    let strict = active(true);
+    assert_eq!(direct(&strict, &["GET", "mybot:nosuchfamily:x"]).0, None);
+    assert!(direct(&strict, &["GET", "mybot:lock:a"]).0.is_some());
+}
