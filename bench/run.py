@@ -219,6 +219,7 @@ def main():
         inside_set = ["SET", "mybot:conv:__rand_int__", value]
         inside_get = ["GET", "mybot:conv:__rand_int__"]
         inside_chat = ["SET", "mybot:chat:__rand_int__", value]
+        inside_lock = ["SET", "mybot:lock:__rand_int__", value]
         cases = [
             ("SET -P 1", "set", 1, N_P1, None),
             ("GET -P 1", "get", 1, N_P1, None),
@@ -259,14 +260,20 @@ def main():
                     r["busy"] = r["cpu"] / wall
                     r["idle"] = (idle_after - idle_before) / max(1, total_after - total_before)
                     results.setdefault((label, target), []).append(r)
-            # Keys inside the layout prefix: unchanged names, and an index-backed family.
-            for label, command in [("SET inside prefix (unchanged name) -P 1", inside_set),
-                                   ("GET inside prefix (unchanged name) -P 1", inside_get),
-                                   ("SET inside prefix (indexed chat record) -P 1", inside_chat)]:
+            # Keys inside the layout prefix: unchanged names, renamed ones, and a write to an
+            # index-backed family (which runs in the upkeep script).
+            for label, command, pipeline, n in [
+                    ("SET inside prefix (unchanged name) -P 1", inside_set, 1, N_P1),
+                    ("GET inside prefix (unchanged name) -P 1", inside_get, 1, N_P1),
+                    ("SET inside prefix (renamed lock) -P 1", inside_lock, 1, N_P1),
+                    ("SET inside prefix (indexed chat record) -P 1", inside_chat, 1, N_P1),
+                    ("SET inside prefix (unchanged name) -P 16", inside_set, 16, N_P16),
+                    ("SET inside prefix (renamed lock) -P 16", inside_lock, 16, N_P16),
+                    ("SET inside prefix (indexed chat record) -P 16", inside_chat, 16, N_P16 // 4)]:
                 before = cpu_seconds(layout.pid)
-                r = benchmark(layout_port, None, 1, N_P1, command=command)
+                r = benchmark(layout_port, None, pipeline, n, command=command)
                 r["cpu"] = cpu_seconds(layout.pid) - before
-                r["n"] = N_P1
+                r["n"] = n
                 results.setdefault((label, "proxy + layout"), []).append(r)
             # Latency with one client, per hop.
             for target, port, cluster, proc in targets[:2]:
