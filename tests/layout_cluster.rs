@@ -714,3 +714,87 @@ fn sort_patterns_read_legacy_keys_at_their_cluster_names() {
         .unwrap();
     assert_eq!(sorted, ["c2", "10", "c3", "20", "c1", "30"]);
 }
+
+/// Commands on keys inside the prefix are sent in the client's batches like plain ones
+/// (renamed, and writes to index-backed records inside the upkeep script): a pipeline that
+/// mixes them keeps its order. When the masters lost their script cache behind the proxy's
+/// back (SCRIPT FLUSH on the nodes), the upkeep calls answer `-NOSCRIPT` and go again with
+/// the script's body: the writes land and their index entries follow. (Requests pipelined
+/// behind such a call may run before its second attempt, so that round reads afterwards.)
+/// A SCRIPT FLUSH through the proxy loads the script again, and order holds.
+#[test]
+fn pipelined_layout_writes_keep_order_and_survive_a_lost_script_cache() {
+    let p = "batched";
+    let cluster = shared_cluster();
+    let proxy = layout_proxy(cluster, p);
+    let mut con = proxy.connect();
+    let text = |v: &redis::Value| redis::from_redis_value::<String>(v).unwrap();
+    for round in 0..3 {
+        let flushed = round == 1;
+        if flushed {
+            for master in cluster.masters() {
+                let _: () = query(&master, redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+            }
+        }
+        if round == 2 {
+            // Through the proxy, which loads the layout's script again at once.
+            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut con).unwrap();
+        }
+        let mut writes = redis::pipe();
+        let mut reads = redis::pipe();
+        for i in 0..20 {
+            let chat = format!("{p}:chat:c{i}");
+            let fence = format!("{p}:fence:f{i}");
+            writes
+                .cmd("SET")
+                .arg(&chat)
+                .arg(round)
+                .arg("PX")
+                .arg(60_000 + i);
+            writes.cmd("INCR").arg(&fence);
+            writes.cmd("INCR").arg(format!("plain:{p}:{i}"));
+            let read_into = if flushed { &mut reads } else { &mut writes };
+            read_into.cmd("GET").arg(&chat);
+            read_into.cmd("GET").arg(&fence);
+        }
+        let mut replies: Vec<redis::Value> = writes.query(&mut con).unwrap();
+        if flushed {
+            let written = std::mem::take(&mut replies);
+            let read: Vec<redis::Value> = reads.query(&mut con).unwrap();
+            for (three, two) in written.chunks(3).zip(read.chunks(2)) {
+                replies.extend_from_slice(three);
+                replies.extend_from_slice(two);
+            }
+        }
+        // Per record: SET, INCR, INCR, GET, GET (interleaved, or joined after the flush).
+        let count = (round + 1).to_string();
+        for (i, five) in replies.chunks(5).enumerate() {
+            let expected = ["OK", &round.to_string(), &count, &count, &count];
+            let got: Vec<String> = five.iter().map(text).collect();
+            let got = [&got[0], &got[3], &got[1], &got[4], &got[2]];
+            assert_eq!(
+                got.map(String::as_str),
+                expected,
+                "round {round}, record {i}: SET, GET, INCR, GET, INCR"
+            );
+        }
+        for i in 0..20 {
+            let id = format!("c{i}");
+            let record = format!("{p}:{{ch:{}}}:r:{id}", bucket(&id));
+            let index = format!("{p}:{{ch:{}}}:idx", bucket(&id));
+            let (at, score) = expiry_and_score(cluster, &record, &index, &id);
+            assert!(at > 0, "{record} has its expiry");
+            assert_eq!(score, at as f64, "{index} scores {id} with its expiry");
+        }
+    }
+}
+
+/// LAYOUT.md's bucket: 32-bit FNV-1a of the id, modulo 32.
+fn bucket(id: &str) -> u32 {
+    let mut hash: u32 = 0x811c9dc5;
+    for byte in id.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x01000193);
+    }
+    hash % 32
+}

@@ -224,7 +224,10 @@ impl Pipeline {
             return;
         };
         let answer = match delivery.reply {
-            Ok(reply) if is_final(&reply, sent.direct.conn.addr()) => {
+            Ok(reply)
+                if is_final(&reply, sent.direct.conn.addr())
+                    && !(sent.direct.upkeep && reply.starts_with(b"-NOSCRIPT")) =>
+            {
                 let elapsed = now.saturating_duration_since(sent.started);
                 let command = Some(sent.direct.command);
                 sent.proxy

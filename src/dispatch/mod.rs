@@ -93,6 +93,9 @@ pub struct Direct {
     pub slot: u16,
     /// Whether the command writes (the client's next WAIT goes to this slot's master).
     pub writes: bool,
+    /// Sent inside an EVALSHA of the layout's upkeep script (see
+    /// [`layout::DirectRewrite::upkeep`]): `-NOSCRIPT` is not its final answer.
+    pub upkeep: bool,
     /// The shared connection to that slot's master.
     pub conn: NodeConn,
 }
@@ -314,10 +317,10 @@ impl Proxy {
         }
         let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);
-        let (slot, frame) = match &self.layout {
+        let (slot, frame, upkeep) = match &self.layout {
             Some(active) if active.concerns_keys(args, &keys) => {
-                let rewrite = active.direct_rewrite(spec, args, &keys)?;
-                (rewrite.slot, rewrite.frame)
+                let rewrite = active.direct_rewrite(spec, args, &keys, proto)?;
+                (rewrite.slot, rewrite.frame, rewrite.upkeep)
             }
             _ => {
                 let Ok(Some(slot)) = common_slot(args, &keys) else {
@@ -328,7 +331,7 @@ impl Proxy {
                     "{} is flagged forwardable but the planner does otherwise",
                     spec.name
                 );
-                (slot, None)
+                (slot, None, false)
             }
         };
         let conn = self.topology.master_for_slot(slot, proto)?;
@@ -336,14 +339,15 @@ impl Proxy {
             command,
             slot,
             writes: spec.is_write(),
+            upkeep,
             conn,
         };
         Some((direct, frame))
     }
 
     /// Finishes a [`Direct`] request whose first answer was not final (a redirect, a
-    /// retryable error, a connection failure), as [`Proxy::forward`] would have, and
-    /// records it in the command metrics.
+    /// retryable error, a connection failure, `-NOSCRIPT` for the upkeep script), as
+    /// [`Proxy::forward`] would have, and records it in the command metrics.
     pub async fn follow_up(
         self: Arc<Self>,
         direct: Direct,
@@ -353,9 +357,17 @@ impl Proxy {
         started: Instant,
     ) -> Bytes {
         let target = Target::Slot(direct.slot);
-        let reply = self
+        let upkeep = direct.upkeep.then(|| request.clone());
+        let mut reply = self
             .forward_after(target, request, proto, direct.conn, answer)
             .await;
+        // The node lost its script cache (restart, failover, SCRIPT FLUSH): EVAL loads it.
+        if let Some(eval) = upkeep
+            .filter(|_| reply.starts_with(b"-NOSCRIPT"))
+            .and_then(|frame| layout::upkeep_as_eval(&frame))
+        {
+            reply = self.forward(target, eval, proto).await;
+        }
         self.command_metrics
             .record(Some(direct.command), &reply, started);
         reply

@@ -256,7 +256,17 @@ impl Proxy {
             }
             Admin::Flush => {
                 self.scripts.clear();
-                self.broadcast_all_ok(request.raw.clone(), proto).await
+                let flushed = self.broadcast_all_ok(request.raw.clone(), proto).await;
+                if self.layout.is_some() {
+                    // The layout's own script stays: remembered for new connections, and
+                    // loaded again at once, so its batched calls do not meet NOSCRIPT.
+                    let upkeep = Bytes::from_static(super::layout::UPKEEP_SCRIPT.as_bytes());
+                    self.scripts.remember(&upkeep);
+                    let _ = self
+                        .broadcast(super::layout::ActiveLayout::script_load_request(), proto)
+                        .await;
+                }
+                flushed
             }
             Admin::Exists => {
                 let replies = match self.broadcast(request.raw.clone(), proto).await {

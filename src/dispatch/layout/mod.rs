@@ -44,7 +44,7 @@ use crate::command::{CommandSpec, KeyList, KeyPos};
 use crate::protocol::Request;
 use crate::rewrite::{Forward, IndexEntry, Layout, Reverse};
 
-pub use request::DirectRewrite;
+pub use request::{upkeep_as_eval, DirectRewrite};
 pub use startup::{start, LEGACY_CHECK_LIMIT};
 pub use upkeep::QueuedUnderLayout;
 

@@ -1,18 +1,43 @@
 //! The forward rewrite: a request's legacy key names to cluster names, noting the
 //! index-backed records the command writes.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
-use crate::command::{CommandSpec, KeyList, KeyPos};
-use crate::protocol::encode::encode_request;
-use crate::protocol::Request;
+use crate::command::{CommandFlags, CommandSpec, KeyList, KeyPos};
+use crate::protocol::encode::{self, encode_request};
+use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::rewrite::Forward;
 use crate::route::key_slot;
 
 use super::reply::names_keys;
-use super::{is_script_call, ActiveLayout, IndexedKey, RewrittenRequest};
+use super::upkeep::upkeep_frame;
+use super::{is_script_call, ActiveLayout, IndexedKey, RewrittenRequest, UPKEEP_SCRIPT};
+
+/// An upkeep EVALSHA `frame` (see [`DirectRewrite::upkeep`]) as the same call by the
+/// script's body, for a node that answered `-NOSCRIPT` (a restart, a failover, a SCRIPT
+/// FLUSH). `None` when `frame` is not an EVALSHA of two leading bulk strings.
+pub fn upkeep_as_eval(frame: &[u8]) -> Option<Bytes> {
+    let header_end = frame.windows(2).position(|w| w == b"\r\n")? + 2;
+    let mut at = header_end;
+    // Skips the verb and the SHA: `$len\r\n<bytes>\r\n` each.
+    for _ in 0..2 {
+        let len_end = at + frame[at..].windows(2).position(|w| w == b"\r\n")?;
+        let len: usize = std::str::from_utf8(frame.get(at + 1..len_end)?)
+            .ok()?
+            .parse()
+            .ok()?;
+        at = len_end + 2 + len + 2;
+    }
+    let rest = frame.get(at..)?;
+    let mut out = BytesMut::with_capacity(frame.len() + UPKEEP_SCRIPT.len());
+    out.extend_from_slice(&frame[..header_end]);
+    encode::bulk(&mut out, b"EVAL");
+    encode::bulk(&mut out, UPKEEP_SCRIPT.as_bytes());
+    out.extend_from_slice(rest);
+    Some(out.freeze())
+}
 
 /// A request the client session may batch like a plain forward although the layout
 /// concerns it (see [`ActiveLayout::direct_rewrite`]).
@@ -22,28 +47,38 @@ pub struct DirectRewrite {
     pub slot: u16,
     /// The frame to send; `None` when no key is renamed (the request's own).
     pub frame: Option<Bytes>,
+    /// The frame is the command inside an EVALSHA of the upkeep script: a `-NOSCRIPT`
+    /// answer means "send it again as EVAL" (see [`upkeep_as_eval`]).
+    pub upkeep: bool,
 }
 
 impl ActiveLayout {
     /// The slot and frame of a request (of a command the planner forwards as is) that the
-    /// layout needs nothing more of than renaming its keys: no key refused under `strict`,
-    /// no record of an index-backed family written, no key name in the reply, and the
-    /// renamed keys in one slot. Such a request joins the client's batch for its master as
+    /// layout needs no more for than its keys renamed and, when it writes a record of an
+    /// index-backed family, wrapped in the upkeep script: no key refused under `strict`, no
+    /// key name in the reply, the renamed keys (and their index keys) in one slot, and
+    /// the upkeep script loaded. Such a request joins the client's batch for its master as
     /// a plain one does, instead of running as a future of its own; `None` sends it down
-    /// the layout path, which answers every other case. Counts what
-    /// [`ActiveLayout::rewrite_request`] would.
+    /// the layout path, which answers every other case the same way. Counts what
+    /// [`ActiveLayout::rewrite_request`] and the upkeep would.
     pub fn direct_rewrite(
         &self,
         spec: &CommandSpec,
         args: &[Bytes],
         keys: &[KeyPos],
+        proto: Proto,
     ) -> Option<DirectRewrite> {
         if keys.is_empty() || is_script_call(spec) || names_keys(&spec.name) {
             return None;
         }
         let mut renamed: SmallVec<[(usize, Bytes, u16); 4]> = SmallVec::new();
+        let mut indexed: SmallVec<[IndexedKey; 2]> = SmallVec::new();
         let mut unmatched: SmallVec<[usize; 2]> = SmallVec::new();
         let mut slot = None;
+        let mut same_slot = |key: &[u8]| {
+            let this = key_slot(key);
+            *slot.get_or_insert(this) == this
+        };
         for key in keys {
             let name = &args[key.index];
             let cluster_name = match self.layout.forward_shared(name) {
@@ -54,48 +89,75 @@ impl ActiveLayout {
                     None
                 }
                 Forward::Rewritten(rewritten) => {
-                    if rewritten.index.is_some() && key.flags.writes() {
-                        return None;
+                    if let Some(entry) = rewritten.index.filter(|_| key.flags.writes()) {
+                        if !same_slot(&entry.key) {
+                            return None;
+                        }
+                        indexed.push(IndexedKey {
+                            arg: key.index,
+                            record: rewritten.key.clone(),
+                            entry,
+                        });
                     }
                     (rewritten.key != *name).then_some((rewritten.key, rewritten.family.0))
                 }
             };
-            let this = key_slot(
+            if !same_slot(
                 cluster_name
                     .as_ref()
                     .map_or(name, |(cluster_key, _)| cluster_key),
-            );
-            if *slot.get_or_insert(this) != this {
+            ) {
                 return None;
             }
             if let Some((cluster_key, family)) = cluster_name {
                 renamed.push((key.index, cluster_key, family));
             }
         }
+        let slot = slot?;
+        let upkeep = !indexed.is_empty();
+        let sha = match upkeep {
+            true if spec.flags.has(CommandFlags::NOSCRIPT) => return None,
+            true => Some(self.sha()?),
+            false => None,
+        };
         for prefix in unmatched {
             if let Some(counter) = self.unmatched_counters.get(prefix) {
                 counter.increment(1);
             }
         }
-        let frame = (!renamed.is_empty()).then(|| {
-            for (_, _, family) in &renamed {
-                if let Some(counter) = self.rewrite_counters.get(usize::from(*family)) {
-                    counter.increment(1);
-                }
+        for (_, _, family) in &renamed {
+            if let Some(counter) = self.rewrite_counters.get(usize::from(*family)) {
+                counter.increment(1);
             }
-            let refs: SmallVec<[&[u8]; 8]> = args
-                .iter()
-                .enumerate()
-                .map(|(at, arg)| {
-                    renamed
-                        .iter()
-                        .find(|(index, _, _)| *index == at)
-                        .map_or(&arg[..], |(_, key, _)| &key[..])
-                })
-                .collect();
-            encode_request(&refs)
-        });
-        Some(DirectRewrite { slot: slot?, frame })
+        }
+        let cluster_args = || {
+            args.iter().enumerate().map(|(at, arg)| {
+                renamed
+                    .iter()
+                    .find(|(index, _, _)| *index == at)
+                    .map_or(arg, |(_, key, _)| key)
+            })
+        };
+        let frame = match sha {
+            Some(sha) => {
+                crate::metrics::index_upkeep();
+                let command: SmallVec<[Bytes; 8]> = cluster_args().cloned().collect();
+                let key_names: SmallVec<[Bytes; 4]> =
+                    keys.iter().map(|key| command[key.index].clone()).collect();
+                let frame = upkeep_frame(b"EVALSHA", sha, &indexed, &key_names, &command, proto);
+                Some(frame)
+            }
+            None if renamed.is_empty() => None,
+            None => {
+                let refs: SmallVec<[&[u8]; 8]> = cluster_args().map(|arg| &arg[..]).collect();
+                Some(encode_request(&refs))
+            }
+        };
+        Some(DirectRewrite {
+            slot,
+            frame,
+            upkeep,
+        })
     }
 
     /// Rewrites every key of `request` (a `spec` command) to its cluster name; `Err` is the

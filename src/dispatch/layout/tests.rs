@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::command::CommandTable;
+use crate::protocol::Proto;
 
 fn active(strict: bool) -> ActiveLayout {
     let path = concat!(
@@ -286,7 +287,7 @@ fn direct(
     let spec = table.lookup(&request.args).expect("known command").clone();
     let mut keys: KeyList = SmallVec::new();
     spec.keys(&request.args, &mut keys);
-    let direct = active.direct_rewrite(&spec, &request.args, &keys);
+    let direct = active.direct_rewrite(&spec, &request.args, &keys, Proto::Resp2);
     (direct, active.rewrite_request(&spec, request))
 }
 
@@ -325,7 +326,7 @@ fn requests_the_layout_only_renames_are_batched_with_the_layout_paths_frame() {
 fn requests_needing_more_than_a_rename_take_the_layout_path() {
     let lenient = active(false);
     for args in [
-        // Writes to an index-backed family keep the index in the same script.
+        // Writes to an index-backed family while the upkeep script is not loaded.
         &["SET", "mybot:chat:chat-1", "v"][..],
         &["EXPIRE", "mybot:chat:chat-1", "10"],
         &["DEL", "mybot:user:u1:prefs:theme"],
@@ -341,4 +342,57 @@ fn requests_needing_more_than_a_rename_take_the_layout_path() {
     let strict = active(true);
     assert_eq!(direct(&strict, &["GET", "mybot:nosuchfamily:x"]).0, None);
     assert!(direct(&strict, &["GET", "mybot:lock:a"]).0.is_some());
+}
+
+#[test]
+fn writes_to_index_backed_records_are_batched_inside_the_upkeep_script() {
+    let layout = active(false);
+    let sha = Bytes::from_static(b"0123456789012345678901234567890123456789");
+    layout.script_sha.set(sha.clone()).unwrap();
+    let table = CommandTable::builtin();
+    for args in [
+        &["SET", "mybot:chat:chat-1", "v"][..],
+        &["EXPIRE", "mybot:chat:chat-1", "10"],
+        &["DEL", "mybot:user:u1:prefs:theme"],
+        &["HSET", "mybot:contact:c1", "f", "v"],
+    ] {
+        let (direct, rewritten) = direct(&layout, args);
+        let direct = direct.unwrap_or_else(|| panic!("{args:?} is batched"));
+        let rewritten = rewritten.unwrap();
+        let spec = table.lookup(&rewritten.request.args).unwrap();
+        // What the layout path queues inside MULTI: the command inside the script.
+        let queued = layout.queued_requests(spec, &rewritten, Proto::Resp2);
+        assert!(direct.upkeep, "{args:?}");
+        assert_eq!(direct.frame.as_ref(), Some(&queued.requests[0]), "{args:?}");
+        assert_eq!(
+            direct.slot,
+            crate::route::key_slot(&rewritten.indexed[0].record)
+        );
+        // On NOSCRIPT the same call goes again by the script's body.
+        let eval = upkeep_as_eval(direct.frame.as_ref().unwrap()).unwrap();
+        let expected = {
+            let frame = &queued.requests[0][..];
+            let tail_at = frame
+                .windows(sha.len())
+                .position(|w| w == &sha[..])
+                .unwrap()
+                + sha.len()
+                + 2;
+            let mut out = b"*".to_vec();
+            out.extend_from_slice(
+                &frame[1..frame.windows(2).position(|w| w == b"\r\n").unwrap() + 2],
+            );
+            out.extend_from_slice(b"$4\r\nEVAL\r\n");
+            out.extend_from_slice(format!("${}\r\n", UPKEEP_SCRIPT.len()).as_bytes());
+            out.extend_from_slice(UPKEEP_SCRIPT.as_bytes());
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(&frame[tail_at..]);
+            out
+        };
+        assert_eq!(&eval[..], &expected[..], "{args:?}");
+    }
+    // Reads of the same records are renamed only.
+    let (read, _) = direct(&layout, &["GET", "mybot:chat:chat-1"]);
+    assert!(!read.unwrap().upkeep);
+    assert_eq!(upkeep_as_eval(b"*1\r\n$4\r\nPING\r\n"), None);
 }

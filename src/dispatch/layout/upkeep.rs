@@ -325,7 +325,7 @@ impl Proxy {
 
 /// One upkeep script call (`verb` EVAL or EVALSHA, `script` its body or SHA) running
 /// `command` (empty: refresh only) with the index entries of `indexed`.
-fn upkeep_frame(
+pub(super) fn upkeep_frame(
     verb: &[u8],
     script: &[u8],
     indexed: &[IndexedKey],
