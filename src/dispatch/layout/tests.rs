@@ -396,3 +396,80 @@ fn writes_to_index_backed_records_are_batched_inside_the_upkeep_script() {
     assert!(!read.unwrap().upkeep);
     assert_eq!(upkeep_as_eval(b"*1\r\n$4\r\nPING\r\n"), None);
 }
+
+/// Every command the batched path may take, over every pair of layout keys (kept, renamed,
+/// index-backed, unmatched, outside) in its key positions: when `direct_rewrite` batches
+/// a request, it sends exactly the frame the layout path would send, to the slot of every
+/// cluster name, wrapped in the upkeep script exactly when the layout path wraps it.
+#[test]
+fn the_batched_frame_is_the_layout_paths_for_every_forwardable_command() {
+    let layout = active(false);
+    layout
+        .script_sha
+        .set(Bytes::from_static(
+            b"0123456789012345678901234567890123456789",
+        ))
+        .unwrap();
+    let table = CommandTable::builtin();
+    let flags = crate::dispatch::Forwardable::of(&table, &crate::policy::Policy::default());
+    let keys = [
+        "mybot:conv:a",
+        "mybot:lock:a",
+        "mybot:fence:a",
+        "mybot:chat:c1",
+        "mybot:user:u1:ns:k",
+        "mybot:nomatch",
+        "outside:a",
+    ];
+    let mut batched = 0;
+    for index in 0..table.len() {
+        let spec = table.spec(index).unwrap();
+        if !flags.get(index) || spec.name.contains('|') {
+            continue;
+        }
+        for first in keys {
+            for second in keys {
+                for extra in [&[][..], &["1"][..], &["1", "2"][..], &["f", "v", "1"][..]] {
+                    let mut args = vec![spec.name.as_str(), first, second];
+                    args.extend_from_slice(extra);
+                    let request = request(&args);
+                    if !spec.arity_ok(request.args.len()) {
+                        continue;
+                    }
+                    let mut positions: KeyList = SmallVec::new();
+                    spec.keys(&request.args, &mut positions);
+                    if !layout.concerns_keys(&request.args, &positions) {
+                        continue;
+                    }
+                    let Some(direct) =
+                        layout.direct_rewrite(spec, &request.args, &positions, Proto::Resp2)
+                    else {
+                        continue;
+                    };
+                    batched += 1;
+                    let raw = request.raw.clone();
+                    let rewritten = layout
+                        .rewrite_request(spec, request)
+                        .unwrap_or_else(|e| panic!("{args:?}: {e:?}"));
+                    let queued = layout.queued_requests(spec, &rewritten, Proto::Resp2);
+                    assert_eq!(queued.requests.len(), 1, "{args:?}");
+                    assert_eq!(
+                        direct.frame.as_ref().unwrap_or(&raw),
+                        &queued.requests[0],
+                        "{args:?}"
+                    );
+                    assert_eq!(direct.upkeep, !rewritten.indexed.is_empty(), "{args:?}");
+                    let names = rewritten
+                        .keys
+                        .iter()
+                        .map(|k| &rewritten.request.args[k.index]);
+                    let indices = rewritten.indexed.iter().map(|k| &k.entry.key);
+                    for name in names.chain(indices) {
+                        assert_eq!(crate::route::key_slot(name), direct.slot, "{args:?}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(batched > 5000, "only {batched} requests were batched");
+}
