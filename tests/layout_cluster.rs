@@ -577,8 +577,9 @@ fn script_deriving_a_key_works_with_the_hash_tag_rule() {
     let plain = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
     let error = call(&plain).expect_err("plain proxy: the derived key is in another slot");
     assert!(
-        error.to_string().contains("Script attempted to access"),
-        "{error}"
+        error.to_string().contains("Script attempted to access")
+            && error.to_string().contains("needs the same hash tag"),
+        "the node's error with the proxy's hint: {error}"
     );
     let tagged = Proxy::start_with_layout(
         &cluster.seeds_arg(),

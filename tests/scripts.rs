@@ -328,3 +328,39 @@ fn fcall_works_on_a_master_that_joined_after_function_load() {
     let error = missing.expect_err("a function no master has");
     assert!(error.to_string().contains("Function not found"), "{error}");
 }
+
+/// EVAL and EVALSHA go out in the client's batches with its other commands: in a pipeline
+/// they keep their place (each script sees the writes before it, and the reads after it see
+/// its own), across every master.
+#[test]
+fn pipelined_scripts_keep_their_place_among_other_commands() {
+    let cluster = common::shared_cluster();
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.connect();
+    let append = "redis.call('APPEND', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])";
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(append)
+        .query(&mut con)
+        .unwrap();
+    let keys = key_per_master(cluster, "pipelined-script");
+    let mut pipe = redis::pipe();
+    for key in &keys {
+        pipe.cmd("SET").arg(key).arg("a");
+        pipe.cmd("EVALSHA").arg(&sha).arg(1).arg(key).arg("b");
+        pipe.cmd("APPEND").arg(key).arg("c");
+        pipe.cmd("EVAL").arg(append).arg(1).arg(key).arg("d");
+        pipe.cmd("GET").arg(key);
+    }
+    let replies: Vec<redis::Value> = pipe.query(&mut con).unwrap();
+    for (key, five) in keys.iter().zip(replies.chunks(5)) {
+        let got: Vec<String> = five
+            .iter()
+            .map(|v| match v {
+                redis::Value::Int(n) => n.to_string(),
+                other => redis::from_redis_value(other).unwrap(),
+            })
+            .collect();
+        assert_eq!(got, ["OK", "ab", "3", "abcd", "abcd"], "{key}");
+    }
+}

@@ -21,7 +21,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 
 use crate::backend::{Batches, Delivery, ReplySink};
-use crate::dispatch::{is_final, Direct, Proxy};
+use crate::dispatch::{Direct, Proxy};
 use crate::protocol::Proto;
 
 use super::ordered::OrderedFutures;
@@ -224,10 +224,7 @@ impl Pipeline {
             return;
         };
         let answer = match delivery.reply {
-            Ok(reply)
-                if is_final(&reply, sent.direct.conn.addr())
-                    && !(sent.direct.upkeep && reply.starts_with(b"-NOSCRIPT")) =>
-            {
+            Ok(reply) if sent.direct.settles(&reply) => {
                 let elapsed = now.saturating_duration_since(sent.started);
                 let command = Some(sent.direct.command);
                 sent.proxy

@@ -93,11 +93,36 @@ pub struct Direct {
     pub slot: u16,
     /// Whether the command writes (the client's next WAIT goes to this slot's master).
     pub writes: bool,
-    /// Sent inside an EVALSHA of the layout's upkeep script (see
-    /// [`layout::DirectRewrite::upkeep`]): `-NOSCRIPT` is not its final answer.
-    pub upkeep: bool,
+    /// Which answers are final for it.
+    pub kind: DirectKind,
     /// The shared connection to that slot's master.
     pub conn: NodeConn,
+}
+
+/// What a [`Direct`] request is, for the answers that are not final for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectKind {
+    /// A command sent as it came, or with its keys renamed by the layout.
+    Plain,
+    /// A command inside an EVALSHA of the layout's upkeep script (see
+    /// [`layout::DirectRewrite::upkeep`]): `-NOSCRIPT` means "again, by the script's body".
+    Upkeep,
+    /// EVAL or EVALSHA of the client's own: an error may need the script loaded again
+    /// (`-NOSCRIPT`) or a hint added (see [`scripts`]).
+    Script,
+}
+
+impl Direct {
+    /// Whether `reply`, the first answer to this request, is its final one; else
+    /// [`Proxy::follow_up`] finishes it.
+    pub fn settles(&self, reply: &[u8]) -> bool {
+        is_final(reply, self.conn.addr())
+            && match self.kind {
+                DirectKind::Plain => true,
+                DirectKind::Upkeep => !reply.starts_with(b"-NOSCRIPT"),
+                DirectKind::Script => reply.first() != Some(&b'-'),
+            }
+    }
 }
 
 /// How the client session runs a request, decided with one command-name lookup.
@@ -110,10 +135,19 @@ pub enum Route {
 }
 
 /// Per command-table index: whether the planner forwards a single-slot request of that
-/// command as is (no emulation, fan-out, script handling, blocking or special route) and the
-/// command policy allows it, so [`Proxy::direct`] skips the planner's name checks and the
-/// policy's name lookup for the common commands.
-pub struct Forwardable(Box<[bool]>);
+/// command as is (no emulation, fan-out, script handling, blocking or special route), or
+/// runs it as a client's script (EVAL, EVALSHA), and the command policy allows it, so
+/// [`Proxy::direct`] skips the planner's name checks and the policy's name lookup for the
+/// common commands.
+pub struct Forwardable(Box<[Batchable]>);
+
+/// How [`Proxy::direct`] may batch a command (see [`Forwardable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Batchable {
+    No,
+    AsIs,
+    Script,
+}
 
 impl Forwardable {
     /// The flags for every command of `table`, in its order, under `policy` (a refused
@@ -122,13 +156,24 @@ impl Forwardable {
         Forwardable(
             table
                 .iter()
-                .map(|spec| forwards_as_is(spec) && !policy.refuses(&spec.name))
+                .map(|spec| match spec {
+                    spec if policy.refuses(&spec.name) => Batchable::No,
+                    spec if forwards_as_is(spec) => Batchable::AsIs,
+                    spec if matches!(
+                        scripts::Run::of(spec),
+                        Some(scripts::Run::Eval | scripts::Run::EvalSha)
+                    ) =>
+                    {
+                        Batchable::Script
+                    }
+                    _ => Batchable::No,
+                })
                 .collect(),
         )
     }
 
-    fn get(&self, command: usize) -> bool {
-        self.0.get(command).copied().unwrap_or(false)
+    fn get(&self, command: usize) -> Batchable {
+        self.0.get(command).copied().unwrap_or(Batchable::No)
     }
 }
 
@@ -307,7 +352,8 @@ impl Proxy {
         user: Option<&crate::auth::User>,
     ) -> Option<(Direct, Option<Bytes>)> {
         let args = &request.args;
-        if !self.forwardable.get(command) {
+        let batchable = self.forwardable.get(command);
+        if batchable == Batchable::No {
             return None;
         }
         let spec = self.commands.spec(command)?;
@@ -317,21 +363,44 @@ impl Proxy {
         }
         let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);
-        let (slot, frame, upkeep) = match &self.layout {
-            Some(active) if active.concerns_keys(args, &keys) => {
+        let concerns_layout = self
+            .layout
+            .as_ref()
+            .is_some_and(|active| active.concerns_keys(args, &keys));
+        let (slot, frame, kind) = match (batchable, &self.layout) {
+            (Batchable::AsIs, Some(active)) if concerns_layout => {
                 let rewrite = active.direct_rewrite(spec, args, &keys, proto)?;
-                (rewrite.slot, rewrite.frame, rewrite.upkeep)
+                let kind = if rewrite.upkeep {
+                    DirectKind::Upkeep
+                } else {
+                    DirectKind::Plain
+                };
+                (rewrite.slot, rewrite.frame, kind)
             }
+            // The layout path wraps scripts on index-backed keys with their refresh.
+            (Batchable::Script, _) if concerns_layout => return None,
             _ => {
                 let Ok(Some(slot)) = common_slot(args, &keys) else {
                     return None;
                 };
+                let kind = if batchable == Batchable::Script {
+                    if scripts::Run::of(spec) == Some(scripts::Run::Eval) {
+                        self.scripts.remember(&args[1]);
+                    }
+                    DirectKind::Script
+                } else {
+                    DirectKind::Plain
+                };
                 debug_assert!(
-                    matches!(self.plan(Some(spec), request), Plan::Forward(Target::Slot(s)) if s == slot),
+                    matches!(
+                        (kind, self.plan(Some(spec), request)),
+                        (DirectKind::Plain, Plan::Forward(Target::Slot(s)))
+                            | (DirectKind::Script, Plan::Script(_, Target::Slot(s))) if s == slot
+                    ),
                     "{} is flagged forwardable but the planner does otherwise",
                     spec.name
                 );
-                (slot, None, false)
+                (slot, None, kind)
             }
         };
         let conn = self.topology.master_for_slot(slot, proto)?;
@@ -339,15 +408,16 @@ impl Proxy {
             command,
             slot,
             writes: spec.is_write(),
-            upkeep,
+            kind,
             conn,
         };
         Some((direct, frame))
     }
 
     /// Finishes a [`Direct`] request whose first answer was not final (a redirect, a
-    /// retryable error, a connection failure, `-NOSCRIPT` for the upkeep script), as
-    /// [`Proxy::forward`] would have, and records it in the command metrics.
+    /// retryable error, a connection failure, `-NOSCRIPT` for the upkeep script, an error
+    /// of a client's script), as [`Proxy::forward`] and the script path would have, and
+    /// records it in the command metrics.
     pub async fn follow_up(
         self: Arc<Self>,
         direct: Direct,
@@ -357,16 +427,21 @@ impl Proxy {
         started: Instant,
     ) -> Bytes {
         let target = Target::Slot(direct.slot);
-        let upkeep = direct.upkeep.then(|| request.clone());
+        let sent = (direct.kind != DirectKind::Plain).then(|| request.clone());
         let mut reply = self
             .forward_after(target, request, proto, direct.conn, answer)
             .await;
-        // The node lost its script cache (restart, failover, SCRIPT FLUSH): EVAL loads it.
-        if let Some(eval) = upkeep
-            .filter(|_| reply.starts_with(b"-NOSCRIPT"))
-            .and_then(|frame| layout::upkeep_as_eval(&frame))
-        {
-            reply = self.forward(target, eval, proto).await;
+        match (direct.kind, sent) {
+            // The node lost its script cache (restart, failover, SCRIPT FLUSH): EVAL loads it.
+            (DirectKind::Upkeep, Some(sent)) if reply.starts_with(b"-NOSCRIPT") => {
+                if let Some(eval) = layout::upkeep_as_eval(&sent) {
+                    reply = self.forward(target, eval, proto).await;
+                }
+            }
+            (DirectKind::Script, Some(sent)) => {
+                reply = self.script_reply(target, sent, reply, proto).await;
+            }
+            _ => {}
         }
         self.command_metrics
             .record(Some(direct.command), &reply, started);
@@ -558,13 +633,37 @@ fn cross_slot_error(args: &[Bytes], keys: &[KeyPos]) -> Bytes {
 mod tests {
     use super::*;
 
-    fn forwardable(table: &CommandTable, flags: &Forwardable, name: &str) -> bool {
+    fn batchable(table: &CommandTable, flags: &Forwardable, name: &str) -> Batchable {
         let args: Vec<Bytes> = name
             .split(' ')
             .map(|part| Bytes::copy_from_slice(part.as_bytes()))
             .collect();
         let index = table.lookup_index(&args).expect(name);
         flags.get(index)
+    }
+
+    fn forwardable(table: &CommandTable, flags: &Forwardable, name: &str) -> bool {
+        batchable(table, flags, name) == Batchable::AsIs
+    }
+
+    #[test]
+    fn client_scripts_are_batched_unless_the_policy_refuses_them() {
+        let table = CommandTable::builtin();
+        let flags = Forwardable::of(&table, &crate::policy::Policy::default());
+        for name in ["eval", "evalsha", "eval_ro", "evalsha_ro"] {
+            assert_eq!(batchable(&table, &flags, name), Batchable::Script, "{name}");
+        }
+        for name in ["fcall", "script load", "script kill"] {
+            assert_eq!(batchable(&table, &flags, name), Batchable::No, "{name}");
+        }
+        let policy = crate::policy::Policy::from_config(&crate::config::CommandsConfig {
+            allow: vec![],
+            deny: vec!["evalsha".to_string()],
+        })
+        .unwrap();
+        let flags = Forwardable::of(&table, &policy);
+        assert_eq!(batchable(&table, &flags, "evalsha"), Batchable::No);
+        assert_eq!(batchable(&table, &flags, "eval"), Batchable::Script);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 
 use crate::command::CommandSpec;
-use crate::protocol::{encode, Proto, Request};
+use crate::protocol::{encode, Limits, Proto, Request, RequestDecoder};
 use crate::reply::{self, merge};
 
 use super::{Proxy, Target};
@@ -319,10 +319,39 @@ impl Proxy {
             return with_key_slot_hint(reply);
         }
         let reply = self.forward(target, request.raw.clone(), proto).await;
+        self.script_reply_of(target, request, reply, proto).await
+    }
+
+    /// The final reply of a script call `frame` (EVAL or EVALSHA) sent in a client's batch
+    /// (see [`super::DirectKind::Script`]), whose answer so far is `reply`.
+    pub(super) async fn script_reply(
+        &self,
+        target: Target,
+        frame: Bytes,
+        reply: Bytes,
+        proto: Proto,
+    ) -> Bytes {
+        let mut buf = BytesMut::from(&frame[..]);
+        match RequestDecoder::new(Limits::default()).decode(&mut buf) {
+            Ok(Some(request)) => self.script_reply_of(target, &request, reply, proto).await,
+            _ => with_key_slot_hint(reply),
+        }
+    }
+
+    /// `reply` to the script call `request`, made final: on `-NOSCRIPT` with a remembered
+    /// body, the body is loaded on every master and the call sent once more; a script's
+    /// error about a key outside its slot gets [`SCRIPT_KEY_HINT`].
+    async fn script_reply_of(
+        &self,
+        target: Target,
+        request: &Request,
+        reply: Bytes,
+        proto: Proto,
+    ) -> Bytes {
         if !reply.starts_with(b"-NOSCRIPT") {
             return with_key_slot_hint(reply);
         }
-        let Some(body) = script.and_then(|sha| self.scripts.get(sha)) else {
+        let Some(body) = request.args.get(1).and_then(|sha| self.scripts.get(sha)) else {
             return reply;
         };
         let load = encode::encode_request(&[b"SCRIPT", b"LOAD", &body]);

@@ -424,7 +424,7 @@ fn the_batched_frame_is_the_layout_paths_for_every_forwardable_command() {
     let mut batched = 0;
     for index in 0..table.len() {
         let spec = table.spec(index).unwrap();
-        if !flags.get(index) || spec.name.contains('|') {
+        if flags.get(index) != crate::dispatch::Batchable::AsIs || spec.name.contains('|') {
             continue;
         }
         for first in keys {
