@@ -367,26 +367,21 @@ impl Proxy {
             .layout
             .as_ref()
             .is_some_and(|active| active.concerns_keys(args, &keys));
-        let (slot, frame, kind) = match (batchable, &self.layout) {
-            (Batchable::AsIs, Some(active)) if concerns_layout => {
+        let (slot, frame, kind) = match &self.layout {
+            Some(active) if concerns_layout => {
                 let rewrite = active.direct_rewrite(spec, args, &keys, proto)?;
-                let kind = if rewrite.upkeep {
-                    DirectKind::Upkeep
-                } else {
-                    DirectKind::Plain
+                let kind = match batchable {
+                    Batchable::Script => DirectKind::Script,
+                    _ if rewrite.upkeep => DirectKind::Upkeep,
+                    _ => DirectKind::Plain,
                 };
                 (rewrite.slot, rewrite.frame, kind)
             }
-            // The layout path wraps scripts on index-backed keys with their refresh.
-            (Batchable::Script, _) if concerns_layout => return None,
             _ => {
                 let Ok(Some(slot)) = common_slot(args, &keys) else {
                     return None;
                 };
                 let kind = if batchable == Batchable::Script {
-                    if scripts::Run::of(spec) == Some(scripts::Run::Eval) {
-                        self.scripts.remember(&args[1]);
-                    }
                     DirectKind::Script
                 } else {
                     DirectKind::Plain
@@ -404,6 +399,9 @@ impl Proxy {
             }
         };
         let conn = self.topology.master_for_slot(slot, proto)?;
+        if scripts::Run::of(spec) == Some(scripts::Run::Eval) {
+            self.scripts.remember(&args[1]);
+        }
         let direct = Direct {
             command,
             slot,

@@ -53,11 +53,11 @@ pub struct DirectRewrite {
 }
 
 impl ActiveLayout {
-    /// The slot and frame of a request (of a command the planner forwards as is) that the
-    /// layout needs no more for than its keys renamed and, when it writes a record of an
-    /// index-backed family, wrapped in the upkeep script: no key refused under `strict`, no
-    /// key name in the reply, the renamed keys (and their index keys) in one slot, and
-    /// the upkeep script loaded. Such a request joins the client's batch for its master as
+    /// The slot and frame of a request (of a command the planner forwards as is, or a
+    /// client's script) that the layout needs no more for than its keys renamed and, when
+    /// it writes a record of an index-backed family, wrapped in the upkeep script: no key
+    /// refused under `strict`, no key name in the reply, the renamed keys (and their index
+    /// keys) in one slot, the upkeep script loaded, and no script on an index-backed record. Such a request joins the client's batch for its master as
     /// a plain one does, instead of running as a future of its own; `None` sends it down
     /// the layout path, which answers every other case the same way. Counts what
     /// [`ActiveLayout::rewrite_request`] and the upkeep would.
@@ -68,9 +68,12 @@ impl ActiveLayout {
         keys: &[KeyPos],
         proto: Proto,
     ) -> Option<DirectRewrite> {
-        if keys.is_empty() || is_script_call(spec) || names_keys(&spec.name) {
+        if keys.is_empty() || names_keys(&spec.name) {
             return None;
         }
+        // Scripts declare keys they may write whatever the key spec flags say; one on an
+        // index-backed record runs with the refresh of its entries (the layout path).
+        let script = is_script_call(spec);
         let mut renamed: SmallVec<[(usize, Bytes, u16); 4]> = SmallVec::new();
         let mut indexed: SmallVec<[IndexedKey; 2]> = SmallVec::new();
         let mut unmatched: SmallVec<[usize; 2]> = SmallVec::new();
@@ -89,8 +92,8 @@ impl ActiveLayout {
                     None
                 }
                 Forward::Rewritten(rewritten) => {
-                    if let Some(entry) = rewritten.index.filter(|_| key.flags.writes()) {
-                        if !same_slot(&entry.key) {
+                    if let Some(entry) = rewritten.index.filter(|_| script || key.flags.writes()) {
+                        if script || !same_slot(&entry.key) {
                             return None;
                         }
                         indexed.push(IndexedKey {

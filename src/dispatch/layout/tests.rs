@@ -334,11 +334,23 @@ fn requests_needing_more_than_a_rename_take_the_layout_path() {
         &["LMPOP", "1", "mybot:conv:q", "LEFT"],
         // Renamed into different slots.
         &["MGET", "mybot:lock:a", "mybot:lock:b"],
-        // Scripts.
-        &["EVAL", "return 1", "1", "mybot:lock:a"],
+        // A script on an index-backed record (it runs with the refresh in one EXEC).
+        &["EVAL", "return 1", "1", "mybot:chat:c1"],
+        &[
+            "EVALSHA",
+            "0123456789012345678901234567890123456789",
+            "1",
+            "mybot:user:u1:ns:k",
+        ],
     ] {
         assert_eq!(direct(&lenient, args).0, None, "{args:?}");
     }
+    // A script on renamed keys without an index is renamed only.
+    let script = direct(
+        &lenient,
+        &["EVAL", "return 1", "2", "mybot:lock:a", "mybot:fence:a"],
+    );
+    assert!(script.0.is_some_and(|d| !d.upkeep && d.frame.is_some()));
     let strict = active(true);
     assert_eq!(direct(&strict, &["GET", "mybot:nosuchfamily:x"]).0, None);
     assert!(direct(&strict, &["GET", "mybot:lock:a"]).0.is_some());
@@ -424,13 +436,20 @@ fn the_batched_frame_is_the_layout_paths_for_every_forwardable_command() {
     let mut batched = 0;
     for index in 0..table.len() {
         let spec = table.spec(index).unwrap();
-        if flags.get(index) != crate::dispatch::Batchable::AsIs || spec.name.contains('|') {
-            continue;
-        }
+        let script = match flags.get(index) {
+            _ if spec.name.contains('|') => continue,
+            crate::dispatch::Batchable::AsIs => false,
+            crate::dispatch::Batchable::Script => true,
+            crate::dispatch::Batchable::No => continue,
+        };
         for first in keys {
             for second in keys {
                 for extra in [&[][..], &["1"][..], &["1", "2"][..], &["f", "v", "1"][..]] {
-                    let mut args = vec![spec.name.as_str(), first, second];
+                    let mut args = vec![spec.name.as_str()];
+                    if script {
+                        args.extend(["return 1", "2"]);
+                    }
+                    args.extend([first, second]);
                     args.extend_from_slice(extra);
                     let request = request(&args);
                     if !spec.arity_ok(request.args.len()) {
