@@ -5,6 +5,7 @@
 //! Connection-level state (protocol version, client name, transactions) is the client
 //! session's; everything here is shared by all clients and read-only after start-up.
 
+mod direct;
 mod emulate;
 mod fanout;
 mod forward;
@@ -25,7 +26,6 @@ use std::time::Instant;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::backend::{BackendError, NodeConn};
 use crate::command::{CommandSpec, CommandTable, KeyList, KeyPos};
 use crate::config::Config;
 use crate::protocol::{Proto, Request};
@@ -34,6 +34,7 @@ use crate::route::{key_slot, SLOT_COUNT};
 use crate::topology::Topology;
 
 pub use crate::topology::PUBSUB_HOME_SLOT;
+pub use direct::{Direct, DirectKind, Forwardable, Route};
 pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
 pub use forward::{is_final, Target};
 pub use pinned::{watch_failed, BlockedOn, WatchPin, BLOCKED_ON};
@@ -80,101 +81,6 @@ pub fn sort_runs_in_steps(args: &[Bytes]) -> bool {
         return false;
     };
     matches!(sort::SortRequest::classify(name, args), Some(Ok(_)))
-}
-
-/// A request the client session may send straight to the master of its slot, batched
-/// with its neighbours: a known command, allowed, whose keys share one slot, and whose plan
-/// is a plain forward (no split, script, block or emulation); under a layout prefix, one
-/// that needs no more than its keys renamed (see [`layout::DirectRewrite`]).
-pub struct Direct {
-    /// The command's index in the command table (for its metrics).
-    pub command: usize,
-    /// The slot of its keys.
-    pub slot: u16,
-    /// Whether the command writes (the client's next WAIT goes to this slot's master).
-    pub writes: bool,
-    /// Which answers are final for it.
-    pub kind: DirectKind,
-    /// The shared connection to that slot's master.
-    pub conn: NodeConn,
-}
-
-/// What a [`Direct`] request is, for the answers that are not final for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DirectKind {
-    /// A command sent as it came, or with its keys renamed by the layout.
-    Plain,
-    /// A command inside an EVALSHA of the layout's upkeep script (see
-    /// [`layout::DirectRewrite::upkeep`]): `-NOSCRIPT` means "again, by the script's body".
-    Upkeep,
-    /// EVAL or EVALSHA of the client's own: an error may need the script loaded again
-    /// (`-NOSCRIPT`) or a hint added (see [`scripts`]).
-    Script,
-}
-
-impl Direct {
-    /// Whether `reply`, the first answer to this request, is its final one; else
-    /// [`Proxy::follow_up`] finishes it.
-    pub fn settles(&self, reply: &[u8]) -> bool {
-        is_final(reply, self.conn.addr())
-            && match self.kind {
-                DirectKind::Plain => true,
-                DirectKind::Upkeep => !reply.starts_with(b"-NOSCRIPT"),
-                DirectKind::Script => reply.first() != Some(&b'-'),
-            }
-    }
-}
-
-/// How the client session runs a request, decided with one command-name lookup.
-pub enum Route {
-    /// Straight to a master, in the client's batch for it; with the frame to send when
-    /// the layout renamed its keys (else the request's own).
-    Direct(Direct, Option<Bytes>),
-    /// As a future ([`Proxy::execute_indexed`]), with the command's table index if known.
-    Planned(Option<usize>),
-}
-
-/// Per command-table index: whether the planner forwards a single-slot request of that
-/// command as is (no emulation, fan-out, script handling, blocking or special route), or
-/// runs it as a client's script (EVAL, EVALSHA), and the command policy allows it, so
-/// [`Proxy::direct`] skips the planner's name checks and the policy's name lookup for the
-/// common commands.
-pub struct Forwardable(Box<[Batchable]>);
-
-/// How [`Proxy::direct`] may batch a command (see [`Forwardable`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Batchable {
-    No,
-    AsIs,
-    Script,
-}
-
-impl Forwardable {
-    /// The flags for every command of `table`, in its order, under `policy` (a refused
-    /// command takes the planned path, which answers the refusal).
-    pub fn of(table: &CommandTable, policy: &crate::policy::Policy) -> Forwardable {
-        Forwardable(
-            table
-                .iter()
-                .map(|spec| match spec {
-                    spec if policy.refuses(&spec.name) => Batchable::No,
-                    spec if forwards_as_is(spec) => Batchable::AsIs,
-                    spec if matches!(
-                        scripts::Run::of(spec),
-                        Some(scripts::Run::Eval | scripts::Run::EvalSha)
-                    ) =>
-                    {
-                        Batchable::Script
-                    }
-                    _ => Batchable::No,
-                })
-                .collect(),
-        )
-    }
-
-    fn get(&self, command: usize) -> Batchable {
-        self.0.get(command).copied().unwrap_or(Batchable::No)
-    }
 }
 
 /// Whether [`Proxy::plan`] sends a single-slot request of `spec` on as it came, whatever
@@ -326,124 +232,6 @@ impl Proxy {
             this.command_metrics.record(command, &reply, started);
             reply
         }
-    }
-
-    /// Whether `request` can go straight to a master ([`Route::Direct`]: the same checks
-    /// and the same plan as [`Proxy::execute_as`], stopped where that would forward the raw
-    /// bytes) or runs as a future.
-    pub fn route(
-        &self,
-        request: &Request,
-        proto: Proto,
-        user: Option<&crate::auth::User>,
-    ) -> Route {
-        let command = self.commands.lookup_index(&request.args);
-        match command.and_then(|command| self.direct(command, request, proto, user)) {
-            Some((direct, frame)) => Route::Direct(direct, frame),
-            None => Route::Planned(command),
-        }
-    }
-
-    fn direct(
-        &self,
-        command: usize,
-        request: &Request,
-        proto: Proto,
-        user: Option<&crate::auth::User>,
-    ) -> Option<(Direct, Option<Bytes>)> {
-        let args = &request.args;
-        let batchable = self.forwardable.get(command);
-        if batchable == Batchable::No {
-            return None;
-        }
-        let spec = self.commands.spec(command)?;
-        // The policy's refusals are not forwardable (see `Forwardable::of`).
-        if !spec.arity_ok(args.len()) || Self::user_refusal(spec, request, user).is_some() {
-            return None;
-        }
-        let mut keys: KeyList = SmallVec::new();
-        spec.keys(args, &mut keys);
-        let concerns_layout = self
-            .layout
-            .as_ref()
-            .is_some_and(|active| active.concerns_keys(args, &keys));
-        let (slot, frame, kind) = match &self.layout {
-            Some(active) if concerns_layout => {
-                let rewrite = active.direct_rewrite(spec, args, &keys, proto)?;
-                let kind = match batchable {
-                    Batchable::Script => DirectKind::Script,
-                    _ if rewrite.upkeep => DirectKind::Upkeep,
-                    _ => DirectKind::Plain,
-                };
-                (rewrite.slot, rewrite.frame, kind)
-            }
-            _ => {
-                let Ok(Some(slot)) = common_slot(args, &keys) else {
-                    return None;
-                };
-                let kind = if batchable == Batchable::Script {
-                    DirectKind::Script
-                } else {
-                    DirectKind::Plain
-                };
-                debug_assert!(
-                    matches!(
-                        (kind, self.plan(Some(spec), request)),
-                        (DirectKind::Plain, Plan::Forward(Target::Slot(s)))
-                            | (DirectKind::Script, Plan::Script(_, Target::Slot(s))) if s == slot
-                    ),
-                    "{} is flagged forwardable but the planner does otherwise",
-                    spec.name
-                );
-                (slot, None, kind)
-            }
-        };
-        let conn = self.topology.master_for_slot(slot, proto)?;
-        if scripts::Run::of(spec) == Some(scripts::Run::Eval) {
-            self.scripts.remember(&args[1]);
-        }
-        let direct = Direct {
-            command,
-            slot,
-            writes: spec.is_write(),
-            kind,
-            conn,
-        };
-        Some((direct, frame))
-    }
-
-    /// Finishes a [`Direct`] request whose first answer was not final (a redirect, a
-    /// retryable error, a connection failure, `-NOSCRIPT` for the upkeep script, an error
-    /// of a client's script), as [`Proxy::forward`] and the script path would have, and
-    /// records it in the command metrics.
-    pub async fn follow_up(
-        self: Arc<Self>,
-        direct: Direct,
-        request: Bytes,
-        proto: Proto,
-        answer: Result<Bytes, BackendError>,
-        started: Instant,
-    ) -> Bytes {
-        let target = Target::Slot(direct.slot);
-        let sent = (direct.kind != DirectKind::Plain).then(|| request.clone());
-        let mut reply = self
-            .forward_after(target, request, proto, direct.conn, answer)
-            .await;
-        match (direct.kind, sent) {
-            // The node lost its script cache (restart, failover, SCRIPT FLUSH): EVAL loads it.
-            (DirectKind::Upkeep, Some(sent)) if reply.starts_with(b"-NOSCRIPT") => {
-                if let Some(eval) = layout::upkeep_as_eval(&sent) {
-                    reply = self.forward(target, eval, proto).await;
-                }
-            }
-            (DirectKind::Script, Some(sent)) => {
-                reply = self.script_reply(target, sent, reply, proto).await;
-            }
-            _ => {}
-        }
-        self.command_metrics
-            .record(Some(direct.command), &reply, started);
-        reply
     }
 
     /// Whether the proxy runs `spec` on every master or answers it from all of them (KEYS,
@@ -625,86 +413,4 @@ fn cross_slot_error(args: &[Bytes], keys: &[KeyPos]) -> Bytes {
         .map(|k| (&args[k.index][..], key_slot(&args[k.index])))
         .collect();
     reply::cross_slot(&named)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn batchable(table: &CommandTable, flags: &Forwardable, name: &str) -> Batchable {
-        let args: Vec<Bytes> = name
-            .split(' ')
-            .map(|part| Bytes::copy_from_slice(part.as_bytes()))
-            .collect();
-        let index = table.lookup_index(&args).expect(name);
-        flags.get(index)
-    }
-
-    fn forwardable(table: &CommandTable, flags: &Forwardable, name: &str) -> bool {
-        batchable(table, flags, name) == Batchable::AsIs
-    }
-
-    #[test]
-    fn client_scripts_are_batched_unless_the_policy_refuses_them() {
-        let table = CommandTable::builtin();
-        let flags = Forwardable::of(&table, &crate::policy::Policy::default());
-        for name in ["eval", "evalsha", "eval_ro", "evalsha_ro"] {
-            assert_eq!(batchable(&table, &flags, name), Batchable::Script, "{name}");
-        }
-        for name in ["fcall", "script load", "script kill"] {
-            assert_eq!(batchable(&table, &flags, name), Batchable::No, "{name}");
-        }
-        let policy = crate::policy::Policy::from_config(&crate::config::CommandsConfig {
-            allow: vec![],
-            deny: vec!["evalsha".to_string()],
-        })
-        .unwrap();
-        let flags = Forwardable::of(&table, &policy);
-        assert_eq!(batchable(&table, &flags, "evalsha"), Batchable::No);
-        assert_eq!(batchable(&table, &flags, "eval"), Batchable::Script);
-    }
-
-    #[test]
-    fn only_commands_the_planner_forwards_as_is_are_forwardable() {
-        let table = CommandTable::builtin();
-        let flags = Forwardable::of(&table, &crate::policy::Policy::default());
-        for name in [
-            "get", "set", "incr", "hset", "zadd", "lrange", "expire", "mget",
-        ] {
-            assert!(forwardable(&table, &flags, name), "{name}");
-        }
-        for name in [
-            "eval",
-            "evalsha",
-            "blpop",
-            "xread",
-            "wait",
-            "keys",
-            "scan",
-            "dbsize",
-            "info",
-            "cluster info",
-            "script load",
-            "flushall",
-            "spublish",
-            "subscribe",
-        ] {
-            assert!(!forwardable(&table, &flags, name), "{name}");
-        }
-    }
-
-    #[test]
-    fn commands_the_policy_refuses_are_not_forwardable() {
-        let table = CommandTable::builtin();
-        let policy = crate::policy::Policy::from_config(&crate::config::CommandsConfig {
-            allow: vec![],
-            deny: vec!["get".to_string(), "object".to_string()],
-        })
-        .unwrap();
-        let flags = Forwardable::of(&table, &policy);
-        for name in ["get", "object encoding"] {
-            assert!(!forwardable(&table, &flags, name), "{name}");
-        }
-        assert!(forwardable(&table, &flags, "set"));
-    }
 }

@@ -438,9 +438,9 @@ fn the_batched_frame_is_the_layout_paths_for_every_forwardable_command() {
         let spec = table.spec(index).unwrap();
         let script = match flags.get(index) {
             _ if spec.name.contains('|') => continue,
-            crate::dispatch::Batchable::AsIs => false,
-            crate::dispatch::Batchable::Script => true,
-            crate::dispatch::Batchable::No => continue,
+            crate::dispatch::direct::Batchable::AsIs => false,
+            crate::dispatch::direct::Batchable::Script => true,
+            crate::dispatch::direct::Batchable::No => continue,
         };
         for first in keys {
             for second in keys {
