@@ -182,7 +182,7 @@ impl Proxy {
             }
         };
         let conn = self.topology.master_for_slot(slot, proto)?;
-        if scripts::Run::of(spec) == Some(scripts::Run::Eval) {
+        if kind == DirectKind::Script && scripts::Run::of(spec) == Some(scripts::Run::Eval) {
             self.scripts.remember(&args[1]);
         }
         let direct = Direct {

@@ -57,9 +57,10 @@ impl ActiveLayout {
     /// client's script) that the layout needs no more for than its keys renamed and, when
     /// it writes a record of an index-backed family, wrapped in the upkeep script: no key
     /// refused under `strict`, no key name in the reply, the renamed keys (and their index
-    /// keys) in one slot, the upkeep script loaded, and no script on an index-backed record. Such a request joins the client's batch for its master as
-    /// a plain one does, instead of running as a future of its own; `None` sends it down
-    /// the layout path, which answers every other case the same way. Counts what
+    /// keys) in one slot, the upkeep script loaded, and no script on an index-backed
+    /// record. Such a request joins the client's batch for its master as a plain one does,
+    /// instead of running as a future of its own; `None` sends it down the layout path,
+    /// which answers every other case the same way. Counts what
     /// [`ActiveLayout::rewrite_request`] and the upkeep would.
     pub fn direct_rewrite(
         &self,
@@ -118,10 +119,13 @@ impl ActiveLayout {
         }
         let slot = slot?;
         let upkeep = !indexed.is_empty();
-        let sha = match upkeep {
-            true if spec.flags.has(CommandFlags::NOSCRIPT) => return None,
-            true => Some(self.sha()?),
-            false => None,
+        // A `noscript` command cannot run inside the upkeep script.
+        let sha = if !upkeep {
+            None
+        } else if spec.flags.has(CommandFlags::NOSCRIPT) {
+            return None;
+        } else {
+            Some(self.sha()?)
         };
         for prefix in unmatched {
             if let Some(counter) = self.unmatched_counters.get(prefix) {
@@ -147,8 +151,9 @@ impl ActiveLayout {
                 let command: SmallVec<[Bytes; 8]> = cluster_args().cloned().collect();
                 let key_names: SmallVec<[Bytes; 4]> =
                     keys.iter().map(|key| command[key.index].clone()).collect();
-                let frame = upkeep_frame(b"EVALSHA", sha, &indexed, &key_names, &command, proto);
-                Some(frame)
+                Some(upkeep_frame(
+                    b"EVALSHA", sha, &indexed, &key_names, &command, proto,
+                ))
             }
             None if renamed.is_empty() => None,
             None => {
