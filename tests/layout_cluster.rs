@@ -790,12 +790,7 @@ fn pipelined_layout_writes_keep_order_and_survive_a_lost_script_cache() {
     }
 }
 
-/// LAYOUT.md's bucket: 32-bit FNV-1a of the id, modulo 32.
-fn bucket(id: &str) -> u32 {
-    let mut hash: u32 = 0x811c9dc5;
-    for byte in id.bytes() {
-        hash ^= u32::from(byte);
-        hash = hash.wrapping_mul(0x01000193);
-    }
-    hash % 32
+/// LAYOUT.md's bucket of a record id.
+fn bucket(id: &str) -> u8 {
+    slotbridge::rewrite::encoding::bucket(id.as_bytes())
 }
