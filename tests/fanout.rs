@@ -1,7 +1,8 @@
 //! Commands about the whole data set through the proxy, checked against the masters
 //! themselves: KEYS and SCAN see every key exactly once, also while a slot moves; DBSIZE
 //! is the sum; RANDOMKEY finds a key; FLUSHALL and CONFIG SET reach every master; all of
-//! it also with a standalone upstream. SLOWLOG, LATENCY and LASTSAVE read every master.
+//! it also with a standalone upstream. SLOWLOG, LATENCY (LATEST, HISTORY, HISTOGRAM, RESET)
+//! and LASTSAVE read every master.
 
 mod common;
 
@@ -442,6 +443,54 @@ fn latency_reads_and_resets_every_master() {
     assert_eq!(history, expected);
     assert!(history.len() >= 3, "{history:?}");
 
+    // LATENCY HISTOGRAM: each command's calls and cumulative distribution, summed.
+    for i in 0..60 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("histogram:{i}"))
+            .arg(i)
+            .query(&mut con)
+            .unwrap();
+    }
+    let histograms: Vec<(i64, Vec<(i64, i64)>)> = masters
+        .iter()
+        .map(|master| {
+            let reply: redis::Value =
+                query(master, redis::cmd("LATENCY").arg("HISTOGRAM").arg("set")).unwrap();
+            set_histogram(&reply)
+        })
+        .collect();
+    assert!(
+        histograms.iter().all(|(calls, _)| *calls > 0),
+        "every master ran some SETs: {histograms:?}"
+    );
+    let reply: redis::Value = redis::cmd("LATENCY")
+        .arg("HISTOGRAM")
+        .arg("set")
+        .query(&mut con)
+        .unwrap();
+    let (calls, cumulative) = set_histogram(&reply);
+    assert_eq!(calls, histograms.iter().map(|(c, _)| c).sum::<i64>());
+    assert_eq!(
+        cumulative.last().map(|(_, n)| *n),
+        Some(calls),
+        "{cumulative:?}"
+    );
+    for (bound, count) in &cumulative {
+        let expected: i64 = histograms
+            .iter()
+            .map(|(_, dist)| {
+                dist.iter()
+                    .take_while(|(b, _)| b <= bound)
+                    .last()
+                    .map_or(0, |(_, n)| *n)
+            })
+            .sum();
+        assert_eq!(
+            *count, expected,
+            "at {bound} us: {cumulative:?} from {histograms:?}"
+        );
+    }
+
     // LASTSAVE is the oldest: the masters started together, one saved seconds later.
     let _: () = query(&masters[1], &redis::cmd("SAVE")).unwrap();
     let saved: Vec<i64> = masters
@@ -460,4 +509,26 @@ fn latency_reads_and_resets_every_master() {
     assert_eq!(reset, events as i64);
     let after: Latest = redis::cmd("LATENCY").arg("LATEST").query(&mut con).unwrap();
     assert!(after.is_empty(), "{after:?}");
+}
+
+/// `LATENCY HISTOGRAM set` (RESP2) as the SET calls and the cumulative distribution.
+fn set_histogram(reply: &redis::Value) -> (i64, Vec<(i64, i64)>) {
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(n) => *n,
+        other => panic!("not an integer: {other:?}"),
+    };
+    let redis::Value::Array(top) = reply else {
+        panic!("{reply:?}")
+    };
+    let redis::Value::Array(details) = &top[1] else {
+        panic!("{reply:?}")
+    };
+    let redis::Value::Array(buckets) = &details[3] else {
+        panic!("{reply:?}")
+    };
+    let cumulative = buckets
+        .chunks(2)
+        .map(|p| (int(&p[0]), int(&p[1])))
+        .collect();
+    (int(&details[1]), cumulative)
 }

@@ -88,9 +88,11 @@ pub enum Op {
     /// PUBSUB SHARDNUMSUB: each shard channel asked of the master of its slot, where its
     /// subscribers are; the pairs in the order asked.
     ShardNumSub,
-    /// LATENCY LATEST and HISTORY: every master's samples as one monitor's (see `monitors`).
+    /// LATENCY LATEST, HISTORY and HISTOGRAM: every master's samples as one monitor's (see
+    /// `monitors`).
     LatencyLatest,
     LatencyHistory,
+    LatencyHistogram,
 }
 
 impl Op {
@@ -104,6 +106,7 @@ impl Op {
             "lastsave" => Op::Oldest,
             "latency|latest" => Op::LatencyLatest,
             "latency|history" => Op::LatencyHistory,
+            "latency|histogram" => Op::LatencyHistogram,
             "slowlog|get" => Op::SlowlogGet,
             "randomkey" => Op::RandomKey,
             "flushdb" | "flushall" | "config|set" | "config|resetstat" | "function|delete"
@@ -136,6 +139,7 @@ impl Proxy {
             Op::ShardNumSub => self.shard_numsub(&request.args[2..], proto).await,
             Op::LatencyLatest => self.latency_latest(request.raw.clone(), proto).await,
             Op::LatencyHistory => self.latency_history(request.raw.clone(), proto).await,
+            Op::LatencyHistogram => self.latency_histogram(request.raw.clone(), proto).await,
         }
     }
 

@@ -3,12 +3,14 @@
 //! `fanout`). LATENCY LATEST lists each event once (the newest sample of any master, with
 //! the highest maximum of all), HISTORY merges the masters' samples of an event in time
 //! order (the highest where two share a second, at most Redis's 160), RESET sums the
-//! masters' counts. DOCTOR, GRAPH and HISTOGRAM stay one master's.
+//! masters' counts, HISTOGRAM adds up each command's calls and cumulative latency
+//! distribution. DOCTOR and GRAPH stay one master's.
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
+use crate::command::value::{decode_reply, Value};
 use crate::protocol::{encode, Proto, Request};
 use crate::reply::merge::{array_elements, array_frame, integer};
 
@@ -48,6 +50,14 @@ impl Proxy {
     pub(super) async fn latency_latest(&self, request: Bytes, proto: Proto) -> Bytes {
         match self.broadcast(request, proto).await {
             Ok(replies) => merge_latest(&replies),
+            Err(error) => error,
+        }
+    }
+
+    /// LATENCY HISTOGRAM of every master, one distribution per command.
+    pub(super) async fn latency_histogram(&self, request: Bytes, proto: Proto) -> Bytes {
+        match self.broadcast(request, proto).await {
+            Ok(replies) => merge_histograms(&replies, proto),
             Err(error) => error,
         }
     }
@@ -151,6 +161,89 @@ fn merge_history(replies: &[Bytes]) -> Bytes {
     array_frame(merged.len(), merged.iter())
 }
 
+/// One command's LATENCY HISTOGRAM on one master: its calls and its cumulative
+/// distribution (`[upper bound in us, calls at most that slow]`, ascending, listed where it
+/// grows).
+struct Distribution {
+    calls: i64,
+    cumulative: Vec<(i64, i64)>,
+}
+
+/// The name/value pairs of a RESP3 map or a RESP2 flat array.
+fn pairs(value: &Value) -> Option<Vec<(&Value, &Value)>> {
+    match value {
+        Value::Map(pairs) => Some(pairs.iter().map(|(k, v)| (k, v)).collect()),
+        Value::List(items) if items.len() % 2 == 0 => {
+            Some(items.chunks_exact(2).map(|p| (&p[0], &p[1])).collect())
+        }
+        Value::Null => Some(Vec::new()),
+        _ => None,
+    }
+}
+
+fn distribution(details: &Value) -> Option<Distribution> {
+    let cumulative = pairs(details.field("histogram_usec")?)?
+        .into_iter()
+        .map(|(bound, count)| Some((bound.int()?, count.int()?)))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Distribution {
+        calls: details.field("calls")?.int()?,
+        cumulative,
+    })
+}
+
+/// Every master's LATENCY HISTOGRAM as one: per command (in the order first seen) the
+/// calls summed and, at every bound any master lists, the masters' cumulative counts up to
+/// it summed. The first reply that is not such a map is the answer as is.
+fn merge_histograms(replies: &[Bytes], proto: Proto) -> Bytes {
+    let mut commands: Vec<(Vec<u8>, Vec<Distribution>)> = Vec::new();
+    for reply in replies {
+        let parsed = decode_reply(reply).ok().and_then(|value| {
+            pairs(&value)?
+                .into_iter()
+                .map(|(name, details)| Some((name.text()?.to_vec(), distribution(details)?)))
+                .collect::<Option<Vec<_>>>()
+        });
+        let Some(parsed) = parsed else {
+            return reply.clone();
+        };
+        for (name, dist) in parsed {
+            match commands.iter_mut().find(|(known, _)| *known == name) {
+                Some((_, dists)) => dists.push(dist),
+                None => commands.push((name, vec![dist])),
+            }
+        }
+    }
+    let mut out = BytesMut::new();
+    encode::map_header(&mut out, proto, commands.len());
+    for (name, dists) in &commands {
+        let mut bounds: Vec<i64> = dists
+            .iter()
+            .flat_map(|d| d.cumulative.iter().map(|(bound, _)| *bound))
+            .collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        encode::bulk(&mut out, name);
+        encode::map_header(&mut out, proto, 2);
+        encode::bulk(&mut out, b"calls");
+        encode::integer(&mut out, dists.iter().map(|d| d.calls).sum());
+        encode::bulk(&mut out, b"histogram_usec");
+        encode::map_header(&mut out, proto, bounds.len());
+        for bound in bounds {
+            let at_most = |d: &Distribution| {
+                d.cumulative
+                    .iter()
+                    .take_while(|(b, _)| *b <= bound)
+                    .last()
+                    .map_or(0, |(_, count)| *count)
+            };
+            encode::integer(&mut out, bound);
+            encode::integer(&mut out, dists.iter().map(at_most).sum());
+        }
+    }
+    out.freeze()
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::BytesMut;
@@ -252,5 +345,40 @@ mod tests {
         let error = Bytes::from_static(b"-ERR unknown\r\n");
         assert_eq!(merge_latest(&[latest(&[]), error.clone()]), error);
         assert_eq!(merge_history(std::slice::from_ref(&error)), error);
+    }
+
+    #[test]
+    fn histograms_add_calls_and_cumulative_counts_at_every_bound() {
+        // RESP2: flat arrays. Master one: 3 GETs (1 at <= 2 us, 3 at <= 8 us), 1 SET.
+        let one = Bytes::from_static(
+            b"*4\r\n$3\r\nget\r\n*4\r\n$5\r\ncalls\r\n:3\r\n$14\r\nhistogram_usec\r\n\
+              *4\r\n:2\r\n:1\r\n:8\r\n:3\r\n\
+              $3\r\nset\r\n*4\r\n$5\r\ncalls\r\n:1\r\n$14\r\nhistogram_usec\r\n*2\r\n:4\r\n:1\r\n",
+        );
+        // Master two: 2 GETs (2 at <= 4 us).
+        let two = Bytes::from_static(
+            b"*2\r\n$3\r\nget\r\n*4\r\n$5\r\ncalls\r\n:2\r\n$14\r\nhistogram_usec\r\n*2\r\n:4\r\n:2\r\n",
+        );
+        let merged = merge_histograms(&[one.clone(), two.clone()], Proto::Resp2);
+        assert_eq!(
+            &merged[..],
+            &b"*4\r\n$3\r\nget\r\n*4\r\n$5\r\ncalls\r\n:5\r\n$14\r\nhistogram_usec\r\n\
+               *6\r\n:2\r\n:1\r\n:4\r\n:3\r\n:8\r\n:5\r\n\
+               $3\r\nset\r\n*4\r\n$5\r\ncalls\r\n:1\r\n$14\r\nhistogram_usec\r\n*2\r\n:4\r\n:1\r\n"
+                [..]
+        );
+        // RESP3: maps in, maps out.
+        let three = Bytes::from_static(
+            b"%1\r\n$3\r\nget\r\n%2\r\n$5\r\ncalls\r\n:2\r\n$14\r\nhistogram_usec\r\n%1\r\n:4\r\n:2\r\n",
+        );
+        let merged = merge_histograms(&[three.clone(), three], Proto::Resp3);
+        assert_eq!(
+            &merged[..],
+            &b"%1\r\n$3\r\nget\r\n%2\r\n$5\r\ncalls\r\n:4\r\n$14\r\nhistogram_usec\r\n%1\r\n:4\r\n:4\r\n"[..]
+        );
+        let empty = merge_histograms(&[Bytes::from_static(b"*0\r\n")], Proto::Resp2);
+        assert_eq!(&empty[..], b"*0\r\n");
+        let error = Bytes::from_static(b"-ERR unknown subcommand\r\n");
+        assert_eq!(merge_histograms(&[one, error.clone()], Proto::Resp2), error);
     }
 }
