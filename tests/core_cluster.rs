@@ -1063,6 +1063,8 @@ fn took(started: std::time::Instant) -> &'static str {
 fn pause_scenario(addr: &str) -> Vec<String> {
     let mut admin = common::Raw::connect(addr);
     let mut client = common::Raw::connect(addr);
+    let client_id = client.call(&["CLIENT", "ID"]);
+    let client_id = client_id.trim_start_matches(':').trim_end();
     let mut seen = vec![transcript(
         addr,
         &[
@@ -1118,6 +1120,23 @@ fn pause_scenario(addr: &str) -> Vec<String> {
     let started = std::time::Instant::now();
     client.send(&["SET", "pause:k", "4"]);
     std::thread::sleep(Duration::from_millis(200));
+    // CLIENT LIST shows the held client blocked, on the held command.
+    let shown = |admin: &mut common::Raw| {
+        let list = admin.call(&["CLIENT", "LIST"]);
+        let line = list
+            .lines()
+            .find(|line| line.contains(&format!("id={client_id} ")))
+            .unwrap_or_else(|| panic!("client {client_id} in {list:?}"))
+            .to_string();
+        let field = |name: &str| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                .unwrap_or("-")
+                .to_string()
+        };
+        format!("flags={} cmd={}", field("flags"), field("cmd"))
+    };
+    seen.push(format!("held client: {}", shown(&mut admin)));
     seen.push(timed(&mut admin, &["CLIENT", "UNPAUSE"]));
     let reply = client.read_reply();
     seen.push(format!(
@@ -1128,6 +1147,7 @@ fn pause_scenario(addr: &str) -> Vec<String> {
             "too long"
         }
     ));
+    seen.push(format!("released client: {}", shown(&mut admin)));
     seen
 }
 

@@ -52,6 +52,8 @@ struct Activity {
     signal_waker: AtomicWaker,
     /// Where its blocking command waits, if one runs (CLIENT UNBLOCK, `flags=b`).
     blocked: Arc<BlockedOn>,
+    /// A request of its own is held by CLIENT PAUSE (`flags=b`, as Redis shows it).
+    paused: AtomicBool,
 }
 
 /// How many subscriptions of each kind a client has.
@@ -262,7 +264,8 @@ pub type CommandName<'a> = &'a dyn Fn(usize) -> Option<&'a str>;
 fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> String {
     // Redis's letters, in its order; N for none.
     let pubsub = ClientType::of(e) == ClientType::PubSub;
-    let blocked = e.activity.blocked.current().is_some();
+    let blocked =
+        e.activity.paused.load(Ordering::Relaxed) || e.activity.blocked.current().is_some();
     let flags = match (pubsub, blocked) {
         (false, false) => "N",
         (true, false) => "P",
@@ -311,6 +314,11 @@ impl ClientGuard {
     pub fn active_at(&self, at: Instant) {
         let ms = at.saturating_duration_since(self.created).as_millis() as u64;
         self.activity.last_active_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Shows whether CLIENT PAUSE holds a request of this client (`flags=b`).
+    pub fn held_by_pause(&self, held: bool) {
+        self.activity.paused.store(held, Ordering::Relaxed);
     }
 
     /// Records the command-table index of the client's latest command (`cmd=`).

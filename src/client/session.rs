@@ -150,6 +150,7 @@ async fn serve_client(
                 break;
             }
             sequence_point = false;
+            let was_held = held.is_some();
             let decoded = match held.take() {
                 Some(request) => Ok(Some(request)),
                 None => decoder.decode(&mut input),
@@ -160,9 +161,21 @@ async fn serve_client(
                     .then(|| paused(&registry, &live, &transaction, request))
                     .flatten();
                 if pause.is_some() {
+                    if !was_held {
+                        // As Redis shows a client its pause holds: blocked, on this command.
+                        guard.held_by_pause(true);
+                        note_command(
+                            &guard,
+                            snapshot.get_or_insert_with(|| live.proxy()),
+                            request,
+                        );
+                    }
                     paused_until = pause;
                     held = decoded.ok().flatten();
                     break;
+                }
+                if was_held {
+                    guard.held_by_pause(false);
                 }
             }
             let alone = matches!(&decoded, Ok(Some(request)) if runs_alone(request, &live));
