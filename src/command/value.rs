@@ -45,6 +45,18 @@ impl Value {
         }
     }
 
+    /// The name/value pairs of a RESP3 map or a RESP2 flat array (a null is empty).
+    pub(crate) fn pairs(&self) -> Option<Vec<(&Value, &Value)>> {
+        match self {
+            Value::Map(pairs) => Some(pairs.iter().map(|(k, v)| (k, v)).collect()),
+            Value::List(items) if items.len() % 2 == 0 => {
+                Some(items.chunks_exact(2).map(|p| (&p[0], &p[1])).collect())
+            }
+            Value::Null => Some(Vec::new()),
+            _ => None,
+        }
+    }
+
     /// A map's entry by (case-insensitive) name: a RESP3 map or a RESP2 flat array.
     pub(crate) fn field(&self, name: &str) -> Option<&Value> {
         let is_name = |key: &Value| {

@@ -247,9 +247,20 @@ impl ClusterSections {
 /// is not a number is the first master's.
 #[derive(Debug, Default)]
 struct Stats {
-    /// In the first master's order: name -> (sum or max, masters that gave it, the text
-    /// when not a number).
-    fields: Vec<(String, f64, u32, Option<String>)>,
+    /// In the first master's order.
+    fields: Vec<StatField>,
+}
+
+/// One `# Stats` field over the masters.
+#[derive(Debug)]
+struct StatField {
+    name: String,
+    /// The sum, or the highest for [`MAXIMA`].
+    value: f64,
+    /// How many masters gave it as a number.
+    masters: u32,
+    /// The first master's text, when that was not a number.
+    text: Option<String>,
 }
 
 impl Stats {
@@ -259,50 +270,57 @@ impl Stats {
                 continue;
             };
             let number = value.parse::<f64>().ok();
-            let at = match self.fields.iter().position(|f| f.0 == name) {
+            let at = match self.fields.iter().position(|f| f.name == name) {
                 Some(at) => at,
                 None => {
-                    self.fields.push((
-                        name.to_owned(),
-                        0.0,
-                        0,
-                        number.is_none().then(|| value.to_owned()),
-                    ));
+                    self.fields.push(StatField {
+                        name: name.to_owned(),
+                        value: 0.0,
+                        masters: 0,
+                        text: number.is_none().then(|| value.to_owned()),
+                    });
                     self.fields.len() - 1
                 }
             };
             let field = &mut self.fields[at];
-            if let (Some(number), None) = (number, &field.3) {
-                field.1 = if MAXIMA.contains(&name) {
-                    field.1.max(number)
+            if let (Some(number), None) = (number, &field.text) {
+                field.value = if MAXIMA.contains(&name) {
+                    field.value.max(number)
                 } else {
-                    field.1 + number
+                    field.value + number
                 };
-                field.2 += 1;
+                field.masters += 1;
             }
         }
     }
 
     /// Sets a field the proxy answers for itself (client connections are the proxy's).
     fn set(&mut self, name: &str, value: u64) {
-        if let Some(field) = self.fields.iter_mut().find(|f| f.0 == name) {
-            field.1 = value as f64;
-            field.2 = 1;
-            field.3 = None;
+        if let Some(field) = self.fields.iter_mut().find(|f| f.name == name) {
+            field.value = value as f64;
+            field.masters = 1;
+            field.text = None;
         }
     }
 
     fn lines(&self) -> Vec<String> {
         self.fields
             .iter()
-            .map(|(name, value, count, text)| match text {
-                Some(text) => format!("{name}:{text}"),
-                None if name == "expired_stale_perc" => {
-                    format!("{name}:{:.2}", value / f64::from((*count).max(1)))
-                }
-                None if is_fractional(name) => format!("{name}:{value:.2}"),
-                None => format!("{name}:{value:.0}"),
-            })
+            .map(
+                |StatField {
+                     name,
+                     value,
+                     masters,
+                     text,
+                 }| match text {
+                    Some(text) => format!("{name}:{text}"),
+                    None if name == "expired_stale_perc" => {
+                        format!("{name}:{:.2}", value / f64::from((*masters).max(1)))
+                    }
+                    None if is_fractional(name) => format!("{name}:{value:.2}"),
+                    None => format!("{name}:{value:.0}"),
+                },
+            )
             .collect()
     }
 }

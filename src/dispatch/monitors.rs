@@ -169,20 +169,10 @@ struct Distribution {
     cumulative: Vec<(i64, i64)>,
 }
 
-/// The name/value pairs of a RESP3 map or a RESP2 flat array.
-fn pairs(value: &Value) -> Option<Vec<(&Value, &Value)>> {
-    match value {
-        Value::Map(pairs) => Some(pairs.iter().map(|(k, v)| (k, v)).collect()),
-        Value::List(items) if items.len() % 2 == 0 => {
-            Some(items.chunks_exact(2).map(|p| (&p[0], &p[1])).collect())
-        }
-        Value::Null => Some(Vec::new()),
-        _ => None,
-    }
-}
-
 fn distribution(details: &Value) -> Option<Distribution> {
-    let cumulative = pairs(details.field("histogram_usec")?)?
+    let cumulative = details
+        .field("histogram_usec")?
+        .pairs()?
         .into_iter()
         .map(|(bound, count)| Some((bound.int()?, count.int()?)))
         .collect::<Option<Vec<_>>>()?;
@@ -199,7 +189,8 @@ fn merge_histograms(replies: &[Bytes], proto: Proto) -> Bytes {
     let mut commands: Vec<(Vec<u8>, Vec<Distribution>)> = Vec::new();
     for reply in replies {
         let parsed = decode_reply(reply).ok().and_then(|value| {
-            pairs(&value)?
+            value
+                .pairs()?
                 .into_iter()
                 .map(|(name, details)| Some((name.text()?.to_vec(), distribution(details)?)))
                 .collect::<Option<Vec<_>>>()
