@@ -5,8 +5,8 @@ use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
 use crate::command::{CommandFlags, CommandSpec, KeyList, KeyPos};
-use crate::protocol::encode::{self, encode_request};
-use crate::protocol::{Proto, Request};
+use crate::protocol::encode::encode_request;
+use crate::protocol::{Limits, Proto, Request, RequestDecoder};
 use crate::reply;
 use crate::rewrite::Forward;
 use crate::route::key_slot;
@@ -17,26 +17,18 @@ use super::{is_script_call, ActiveLayout, IndexedKey, RewrittenRequest, UPKEEP_S
 
 /// An upkeep EVALSHA `frame` (see [`DirectRewrite::upkeep`]) as the same call by the
 /// script's body, for a node that answered `-NOSCRIPT` (a restart, a failover, a SCRIPT
-/// FLUSH). `None` when `frame` is not an EVALSHA of two leading bulk strings.
+/// FLUSH). `None` when `frame` is not a request of at least two arguments.
 pub fn upkeep_as_eval(frame: &[u8]) -> Option<Bytes> {
-    let header_end = frame.windows(2).position(|w| w == b"\r\n")? + 2;
-    let mut at = header_end;
-    // Skips the verb and the SHA: `$len\r\n<bytes>\r\n` each.
-    for _ in 0..2 {
-        let len_end = at + frame[at..].windows(2).position(|w| w == b"\r\n")?;
-        let len: usize = std::str::from_utf8(frame.get(at + 1..len_end)?)
-            .ok()?
-            .parse()
-            .ok()?;
-        at = len_end + 2 + len + 2;
+    let request = RequestDecoder::new(Limits::default())
+        .decode(&mut BytesMut::from(frame))
+        .ok()??;
+    if request.args.len() < 2 {
+        return None;
     }
-    let rest = frame.get(at..)?;
-    let mut out = BytesMut::with_capacity(frame.len() + UPKEEP_SCRIPT.len());
-    out.extend_from_slice(&frame[..header_end]);
-    encode::bulk(&mut out, b"EVAL");
-    encode::bulk(&mut out, UPKEEP_SCRIPT.as_bytes());
-    out.extend_from_slice(rest);
-    Some(out.freeze())
+    let mut args: SmallVec<[&[u8]; 8]> = request.args.iter().map(|arg| &arg[..]).collect();
+    args[0] = b"EVAL";
+    args[1] = UPKEEP_SCRIPT.as_bytes();
+    Some(encode_request(&args))
 }
 
 /// A request the client session may batch like a plain forward although the layout
