@@ -583,3 +583,54 @@ fn throughput_on_100000_mixed_keys() {
     eprintln!("migrate: 100000 mixed keys at {rate:.0} keys/s");
     assert!(rate > 0.0);
 }
+
+#[test]
+fn one_key_per_page_gives_the_same_pass_both_ways() {
+    // Names are held one SCAN page at a time: logs and the items they list, orphans and
+    // the pruning of the way back all span pages here.
+    let node = Standalone::start();
+    let p = "mpage";
+    legacy_fixture(node.addr(), p);
+    let seeds = shared_cluster().seeds_arg();
+    let json = migrate_to_cluster(node.addr(), &seeds, p, &["--json", "--batch-size", "1"]);
+    assert_cluster_matches_source(node.addr(), p);
+    assert_eq!(
+        json_count(&json, "msg", "orphans"),
+        2,
+        "m9 and x:m3: {json}"
+    );
+    assert_eq!(json_count(&json, "msg", "copied"), 2, "{json}");
+    assert_eq!(json_count(&json, "turn", "skipped"), 3, "{json}");
+    assert_eq!(json_count(&json, "chat", "copied"), 2, "{json}");
+    assert!(json.contains("\"unmatched\":1"), "{json}");
+    assert!(json.contains("\"marker\":\"written\""), "{json}");
+    assert_eq!(total(&json, "errors"), 0, "{json}");
+
+    // The way back onto a legacy node holding a record the cluster does not have.
+    let back = Standalone::start();
+    let stale = format!("{p}:chat:stale");
+    let _: () = query(back.addr(), cmd("SET").arg(&stale).arg("old")).unwrap();
+    let json = migrate_ok(&[
+        "--source",
+        &url(&masters()[0]),
+        "--target",
+        &url(back.addr()),
+        "--prefix",
+        p,
+        "--direction",
+        "cluster-to-legacy",
+        "--batch-size",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(total(&json, "errors"), 0, "{json}");
+    assert_eq!(json_count(&json, "chat", "pruned"), 1, "{json}");
+    let exists: i64 = query(back.addr(), cmd("EXISTS").arg(&stale)).unwrap();
+    assert_eq!(exists, 0, "pruned");
+    for (legacy, _) in expected_pairs(p) {
+        let original: Vec<u8> = query(node.addr(), cmd("DUMP").arg(&legacy)).expect("DUMP");
+        let returned: Vec<u8> = query(back.addr(), cmd("DUMP").arg(&legacy)).expect("DUMP");
+        assert_eq!(original, returned, "{legacy} came back");
+    }
+    assert!(json.contains("\"marker\":\"removed\""), "{json}");
+}

@@ -114,6 +114,7 @@ fn slots_moved_during_the_copy_and_before_the_marker_are_followed() {
         direction: Direction::LegacyToCluster,
         mirror: true,
         stop_after: None,
+        batch_size: migrate::BATCH,
     };
     let marker_slot = cluster.keyslot(&format!("{p}:{{meta}}:layout"));
     let marker_other = another_master(&cluster, marker_slot);

@@ -126,6 +126,10 @@ pub struct MigrateArgs {
     /// Stop after copying this many keys (tests of resumption).
     #[arg(long, hide = true)]
     pub stop_after: Option<u64>,
+    /// Keys read per SCAN page and copied per pipelined batch; memory follows it, not the
+    /// size of the keyspace.
+    #[arg(long, default_value_t = slotbridge::migrate::BATCH as u64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub batch_size: u64,
 }
 
 /// Flags of `inspect`.
@@ -196,6 +200,7 @@ pub fn migrate(args: MigrateArgs) -> ExitCode {
         },
         mirror: !args.no_mirror,
         stop_after: args.stop_after,
+        batch_size: args.batch_size as usize,
     };
     let runtime = match tool_runtime() {
         Ok(runtime) => runtime,

@@ -15,7 +15,7 @@ use futures_util::future::join_all;
 
 use super::plan::EPHEMERAL_FAMILIES;
 use super::source::{Endpoint, Reply};
-use super::{glob_escape, MigrateError};
+use super::{glob_escape, MigrateError, BATCH};
 use crate::rewrite::{Forward, Layout, Reverse};
 
 /// Counts of one keyspace.
@@ -91,13 +91,15 @@ pub async fn inspect(
     layout: &Layout,
     prefix: &str,
 ) -> Result<Inspection, MigrateError> {
-    let keys = endpoint
-        .scan_all(format!("{}:*", glob_escape(prefix)).as_bytes())
-        .await?;
+    let mut walk = endpoint.walk(format!("{}:*", glob_escape(prefix)).as_bytes(), BATCH);
     let mut counts: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for key in &keys {
-        let (which, family) = classify(layout, key);
-        *counts.entry((which.to_owned(), family)).or_default() += 1;
+    let mut live = Vec::new();
+    while let Some(page) = walk.next_page().await? {
+        for key in &page {
+            let (which, family) = classify(layout, key);
+            *counts.entry((which.to_owned(), family)).or_default() += 1;
+        }
+        live.extend(live_coordination(endpoint, layout, &page).await?);
     }
     let marker_key = crate::rewrite::marker_key(prefix);
     let marker = match endpoint
@@ -107,7 +109,6 @@ pub async fn inspect(
         Reply::Data(value) => Some(String::from_utf8_lossy(&value).into_owned()),
         _ => None,
     };
-    let live = live_coordination(endpoint, layout, &keys).await?;
     Ok(Inspection {
         prefix: prefix.to_owned(),
         masters: endpoint.masters().iter().map(|a| a.to_string()).collect(),

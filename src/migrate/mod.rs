@@ -14,6 +14,10 @@
 //!   `p:{meta}:layout` is written last, only after a complete pass with no error and no
 //!   `--include` filter; the way back removes it.
 //! - Nothing is copied while a coordinator is live (see [`mod@inspect`]) unless `allow_live`.
+//! - Names are held one `SCAN` page at a time ([`MigrateOptions::batch_size`]): a page is
+//!   planned, its logs expanded and the lot copied before the next page is read. Across
+//!   pages a run keeps 64-bit fingerprints only: of listed items (orphans are what a last
+//!   walk finds unlisted) and, mirroring, of written keys (what pruning spares).
 //! - A slot that moves during the run (`MOVED`/`ASK`) does not fail it: the slot maps are
 //!   re-read and the affected steps retried, which their idempotence allows. The same holds
 //!   for the marker's write or removal and for deletions (pruning, `--delete-source`).
@@ -30,6 +34,7 @@ pub mod report;
 pub mod source;
 
 use std::collections::HashSet;
+use std::hash::Hasher;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -45,7 +50,7 @@ use source::{Endpoint, Reply};
 pub use inspect::{inspect, Inspection};
 pub use source::RedisUrl;
 
-/// Keys copied per pipelined batch.
+/// Keys read per `SCAN` page and copied per pipelined batch, unless told otherwise.
 pub const BATCH: usize = 1000;
 
 /// Why a run could not start or finish.
@@ -114,6 +119,9 @@ pub struct MigrateOptions {
     pub mirror: bool,
     /// Stop after this many keys were copied (for tests of resumption).
     pub stop_after: Option<u64>,
+    /// Keys asked of `SCAN` per page and copied per pipelined batch ([`BATCH`] by default).
+    /// Memory follows it, not the keyspace: names are held one page at a time.
+    pub batch_size: usize,
 }
 
 /// How far a run got: keys handled of keys planned.
@@ -180,21 +188,20 @@ pub async fn migrate(
     }
 
     let pattern = format!("{}:*", glob_escape(&opts.prefix));
-    let keys = source.scan_all(pattern.as_bytes()).await?;
-    let target_keys = if distinct_target {
-        Some(target.scan_all(pattern.as_bytes()).await?)
-    } else {
-        None
+    let page = opts.batch_size.max(1);
+    let filter = FamilyFilter::new(&opts.include);
+    let plan = |key: &Bytes| match opts.direction {
+        Direction::LegacyToCluster => plan::plan_forward(&layout, key, distinct_target, &filter),
+        Direction::ClusterToLegacy => plan::plan_reverse(&layout, key, distinct_target, &filter),
     };
-    if !opts.allow_live {
-        let mut live = inspect::live_coordination(&source, &layout, &keys).await?;
-        if let Some(target_keys) = &target_keys {
-            live.extend(inspect::live_coordination(target, &layout, target_keys).await?);
-        }
-        if !live.is_empty() {
-            return Err(MigrateError::Live(live));
-        }
-    }
+    let estimate = survey(
+        opts,
+        &layout,
+        &source,
+        distinct_target.then_some(target),
+        &plan,
+    )
+    .await?;
 
     let (restore_sha, raise_sha) = if opts.dry_run {
         (Bytes::new(), Bytes::new())
@@ -215,106 +222,102 @@ pub async fn migrate(
         delete_source: opts.delete_source,
         distinct_target,
     };
-    let filter = FamilyFilter::new(&opts.include);
     let mut report = Report {
         direction: opts.direction.name().to_owned(),
         dry_run: opts.dry_run,
         ..Report::default()
     };
 
-    // Plan every key; logs are expanded into their items below.
-    let mut copies: Vec<CopyStep> = Vec::new();
-    let mut logs: Vec<CopyStep> = Vec::new();
-    let mut items_found: Vec<(Bytes, String)> = Vec::new();
+    // The copy, one page of the walk at a time: a page's keys are planned, its logs
+    // expanded into their items, and the lot copied before the next page is read. What
+    // outlives a page is one fingerprint per listed item (for the orphan check) and, for a
+    // mirroring way back, per key written (for the pruning).
+    let mut listed_items = Fingerprints::default();
+    let mut produced = Fingerprints::default();
+    let mut items_found = 0u64;
     let mut internal: Vec<Bytes> = Vec::new();
-    for key in &keys {
-        let step = match opts.direction {
-            Direction::LegacyToCluster => {
-                plan::plan_forward(&layout, key, distinct_target, &filter)
-            }
-            Direction::ClusterToLegacy => {
-                plan::plan_reverse(&layout, key, distinct_target, &filter)
-            }
-        };
-        match step {
-            Step::Copy(copy) => copies.push(copy),
-            Step::Log(log) => logs.push(log),
-            Step::Item { family, key } => {
-                items_found.push((key, layout.family_name(family).to_owned()));
-            }
-            Step::Skip { family, .. } => {
-                report.family(layout.family_name(family)).skipped += 1;
-            }
-            Step::Unmatched => report.unmatched += 1,
-            Step::Other => {
-                if opts.direction == Direction::ClusterToLegacy
-                    && layout.reverse(key) == Reverse::Internal
-                {
-                    internal.push(key.clone());
+    let mut done = 0u64;
+    let mut reported = Progress::default();
+    let mut walk = source.walk(pattern.as_bytes(), page);
+    'walk: while let Some(keys) = walk.next_page().await? {
+        let mut copies: Vec<CopyStep> = Vec::new();
+        let mut logs: Vec<CopyStep> = Vec::new();
+        for key in &keys {
+            match plan(key) {
+                Step::Copy(copy) => copies.push(copy),
+                Step::Log(log) => logs.push(log),
+                Step::Item { .. } => items_found += 1,
+                Step::Skip { family, .. } => {
+                    report.family(layout.family_name(family)).skipped += 1;
+                }
+                Step::Unmatched => report.unmatched += 1,
+                Step::Other => {
+                    if opts.direction == Direction::ClusterToLegacy
+                        && layout.reverse(key) == Reverse::Internal
+                    {
+                        internal.push(key.clone());
+                    }
                 }
             }
         }
-    }
-    expand_logs(
-        &layout,
-        &opts.prefix,
-        &source,
-        logs,
-        &mut copies,
-        &mut report,
-    )
-    .await?;
-    let listed: HashSet<&Bytes> = copies
-        .iter()
-        .filter(|c| c.kind == Kind::Item)
-        .map(|c| &c.from)
-        .collect();
-    for (item, family) in &items_found {
-        if !listed.contains(item) {
-            report.orphan(family, item);
+        expand_logs(
+            &layout,
+            &opts.prefix,
+            &source,
+            page,
+            logs,
+            &mut copies,
+            &mut report,
+        )
+        .await?;
+        for copy in &copies {
+            if copy.kind == Kind::Item {
+                listed_items.insert(&copy.from);
+            }
+            if mirror {
+                produced.insert(&copy.to);
+            }
         }
-    }
-    drop(listed);
-
-    // Copy, batch by batch.
-    let total = copies.len() as u64;
-    let mut done = 0u64;
-    let mut written = 0u64;
-    for batch in copies.chunks(BATCH) {
-        let batch = match opts.stop_after {
-            Some(limit) if written >= limit => {
+        for chunk in copies.chunks(page) {
+            let room = opts
+                .stop_after
+                .map_or(usize::MAX, |limit| limit.saturating_sub(done) as usize);
+            let batch = &chunk[..chunk.len().min(room)];
+            if batch.is_empty() {
                 report.interrupted = true;
-                break;
+                break 'walk;
             }
-            Some(limit) => &batch[..batch.len().min((limit - written) as usize)],
-            None => batch,
-        };
-        let results = copy_following_moves(&copier, batch).await?;
-        for (step, result) in batch.iter().zip(results) {
-            let deletes_source = opts.delete_source
-                && !opts.dry_run
-                && (step.from != step.to || distinct_target)
-                && matches!(
-                    result,
-                    Ok(Outcome::Copied | Outcome::Replaced | Outcome::Kept)
-                );
-            let counts = report.family(layout.family_name(step.family));
-            if deletes_source {
-                counts.deleted += 1;
+            let results = copy_following_moves(&copier, batch).await?;
+            for (step, result) in batch.iter().zip(results) {
+                count_outcome(&mut report, &layout, opts, distinct_target, step, result);
             }
-            match result {
-                Ok(Outcome::Copied) => counts.copied += 1,
-                Ok(Outcome::Replaced) => counts.overwritten += 1,
-                Ok(Outcome::Kept) | Ok(Outcome::Vanished) => counts.skipped += 1,
-                Err(message) => report.error(layout.family_name(step.family), message),
+            done += batch.len() as u64;
+            reported = Progress {
+                done,
+                total: estimate.max(done),
+            };
+            progress(reported);
+            if batch.len() < chunk.len() {
+                report.interrupted = true;
+                break 'walk;
             }
         }
-        written += batch.len() as u64;
-        done += batch.len() as u64;
-        progress(Progress { done, total });
     }
-    if opts.stop_after.is_some_and(|limit| written >= limit) && written < total {
-        report.interrupted = true;
+    if !report.interrupted && reported.done != reported.total {
+        // The estimate counted keys that were gone, or items no log lists, by now.
+        progress(Progress { done, total: done });
+    }
+    if items_found > 0 && !report.interrupted {
+        report_orphans(
+            &layout,
+            &source,
+            &pattern,
+            page,
+            &filter,
+            &listed_items,
+            &mut report,
+        )
+        .await?;
     }
 
     let complete = !report.interrupted && filter.is_all() && report.totals().errors == 0;
@@ -348,7 +351,8 @@ pub async fn migrate(
                         &copier,
                         target,
                         &pattern,
-                        &copies,
+                        page,
+                        &produced,
                         &filter,
                         &mut report,
                     )
@@ -371,6 +375,43 @@ pub async fn migrate(
     });
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// A first walk, before anything is written: refuses while coordinators are live (on the
+/// source, and on `other_target`), and counts the keys the copy will take, for the
+/// progress display.
+async fn survey(
+    opts: &MigrateOptions,
+    layout: &Layout,
+    source: &Endpoint,
+    other_target: Option<&Endpoint>,
+    plan: &impl Fn(&Bytes) -> Step,
+) -> Result<u64, MigrateError> {
+    let pattern = format!("{}:*", glob_escape(&opts.prefix));
+    let page = opts.batch_size.max(1);
+    let mut live = Vec::new();
+    let mut estimate = 0u64;
+    let mut walk = source.walk(pattern.as_bytes(), page);
+    while let Some(keys) = walk.next_page().await? {
+        estimate += keys
+            .iter()
+            .filter(|key| matches!(plan(key), Step::Copy(_) | Step::Log(_) | Step::Item { .. }))
+            .count() as u64;
+        if !opts.allow_live {
+            live.extend(inspect::live_coordination(source, layout, &keys).await?);
+        }
+    }
+    if let Some(target) = other_target.filter(|_| !opts.allow_live) {
+        let mut walk = target.walk(pattern.as_bytes(), page);
+        while let Some(keys) = walk.next_page().await? {
+            live.extend(inspect::live_coordination(target, layout, &keys).await?);
+        }
+    }
+    if live.is_empty() {
+        Ok(estimate)
+    } else {
+        Err(MigrateError::Live(live))
+    }
 }
 
 /// Copies `batch`; steps that meet a moved slot are retried after re-reading both slot maps
@@ -404,6 +445,7 @@ async fn expand_logs(
     layout: &Layout,
     prefix: &str,
     source: &Endpoint,
+    page: usize,
     logs: Vec<CopyStep>,
     copies: &mut Vec<CopyStep>,
     report: &mut Report,
@@ -414,7 +456,7 @@ async fn expand_logs(
     let rules = MessageRules::new(layout, prefix).ok_or_else(|| {
         MigrateError::Layout("the message log and item rules have an unexpected shape".into())
     })?;
-    for batch in logs.chunks(BATCH) {
+    for batch in logs.chunks(page) {
         let members = join_all(batch.iter().map(|log| async move {
             source
                 .call_key(&log.from, &[b"ZRANGE", &log.from, b"0", b"-1"])
@@ -447,47 +489,128 @@ async fn expand_logs(
 }
 
 /// The mirror's second half: deletes legacy records on the target that the source no
-/// longer has. Counters (fences, terms) and ephemeral keys are never pruned.
+/// longer has (none of the `produced` names). Counters (fences, terms) and ephemeral keys are
+/// never pruned.
+#[allow(clippy::too_many_arguments)]
 async fn prune(
     layout: &Layout,
     copier: &Copier<'_>,
     target: &Endpoint,
     pattern: &str,
-    copies: &[CopyStep],
+    page: usize,
+    produced: &Fingerprints,
     filter: &FamilyFilter,
     report: &mut Report,
 ) -> Result<(), MigrateError> {
-    let produced: HashSet<&Bytes> = copies.iter().map(|c| &c.to).collect();
-    let mut doomed = Vec::new();
-    for key in target.scan_all(pattern.as_bytes()).await? {
-        if produced.contains(&key) {
-            continue;
+    let mut walk = target.walk(pattern.as_bytes(), page);
+    while let Some(keys) = walk.next_page().await? {
+        let mut doomed = Vec::new();
+        for key in keys {
+            if produced.contains(&key) {
+                continue;
+            }
+            let Forward::Rewritten(r) = layout.forward(&key) else {
+                continue;
+            };
+            // In place, a cluster:v1 key of the source can also look like a legacy name.
+            if !copier.distinct_target
+                && matches!(layout.reverse(&key), Reverse::Legacy(ref l) if *l != key)
+            {
+                continue;
+            }
+            let name = layout.family_name(r.family);
+            let kind = kind_of(name, &key, &r.key, r.index.is_some());
+            let prunable = match kind {
+                Kind::Counter | Kind::Ephemeral => false,
+                Kind::Unchanged => copier.distinct_target,
+                _ => true,
+            };
+            if prunable && filter.allows(name) {
+                report.family(name).pruned += 1;
+                doomed.push(key);
+            }
         }
-        let Forward::Rewritten(r) = layout.forward(&key) else {
-            continue;
-        };
-        // In place, a cluster:v1 key of the source can also look like a legacy name.
-        if !copier.distinct_target
-            && matches!(layout.reverse(&key), Reverse::Legacy(ref l) if *l != key)
-        {
-            continue;
+        if !copier.dry_run {
+            delete_keys(target, &doomed).await?;
         }
-        let name = layout.family_name(r.family);
-        let kind = kind_of(name, &key, &r.key, r.index.is_some());
-        let prunable = match kind {
-            Kind::Counter | Kind::Ephemeral => false,
-            Kind::Unchanged => copier.distinct_target,
-            _ => true,
-        };
-        if prunable && filter.allows(name) {
-            report.family(name).pruned += 1;
-            doomed.push(key);
-        }
-    }
-    if !copier.dry_run {
-        delete_keys(target, &doomed).await?;
     }
     Ok(())
+}
+
+/// Reports the message items under the prefix that no log listed (a second walk: whether
+/// an item is listed is known only once every log has been read).
+async fn report_orphans(
+    layout: &Layout,
+    source: &Endpoint,
+    pattern: &str,
+    page: usize,
+    filter: &FamilyFilter,
+    listed: &Fingerprints,
+    report: &mut Report,
+) -> Result<(), MigrateError> {
+    let mut walk = source.walk(pattern.as_bytes(), page);
+    while let Some(keys) = walk.next_page().await? {
+        for key in &keys {
+            if let Step::Item { family, key } = plan::plan_forward(layout, key, false, filter) {
+                if !listed.contains(&key) {
+                    report.orphan(layout.family_name(family), &key);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Adds one copied step's outcome to the report.
+fn count_outcome(
+    report: &mut Report,
+    layout: &Layout,
+    opts: &MigrateOptions,
+    distinct_target: bool,
+    step: &CopyStep,
+    result: Result<Outcome, String>,
+) {
+    let deletes_source = opts.delete_source
+        && !opts.dry_run
+        && (step.from != step.to || distinct_target)
+        && matches!(
+            result,
+            Ok(Outcome::Copied | Outcome::Replaced | Outcome::Kept)
+        );
+    let counts = report.family(layout.family_name(step.family));
+    if deletes_source {
+        counts.deleted += 1;
+    }
+    match result {
+        Ok(Outcome::Copied) => counts.copied += 1,
+        Ok(Outcome::Replaced) => counts.overwritten += 1,
+        Ok(Outcome::Kept) | Ok(Outcome::Vanished) => counts.skipped += 1,
+        Err(message) => report.error(layout.family_name(step.family), message),
+    }
+}
+
+/// 64-bit fingerprints of key names: what a run keeps of the keys it has passed, 8 bytes
+/// a key instead of its name. Two of n names share one with a chance of about n²/2⁶⁵ (one
+/// run in 370,000 at ten million keys); an orphan sharing a listed item's would go
+/// unreported, and a record sharing a written key's would not be pruned.
+#[derive(Default)]
+struct Fingerprints(HashSet<u64>);
+
+impl Fingerprints {
+    fn of(key: &[u8]) -> u64 {
+        // SipHash with fixed keys: the same name gives the same fingerprint all run long.
+        let mut hasher = std::hash::DefaultHasher::new();
+        hasher.write(key);
+        hasher.finish()
+    }
+
+    fn insert(&mut self, key: &[u8]) {
+        self.0.insert(Self::of(key));
+    }
+
+    fn contains(&self, key: &[u8]) -> bool {
+        self.0.contains(&Self::of(key))
+    }
 }
 
 async fn delete_keys(endpoint: &Endpoint, keys: &[Bytes]) -> Result<(), MigrateError> {

@@ -5,7 +5,8 @@
 //! current slot map. A `MOVED`/`ASK` reply is returned as an error marked with
 //! [`MOVED_MARK`] (see [`is_moved`]) and never followed inside a call: the caller re-reads
 //! the slot map ([`Endpoint::refresh`]) and retries the whole step, which is safe because
-//! every write of the tools is idempotent. Walking (`SCAN`) visits every master once.
+//! every write of the tools is idempotent. Walking (`SCAN`) visits every master once, one
+//! page at a time, on the masters of the slot map it started with.
 //! Connecting tries every seed in turn until one answers.
 
 use std::collections::HashMap;
@@ -407,39 +408,18 @@ impl Endpoint {
         Ok(results)
     }
 
-    /// Every key matching `pattern` on every master (`SCAN` with `COUNT 1000`).
-    pub async fn scan_all(&self, pattern: &[u8]) -> Result<Vec<Bytes>, MigrateError> {
-        let mut keys = Vec::new();
-        for node in 0..self.topology.load().conns.len() {
-            let mut cursor = Bytes::from_static(b"0");
-            loop {
-                let reply = self
-                    .call_node(
-                        node,
-                        &[b"SCAN", &cursor, b"MATCH", pattern, b"COUNT", b"1000"],
-                    )
-                    .await?;
-                let Reply::List(mut parts) = reply else {
-                    return Err(MigrateError::Redis(format!("SCAN: {reply:?}")));
-                };
-                if parts.len() != 2 {
-                    return Err(MigrateError::Redis("SCAN: malformed reply".to_owned()));
-                }
-                let batch = parts.pop().unwrap_or(Reply::Nil);
-                let next = parts
-                    .pop()
-                    .and_then(|c| c.data().cloned())
-                    .unwrap_or_default();
-                if let Reply::List(found) = batch {
-                    keys.extend(found.into_iter().filter_map(|k| k.data().cloned()));
-                }
-                if next.as_ref() == b"0" || next.is_empty() {
-                    break;
-                }
-                cursor = next;
-            }
+    /// A walk over the keys matching `pattern` on every master, `count` keys or so per page.
+    /// The masters are those of the current slot map: a refresh during the walk (a slot
+    /// moved) does not send a cursor to another node.
+    pub fn walk(&self, pattern: &[u8], count: usize) -> KeyWalk {
+        let mut nodes = self.topology.load().conns.clone();
+        nodes.reverse();
+        KeyWalk {
+            nodes,
+            pattern: Bytes::copy_from_slice(pattern),
+            count: Bytes::from(count.max(1).to_string()),
+            cursor: Bytes::from_static(b"0"),
         }
-        Ok(keys)
     }
 
     /// Loads `script` on every master; returns its SHA1.
@@ -455,6 +435,68 @@ impl Endpoint {
             }
         }
         sha.ok_or_else(|| MigrateError::Redis("no master to load a script on".to_owned()))
+    }
+}
+
+/// A `SCAN` over every master in turn, one page at a time: a walk holds one page of names,
+/// whatever the size of the keyspace. As `SCAN` promises, a key present for the whole walk
+/// is found at least once; one added or removed meanwhile may or may not be.
+pub struct KeyWalk {
+    /// The masters left to walk, the current one last (they are taken from the end).
+    nodes: Vec<NodeConn>,
+    pattern: Bytes,
+    count: Bytes,
+    /// The current master's cursor.
+    cursor: Bytes,
+}
+
+impl KeyWalk {
+    /// The next page of names (possibly empty, as `SCAN` pages may be); `None` once every
+    /// master has been walked.
+    pub async fn next_page(&mut self) -> Result<Option<Vec<Bytes>>, MigrateError> {
+        let Some(node) = self.nodes.last() else {
+            return Ok(None);
+        };
+        let args: [&[u8]; 6] = [
+            b"SCAN",
+            &self.cursor,
+            b"MATCH",
+            &self.pattern,
+            b"COUNT",
+            &self.count,
+        ];
+        let reply = call_conn(node, &args).await?;
+        let Reply::List(mut parts) = reply else {
+            return Err(MigrateError::Redis(format!(
+                "{}: SCAN: {reply:?}",
+                node.addr()
+            )));
+        };
+        if parts.len() != 2 {
+            return Err(MigrateError::Redis(format!(
+                "{}: SCAN: malformed reply",
+                node.addr()
+            )));
+        }
+        let found = parts.pop().unwrap_or(Reply::Nil);
+        let next = parts
+            .pop()
+            .and_then(|c| c.data().cloned())
+            .unwrap_or_default();
+        if next.as_ref() == b"0" || next.is_empty() {
+            self.nodes.pop();
+            self.cursor = Bytes::from_static(b"0");
+        } else {
+            self.cursor = next;
+        }
+        let keys = match found {
+            Reply::List(found) => found
+                .into_iter()
+                .filter_map(|k| k.data().cloned())
+                .collect(),
+            _ => Vec::new(),
+        };
+        Ok(Some(keys))
     }
 }
 
