@@ -719,6 +719,42 @@ fn wait_for_value(proxy: &Proxy, series: &str, want: f64) {
 }
 
 #[test]
+fn a_renamed_key_whose_slot_has_no_master_is_counted_once() {
+    let cluster = Cluster::start(3, 0);
+    let config =
+        config_file("topology:\n  refresh_interval_ms: 300\nlayout:\n  allow_legacy_data: true\n");
+    let proxy = Proxy::start(&[
+        "--cluster",
+        &cluster.seeds_arg(),
+        "--layout",
+        "config/botmesh-cluster-v1.yaml",
+        "--prefix",
+        "mun",
+        "--config",
+        &config,
+    ]);
+    let slot = cluster.keyslot("mun:{lk:l1}:l");
+    for master in cluster.masters() {
+        let _: () = query(&master, redis::cmd("CLUSTER").arg("DELSLOTS").arg(slot)).unwrap();
+    }
+    wait_for_readyz(proxy.admin_addr(), 503, "16383 of 16384");
+    let before = scrape(&proxy);
+    let mut con = proxy.connect();
+    let refused = redis::cmd("SET")
+        .arg("mun:lock:l1")
+        .arg("t")
+        .query::<()>(&mut con);
+    assert!(refused.is_err(), "no master serves the slot: {refused:?}");
+    let after = scrape(&proxy);
+    // The batched path declines it (no master) and the layout path counts it.
+    assert_eq!(
+        after.value("slotbridge_layout_rewrites_total{family=\"lock\"}")
+            - before.value("slotbridge_layout_rewrites_total{family=\"lock\"}"),
+        1.0
+    );
+}
+
+#[test]
 fn layout_blocking_and_pubsub_series_move() {
     let cluster = common::shared_cluster();
     let proxy = Proxy::start(&[

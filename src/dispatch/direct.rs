@@ -150,7 +150,7 @@ impl Proxy {
             .layout
             .as_ref()
             .is_some_and(|active| active.concerns_keys(args, &keys));
-        let (slot, frame, kind) = match &self.layout {
+        let (slot, rewrite, kind) = match &self.layout {
             Some(active) if concerns_layout => {
                 let rewrite = active.direct_rewrite(spec, args, &keys, proto)?;
                 let kind = match batchable {
@@ -158,7 +158,7 @@ impl Proxy {
                     _ if rewrite.upkeep => DirectKind::Upkeep,
                     _ => DirectKind::Plain,
                 };
-                (rewrite.slot, rewrite.frame, kind)
+                (rewrite.slot, Some((active, rewrite)), kind)
             }
             _ => {
                 let Ok(Some(slot)) = common_slot(args, &keys) else {
@@ -182,6 +182,12 @@ impl Proxy {
             }
         };
         let conn = self.topology.master_for_slot(slot, proto)?;
+        // Counted once it is sure to leave this way: without a master for its slot it
+        // takes the layout path, which counts it.
+        let frame = rewrite.and_then(|(active, rewrite)| {
+            active.count_direct(&rewrite);
+            rewrite.frame
+        });
         if kind == DirectKind::Script && scripts::Run::of(spec) == Some(scripts::Run::Eval) {
             self.scripts.remember(&args[1]);
         }

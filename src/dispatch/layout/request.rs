@@ -42,6 +42,10 @@ pub struct DirectRewrite {
     /// The frame is the command inside an EVALSHA of the upkeep script: a `-NOSCRIPT`
     /// answer means "send it again as EVAL" (see [`upkeep_as_eval`]).
     pub upkeep: bool,
+    /// The families of the renamed keys and the prefixes of keys no rule matched, counted
+    /// by [`ActiveLayout::count_direct`] once the request is sent this way.
+    renamed_families: SmallVec<[u16; 4]>,
+    unmatched_prefixes: SmallVec<[usize; 2]>,
 }
 
 impl ActiveLayout {
@@ -52,8 +56,9 @@ impl ActiveLayout {
     /// keys) in one slot, the upkeep script loaded, and no script on an index-backed
     /// record. Such a request joins the client's batch for its master as a plain one does,
     /// instead of running as a future of its own; `None` sends it down the layout path,
-    /// which answers every other case the same way. Counts what
-    /// [`ActiveLayout::rewrite_request`] and the upkeep would.
+    /// which answers every other case the same way. Counts nothing: a request that leaves
+    /// this way is counted by [`ActiveLayout::count_direct`], one that takes the layout path
+    /// after all (its slot has no master) is counted there.
     pub fn direct_rewrite(
         &self,
         spec: &CommandSpec,
@@ -119,16 +124,6 @@ impl ActiveLayout {
         } else {
             Some(self.sha()?)
         };
-        for prefix in unmatched {
-            if let Some(counter) = self.unmatched_counters.get(prefix) {
-                counter.increment(1);
-            }
-        }
-        for (_, _, family) in &renamed {
-            if let Some(counter) = self.rewrite_counters.get(usize::from(*family)) {
-                counter.increment(1);
-            }
-        }
         let cluster_args = || {
             args.iter().enumerate().map(|(at, arg)| {
                 renamed
@@ -139,7 +134,6 @@ impl ActiveLayout {
         };
         let frame = match sha {
             Some(sha) => {
-                crate::metrics::index_upkeep();
                 let command: SmallVec<[Bytes; 8]> = cluster_args().cloned().collect();
                 let key_names: SmallVec<[Bytes; 4]> =
                     keys.iter().map(|key| command[key.index].clone()).collect();
@@ -157,7 +151,27 @@ impl ActiveLayout {
             slot,
             frame,
             upkeep,
+            renamed_families: renamed.iter().map(|(_, _, family)| *family).collect(),
+            unmatched_prefixes: unmatched,
         })
+    }
+
+    /// Counts what [`ActiveLayout::rewrite_request`] and the upkeep would have counted for
+    /// a request sent as `rewrite` says.
+    pub fn count_direct(&self, rewrite: &DirectRewrite) {
+        for prefix in &rewrite.unmatched_prefixes {
+            if let Some(counter) = self.unmatched_counters.get(*prefix) {
+                counter.increment(1);
+            }
+        }
+        for family in &rewrite.renamed_families {
+            if let Some(counter) = self.rewrite_counters.get(usize::from(*family)) {
+                counter.increment(1);
+            }
+        }
+        if rewrite.upkeep {
+            crate::metrics::index_upkeep();
+        }
     }
 
     /// Rewrites every key of `request` (a `spec` command) to its cluster name; `Err` is the
