@@ -7,6 +7,7 @@
 //! rules from most to least specific; each try is a few literal comparisons and `:` scans,
 //! with no allocation until the rewritten key is built.
 
+use std::cell::RefCell;
 use std::path::Path;
 
 use bytes::Bytes;
@@ -225,20 +226,15 @@ impl Layout {
         };
         let record_bucket = rule.bucket_of.map_or(0, |slot| bucket(value(slot)));
         let render_key = |template: &super::template::ClusterTemplate| {
-            let prefix_name = self.prefixes[prefix].as_bytes();
-            let mut out = Vec::with_capacity(prefix_name.len() + 1 + body.len() * 3 / 2 + 12);
-            out.extend_from_slice(prefix_name);
-            out.push(b':');
-            template.render(value, record_bucket, &mut out);
-            Bytes::from(out)
+            rendered(|out| {
+                out.extend_from_slice(self.prefixes[prefix].as_bytes());
+                out.push(b':');
+                template.render(value, record_bucket, out);
+            })
         };
-        let index = rule.index.as_ref().map(|index| {
-            let mut member = Vec::with_capacity(body.len() + 8);
-            index.member.render(value, record_bucket, &mut member);
-            IndexEntry {
-                key: render_key(&index.key),
-                member: Bytes::from(member),
-            }
+        let index = rule.index.as_ref().map(|index| IndexEntry {
+            key: render_key(&index.key),
+            member: rendered(|out| index.member.render(value, record_bucket, out)),
         });
         Rewritten {
             key: render_key(cluster),
@@ -276,15 +272,14 @@ impl Layout {
         if values[..names].iter().any(Option::is_none) {
             return None;
         }
-        let prefix_name = self.prefixes[prefix].as_bytes();
-        let mut out = Vec::with_capacity(prefix_name.len() + 32);
-        out.extend_from_slice(prefix_name);
-        out.push(b':');
-        rule.legacy.render(
-            |slot| values[usize::from(slot)].as_deref().unwrap_or_default(),
-            &mut out,
-        );
-        Some(Bytes::from(out))
+        Some(rendered(|out| {
+            out.extend_from_slice(self.prefixes[prefix].as_bytes());
+            out.push(b':');
+            rule.legacy.render(
+                |slot| values[usize::from(slot)].as_deref().unwrap_or_default(),
+                out,
+            );
+        }))
     }
 
     /// True when `legacy` goes forward through rule `rule` to exactly `expect`; this keeps
@@ -561,4 +556,18 @@ impl Layout {
         }
         text
     }
+}
+
+/// A name rendered into this thread's scratch buffer and copied out at its exact size:
+/// one allocation, where a `Vec` with room to spare turned into `Bytes` costs two (the
+/// buffer and a shared handle).
+fn rendered(render: impl FnOnce(&mut Vec<u8>)) -> Bytes {
+    thread_local! {
+        static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with_borrow_mut(|out| {
+        out.clear();
+        render(out);
+        Bytes::copy_from_slice(out)
+    })
 }
