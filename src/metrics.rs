@@ -198,6 +198,7 @@ fn describe() {
 /// recorder can't be read back (and may not be installed).
 struct Totals {
     clients: AtomicI64,
+    blocked_clients: AtomicI64,
     connections_received: AtomicU64,
     connections_rejected: AtomicU64,
     moved: AtomicU64,
@@ -209,6 +210,7 @@ struct Totals {
 
 static TOTALS: Totals = Totals {
     clients: AtomicI64::new(0),
+    blocked_clients: AtomicI64::new(0),
     connections_received: AtomicU64::new(0),
     connections_rejected: AtomicU64::new(0),
     moved: AtomicU64::new(0),
@@ -223,6 +225,8 @@ static TOTALS: Totals = Totals {
 pub struct ProxyTotals {
     /// Open client connections.
     pub clients: i64,
+    /// Clients waiting in a blocking command.
+    pub blocked_clients: i64,
     /// Client connections accepted since start.
     pub connections_received: u64,
     /// Client connections refused since start.
@@ -243,6 +247,7 @@ pub struct ProxyTotals {
 pub fn totals() -> ProxyTotals {
     ProxyTotals {
         clients: TOTALS.clients.load(Ordering::Relaxed),
+        blocked_clients: TOTALS.blocked_clients.load(Ordering::Relaxed),
         connections_received: TOTALS.connections_received.load(Ordering::Relaxed),
         connections_rejected: TOTALS.connections_rejected.load(Ordering::Relaxed),
         moved: TOTALS.moved.load(Ordering::Relaxed),

@@ -522,6 +522,86 @@ fn count_in(value: &str, key: &str) -> u64 {
 }
 
 #[test]
+fn info_memory_is_the_clusters_and_info_clients_the_proxys() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&[
+        "--cluster",
+        &cluster.seeds_arg(),
+        "--config",
+        &config_file("maxclients: 77\n"),
+    ]);
+    let mut con = proxy.connect();
+    for (master, megabytes) in cluster.masters().iter().zip([100, 200, 300]) {
+        let _: () = query(
+            master,
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("maxmemory")
+                .arg(format!("{megabytes}mb")),
+        )
+        .unwrap();
+    }
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return 1")
+        .query(&mut con)
+        .unwrap();
+    let memory = info_sections(&mut con, &["memory"]);
+    let memory = &memory["Memory"];
+    let masters = masters_section(&cluster, "memory");
+    assert_eq!(field(memory, "maxmemory"), Some("629145600"), "{memory:?}");
+    assert_eq!(field(memory, "maxmemory_human"), Some("600.00M"));
+    // The proxy loaded the script on every master; the dataset holds it once.
+    assert!(masters.iter().all(|m| m["number_of_cached_scripts"] == "1"));
+    assert_eq!(field(memory, "number_of_cached_scripts"), Some("1"));
+    let used: f64 = field(memory, "used_memory").unwrap().parse().unwrap();
+    let summed: f64 = masters
+        .iter()
+        .map(|m| m["used_memory"].parse::<f64>().unwrap())
+        .sum();
+    assert!(
+        (used - summed).abs() < summed * 0.05,
+        "used_memory {used} through the proxy, {summed} summed over the masters"
+    );
+    assert_eq!(
+        field(memory, "maxmemory_policy"),
+        Some(masters[0]["maxmemory_policy"].as_str())
+    );
+
+    let clients = |con: &mut redis::Connection| info_sections(con, &["clients"])["Clients"].clone();
+    let before = clients(&mut con);
+    assert_eq!(field(&before, "maxclients"), Some("77"), "{before:?}");
+    assert_eq!(field(&before, "cluster_connections"), Some("0"));
+    assert_eq!(field(&before, "blocked_clients"), Some("0"));
+    let blocker = proxy.client();
+    let blocked = std::thread::spawn(move || {
+        let mut con = blocker.get_connection().unwrap();
+        let popped: Option<(String, String)> = redis::cmd("BLPOP")
+            .arg("info:blocked")
+            .arg(5)
+            .query(&mut con)
+            .unwrap();
+        popped
+    });
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while field(&clients(&mut con), "blocked_clients") != Some("1") {
+        assert!(Instant::now() < deadline, "BLPOP never counted as blocked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(field(&clients(&mut con), "connected_clients"), Some("2"));
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("info:blocked")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        blocked.join().unwrap(),
+        Some(("info:blocked".to_owned(), "x".to_owned()))
+    );
+    assert_eq!(field(&clients(&mut con), "blocked_clients"), Some("0"));
+}
+
+#[test]
 fn info_stats_commandstats_and_errorstats_are_the_clusters() {
     let cluster = common::shared_cluster();
     let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);

@@ -77,6 +77,7 @@ pub struct BlockedClient;
 impl BlockedClient {
     /// Counts one more blocked client.
     pub fn enter() -> BlockedClient {
+        TOTALS.blocked_clients.fetch_add(1, Ordering::Relaxed);
         gauge!(BLOCKED_CLIENTS).increment(1.0);
         BlockedClient
     }
@@ -84,6 +85,7 @@ impl BlockedClient {
 
 impl Drop for BlockedClient {
     fn drop(&mut self) {
+        TOTALS.blocked_clients.fetch_sub(1, Ordering::Relaxed);
         gauge!(BLOCKED_CLIENTS).decrement(1.0);
     }
 }

@@ -1,8 +1,10 @@
 //! INFO through the proxy: one master's text, read as one server's (not in cluster mode,
-//! the proxy's port and clients), with the sections that count the whole dataset's work
-//! (`Stats`, `Commandstats`, `Errorstats`, `Keyspace`) summed over every master, and a
-//! `# Proxy` section. A client or exporter that reads INFO from the proxy sees the
-//! cluster's totals, not a third of them.
+//! the proxy's port and clients), with the sections that count the whole dataset and its
+//! work (`Memory`, `Stats`, `Commandstats`, `Errorstats`, `Keyspace`) summed over every
+//! master, and a `# Proxy` section. A client or exporter that reads INFO from the proxy
+//! sees the cluster's totals, not a third of them.
+
+mod memory;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -30,7 +32,12 @@ impl Proxy {
             .rsplit_once(':')
             .map_or("0", |(_, port)| port);
         let totals = crate::metrics::totals();
-        let mut sections = split_sections(&as_one_node(&text, port, totals.clients.max(0)));
+        let own = OwnClients {
+            connected: totals.clients.max(0),
+            blocked: totals.blocked_clients.max(0),
+            max: self.config.maxclients,
+        };
+        let mut sections = split_sections(&as_one_node(&text, port, &own));
         let answered = if wanted.summed {
             let args: Vec<&[u8]> = request.args.iter().map(|a| &a[..]).collect();
             let mut cluster = self.info_of_all_masters(&args).await;
@@ -139,7 +146,13 @@ impl InfoSections {
             })
         };
         InfoSections {
-            summed: named(&[b"keyspace", b"stats", b"commandstats", b"errorstats"]),
+            summed: named(&[
+                b"keyspace",
+                b"memory",
+                b"stats",
+                b"commandstats",
+                b"errorstats",
+            ]),
             keyspace: named(&[b"keyspace"]),
             proxy: named(&[b"proxy"]),
         }
@@ -194,6 +207,7 @@ fn join_sections(sections: &[Section]) -> String {
 struct ClusterSections {
     answered: usize,
     keyspace: Keyspace,
+    memory: memory::Memory,
     stats: Stats,
     commandstats: Records,
     errorstats: Records,
@@ -207,6 +221,7 @@ impl ClusterSections {
             let lines = section.lines.iter().map(String::as_str);
             match section.name.to_ascii_lowercase().as_str() {
                 "keyspace" => self.keyspace.add(lines),
+                "memory" => self.memory.add(lines),
                 "stats" => self.stats.add(lines),
                 "commandstats" => self.commandstats.add(lines),
                 "errorstats" => self.errorstats.add(lines),
@@ -224,6 +239,7 @@ impl ClusterSections {
         for section in sections.iter_mut() {
             section.lines = match section.name.to_ascii_lowercase().as_str() {
                 "keyspace" => self.keyspace.lines(),
+                "memory" => self.memory.lines(),
                 "stats" => self.stats.lines(),
                 "commandstats" => self.commandstats.lines(),
                 "errorstats" => self.errorstats.lines(),
@@ -447,22 +463,38 @@ impl Keyspace {
 }
 
 /// A master's INFO `text` as a client of one Redis at the proxy's `port` expects it: not in
-/// cluster mode (`redis_mode`, `cluster_enabled`), listening on `port`, with the proxy's
-/// `clients`. Clients that pick a cluster driver from these fields stay on the plain one.
-fn as_one_node(text: &str, port: &str, clients: i64) -> String {
+/// cluster mode (`redis_mode`, `cluster_enabled`, no cluster bus connections), listening on
+/// `port`, with the client counts of [`OwnClients`]. Clients that pick a cluster driver
+/// from these fields stay on the plain one.
+fn as_one_node(text: &str, port: &str, own: &OwnClients) -> String {
     let mut out = String::with_capacity(text.len());
     for line in text.split_inclusive('\n') {
         let (field, _) = line.split_once(':').unwrap_or((line, ""));
         let end = if line.ends_with("\r\n") { "\r\n" } else { "" };
-        match field {
-            "redis_mode" => out.push_str(&format!("redis_mode:standalone{end}")),
-            "cluster_enabled" => out.push_str(&format!("cluster_enabled:0{end}")),
-            "tcp_port" => out.push_str(&format!("tcp_port:{port}{end}")),
-            "connected_clients" => out.push_str(&format!("connected_clients:{clients}{end}")),
-            _ => out.push_str(line),
-        }
+        let value = match field {
+            "redis_mode" => "standalone".to_owned(),
+            "cluster_enabled" | "cluster_connections" | "tracking_clients" => "0".to_owned(),
+            "tcp_port" => port.to_owned(),
+            "connected_clients" => own.connected.to_string(),
+            "blocked_clients" => own.blocked.to_string(),
+            "maxclients" => own.max.to_string(),
+            _ => {
+                out.push_str(line);
+                continue;
+            }
+        };
+        out.push_str(&format!("{field}:{value}{end}"));
     }
     out
+}
+
+/// The `# Clients` fields that are the proxy's own: its clients, those of them waiting in
+/// a blocking command, and its `maxclients` (the nodes' count the proxy's connections).
+/// Client-side caching is not offered, so `tracking_clients` is 0.
+struct OwnClients {
+    connected: i64,
+    blocked: i64,
+    max: usize,
 }
 
 /// The text of a bulk (`$`) or verbatim (`=`, after its `txt:` tag) string reply.
@@ -488,11 +520,23 @@ mod tests {
     #[test]
     fn a_masters_info_reads_as_one_nodes() {
         let text = "# Server\r\nredis_version:7.0.15\r\nredis_mode:cluster\r\ntcp_port:7001\r\n\
-                    # Clients\r\nconnected_clients:3\r\n# Cluster\r\ncluster_enabled:1\r\n";
+                    # Clients\r\nconnected_clients:3\r\ncluster_connections:4\r\n\
+                    maxclients:10000\r\nblocked_clients:0\r\ntracking_clients:2\r\n\
+                    # Cluster\r\ncluster_enabled:1\r\n";
         assert_eq!(
-            as_one_node(text, "6380", 12),
+            as_one_node(
+                text,
+                "6380",
+                &OwnClients {
+                    connected: 12,
+                    blocked: 1,
+                    max: 500
+                }
+            ),
             "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\ntcp_port:6380\r\n\
-             # Clients\r\nconnected_clients:12\r\n# Cluster\r\ncluster_enabled:0\r\n"
+             # Clients\r\nconnected_clients:12\r\ncluster_connections:0\r\n\
+             maxclients:500\r\nblocked_clients:1\r\ntracking_clients:0\r\n\
+             # Cluster\r\ncluster_enabled:0\r\n"
         );
     }
 
