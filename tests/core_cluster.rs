@@ -311,13 +311,67 @@ fn client_reply_modes_match_redis() {
         "CLIENT REPLY maybe",
         "CLIENT REPLY",
         "CLIENT GETREDIR",
+        "CLIENT GETREDIR x",
         "CLIENT NO-EVICT maybe",
         "CLIENT NO-EVICT on",
+        "CLIENT NO-EVICT",
+        "CLIENT NO-EVICT on x",
     ];
     let through_proxy = proxy_matches_redis(&lines);
     assert!(
         through_proxy.starts_with("+OK\r\n$1\r\n1\r\n:2\r\n+RESET\r\n"),
         "{through_proxy:?}"
+    );
+}
+
+/// Commands the proxy answers itself reject a wrong argument count as Redis does: AUTH's
+/// arity, EXEC's (EXECABORT even outside MULTI, and the WATCH is dropped), an unknown
+/// CLUSTER subcommand.
+#[test]
+fn local_commands_reject_bad_arguments_as_redis_does() {
+    let lines = [
+        "AUTH",
+        "AUTH a b c",
+        "WATCH localargs:{k}a",
+        "EXEC x",
+        "SET localargs:{k}a 1",
+        "MULTI",
+        "GET localargs:{k}a",
+        "EXEC",
+        "CLUSTER NOSUCHSUB",
+        "CLIENT NOSUCHSUB",
+    ];
+    let through_proxy = proxy_matches_redis(&lines);
+    assert!(
+        through_proxy.contains("-EXECABORT Transaction discarded because of: wrong number"),
+        "{through_proxy:?}"
+    );
+}
+
+/// CLIENT SETINFO, which redis-py and node-redis send on connecting, is checked as Redis
+/// (7.2, which has it) checks it.
+#[test]
+fn client_setinfo_is_checked_as_redis_does() {
+    let mut con = proxy().client().get_connection().unwrap();
+    let mut setinfo = |attr: &str, value: &str| {
+        redis::cmd("CLIENT")
+            .arg("SETINFO")
+            .arg(attr)
+            .arg(value)
+            .query::<String>(&mut con)
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(setinfo("lib-name", "redis-py"), Ok("OK".to_owned()));
+    assert_eq!(setinfo("LIB-VER", "5.0.1"), Ok("OK".to_owned()));
+    let bad = setinfo("lib-name", "a b").unwrap_err();
+    assert!(
+        bad.contains("lib-name cannot contain spaces, newlines or special characters."),
+        "{bad}"
+    );
+    let unknown = setinfo("lib-color", "red").unwrap_err();
+    assert!(
+        unknown.contains("Unrecognized option 'lib-color'"),
+        "{unknown}"
     );
 }
 

@@ -200,8 +200,9 @@ impl Transaction {
         let name = request.lower_name(&mut lower);
         let argc = args.len();
         match (name, self.multi.is_some()) {
-            // Redis aborts the transaction when it rejects the EXEC itself.
-            (b"exec", true) if argc != 1 => {
+            // Redis aborts the transaction when it rejects the EXEC itself (and, outside
+            // MULTI, still answers EXECABORT and forgets the WATCHed keys).
+            (b"exec", _) if argc != 1 => {
                 self.multi = None;
                 self.watch = None;
                 Step::Reply(reply::error(EXEC_ARITY_ABORT))

@@ -122,6 +122,15 @@ impl Proxy {
                 encode::integer(&mut out, 0);
                 out.freeze()
             }
+            // A subcommand the servers do not have gets their error, not the proxy's.
+            Local::ClusterOther
+                if self
+                    .commands
+                    .lookup(&request.args)
+                    .is_some_and(|spec| !spec.name.contains('|')) =>
+            {
+                reply::unknown_subcommand("cluster", &request.args[1])
+            }
             Local::ClusterOther => reply::error(&format!(
                 "ERR proxy: CLUSTER {} is not available through slotbridge (it addresses real cluster nodes)",
                 String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase()

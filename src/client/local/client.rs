@@ -40,7 +40,7 @@ pub(super) fn answer(
             None => encode::null_frame(state.proto),
         },
         (b"id", 2) => encode::integer_frame(state.id as i64),
-        (b"setinfo", 4) => ok(),
+        (b"setinfo", 4) => setinfo(&args[2], &args[3]),
         (b"info", 2) => text(
             state.proto,
             &registry.line(state.id, &names).unwrap_or_default(),
@@ -66,15 +66,17 @@ pub(super) fn answer(
             registry.pause().unpause();
             ok()
         }
-        (
-            b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"kill" | b"help"
-            | b"tracking" | b"trackinginfo" | b"caching" | b"unpause" | b"unblock",
-            _,
-        ) => reply::wrong_arity(&format!("client|{}", String::from_utf8_lossy(&sub))),
         (b"no-evict" | b"no-touch", 3) => match args[2].to_ascii_lowercase().as_slice() {
             b"on" | b"off" => ok(),
             _ => reply::error(SYNTAX),
         },
+        (b"getredir", 2) => encode::integer_frame(-1),
+        (
+            b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"kill" | b"help"
+            | b"tracking" | b"trackinginfo" | b"caching" | b"unpause" | b"unblock" | b"no-evict"
+            | b"no-touch" | b"getredir",
+            _,
+        ) => reply::wrong_arity(&format!("client|{}", String::from_utf8_lossy(&sub))),
         (b"reply", 3) => {
             let mode = match args[2].to_ascii_lowercase().as_slice() {
                 b"on" => ReplyMode::On,
@@ -93,10 +95,25 @@ pub(super) fn answer(
             });
         }
         (b"reply", _) => reply::wrong_arity("client|reply"),
-        (b"getredir", 2) => encode::integer_frame(-1),
         _ => reply::unknown_subcommand("client", &args[1]),
     };
     Answer::reply(reply)
+}
+
+/// CLIENT SETINFO LIB-NAME|LIB-VER value, checked as Redis checks it. Clients (redis-py,
+/// node-redis) send it on connecting; the proxy keeps nothing of it.
+fn setinfo(attr: &[u8], value: &[u8]) -> Bytes {
+    let attr_shown = String::from_utf8_lossy(attr);
+    if !attr.eq_ignore_ascii_case(b"lib-name") && !attr.eq_ignore_ascii_case(b"lib-ver") {
+        return reply::error(&format!("ERR Unrecognized option '{attr_shown}'"));
+    }
+    // Redis's check of what CLIENT LIST shows: printable ASCII, no space.
+    if !value.iter().all(|b| (b'!'..=b'~').contains(b)) {
+        return reply::error(&format!(
+            "ERR {attr_shown} cannot contain spaces, newlines or special characters."
+        ));
+    }
+    ok()
 }
 
 /// CLIENT PAUSE timeout [WRITE|ALL], with Redis's checks and error texts.

@@ -210,6 +210,7 @@ fn authenticate(state: &mut ConnState, auth: &Auth, args: &[Bytes]) -> Bytes {
         }
         2 => (&b"default"[..], &args[1]),
         3 => (&args[1][..], &args[2]),
+        0 | 1 => return reply::wrong_arity("auth"),
         _ => return reply::error(reply::text::SYNTAX),
     };
     match auth.check(user, password) {
