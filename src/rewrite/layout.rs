@@ -568,6 +568,14 @@ fn rendered(render: impl FnOnce(&mut Vec<u8>)) -> Bytes {
     SCRATCH.with_borrow_mut(|out| {
         out.clear();
         render(out);
-        Bytes::copy_from_slice(out)
+        let name = Bytes::copy_from_slice(out);
+        // A huge key name must not keep a buffer of its size for the thread's life.
+        if out.capacity() > SCRATCH_KEPT {
+            *out = Vec::new();
+        }
+        name
     })
 }
+
+/// The largest scratch buffer [`rendered`] keeps between names.
+const SCRATCH_KEPT: usize = 4096;
