@@ -573,16 +573,7 @@ fn info_memory_is_the_clusters_and_info_clients_the_proxys() {
     assert_eq!(field(&before, "maxclients"), Some("77"), "{before:?}");
     assert_eq!(field(&before, "cluster_connections"), Some("0"));
     assert_eq!(field(&before, "blocked_clients"), Some("0"));
-    let blocker = proxy.client();
-    let blocked = std::thread::spawn(move || {
-        let mut con = blocker.get_connection().unwrap();
-        let popped: Option<(String, String)> = redis::cmd("BLPOP")
-            .arg("info:blocked")
-            .arg(5)
-            .query(&mut con)
-            .unwrap();
-        popped
-    });
+    let blocked = blpop_in_background(&proxy, "info:blocked", 5);
     let deadline = Instant::now() + Duration::from_secs(4);
     while field(&clients(&mut con), "blocked_clients") != Some("1") {
         assert!(Instant::now() < deadline, "BLPOP never counted as blocked");
@@ -782,6 +773,23 @@ fn deployment_files_are_consistent() {
     }
 }
 
+/// A BLPOP of `key` through `proxy` on a connection of its own, waiting `seconds`.
+fn blpop_in_background(
+    proxy: &Proxy,
+    key: &'static str,
+    seconds: u64,
+) -> std::thread::JoinHandle<Option<(String, String)>> {
+    let client = proxy.client();
+    std::thread::spawn(move || {
+        let mut con = client.get_connection().unwrap();
+        redis::cmd("BLPOP")
+            .arg(key)
+            .arg(seconds)
+            .query(&mut con)
+            .unwrap()
+    })
+}
+
 /// Polls /metrics until `series` has `want`, or fails after a few seconds.
 fn wait_for_value(proxy: &Proxy, series: &str, want: f64) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -887,16 +895,7 @@ fn layout_blocking_and_pubsub_series_move() {
     assert_eq!(delta("slotbridge_layout_index_upkeep_total"), 1.0);
 
     // A client blocked in BLPOP is counted while it waits.
-    let blocker = proxy.client();
-    let blocked = std::thread::spawn(move || {
-        let mut con = blocker.get_connection().unwrap();
-        let popped: Option<(String, String)> = redis::cmd("BLPOP")
-            .arg("outside:list")
-            .arg(2)
-            .query(&mut con)
-            .unwrap();
-        popped
-    });
+    let blocked = blpop_in_background(&proxy, "outside:list", 2);
     wait_for_value(&proxy, "slotbridge_blocked_clients", 1.0);
     assert_eq!(blocked.join().unwrap(), None, "BLPOP times out");
     wait_for_value(&proxy, "slotbridge_blocked_clients", 0.0);

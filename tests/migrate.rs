@@ -242,6 +242,17 @@ fn assert_cluster_matches_source(source: &str, p: &str) {
     assert_eq!(marker.as_deref(), Some("cluster:v1"));
 }
 
+/// The JSON report of a first complete pass over [`legacy_fixture`] to the cluster.
+fn assert_fixture_report(json: &str) {
+    assert_eq!(json_count(json, "msg", "orphans"), 2, "m9 and x:m3: {json}");
+    assert_eq!(json_count(json, "msg", "copied"), 2, "{json}");
+    assert_eq!(json_count(json, "turn", "skipped"), 3, "{json}");
+    assert_eq!(json_count(json, "chat", "copied"), 2, "{json}");
+    assert!(json.contains("\"unmatched\":1"), "{json}");
+    assert!(json.contains("\"marker\":\"written\""), "{json}");
+    assert_eq!(total(json, "errors"), 0, "{json}");
+}
+
 // ---- tests -----------------------------------------------------------------------------
 
 #[test]
@@ -252,17 +263,7 @@ fn legacy_node_to_cluster_then_a_second_run_copies_nothing() {
     let seeds = shared_cluster().seeds_arg();
     let json = migrate_to_cluster(node.addr(), &seeds, p, &["--json"]);
     assert_cluster_matches_source(node.addr(), p);
-    assert_eq!(
-        json_count(&json, "msg", "orphans"),
-        2,
-        "m9 and x:m3: {json}"
-    );
-    assert_eq!(json_count(&json, "msg", "copied"), 2, "{json}");
-    assert_eq!(json_count(&json, "turn", "skipped"), 3, "{json}");
-    assert_eq!(json_count(&json, "chat", "copied"), 2, "{json}");
-    assert!(json.contains("\"unmatched\":1"), "{json}");
-    assert!(json.contains("\"marker\":\"written\""), "{json}");
-    assert_eq!(total(&json, "errors"), 0, "{json}");
+    assert_fixture_report(&json);
     // The source is untouched without --delete-source.
     let source_keys = keys_on(&[node.addr().to_owned()], p);
     assert_eq!(source_keys.len(), 21, "{source_keys:?}");
@@ -594,17 +595,7 @@ fn one_key_per_page_gives_the_same_pass_both_ways() {
     let seeds = shared_cluster().seeds_arg();
     let json = migrate_to_cluster(node.addr(), &seeds, p, &["--json", "--batch-size", "1"]);
     assert_cluster_matches_source(node.addr(), p);
-    assert_eq!(
-        json_count(&json, "msg", "orphans"),
-        2,
-        "m9 and x:m3: {json}"
-    );
-    assert_eq!(json_count(&json, "msg", "copied"), 2, "{json}");
-    assert_eq!(json_count(&json, "turn", "skipped"), 3, "{json}");
-    assert_eq!(json_count(&json, "chat", "copied"), 2, "{json}");
-    assert!(json.contains("\"unmatched\":1"), "{json}");
-    assert!(json.contains("\"marker\":\"written\""), "{json}");
-    assert_eq!(total(&json, "errors"), 0, "{json}");
+    assert_fixture_report(&json);
 
     // The way back onto a legacy node holding a record the cluster does not have.
     let back = Standalone::start();

@@ -45,7 +45,7 @@ use crate::rewrite::{Forward, Layout, Reverse, CLUSTER_V1};
 use copy::{Copier, Outcome, RESTORE_SCRIPT, SET_IF_GREATER_SCRIPT};
 use plan::{kind_of, CopyStep, FamilyFilter, Kind, MessageRules, Step};
 use report::{MarkerOutcome, Report};
-use source::{Endpoint, Reply};
+use source::{Endpoint, KeyWalk, Reply};
 
 pub use inspect::{inspect, Inspection};
 pub use source::RedisUrl;
@@ -308,16 +308,8 @@ pub async fn migrate(
         progress(Progress { done, total: done });
     }
     if items_found > 0 && !report.interrupted {
-        report_orphans(
-            &layout,
-            &source,
-            &pattern,
-            page,
-            &filter,
-            &listed_items,
-            &mut report,
-        )
-        .await?;
+        let walk = source.walk(pattern.as_bytes(), page);
+        report_orphans(&layout, walk, &filter, &listed_items, &mut report).await?;
     }
 
     let complete = !report.interrupted && filter.is_all() && report.totals().errors == 0;
@@ -346,17 +338,8 @@ pub async fn migrate(
             }
             Direction::ClusterToLegacy => {
                 if mirror {
-                    prune(
-                        &layout,
-                        &copier,
-                        target,
-                        &pattern,
-                        page,
-                        &produced,
-                        &filter,
-                        &mut report,
-                    )
-                    .await?;
+                    let walk = target.walk(pattern.as_bytes(), page);
+                    prune(&layout, &copier, walk, &produced, &filter, &mut report).await?;
                 }
                 if opts.dry_run {
                     MarkerOutcome::NotWritten("dry run".to_owned())
@@ -491,18 +474,14 @@ async fn expand_logs(
 /// The mirror's second half: deletes legacy records on the target that the source no
 /// longer has (none of the `produced` names). Counters (fences, terms) and ephemeral keys are
 /// never pruned.
-#[allow(clippy::too_many_arguments)]
 async fn prune(
     layout: &Layout,
     copier: &Copier<'_>,
-    target: &Endpoint,
-    pattern: &str,
-    page: usize,
+    mut walk: KeyWalk,
     produced: &Fingerprints,
     filter: &FamilyFilter,
     report: &mut Report,
 ) -> Result<(), MigrateError> {
-    let mut walk = target.walk(pattern.as_bytes(), page);
     while let Some(keys) = walk.next_page().await? {
         let mut doomed = Vec::new();
         for key in keys {
@@ -531,7 +510,7 @@ async fn prune(
             }
         }
         if !copier.dry_run {
-            delete_keys(target, &doomed).await?;
+            delete_keys(copier.target, &doomed).await?;
         }
     }
     Ok(())
@@ -541,14 +520,11 @@ async fn prune(
 /// an item is listed is known only once every log has been read).
 async fn report_orphans(
     layout: &Layout,
-    source: &Endpoint,
-    pattern: &str,
-    page: usize,
+    mut walk: KeyWalk,
     filter: &FamilyFilter,
     listed: &Fingerprints,
     report: &mut Report,
 ) -> Result<(), MigrateError> {
-    let mut walk = source.walk(pattern.as_bytes(), page);
     while let Some(keys) = walk.next_page().await? {
         for key in &keys {
             if let Step::Item { family, key } = plan::plan_forward(layout, key, false, filter) {
