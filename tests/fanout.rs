@@ -1,8 +1,8 @@
 //! Commands about the whole data set through the proxy, checked against the masters
 //! themselves: KEYS and SCAN see every key exactly once, also while a slot moves; DBSIZE
 //! is the sum; RANDOMKEY finds a key; FLUSHALL and CONFIG SET reach every master; all of
-//! it also with a standalone upstream. SLOWLOG, LATENCY (LATEST, HISTORY, HISTOGRAM, RESET)
-//! and LASTSAVE read every master.
+//! it also with a standalone upstream. SLOWLOG, LATENCY (LATEST, HISTORY, HISTOGRAM, RESET),
+//! LASTSAVE and MEMORY STATS read every master.
 
 mod common;
 
@@ -531,4 +531,56 @@ fn set_histogram(reply: &redis::Value) -> (i64, Vec<(i64, i64)>) {
         .map(|p| (int(&p[0]), int(&p[1])))
         .collect();
     (int(&details[1]), cumulative)
+}
+
+/// MEMORY STATS of the proxy is the masters' stats added up: the key counts and per-database
+/// overheads exactly (nothing else writes to this cluster), the byte counts within what the
+/// masters' own allocations move between the calls, and the percentages recomputed.
+#[test]
+fn memory_stats_adds_up_every_master() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.connect();
+    let keys: Vec<String> = (0..300).map(|i| format!("memstats:{i}")).collect();
+    write_keys(&mut con, &keys);
+    let stats = |value: redis::Value| -> HashMap<String, redis::Value> {
+        let redis::Value::Array(items) = value else {
+            panic!("MEMORY STATS: {value:?}")
+        };
+        items
+            .chunks_exact(2)
+            .map(|pair| (redis::from_redis_value(&pair[0]).unwrap(), pair[1].clone()))
+            .collect()
+    };
+    let int = |value: &redis::Value| -> i64 { redis::from_redis_value(value).unwrap() };
+    let through_proxy = stats(redis::cmd("MEMORY").arg("STATS").query(&mut con).unwrap());
+    let masters: Vec<HashMap<String, redis::Value>> = cluster
+        .masters()
+        .iter()
+        .map(|m| stats(query(m, redis::cmd("MEMORY").arg("STATS")).unwrap()))
+        .collect();
+    let summed = |name: &str| masters.iter().map(|m| int(&m[name])).sum::<i64>();
+    assert_eq!(int(&through_proxy["keys.count"]), 300);
+    assert_eq!(summed("keys.count"), 300);
+    let db0 = stats(through_proxy["db.0"].clone());
+    let masters_db0: i64 = masters
+        .iter()
+        .map(|m| int(&stats(m["db.0"].clone())["overhead.hashtable.main"]))
+        .sum();
+    assert_eq!(int(&db0["overhead.hashtable.main"]), masters_db0);
+    let total = int(&through_proxy["total.allocated"]) as f64;
+    let masters_total = summed("total.allocated") as f64;
+    assert!(
+        (total - masters_total).abs() < masters_total * 0.05,
+        "total.allocated {total} through the proxy, {masters_total} summed"
+    );
+    let net = total - int(&through_proxy["startup.allocated"]) as f64;
+    assert_eq!(
+        int(&through_proxy["keys.bytes-per-key"]),
+        (net / 300.0) as i64,
+        "bytes per key from the sums"
+    );
+    let peak: f64 = redis::from_redis_value(&through_proxy["peak.percentage"]).unwrap();
+    let expected = total * 100.0 / int(&through_proxy["peak.allocated"]) as f64;
+    assert!((peak - expected).abs() < 0.01, "{peak} vs {expected}");
 }

@@ -93,6 +93,9 @@ pub enum Op {
     LatencyLatest,
     LatencyHistory,
     LatencyHistogram,
+    /// MEMORY STATS: the masters' counts summed, what derives from them worked out again
+    /// (see `memory_stats`).
+    MemoryStats,
 }
 
 impl Op {
@@ -107,6 +110,7 @@ impl Op {
             "latency|latest" => Op::LatencyLatest,
             "latency|history" => Op::LatencyHistory,
             "latency|histogram" => Op::LatencyHistogram,
+            "memory|stats" => Op::MemoryStats,
             "slowlog|get" => Op::SlowlogGet,
             "randomkey" => Op::RandomKey,
             "flushdb" | "flushall" | "config|set" | "config|resetstat" | "function|delete"
@@ -140,6 +144,7 @@ impl Proxy {
             Op::LatencyLatest => self.latency_latest(request.raw.clone(), proto).await,
             Op::LatencyHistory => self.latency_history(request.raw.clone(), proto).await,
             Op::LatencyHistogram => self.latency_histogram(request.raw.clone(), proto).await,
+            Op::MemoryStats => self.memory_stats(request.raw.clone(), proto).await,
         }
     }
 

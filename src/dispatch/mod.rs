@@ -13,6 +13,7 @@ mod functions;
 mod info;
 pub mod layout;
 mod listing;
+mod memory_stats;
 mod monitors;
 mod multikey;
 mod pinned;
