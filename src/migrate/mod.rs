@@ -18,6 +18,9 @@
 //!   planned, its logs expanded and the lot copied before the next page is read. Across
 //!   pages a run keeps 64-bit fingerprints only: of listed items (orphans are what a last
 //!   walk finds unlisted) and, mirroring, of written keys (what pruning spares).
+//! - A pass over a cluster source whose slots changed masters meanwhile is reported as
+//!   stopped early (the walk may have missed keys that moved to a master it had passed); the
+//!   next run, a no-op for what was copied, completes it.
 //! - A slot that moves during the run (`MOVED`/`ASK`) does not fail it: the slot maps are
 //!   re-read and the affected steps retried, which their idempotence allows. The same holds
 //!   for the marker's write or removal and for deletions (pruning, `--delete-source`).
@@ -238,6 +241,7 @@ pub async fn migrate(
     let mut internal: Vec<Bytes> = Vec::new();
     let mut done = 0u64;
     let mut reported = Progress::default();
+    let source_map = source.is_cluster().then(|| source.slot_map());
     let mut walk = source.walk(pattern.as_bytes(), page);
     'walk: while let Some(keys) = walk.next_page().await? {
         let mut copies: Vec<CopyStep> = Vec::new();
@@ -303,6 +307,14 @@ pub async fn migrate(
             }
         }
     }
+    // A slot that changed masters during the walk may have taken keys from a master not
+    // yet walked to one already walked: this pass is not complete, the next one is.
+    let mut source_moved = false;
+    if let (Some(before), false) = (&source_map, report.interrupted) {
+        source.refresh().await?;
+        source_moved = !source.slot_map().same_owners(before);
+        report.interrupted = source_moved;
+    }
     if !report.interrupted && reported.done != reported.total {
         // The estimate counted keys that were gone, or items no log lists, by now.
         progress(Progress { done, total: done });
@@ -316,7 +328,9 @@ pub async fn migrate(
     let marker_key = crate::rewrite::marker_key(&opts.prefix);
     report.marker = Some(if !complete {
         MarkerOutcome::NotWritten(
-            if report.interrupted {
+            if source_moved {
+                "slots of the source moved during the pass: run again to finish"
+            } else if report.interrupted {
                 "run stopped early"
             } else if !filter.is_all() {
                 "--include limits the pass"

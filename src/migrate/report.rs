@@ -55,7 +55,8 @@ pub struct Report {
     pub error_messages: Vec<String>,
     /// The marker's fate; `None` before the run ends.
     pub marker: Option<MarkerOutcome>,
-    /// The run stopped early (`--stop-after`).
+    /// The run stopped early (`--stop-after`), or its pass may have missed keys (slots of a
+    /// cluster source moved during it): run again.
     pub interrupted: bool,
     /// Wall time of the run.
     pub elapsed: Duration,

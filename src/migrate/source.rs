@@ -324,6 +324,11 @@ impl Endpoint {
         )))
     }
 
+    /// The current slot map, to compare with a later one.
+    pub fn slot_map(&self) -> SlotMap {
+        self.topology.load().map.clone()
+    }
+
     /// Whether this is a cluster (as opposed to a single node).
     pub fn is_cluster(&self) -> bool {
         self.is_cluster
