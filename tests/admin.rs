@@ -806,21 +806,29 @@ fn wait_for_value(proxy: &Proxy, series: &str, want: f64) {
     }
 }
 
-#[test]
-fn a_renamed_key_whose_slot_has_no_master_is_counted_once() {
-    let cluster = Cluster::start(3, 0);
-    let config =
-        config_file("topology:\n  refresh_interval_ms: 300\nlayout:\n  allow_legacy_data: true\n");
-    let proxy = Proxy::start(&[
+/// A proxy in front of `cluster` with the shipped cluster:v1 profile for `prefix` and the
+/// `yaml` configuration.
+fn layout_proxy(cluster: &Cluster, prefix: &str, yaml: &str) -> Proxy {
+    Proxy::start(&[
         "--cluster",
         &cluster.seeds_arg(),
         "--layout",
         "config/botmesh-cluster-v1.yaml",
         "--prefix",
-        "mun",
+        prefix,
         "--config",
-        &config,
-    ]);
+        &config_file(yaml),
+    ])
+}
+
+#[test]
+fn a_renamed_key_whose_slot_has_no_master_is_counted_once() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = layout_proxy(
+        &cluster,
+        "mun",
+        "topology:\n  refresh_interval_ms: 300\nlayout:\n  allow_legacy_data: true\n",
+    );
     let slot = cluster.keyslot("mun:{lk:l1}:l");
     for master in cluster.masters() {
         let _: () = query(&master, redis::cmd("CLUSTER").arg("DELSLOTS").arg(slot)).unwrap();
@@ -844,17 +852,11 @@ fn a_renamed_key_whose_slot_has_no_master_is_counted_once() {
 
 #[test]
 fn layout_blocking_and_pubsub_series_move() {
-    let cluster = common::shared_cluster();
-    let proxy = Proxy::start(&[
-        "--cluster",
-        &cluster.seeds_arg(),
-        "--layout",
-        "config/botmesh-cluster-v1.yaml",
-        "--prefix",
+    let proxy = layout_proxy(
+        common::shared_cluster(),
         "mbm",
-        "--config",
-        &config_file("layout:\n  allow_legacy_data: true\n"),
-    ]);
+        "layout:\n  allow_legacy_data: true\n",
+    );
     let before = scrape(&proxy);
     let mut con = proxy.client().get_connection().unwrap();
     let _: () = redis::cmd("SET")
