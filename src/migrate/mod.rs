@@ -198,7 +198,9 @@ pub async fn migrate(
         Direction::ClusterToLegacy => plan::plan_reverse(&layout, key, distinct_target, &filter),
     };
     let estimate = survey(
-        opts,
+        &pattern,
+        page,
+        opts.allow_live,
         &layout,
         &source,
         distinct_target.then_some(target),
@@ -378,14 +380,14 @@ pub async fn migrate(
 /// source, and on `other_target`), and counts the keys the copy will take, for the
 /// progress display.
 async fn survey(
-    opts: &MigrateOptions,
+    pattern: &str,
+    page: usize,
+    allow_live: bool,
     layout: &Layout,
     source: &Endpoint,
     other_target: Option<&Endpoint>,
     plan: &impl Fn(&Bytes) -> Step,
 ) -> Result<u64, MigrateError> {
-    let pattern = format!("{}:*", glob_escape(&opts.prefix));
-    let page = opts.batch_size.max(1);
     let mut live = Vec::new();
     let mut estimate = 0u64;
     let mut walk = source.walk(pattern.as_bytes(), page);
@@ -394,11 +396,11 @@ async fn survey(
             .iter()
             .filter(|key| matches!(plan(key), Step::Copy(_) | Step::Log(_) | Step::Item { .. }))
             .count() as u64;
-        if !opts.allow_live {
+        if !allow_live {
             live.extend(inspect::live_coordination(source, layout, &keys).await?);
         }
     }
-    if let Some(target) = other_target.filter(|_| !opts.allow_live) {
+    if let Some(target) = other_target.filter(|_| !allow_live) {
         let mut walk = target.walk(pattern.as_bytes(), page);
         while let Some(keys) = walk.next_page().await? {
             live.extend(inspect::live_coordination(target, layout, &keys).await?);
