@@ -342,6 +342,64 @@ def syscalls_per_request():
         procs.stop()
 
 
+def instructions_per_request():
+    """`bench/run.sh --instructions`: the proxy's user-space instructions per request, counted
+    by valgrind's callgrind. Unlike time on shared cores, a count repeats from run to run of
+    the same build, so it shows a change in the proxy's own code that the noise of the
+    throughput runs hides; it leaves out the kernel's work (the sends and receives), which is
+    most of a request's cost at -P 1."""
+    if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
+        raise SystemExit("valgrind missing: apt-get install -y valgrind")
+    procs = Processes()
+    try:
+        ports = start_cluster(procs)
+        seeds = [f"127.0.0.1:{p}" for p in ports]
+        layout_args = ["--layout", os.path.abspath(LAYOUT), "--prefix", "mybot"]
+        value = "x" * VALUE_SIZE
+        print("| case | target | requests | proxy instructions per request |")
+        print("|---|---|---|---|")
+        for target, extra in [("proxy", []), ("proxy + layout", layout_args)]:
+            port, admin = free_port(), free_port()
+            out = os.path.join(procs.dir, f"callgrind-{port}.out")
+            proxy = procs.start(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                                 PROXY, "--listen", f"127.0.0.1:{port}", "--admin-listen",
+                                 f"127.0.0.1:{admin}", "--cluster", ",".join(seeds), *extra],
+                                f"callgrind-{port}")
+            wait_port(port, timeout=120)
+            benchmark(port, "set", 1, 2000)  # warm: backend connections open
+            cases = [("SET -P 1", "set", 1, 20000, None), ("GET -P 1", "get", 1, 20000, None),
+                     ("SET -P 16", "set", 16, 100000, None),
+                     ("GET -P 16", "get", 16, 100000, None),
+                     ("MSET 10 keys", "mset", 1, 10000, None)]
+            if extra:
+                cases.append(("SET inside prefix (indexed chat record) -P 16", None, 16, 50000,
+                              ["SET", "mybot:chat:__rand_int__", value]))
+            for label, test, pipeline, n, command in cases:
+                subprocess.run(["callgrind_control", "--zero", str(proxy.pid)], check=True,
+                               capture_output=True)
+                benchmark(port, test, pipeline, n, command=command)
+                before = set(os.listdir(procs.dir))
+                subprocess.run(["callgrind_control", "--dump", str(proxy.pid)], check=True,
+                               capture_output=True)
+                dumps = [f for f in set(os.listdir(procs.dir)) - before
+                         if f.startswith(f"callgrind-{port}.out")]
+                total = None
+                if not dumps:
+                    raise SystemExit(f"callgrind wrote no dump for {label}")
+                newest = max(dumps, key=lambda f: os.path.getmtime(os.path.join(procs.dir, f)))
+                with open(os.path.join(procs.dir, newest)) as f:
+                    for line in f:
+                        if line.startswith("summary:") or line.startswith("totals:"):
+                            total = int(line.split()[1])
+                if total is None:
+                    raise SystemExit(f"no instruction count in the callgrind dump of {label}")
+                print(f"| {label} | {target} | {n} | {total / n:,.0f} |")
+            proxy.send_signal(signal.SIGTERM)
+            proxy.wait(timeout=60)
+    finally:
+        procs.stop()
+
+
 def idle_clients_rss(port, pid):
     sockets = []
     try:
@@ -411,5 +469,7 @@ def print_cpu_breakdown(results, targets):
 if __name__ == "__main__":
     if "--syscalls" in sys.argv:
         syscalls_per_request()
+    elif "--instructions" in sys.argv:
+        instructions_per_request()
     else:
         main()
