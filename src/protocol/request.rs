@@ -243,6 +243,10 @@ fn take_whole_multibulk(buf: &mut BytesMut, limits: &Limits) -> Option<Request> 
         return None;
     }
     let mut spans: SmallVec<[(usize, usize); 4]> = SmallVec::new();
+    if count > spans.inline_size() {
+        // One allocation for a long request (MSET), not one per doubling.
+        spans.reserve_exact(count.min(MAX_PREALLOCATED_ARGS));
+    }
     for _ in 0..count {
         if buf.get(pos) != Some(&b'$') {
             return None;
