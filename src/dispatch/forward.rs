@@ -20,6 +20,11 @@ use crate::route::Redirect;
 
 use super::Proxy;
 
+/// Parts of [`Proxy::forward_each`] kept inline: a multi-key command splits per slot, and
+/// the random keys of an MSET or MGET of up to 16 keys are as many parts, which then need no
+/// allocation per part list.
+pub(super) const PARTS_INLINE: usize = 16;
+
 /// A part of [`Proxy::forward_each`] that goes on after its first answer.
 type Resumed<'a> = Pin<Box<dyn Future<Output = Bytes> + Send + 'a>>;
 
@@ -67,7 +72,7 @@ impl Proxy {
         proto: Proto,
     ) -> Vec<Bytes> {
         let count = slots.len();
-        let conns: SmallVec<[Option<NodeConn>; 8]> = {
+        let conns: SmallVec<[Option<NodeConn>; PARTS_INLINE]> = {
             // One routing snapshot for all parts.
             let routing = self.topology.routing();
             slots
@@ -96,14 +101,14 @@ impl Proxy {
             .collect();
         order.sort_unstable();
         let mut wire = BytesMut::with_capacity(size_hint);
-        let mut spans: SmallVec<[Range<usize>; 8]> = (0..count).map(|_| 0..0).collect();
+        let mut spans: SmallVec<[Range<usize>; PARTS_INLINE]> = (0..count).map(|_| 0..0).collect();
         for &(_, i) in &order {
             let start = wire.len();
             frame(i, &mut wire);
             spans[i] = start..wire.len();
         }
         let wire = wire.freeze();
-        let requests: SmallVec<[Bytes; 8]> =
+        let requests: SmallVec<[Bytes; PARTS_INLINE]> =
             spans.iter().map(|span| wire.slice(span.clone())).collect();
         let sink = ReplySink::new();
         let mut seqs: SmallVec<[u64; 16]> = SmallVec::new();
@@ -126,9 +131,10 @@ impl Proxy {
         // error) starts it as soon as its own delivery is in, not once every part is: the
         // client's later requests, redirected the same way, must resend after it (see
         // `client::ordered`), and they do not wait for this command's other masters.
-        let mut finished: SmallVec<[Option<Bytes>; 8]> = (0..count).map(|_| None).collect();
+        let mut finished: SmallVec<[Option<Bytes>; PARTS_INLINE]> =
+            (0..count).map(|_| None).collect();
         let mut resumed: Vec<(usize, Resumed<'_>)> = Vec::new();
-        let mut delivered: SmallVec<[bool; 8]> = (0..count).map(|_| false).collect();
+        let mut delivered: SmallVec<[bool; PARTS_INLINE]> = (0..count).map(|_| false).collect();
         let mut missing = conns.iter().filter(|conn| conn.is_some()).count();
         let mut taken = Vec::new();
         while missing > 0 {

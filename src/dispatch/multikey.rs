@@ -12,6 +12,7 @@ use crate::protocol::{encode, Proto};
 use crate::reply::merge;
 use crate::route::key_slot;
 
+use super::forward::PARTS_INLINE;
 use super::Proxy;
 
 /// The commands that can be split by slot, and how their parts merge.
@@ -72,7 +73,7 @@ impl Proxy {
             .map(|key_number| (key_slot(&key_args(key_number)[0]), key_number))
             .collect();
         by_slot.sort_unstable();
-        let mut parts: SmallVec<[Range<usize>; 8]> = SmallVec::new();
+        let mut parts: SmallVec<[Range<usize>; PARTS_INLINE]> = SmallVec::new();
         for (i, (slot, _)) in by_slot.iter().enumerate() {
             match parts.last_mut() {
                 Some(part) if by_slot[part.start].0 == *slot => part.end = i + 1,
@@ -80,7 +81,8 @@ impl Proxy {
             }
         }
         parts.sort_unstable_by_key(|part| by_slot[part.start].1);
-        let slots: SmallVec<[u16; 8]> = parts.iter().map(|part| by_slot[part.start].0).collect();
+        let slots: SmallVec<[u16; PARTS_INLINE]> =
+            parts.iter().map(|part| by_slot[part.start].0).collect();
         let frame = |i: usize, out: &mut BytesMut| {
             let part = &parts[i];
             encode::array_header(out, 1 + part.len() * stride);
