@@ -383,10 +383,10 @@ def instructions_per_request():
                                capture_output=True)
                 dumps = [f for f in set(os.listdir(procs.dir)) - before
                          if f.startswith(f"callgrind-{port}.out")]
-                total = None
                 if not dumps:
                     raise SystemExit(f"callgrind wrote no dump for {label}")
                 newest = max(dumps, key=lambda f: os.path.getmtime(os.path.join(procs.dir, f)))
+                total = None
                 with open(os.path.join(procs.dir, newest)) as f:
                     for line in f:
                         if line.startswith("summary:") or line.startswith("totals:"):
