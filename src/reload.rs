@@ -1,5 +1,6 @@
 //! The running proxy's changeable state: the current [`Proxy`] snapshot (swapped whole on a
-//! configuration reload), the graceful-drain flag, and the count of connected clients.
+//! configuration reload), the graceful drain's start and wait, and the count of connected
+//! clients.
 //!
 //! Invariants:
 //! - Sessions load the snapshot once per command; a command runs to its end on the snapshot
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::auth::Auth;
@@ -43,37 +44,6 @@ pub fn request() {
     requests().notify_one();
 }
 
-/// The graceful-drain state: set once, at SIGTERM/SIGINT.
-#[derive(Debug)]
-pub struct Drain {
-    flag: watch::Sender<bool>,
-}
-
-impl Default for Drain {
-    fn default() -> Self {
-        Drain {
-            flag: watch::Sender::new(false),
-        }
-    }
-}
-
-impl Drain {
-    /// Whether the proxy is shutting down (readiness should report 503).
-    pub fn is_draining(&self) -> bool {
-        *self.flag.borrow()
-    }
-
-    /// Starts draining: new commands are refused, connections close once answered.
-    pub fn start(&self) {
-        self.flag.send_replace(true);
-    }
-
-    /// A receiver that changes when draining starts.
-    pub fn subscribe(&self) -> watch::Receiver<bool> {
-        self.flag.subscribe()
-    }
-}
-
 /// The live proxy: what sessions and the accept loop read, what reloads replace.
 pub struct Live {
     current: ArcSwap<Proxy>,
@@ -83,8 +53,6 @@ pub struct Live {
     clients: Arc<AtomicUsize>,
     /// Successful reloads so far: sessions read their limits again when it changes.
     reloads: AtomicU64,
-    /// Set when the proxy is shutting down.
-    pub drain: Drain,
 }
 
 /// One connected client's place under `maxclients`; freed on drop.
@@ -110,7 +78,6 @@ impl Live {
             reloading: tokio::sync::Mutex::new(()),
             clients: Arc::new(AtomicUsize::new(0)),
             reloads: AtomicU64::new(0),
-            drain: Drain::default(),
         });
         // Reloads keep the readiness flag, so /readyz follows every later snapshot.
         readiness.attach(&live);
@@ -254,12 +221,13 @@ impl Live {
         }
     }
 
-    /// Drains: refuses new commands, waits up to `timeout` for connected clients to finish.
-    /// Returns whether every client was done in time.
-    pub async fn drain_clients(&self, timeout: Duration) -> bool {
+    /// Drains: `tell_clients` has the sessions refuse new commands and close once answered;
+    /// waits up to `timeout` for them to finish. Returns whether every client was done in
+    /// time.
+    pub async fn drain_clients(&self, timeout: Duration, tell_clients: impl FnOnce()) -> bool {
         // Load balancers see 503 on /readyz from the first moment of the drain.
         self.proxy().readiness.start_drain();
-        self.drain.start();
+        tell_clients();
         let deadline = Instant::now() + timeout;
         while self.clients() > 0 {
             if Instant::now() >= deadline {

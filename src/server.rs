@@ -205,7 +205,7 @@ pub async fn serve_live(
     reloader.abort();
     let timeout = Duration::from_millis(live.proxy().config.shutdown_timeout_ms);
     tracing::info!(clients = live.clients(), ?timeout, "draining");
-    if !live.drain_clients(timeout).await {
+    if !live.drain_clients(timeout, || registry.start_drain()).await {
         tracing::warn!(
             clients = live.clients(),
             "shutdown timeout reached; closing the remaining connections"

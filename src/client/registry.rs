@@ -135,6 +135,8 @@ impl KillFilter {
 #[derive(Debug, Default)]
 pub struct Registry {
     next_id: AtomicU64,
+    /// Set once, when the proxy starts its graceful drain (see [`Registry::start_drain`]).
+    draining: AtomicBool,
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
     pause: ClientPause,
 }
@@ -244,6 +246,20 @@ impl Registry {
         (killed, caller_killed)
     }
 
+    /// Starts the graceful drain: every session, and every one registered from now on,
+    /// gets [`Signal::Drain`] once.
+    pub fn start_drain(&self) {
+        self.draining.store(true, Ordering::Release);
+        for entry in self.lock().values() {
+            entry.activity.signal_waker.wake();
+        }
+    }
+
+    /// Whether the graceful drain has started.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
     /// Nudges every client's session once, so it looks at the configuration again (after
     /// a reload); nobody is killed.
     pub fn wake_all(&self) {
@@ -328,13 +344,17 @@ impl ClientGuard {
             .store(command + 1, Ordering::Relaxed);
     }
 
-    /// What other clients and the reloader ask of this one: resolves to [`Signal::Kill`]
-    /// once CLIENT KILL has picked it (also when that happened before the call), and to
-    /// [`Signal::Nudge`] after each [`Registry::wake_all`]. Polled again after either.
+    /// What other clients, the reloader and the shutdown ask of this one: resolves to
+    /// [`Signal::Kill`] once CLIENT KILL has picked it (also when that happened before the
+    /// call), to [`Signal::Nudge`] after each [`Registry::wake_all`], and to
+    /// [`Signal::Drain`] once after [`Registry::start_drain`] (not when the drain had started
+    /// before the call). Polled again after any.
     pub fn signals(&self) -> Signals<'_> {
         Signals {
             activity: &self.activity,
+            draining: &self.registry.draining,
             nudges: self.activity.nudges.load(Ordering::Acquire),
+            drain_seen: self.registry.is_draining(),
             registered: None,
         }
     }
@@ -347,6 +367,8 @@ pub enum Signal {
     Kill,
     /// A reload: read the configuration again.
     Nudge,
+    /// The graceful drain started: finish what is in flight, then close.
+    Drain,
 }
 
 /// See [`ClientGuard::signals`]. Polled on every turn of the session's loop, so a poll is
@@ -354,7 +376,9 @@ pub enum Signal {
 /// changes or was used.
 pub struct Signals<'a> {
     activity: &'a Activity,
+    draining: &'a AtomicBool,
     nudges: u64,
+    drain_seen: bool,
     registered: Option<Waker>,
 }
 
@@ -369,6 +393,11 @@ impl Signals<'_> {
             // The nudge used up the registered waker.
             self.registered = None;
             return Some(Signal::Nudge);
+        }
+        if !self.drain_seen && self.draining.load(Ordering::Acquire) {
+            self.drain_seen = true;
+            self.registered = None;
+            return Some(Signal::Drain);
         }
         None
     }
@@ -423,6 +452,39 @@ mod tests {
             Default::default(),
         );
         (registry, a, b)
+    }
+
+    #[test]
+    fn drain_reaches_every_session_once_and_wakes_it() {
+        use futures_util::task::ArcWake;
+        use std::sync::atomic::AtomicUsize;
+        use std::task::{Context, Poll};
+
+        #[derive(Default)]
+        struct CountingWaker(AtomicUsize);
+        impl ArcWake for CountingWaker {
+            fn wake_by_ref(waker: &Arc<Self>) {
+                waker.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+
+        let (registry, a, _b) = registry_with_two();
+        let woken = Arc::new(CountingWaker::default());
+        let waker = futures_util::task::waker(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut signals = std::pin::pin!(a.signals());
+        assert!(signals.as_mut().poll(&mut cx).is_pending());
+        registry.start_drain();
+        assert_eq!(
+            woken.0.load(Ordering::SeqCst),
+            1,
+            "the waiting session is woken"
+        );
+        assert_eq!(signals.as_mut().poll(&mut cx), Poll::Ready(Signal::Drain));
+        assert!(signals.as_mut().poll(&mut cx).is_pending(), "only once");
+        // A session that starts during the drain knows it from `is_draining`.
+        assert!(registry.is_draining());
+        assert!(std::pin::pin!(a.signals()).poll(&mut cx).is_pending());
     }
 
     /// CLIENT KILL ID `id` (the caller spared, as by default).

@@ -101,12 +101,7 @@ async fn serve_client(
     let mut in_flight = Pipeline::default();
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
-    let mut drain = live.drain.subscribe();
-    let mut draining = *drain.borrow();
-    // Made once, not per loop turn: each new `changed()` would join and leave the
-    // watch's waiter list.
-    let drain_changed = drain.changed();
-    tokio::pin!(drain_changed);
+    let mut draining = registry.is_draining();
     let signals = guard.signals();
     tokio::pin!(signals);
     // The last read from or write to the client: idle time counts from it, as in Redis.
@@ -409,7 +404,6 @@ async fn serve_client(
             }
             // The pause ended or changed: the held request looks again.
             () = wait_pause(&registry, paused_until), if paused_until.is_some() => paused_until = None,
-            _ = &mut drain_changed, if !draining => draining = true,
             // CLIENT KILL from another client: closed at once, as Redis frees it.
             signal = &mut signals => match signal {
                 Signal::Kill => {
@@ -418,6 +412,7 @@ async fn serve_client(
                 }
                 // The limits are read again at the top of the loop.
                 Signal::Nudge => {}
+                Signal::Drain => draining = true,
             },
             _ = sleep_until(idle_deadline), if idle_deadline.is_some() => {
                 tracing::debug!(client = %peer, "closing idle client");
