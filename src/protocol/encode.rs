@@ -174,21 +174,13 @@ pub fn array_frame<'a>(count: usize, elements: impl IntoIterator<Item = &'a Byte
     out.freeze()
 }
 
-fn put_header(out: &mut BytesMut, marker: u8, mut len: u64) {
+fn put_header(out: &mut BytesMut, marker: u8, len: u64) {
     // Laid out on the stack and appended once, not in three appends: a split request
     // frames one header per argument.
     let mut line = [0u8; 23];
-    let mut start = line.len() - 2;
-    line[start..].copy_from_slice(b"\r\n");
-    loop {
-        start -= 1;
-        line[start] = b'0' + (len % 10) as u8;
-        len /= 10;
-        if len == 0 {
-            break;
-        }
-    }
-    start -= 1;
+    let end = line.len() - 2;
+    line[end..].copy_from_slice(b"\r\n");
+    let start = digits_before(&mut line, end, len) - 1;
     line[start] = marker;
     out.extend_from_slice(&line[start..]);
 }
@@ -212,19 +204,25 @@ fn put_signed(out: &mut BytesMut, value: i64) {
     put_unsigned(out, value.unsigned_abs());
 }
 
-fn put_unsigned(out: &mut BytesMut, mut value: u64) {
-    // u64::MAX has 20 digits; fill from the right.
+fn put_unsigned(out: &mut BytesMut, value: u64) {
+    // u64::MAX has 20 digits.
     let mut digits = [0u8; 20];
-    let mut start = digits.len();
+    let start = digits_before(&mut digits, 20, value);
+    out.extend_from_slice(&digits[start..]);
+}
+
+/// Writes `value`'s decimal digits into `buf` so that they end just before `end`, and
+/// returns where they start.
+fn digits_before(buf: &mut [u8], end: usize, mut value: u64) -> usize {
+    let mut start = end;
     loop {
         start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
+        buf[start] = b'0' + (value % 10) as u8;
         value /= 10;
         if value == 0 {
-            break;
+            return start;
         }
     }
-    out.extend_from_slice(&digits[start..]);
 }
 
 /// A double's text, formatted on the stack.
