@@ -171,6 +171,43 @@ pub(crate) fn find_keys(
     out: &mut KeyList,
 ) {
     out.clear();
+    if let Some(key) = lone_key(specs, args) {
+        out.push(key);
+        return;
+    }
+    find_keys_by_walk(specs, proc_, legacy, args, out);
+}
+
+/// The key of a command whose one spec names one argument at a fixed index (GET, SET,
+/// INCR, HSET...: most of what clients send), when the arguments reach it: what the walk
+/// below finds for it, without the walk's generality on every routed request.
+fn lone_key(specs: &[KeySpec], args: &[Bytes]) -> Option<KeyPos> {
+    let [spec] = specs else { return None };
+    let odd = KeyFlags::NOT_KEY | KeyFlags::INCOMPLETE | KeyFlags::VARIABLE_FLAGS;
+    match (&spec.begin_search, &spec.find_keys) {
+        (
+            BeginSearch::Index(at),
+            FindKeys::Range {
+                lastkey: 0, step, ..
+            },
+        ) if *step >= 1 && spec.flags.0 & odd == 0 => {
+            let index = usize::try_from(*at).ok()?;
+            (index < args.len()).then_some(KeyPos {
+                index,
+                flags: spec.flags,
+            })
+        }
+        _ => None,
+    }
+}
+
+fn find_keys_by_walk(
+    specs: &[KeySpec],
+    proc_: Option<GetKeysProc>,
+    legacy: LegacyRange,
+    args: &[Bytes],
+    out: &mut KeyList,
+) {
     let has_keyspec = specs.iter().any(|s| !s.flags.has(KeyFlags::NOT_KEY));
     let has_varflags = specs.iter().any(|s| s.flags.has(KeyFlags::VARIABLE_FLAGS));
 
@@ -444,6 +481,50 @@ mod tests {
             assert!(out.iter().all(|k| k.index < argv.len()));
             find_keys(&[], None, legacy, &argv, &mut out);
             assert!(out.is_empty());
+        }
+    }
+
+    proptest::proptest! {
+        /// The lone-key shortcut finds what the general walk finds, for every command of
+        /// the shipped table and argument lists of any length.
+        #[test]
+        fn the_lone_key_shortcut_reads_as_the_walk(
+            command in 0usize..400,
+            argc in 0usize..7,
+        ) {
+            let table = crate::command::CommandTable::builtin();
+            let spec = table.iter().nth(command % table.len()).unwrap();
+            let mut argv = vec![Bytes::copy_from_slice(spec.name().as_bytes())];
+            argv.extend((1..argc).map(|i| Bytes::from(i.to_string())));
+            argv.truncate(argc);
+            let legacy = LegacyRange { first: spec.first_key, last: spec.last_key, step: spec.step };
+            let mut walked = SmallVec::new();
+            find_keys_by_walk(&spec.key_specs, spec.getkeys, legacy, &argv, &mut walked);
+            if let Some(key) = lone_key(&spec.key_specs, &argv) {
+                proptest::prop_assert_eq!(&walked[..], &[key][..], "{}", spec.name());
+            }
+            let mut found = SmallVec::new();
+            find_keys(&spec.key_specs, spec.getkeys, legacy, &argv, &mut found);
+            proptest::prop_assert_eq!(found, walked);
+        }
+    }
+
+    #[test]
+    fn the_lone_key_shortcut_covers_the_common_commands() {
+        let table = crate::command::CommandTable::builtin();
+        for name in ["get", "incr", "hset", "lpush", "zadd", "expire", "hget"] {
+            let spec = table.get(name).unwrap();
+            let argv = args(&[name, "k", "v", "w"]);
+            assert_eq!(
+                lone_key(&spec.key_specs, &argv).map(|k| k.index),
+                Some(1),
+                "{name}"
+            );
+        }
+        for name in ["mset", "del", "eval", "xread", "sort", "migrate"] {
+            let spec = table.get(name).unwrap();
+            let argv = args(&[name, "k", "v", "w"]);
+            assert_eq!(lone_key(&spec.key_specs, &argv), None, "{name}");
         }
     }
 
