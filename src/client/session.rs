@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::auth;
 use crate::dispatch::{BlockedOn, Proxy, Route, BLOCKED_ON};
-use crate::protocol::{Proto, RequestDecoder};
+use crate::protocol::{FoldedName, Proto, RequestDecoder};
 use crate::reload::Live;
 use crate::reply;
 
@@ -173,7 +173,12 @@ async fn serve_client(
                     guard.held_by_pause(false);
                 }
             }
-            let alone = matches!(&decoded, Ok(Some(request)) if runs_alone(request, &live));
+            // Folded once: the checks below each look for a few names of their own.
+            let name = match &decoded {
+                Ok(Some(request)) => FoldedName::of(request),
+                _ => FoldedName::default(),
+            };
+            let alone = matches!(&decoded, Ok(Some(request)) if runs_alone(request, &name, &live));
             // A slot changed master since the requests in flight were routed: they may
             // still be redirected to where this one would go at once, so it waits for them.
             let moved = !in_flight.is_empty()
@@ -186,7 +191,7 @@ async fn serve_client(
             match decoded {
                 Ok(Some(request))
                     if !in_flight.is_empty()
-                        && (alone || moved || Transaction::is_sequence_point(&request)) =>
+                        && (alone || moved || Transaction::is_sequence_point(&name)) =>
                 {
                     held = Some(request);
                     break;
@@ -230,8 +235,13 @@ async fn serve_client(
                             continue;
                         }
                     }
-                    match transaction.handle(proxy, state.proto, &request, user.map(|user| &**user))
-                    {
+                    match transaction.handle(
+                        proxy,
+                        state.proto,
+                        &request,
+                        &name,
+                        user.map(|user| &**user),
+                    ) {
                         Step::Reply(reply) => {
                             note_command(&guard, proxy, &request);
                             in_flight.push_ready(reply);
@@ -252,7 +262,7 @@ async fn serve_client(
                         }
                         Step::Pass => {}
                     }
-                    match pubsub.intercept(&request, state.proto, proxy) {
+                    match pubsub.intercept(&request, &name, state.proto, proxy) {
                         Intercept::Reply(reply) => {
                             note_command(&guard, proxy, &request);
                             subscriptions.update(&pubsub);
@@ -268,17 +278,19 @@ async fn serve_client(
                         Intercept::Pass => {}
                     }
                     // CLIENT LIST and INFO show the caller's own command as CLIENT's.
-                    let client_command = request.name().eq_ignore_ascii_case(b"client");
+                    let client_command = name.as_bytes() == b"client";
                     if client_command {
                         note_command(&guard, proxy, &request);
                     }
-                    if let Some(answer) = local::answer(&mut state, &registry, proxy, &request) {
+                    if let Some(answer) =
+                        local::answer(&mut state, &registry, proxy, &request, &name)
+                    {
                         if !client_command {
                             note_command(&guard, proxy, &request);
                         }
                         closing |= answer.close;
                         pass_user = None;
-                        if request.name().eq_ignore_ascii_case(b"reset") {
+                        if name.as_bytes() == b"reset" {
                             // RESET ended the subscriptions (see `PubSub::intercept`).
                             subscriptions.update(&pubsub);
                         }
@@ -355,7 +367,7 @@ async fn serve_client(
                         let (_, locals) = exec_locals.take().unwrap_or_default();
                         let proxy = live.proxy();
                         *reply = splice_local_answers(block_reply, locals, |request| {
-                            local::answer(&mut state, &registry, &proxy, request)
+                            local::answer(&mut state, &registry, &proxy, request, &FoldedName::of(request))
                                 .map(|answer| answer.reply)
                                 .unwrap_or_else(|| reply::error("ERR proxy: no reply"))
                         });
@@ -485,19 +497,15 @@ impl<'a> ShownSubscriptions<'a> {
 /// STORE must not overtake, or be overtaken by, the requests around it), or it may switch
 /// the protocol (HELLO, RESET): the requests after it go to the backend connections of the
 /// other protocol, where they could overtake those before it.
-fn runs_alone(request: &crate::protocol::Request, live: &Live) -> bool {
-    let name = request.name();
-    match name.first().map(u8::to_ascii_lowercase) {
-        Some(b'h') => name.eq_ignore_ascii_case(b"hello"),
-        Some(b'r') => name.eq_ignore_ascii_case(b"reset"),
+fn runs_alone(request: &crate::protocol::Request, name: &FoldedName, live: &Live) -> bool {
+    match request.name().first().map(u8::to_ascii_lowercase) {
+        Some(b'h' | b'r') => matches!(name.as_bytes(), b"hello" | b"reset"),
         Some(b'b' | b'x' | b'w') => live
             .proxy()
             .commands
             .lookup(&request.args)
             .is_some_and(|spec| spec.blocks(&request.args)),
-        Some(b's')
-            if name.eq_ignore_ascii_case(b"sort") || name.eq_ignore_ascii_case(b"sort_ro") =>
-        {
+        Some(b's') if matches!(name.as_bytes(), b"sort" | b"sort_ro") => {
             crate::dispatch::sort_runs_in_steps(&request.args)
         }
         _ => false,

@@ -47,7 +47,7 @@ use crate::backend::NodeConn;
 use crate::command::{CommandFlags, CommandSpec, KeyList};
 use crate::config::CrossSlotTransactions;
 use crate::dispatch::{Proxy, Target, WatchPin};
-use crate::protocol::{encode, Proto, Request};
+use crate::protocol::{encode, FoldedName, Proto, Request};
 use crate::reply;
 use crate::reply::merge::array_elements;
 use crate::rewrite::Forward;
@@ -161,11 +161,8 @@ pub struct Transaction {
 impl Transaction {
     /// Whether the request must wait until every earlier reply of the client is in (and
     /// later requests until its own reply is in). Cheap: looks at the name only.
-    pub fn is_sequence_point(request: &Request) -> bool {
-        let name = request.name();
-        name.eq_ignore_ascii_case(b"exec")
-            || name.eq_ignore_ascii_case(b"watch")
-            || name.eq_ignore_ascii_case(b"wait")
+    pub fn is_sequence_point(name: &FoldedName) -> bool {
+        matches!(name.as_bytes(), b"exec" | b"watch" | b"wait")
     }
 
     /// Whether the client is inside MULTI.
@@ -193,11 +190,11 @@ impl Transaction {
         proxy: &Arc<Proxy>,
         proto: Proto,
         request: &Request,
+        name: &FoldedName,
         user: Option<&User>,
     ) -> Step {
         let args = &request.args;
-        let mut lower = [0u8; 8];
-        let name = request.lower_name(&mut lower);
+        let name = name.as_bytes();
         let argc = args.len();
         match (name, self.multi.is_some()) {
             // Redis aborts the transaction when it rejects the EXEC itself (and, outside

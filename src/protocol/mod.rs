@@ -21,7 +21,7 @@ mod request;
 pub use frame::{parse_frame, BytesFrame};
 pub(crate) use number::parse_i64;
 pub use reply_scan::ReplyScanner;
-pub use request::{Request, RequestDecoder};
+pub use request::{FoldedName, Request, RequestDecoder};
 
 /// Size limits on client input. Defaults are Redis's own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -48,18 +48,39 @@ impl Request {
     pub fn name(&self) -> &[u8] {
         &self.args[0]
     }
+}
 
-    /// The command name lower-cased into `buf`, for matching against a few known names
-    /// without allocating; empty when the name is longer than `buf` (so it matches none).
-    pub fn lower_name<'b>(&self, buf: &'b mut [u8]) -> &'b [u8] {
-        let name = self.name();
-        let Some(dest) = buf.get_mut(..name.len()) else {
-            return &[];
+/// A request's command name in lower case, folded once per request for the session's
+/// checks of the few names it answers itself (MULTI, SUBSCRIBE, PING, CLIENT...). Empty, so
+/// matching none of them, when the name is longer than the longest of those.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FoldedName {
+    bytes: [u8; FoldedName::MAX_LEN],
+    len: u8,
+}
+
+impl FoldedName {
+    const MAX_LEN: usize = 16;
+
+    /// The name of `request`, folded.
+    pub fn of(request: &Request) -> FoldedName {
+        let mut folded = FoldedName {
+            bytes: [0; FoldedName::MAX_LEN],
+            len: 0,
         };
-        for (d, s) in dest.iter_mut().zip(name) {
-            *d = s.to_ascii_lowercase();
+        let name = request.name();
+        if let Some(dest) = folded.bytes.get_mut(..name.len()) {
+            for (d, s) in dest.iter_mut().zip(name) {
+                *d = s.to_ascii_lowercase();
+            }
+            folded.len = name.len() as u8;
         }
-        dest
+        folded
+    }
+
+    /// The folded bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
     }
 }
 
@@ -375,15 +396,15 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
-    fn lower_name_fits_the_buffer_or_matches_nothing() {
+    fn folded_names_fit_sixteen_bytes_or_match_nothing() {
         let mut decoder = RequestDecoder::new(Limits::default());
-        let mut buf = BytesMut::from(&b"*1\r\n$4\r\nExEc\r\n*1\r\n$9\r\nSUBSCRIBE\r\n"[..]);
-        let exec = decoder.decode(&mut buf).unwrap().unwrap();
-        let subscribe = decoder.decode(&mut buf).unwrap().unwrap();
-        let mut lower = [0u8; 8];
-        assert_eq!(exec.lower_name(&mut lower), b"exec");
-        assert_eq!(subscribe.lower_name(&mut lower), b"");
-        assert_eq!(subscribe.lower_name(&mut [0u8; 16]), b"subscribe");
+        let mut buf = BytesMut::from(
+            &b"*1\r\n$4\r\nExEc\r\n*1\r\n$16\r\nSUBSCRIBESUBSCRI\r\n*1\r\n$17\r\nSUBSCRIBESUBSCRIB\r\n"[..],
+        );
+        let mut next = || FoldedName::of(&decoder.decode(&mut buf).unwrap().unwrap());
+        assert_eq!(next().as_bytes(), b"exec");
+        assert_eq!(next().as_bytes(), b"subscribesubscri");
+        assert_eq!(next().as_bytes(), b"");
     }
 
     fn multibulk(args: &[&[u8]]) -> Vec<u8> {

@@ -12,7 +12,7 @@ use futures_util::future::BoxFuture;
 use crate::auth::{Auth, User};
 use crate::command::{CommandFlags, CommandTable};
 use crate::dispatch::Proxy;
-use crate::protocol::{encode, parse_i64, Proto, Request};
+use crate::protocol::{encode, parse_i64, FoldedName, Proto, Request};
 use crate::reply;
 
 use super::registry::Registry;
@@ -124,18 +124,11 @@ pub fn answer(
     registry: &Registry,
     proxy: &Arc<Proxy>,
     request: &Request,
+    name: &FoldedName,
 ) -> Option<Answer> {
     let auth = &proxy.auth;
     let args = &request.args;
-    let mut name = [0u8; 16];
-    let len = args[0].len();
-    if len > name.len() {
-        return None;
-    }
-    for (dst, src) in name.iter_mut().zip(args[0].iter()) {
-        *dst = src.to_ascii_lowercase();
-    }
-    match &name[..len] {
+    match name.as_bytes() {
         b"ping" => match args.len() {
             1 => Answer::reply(Bytes::from_static(b"+PONG\r\n")),
             2 => Answer::reply(encode::bulk_frame(&args[1])),

@@ -41,7 +41,7 @@ use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch};
 
 use crate::dispatch::{Proxy, PUBSUB_HOME_SLOT};
-use crate::protocol::{Proto, Request};
+use crate::protocol::{FoldedName, Proto, Request};
 use crate::reply;
 use crate::route::NodeAddr;
 
@@ -176,12 +176,12 @@ impl PubSub {
     pub fn intercept(
         &mut self,
         request: &Request,
+        name: &FoldedName,
         proto: Proto,
         current: &Arc<Proxy>,
     ) -> Intercept {
         let args = &request.args;
-        let mut lower = [0u8; 16];
-        let name = request.lower_name(&mut lower);
+        let name = name.as_bytes();
         let family = match name {
             b"subscribe" | b"unsubscribe" => Some(Family::Channels),
             b"psubscribe" | b"punsubscribe" => Some(Family::Patterns),
