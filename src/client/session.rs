@@ -73,8 +73,9 @@ async fn serve_client(
     // TCP keepalive is set at connect (as Redis's `tcp-keepalive`); the other limits
     // follow reloads (see `ClientLimits`).
     let mut limits_of_reload = live.reloads();
-    let proxy = live.proxy();
-    let config = &proxy.config;
+    // The configuration requests start on, replaced when a reload has served another.
+    let mut snapshot = live.proxy();
+    let config = &snapshot.config;
     if config.tcp_keepalive > 0 {
         let keepalive =
             socket2::TcpKeepalive::new().with_time(Duration::from_secs(config.tcp_keepalive));
@@ -82,7 +83,7 @@ async fn serve_client(
     }
     let mut limits = ClientLimits::of(config);
     let mut decoder = RequestDecoder::new(config.limits.protocol());
-    let user = ConnState::initial_user(&proxy.auth);
+    let user = ConnState::initial_user(&snapshot.auth);
     let guard = registry.register(peer, local_addr, user.as_deref(), blocked);
     let mut state = ConnState {
         id: guard.id,
@@ -91,9 +92,11 @@ async fn serve_client(
         user,
         replies: ReplyMode::On,
     };
-    let mut pubsub = PubSub::new(proxy.clone(), state.id);
+    let mut pubsub = PubSub::new(snapshot.clone(), state.id);
     let mut subscriptions = ShownSubscriptions::new(&registry, guard.id);
-    drop(proxy);
+    // The client's user under `snapshot`; looked up again after a reload and after a local
+    // command (AUTH, HELLO and RESET change it).
+    let mut snapshot_user = None;
     let counted = crate::metrics::ClientConnection::opened();
     let (mut reader, mut writer) = stream.into_split();
     let mut input = BytesMut::with_capacity(READ_BUFFER);
@@ -124,21 +127,18 @@ async fn serve_client(
         // client at once (a reload wakes every session, see `Registry::wake_all`).
         if live.reloads() != limits_of_reload {
             limits_of_reload = live.reloads();
-            let proxy = live.proxy();
-            limits = ClientLimits::of(&proxy.config);
-            decoder.set_limits(proxy.config.limits.protocol());
+            snapshot = live.proxy();
+            snapshot_user = None;
+            limits = ClientLimits::of(&snapshot.config);
+            decoder.set_limits(snapshot.config.limits.protocol());
         }
         let ClientLimits {
             max_pipeline,
             idle_timeout,
             output_limit,
         } = limits;
-        // One configuration snapshot and one clock read serve all requests of this pass.
-        let mut snapshot = None;
+        // One clock read serves all requests of this pass.
         let mut pass_started = None;
-        // The client's user under that snapshot; looked up again after a local command
-        // (AUTH, HELLO and RESET change it).
-        let mut pass_user = None;
         // Turn buffered bytes into dispatched requests, as far as the pipeline limit allows.
         while !closing && in_flight.len() < max_pipeline {
             if sequence_point && !in_flight.is_empty() {
@@ -159,11 +159,7 @@ async fn serve_client(
                     if !was_held {
                         // As Redis shows a client its pause holds: blocked, on this command.
                         guard.held_by_pause(true);
-                        note_command(
-                            &guard,
-                            snapshot.get_or_insert_with(|| live.proxy()),
-                            request,
-                        );
+                        note_command(&guard, &snapshot, request);
                     }
                     paused_until = pause;
                     held = decoded.ok().flatten();
@@ -183,11 +179,7 @@ async fn serve_client(
             // still be redirected to where this one would go at once, so it waits for them.
             let moved = !in_flight.is_empty()
                 && matches!(&decoded, Ok(Some(_)))
-                && snapshot
-                    .get_or_insert_with(|| live.proxy())
-                    .topology
-                    .moves()
-                    != routed_moves;
+                && snapshot.topology.moves() != routed_moves;
             match decoded {
                 Ok(Some(request))
                     if !in_flight.is_empty()
@@ -198,10 +190,7 @@ async fn serve_client(
                 }
                 Ok(Some(request)) => {
                     if in_flight.is_empty() {
-                        routed_moves = snapshot
-                            .get_or_insert_with(|| live.proxy())
-                            .topology
-                            .moves();
+                        routed_moves = snapshot.topology.moves();
                     }
                     if state.replies.mutes() && !local::sets_reply_mode(&request) {
                         in_flight.mute_next();
@@ -211,8 +200,8 @@ async fn serve_client(
                         continue;
                     }
                     // A command runs to its end on the configuration it started with.
-                    let proxy = snapshot.get_or_insert_with(|| live.proxy());
-                    let user = pass_user
+                    let proxy = &snapshot;
+                    let user = snapshot_user
                         .get_or_insert_with(|| {
                             state
                                 .user
@@ -289,7 +278,7 @@ async fn serve_client(
                             note_command(&guard, proxy, &request);
                         }
                         closing |= answer.close;
-                        pass_user = None;
+                        snapshot_user = None;
                         if name.as_bytes() == b"reset" {
                             // RESET ended the subscriptions (see `PubSub::intercept`).
                             subscriptions.update(&pubsub);
@@ -365,12 +354,12 @@ async fn serve_client(
                     if let Some(reply) = in_flight.ready_reply_mut(*seq) {
                         let block_reply = std::mem::take(reply);
                         let (_, locals) = exec_locals.take().unwrap_or_default();
-                        let proxy = live.proxy();
                         *reply = splice_local_answers(block_reply, locals, |request| {
-                            local::answer(&mut state, &registry, &proxy, request, &FoldedName::of(request))
+                            local::answer(&mut state, &registry, &snapshot, request, &FoldedName::of(request))
                                 .map(|answer| answer.reply)
                                 .unwrap_or_else(|| reply::error("ERR proxy: no reply"))
                         });
+                        snapshot_user = None;
                     }
                 }
                 // Everything answered, in order, leaves in the same write.
@@ -380,15 +369,19 @@ async fn serve_client(
                     crate::metrics::client_output_limit_disconnect();
                     break;
                 }
+                // Written at once while the socket takes it: one turn of this loop less
+                // per reply than waiting for the write branch below.
+                if !output.is_empty() {
+                    match writer.try_write(&output) {
+                        Ok(n) if n > 0 => last_active = wrote(n, &mut output, &counted, &guard),
+                        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                        _ => break,
+                    }
+                }
             }
             written = writer.write(&output), if !output.is_empty() => match written {
                 Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    counted.sent(n);
-                    output.advance(n);
-                    last_active = Instant::now();
-                    guard.active_at(last_active.into_std());
-                }
+                Ok(n) => last_active = wrote(n, &mut output, &counted, &guard),
             },
             // A subscriber that stopped reading must not hold its messages forever.
             () = pubsub.overflowed(), if pubsub.is_used() && pubsub.is_subscribed() => break,
@@ -432,6 +425,21 @@ async fn serve_client(
             }
         }
     }
+}
+
+/// Accounts for `n` bytes of `output` written to the client; returns the time of the
+/// write (the client's last interaction).
+fn wrote(
+    n: usize,
+    output: &mut BytesMut,
+    counted: &crate::metrics::ClientConnection,
+    guard: &ClientGuard,
+) -> Instant {
+    counted.sent(n);
+    output.advance(n);
+    let now = Instant::now();
+    guard.active_at(now.into_std());
+    now
 }
 
 /// The limits of one client that a reload changes for connected clients too.
