@@ -328,7 +328,9 @@ impl ClientGuard {
     /// Records a read from or a write to the client at `at` (CLIENT LIST's `idle=`, which
     /// Redis counts from its last interaction either way).
     pub fn active_at(&self, at: Instant) {
-        let ms = at.saturating_duration_since(self.created).as_millis() as u64;
+        // Whole seconds and milliseconds apart: `as_millis` works in u128, on every request.
+        let since = at.saturating_duration_since(self.created);
+        let ms = since.as_secs() * 1000 + u64::from(since.subsec_millis());
         self.activity.last_active_ms.store(ms, Ordering::Relaxed);
     }
 
