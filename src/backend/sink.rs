@@ -45,6 +45,14 @@ impl ReplySink {
         Arc::new(ReplySink::default())
     }
 
+    /// An open sink with room for `replies` deliveries: the parts of one split command
+    /// arrive from several nodes, and a growing buffer would be reallocated for each.
+    pub fn with_capacity(replies: usize) -> Arc<ReplySink> {
+        let sink = ReplySink::default();
+        sink.lock().delivered.reserve_exact(replies);
+        Arc::new(sink)
+    }
+
     /// Moves the replies delivered so far into `into`; otherwise registers the task to be
     /// woken by the next delivery.
     pub fn poll_take(&self, cx: &mut Context<'_>, into: &mut Vec<Delivery>) -> Poll<()> {

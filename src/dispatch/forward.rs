@@ -110,7 +110,7 @@ impl Proxy {
         let wire = wire.freeze();
         let requests: SmallVec<[Bytes; PARTS_INLINE]> =
             spans.iter().map(|span| wire.slice(span.clone())).collect();
-        let sink = ReplySink::new();
+        let sink = ReplySink::with_capacity(count);
         let mut seqs: SmallVec<[u64; 16]> = SmallVec::new();
         for (group, conn) in groups.iter().enumerate() {
             seqs.clear();
@@ -136,7 +136,8 @@ impl Proxy {
         let mut resumed: Vec<(usize, Resumed<'_>)> = Vec::new();
         let mut delivered: SmallVec<[bool; PARTS_INLINE]> = (0..count).map(|_| false).collect();
         let mut missing = conns.iter().filter(|conn| conn.is_some()).count();
-        let mut taken = Vec::new();
+        // Swapped with the sink's buffer on each take, so it needs the same room.
+        let mut taken = Vec::with_capacity(count);
         while missing > 0 {
             sink.take(&mut taken).await;
             for delivery in taken.drain(..) {
