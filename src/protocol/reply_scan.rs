@@ -54,6 +54,17 @@ impl ReplyScanner {
     /// Keeps its progress so that repeated calls on a growing buffer stay linear.
     /// The caller splits `len` bytes off `buf` and calls again for the next frame.
     pub fn next_frame_len(&mut self, buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
+        // Only on a frame's first look: a frame still arriving is resumed where it stopped.
+        if self.searched == 0 {
+            if let Some(len) = whole_simple_frame(buf, self.limits.max_bulk_len) {
+                return Ok(Some(len));
+            }
+        }
+        self.next_frame_len_resumable(buf)
+    }
+
+    /// [`ReplyScanner::next_frame_len`] without the one-pass path for whole simple frames.
+    fn next_frame_len_resumable(&mut self, buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
         let outcome = self.scan(buf);
         if !matches!(outcome, Ok(None)) {
             self.reset();
@@ -187,6 +198,41 @@ impl ReplyScanner {
             }
         }
         true
+    }
+}
+
+/// The length of the frame at the front of `buf` when it is a whole, well-formed simple
+/// string, error, integer or bulk string (nearly every reply of a plain command), read in
+/// one pass; `None` for anything else, which the resumable scan then reads (or refuses)
+/// with its own state and error texts.
+fn whole_simple_frame(buf: &[u8], max_bulk_len: usize) -> Option<usize> {
+    match *buf.first()? {
+        b'+' | b'-' | b':' => {
+            let cr = buf.iter().position(|&byte| byte == b'\r')?;
+            (buf.get(cr + 1) == Some(&b'\n')).then_some(cr + 2)
+        }
+        b'$' => {
+            // Digits only (no sign, no leading zero), as `string2ll` reads a valid length.
+            const MAX_DIGITS: usize = 18;
+            let mut len = 0usize;
+            let mut at = 1;
+            loop {
+                match *buf.get(at)? {
+                    b'0'..=b'9' if at <= MAX_DIGITS && !(at == 2 && len == 0) => {
+                        len = len * 10 + usize::from(buf[at] - b'0');
+                    }
+                    b'\r' if at > 1 => break,
+                    _ => return None,
+                }
+                at += 1;
+            }
+            if buf.get(at + 1) != Some(&b'\n') || len > max_bulk_len {
+                return None;
+            }
+            let end = at + 2 + len + 2;
+            (buf.get(end - 2..end)? == b"\r\n").then_some(end)
+        }
+        _ => None,
     }
 }
 
@@ -423,6 +469,75 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic(input in prop::collection::vec(any::<u8>(), 0..200)) {
             let _ = frame_lens(&mut ReplyScanner::default(), &input);
+        }
+    }
+
+    proptest! {
+        // Most inputs are not whole simple frames (a changed byte, a cut end, random
+        // parts), so more cases.
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// Whatever the one-pass path measures, the resumable scan measures the same.
+        #[test]
+        fn the_one_pass_path_reads_as_the_resumable_one(
+            input in prop_oneof![
+                (
+                    arbitrary_value(),
+                    prop::option::of((
+                        any::<prop::sample::Index>(),
+                        prop::sample::select(&b"+-:$*\r\n0-9x"[..]),
+                    )),
+                    0usize..3,
+                ).prop_map(|(value, change, cut)| {
+                    let mut frame = Vec::new();
+                    encode(&value, &mut frame);
+                    if let Some((at, byte)) = change {
+                        let at = at.index(frame.len());
+                        frame[at] = byte;
+                    }
+                    frame.truncate(frame.len().saturating_sub(cut));
+                    frame.extend_from_slice(b"+PONG\r\n");
+                    frame
+                }),
+                prop::collection::vec(
+                    prop_oneof![
+                        Just(b"$".to_vec()), Just(b"+".to_vec()), Just(b"\r\n".to_vec()),
+                        (0u32..30).prop_map(|n| n.to_string().into_bytes()),
+                        prop::collection::vec(any::<u8>(), 0..4),
+                    ],
+                    0..12,
+                ).prop_map(|parts| parts.concat()),
+            ],
+            max_bulk_len in 5usize..12,
+        ) {
+            let limits = Limits { max_bulk_len, ..Limits::default() };
+            let Some(len) = whole_simple_frame(&input, max_bulk_len) else {
+                return Ok(());
+            };
+            let resumable = ReplyScanner::new(limits).next_frame_len_resumable(&input);
+            prop_assert_eq!(resumable, Ok(Some(len)));
+        }
+    }
+
+    #[test]
+    fn common_replies_take_the_one_pass_path() {
+        for frame in [
+            &b"+OK\r\n"[..],
+            b"-ERR x\r\n",
+            b":12\r\n",
+            b"$0\r\n\r\n",
+            b"$3\r\nabc\r\n",
+        ] {
+            assert_eq!(whole_simple_frame(frame, 512), Some(frame.len()));
+        }
+        for frame in [
+            &b"$-1\r\n"[..],
+            b"*1\r\n:1\r\n",
+            b"$03\r\nabc\r\n",
+            b"$3\r\nab",
+            b"+OK\r",
+        ] {
+            assert_eq!(whole_simple_frame(frame, 512), None);
         }
     }
 }
