@@ -1,8 +1,8 @@
 //! Hot reload through the real binary: SIGHUP (and `slotbridge reload`) re-read the file
 //! while redis-benchmark runs without an error; a broken file changes nothing; new
-//! passwords apply to new logins; a newly denied command is refused on open connections; an
-//! upstream switch from a standalone server to the cluster is seen by the next command of an
-//! already connected client.
+//! passwords apply to new logins; a newly denied command, and a user's narrowed ACL, are
+//! refused on open connections; an upstream switch from a standalone server to the cluster
+//! is seen by the next command of an already connected client.
 
 mod common;
 
@@ -134,6 +134,32 @@ fn a_command_denied_by_a_reload_is_refused_on_open_connections() {
         "-ERR proxy: 'append' is disabled by the proxy's command policy (allow it with commands.allow: [append])\r\n"
     );
     assert_eq!(con.call(&["GET", "reload:denied"]), "$2\r\nab\r\n");
+}
+
+/// A reload that narrows a user's ACL applies to connections already logged in as that
+/// user, as Redis's ACL SETUSER does: the next command is checked against the new rules.
+#[test]
+fn a_user_narrowed_by_a_reload_is_checked_on_open_connections() {
+    let users = |commands: &str| {
+        format!(
+            "{}users:\n  - name: bot\n    password: botpw\n    commands: [{commands}]\n    keys: [\"~reload:*\"]\n",
+            cluster_yaml()
+        )
+    };
+    let path = config_file(&users(r#""+get", "+set""#));
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    let mut con = Raw::connect(proxy.addr());
+    assert_eq!(con.call(&["AUTH", "bot", "botpw"]), "+OK\r\n");
+    assert_eq!(con.call(&["SET", "reload:acl", "1"]), "+OK\r\n");
+
+    std::fs::write(&path, users(r#""+get""#)).unwrap();
+    proxy.send_signal("HUP");
+    wait_log(&proxy, "configuration reloaded", 1);
+    assert_eq!(
+        con.call(&["SET", "reload:acl", "2"]),
+        "-NOPERM this user has no permissions to run the 'set' command\r\n"
+    );
+    assert_eq!(con.call(&["GET", "reload:acl"]), "$1\r\n1\r\n");
 }
 
 /// A reload's `timeout` applies to clients already connected, as CONFIG SET timeout does
