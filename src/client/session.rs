@@ -355,7 +355,8 @@ async fn serve_client(
                         let block_reply = std::mem::take(reply);
                         let (_, locals) = exec_locals.take().unwrap_or_default();
                         *reply = splice_local_answers(block_reply, locals, |request| {
-                            local::answer(&mut state, &registry, &snapshot, request, &FoldedName::of(request))
+                            let name = FoldedName::of(request);
+                            local::answer(&mut state, &registry, &snapshot, request, &name)
                                 .map(|answer| answer.reply)
                                 .unwrap_or_else(|| reply::error("ERR proxy: no reply"))
                         });

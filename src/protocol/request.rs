@@ -64,10 +64,7 @@ impl FoldedName {
 
     /// The name of `request`, folded.
     pub fn of(request: &Request) -> FoldedName {
-        let mut folded = FoldedName {
-            bytes: [0; FoldedName::MAX_LEN],
-            len: 0,
-        };
+        let mut folded = FoldedName::default();
         let name = request.name();
         if let Some(dest) = folded.bytes.get_mut(..name.len()) {
             for (d, s) in dest.iter_mut().zip(name) {
