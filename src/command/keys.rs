@@ -178,9 +178,10 @@ pub(crate) fn find_keys(
     find_keys_by_walk(specs, proc_, legacy, args, out);
 }
 
-/// The key of a command whose one spec names one argument at a fixed index (GET, SET,
-/// INCR, HSET...: most of what clients send), when the arguments reach it: what the walk
-/// below finds for it, without the walk's generality on every routed request.
+/// The key of a command whose one spec names one argument at a fixed index (GET, INCR,
+/// HSET, LPUSH...: most of what clients send; not SET, whose key flags vary with its
+/// arguments), when the arguments reach it: what the walk below finds for it, without the
+/// walk's generality on every routed request.
 fn lone_key(specs: &[KeySpec], args: &[Bytes]) -> Option<KeyPos> {
     let [spec] = specs else { return None };
     let odd = KeyFlags::NOT_KEY | KeyFlags::INCOMPLETE | KeyFlags::VARIABLE_FLAGS;
