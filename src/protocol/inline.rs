@@ -11,9 +11,10 @@
 //! `\n` hides the line end, and Redis then waits for more input until the line limit is
 //! exceeded. This module does the same, so both behave alike on such input.
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use smallvec::SmallVec;
 
+use super::encode;
 use super::request::Request;
 use super::{Limits, ProtocolError};
 
@@ -74,22 +75,44 @@ pub(crate) fn decode_inline(
     })
 }
 
+/// The arguments of one inline line, unescaped: their bytes back to back and where each
+/// ends (a short line needs no allocation).
+#[derive(Debug, Default)]
+pub(crate) struct InlineArgs {
+    bytes: SmallVec<[u8; 64]>,
+    ends: SmallVec<[usize; 8]>,
+}
+
+impl InlineArgs {
+    /// How many arguments the line had.
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether the line was blank.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The arguments, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter().copied())
+            .map(|(start, end)| &self.bytes[start..end])
+    }
+}
+
 /// Builds a [`Request`] whose `raw` is the multibulk encoding of `args` and whose
 /// `args` are slices of that `raw`.
-fn request_from_args(args: &[Vec<u8>]) -> Request {
-    let payload: usize = args.iter().map(|arg| arg.len() + 32).sum();
-    let mut raw = BytesMut::with_capacity(payload + 16);
+fn request_from_args(args: &InlineArgs) -> Request {
+    let mut raw = BytesMut::with_capacity(args.bytes.len() + 16 * (args.len() + 1));
     let mut spans: SmallVec<[(usize, usize); 4]> = SmallVec::with_capacity(args.len());
-    raw.put_u8(b'*');
-    raw.extend_from_slice(args.len().to_string().as_bytes());
-    raw.extend_from_slice(b"\r\n");
-    for arg in args {
-        raw.put_u8(b'$');
-        raw.extend_from_slice(arg.len().to_string().as_bytes());
-        raw.extend_from_slice(b"\r\n");
-        spans.push((raw.len(), arg.len()));
-        raw.extend_from_slice(arg);
-        raw.extend_from_slice(b"\r\n");
+    encode::array_header(&mut raw, args.len());
+    for arg in args.iter() {
+        encode::bulk(&mut raw, arg);
+        // The payload sits between the header line and the closing CRLF.
+        spans.push((raw.len() - 2 - arg.len(), arg.len()));
     }
     let raw = raw.freeze();
     let args = spans
@@ -117,14 +140,14 @@ fn hex_value(byte: u8) -> Option<u8> {
 /// quotes or a closing quote followed by something other than a blank.
 ///
 /// The line is read as a C string: the slice end, or a NUL byte, ends it.
-pub(crate) fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+pub(crate) fn split_args(line: &[u8]) -> Option<InlineArgs> {
     let line = match line.iter().position(|&byte| byte == 0) {
         Some(nul) => &line[..nul],
         None => line,
     };
     // Reading past the end yields 0, standing for the C string's terminator.
     let at = |index: usize| line.get(index).copied().unwrap_or(0);
-    let mut args = Vec::new();
+    let mut args = InlineArgs::default();
     let mut pos = 0;
     loop {
         while at(pos) != 0 && is_c_space(at(pos)) {
@@ -133,7 +156,8 @@ pub(crate) fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
         if at(pos) == 0 {
             return Some(args);
         }
-        let mut current = Vec::new();
+        // The argument's bytes go straight after the previous one's.
+        let current = &mut args.bytes;
         let mut in_double = false;
         let mut in_single = false;
         loop {
@@ -199,7 +223,7 @@ pub(crate) fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
             }
             pos += 1;
         }
-        args.push(current);
+        args.ends.push(args.bytes.len());
     }
 }
 
@@ -209,8 +233,8 @@ mod tests {
 
     fn split(line: &str) -> Option<Vec<String>> {
         split_args(line.as_bytes()).map(|args| {
-            args.into_iter()
-                .map(|arg| String::from_utf8_lossy(&arg).into_owned())
+            args.iter()
+                .map(|arg| String::from_utf8_lossy(arg).into_owned())
                 .collect()
         })
     }
@@ -274,6 +298,33 @@ mod tests {
                 assert_eq!(&request.args[1][..], b"a b");
             }
             other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    proptest::proptest! {
+        /// An inline command is forwarded as the multibulk frame of exactly the arguments
+        /// its line splits into.
+        #[test]
+        fn the_reencoded_frame_holds_the_split_arguments(
+            line in proptest::collection::vec(
+                proptest::sample::select(&b"ab \t\"'\\x4\0\r"[..]), 0..40),
+        ) {
+            let Some(args) = split_args(&line) else { return Ok(()) };
+            let mut input = line.clone();
+            input.extend_from_slice(b"\n");
+            let outcome = decode_inline(&input, 0, &Limits::default());
+            let Ok(InlineOutcome::Command { request, .. }) = outcome else {
+                // A NUL hides the line end; a blank line is no command.
+                proptest::prop_assert!(line.contains(&0) || args.is_empty());
+                return Ok(());
+            };
+            let want: Vec<&[u8]> = args.iter().collect();
+            let got: Vec<&[u8]> = request.args.iter().map(|arg| &arg[..]).collect();
+            proptest::prop_assert_eq!(&got, &want);
+            let mut raw = BytesMut::from(&request.raw[..]);
+            let reread = crate::protocol::RequestDecoder::default().decode(&mut raw).unwrap().unwrap();
+            proptest::prop_assert!(raw.is_empty());
+            proptest::prop_assert_eq!(reread.args, request.args);
         }
     }
 
