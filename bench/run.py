@@ -370,7 +370,8 @@ def instructions_per_request():
             cases = [("SET -P 1", "set", 1, 20000, None), ("GET -P 1", "get", 1, 20000, None),
                      ("SET -P 16", "set", 16, 100000, None),
                      ("GET -P 16", "get", 16, 100000, None),
-                     ("MSET 10 keys", "mset", 1, 10000, None)]
+                     ("MSET 10 keys", "mset", 1, 10000, None),
+                     ("PING_INLINE", "ping_inline", 1, 20000, None)]
             if extra:
                 cases.append(("SET inside prefix (indexed chat record) -P 16", None, 16, 50000,
                               ["SET", "mybot:chat:__rand_int__", value]))
