@@ -94,9 +94,9 @@ async fn serve_client(
     };
     let mut pubsub = PubSub::new(snapshot.clone(), state.id);
     let mut subscriptions = ShownSubscriptions::new(&registry, guard.id);
-    // The client's user under `snapshot`; looked up again after a reload and after a local
-    // command (AUTH, HELLO and RESET change it).
-    let mut snapshot_user = None;
+    // The client's user under `snapshot`; looked up again after a reload and when a local
+    // command (AUTH, HELLO, RESET) logged the client in as someone else.
+    let mut snapshot_user: Option<Option<Arc<auth::User>>> = None;
     let counted = crate::metrics::ClientConnection::opened();
     let (mut reader, mut writer) = stream.into_split();
     let mut input = BytesMut::with_capacity(READ_BUFFER);
@@ -278,7 +278,7 @@ async fn serve_client(
                             note_command(&guard, proxy, &request);
                         }
                         closing |= answer.close;
-                        snapshot_user = None;
+                        forget_if_switched(&mut snapshot_user, state.user.as_deref());
                         if name.as_bytes() == b"reset" {
                             // RESET ended the subscriptions (see `PubSub::intercept`).
                             subscriptions.update(&pubsub);
@@ -360,7 +360,7 @@ async fn serve_client(
                                 .map(|answer| answer.reply)
                                 .unwrap_or_else(|| reply::error("ERR proxy: no reply"))
                         });
-                        snapshot_user = None;
+                        forget_if_switched(&mut snapshot_user, state.user.as_deref());
                     }
                 }
                 // Everything answered, in order, leaves in the same write.
@@ -425,6 +425,16 @@ async fn serve_client(
                 break;
             }
         }
+    }
+}
+
+/// Drops the looked-up user when the client is now logged in as another (or as nobody).
+fn forget_if_switched(looked_up: &mut Option<Option<Arc<auth::User>>>, now: Option<&str>) {
+    let switched = looked_up
+        .as_ref()
+        .is_some_and(|user| user.as_ref().map(|user| user.name.as_str()) != now);
+    if switched {
+        *looked_up = None;
     }
 }
 
