@@ -30,6 +30,56 @@ impl Hasher for NameHasher {
 /// A map keyed by command names.
 pub type NameMap<K, V> = HashMap<K, V, BuildHasherDefault<NameHasher>>;
 
+/// A command name of up to 16 bytes, folded to lower case and packed into one integer,
+/// so the per-request lookup hashes and compares one word instead of a byte slice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PackedName(u128);
+
+impl PackedName {
+    /// `name` folded and packed; `None` past 16 bytes or with a NUL byte (the padding is
+    /// NUL, so `get\0` must not pack like `get`).
+    pub fn of(name: &[u8]) -> Option<PackedName> {
+        let mut bytes = [0u8; 16];
+        if name.len() > bytes.len() {
+            return None;
+        }
+        for (d, &s) in bytes.iter_mut().zip(name) {
+            if s == 0 {
+                return None;
+            }
+            *d = s.to_ascii_lowercase();
+        }
+        Some(PackedName(u128::from_le_bytes(bytes)))
+    }
+}
+
+/// Hashes a [`PackedName`] with one multiply: its keys are the table's own names.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PackedHasher(u64);
+
+impl Hasher for PackedHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Not reached for `PackedName` (it writes one u128); kept correct for any key.
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u128(&mut self, n: u128) {
+        let folded = (n as u64) ^ ((n >> 64) as u64).rotate_left(32);
+        let mixed = folded.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // hashbrown takes the bucket from the low bits and the tag from the top seven.
+        self.0 = mixed ^ (mixed >> 29);
+    }
+}
+
+/// A map keyed by packed command names.
+pub type PackedMap<V> = HashMap<PackedName, V, BuildHasherDefault<PackedHasher>>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -45,6 +95,24 @@ mod tests {
         assert_eq!(hash(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(hash(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(hash(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn packing_folds_case_and_refuses_what_it_cannot_hold() {
+        assert_eq!(PackedName::of(b"GeT"), PackedName::of(b"get"));
+        assert_ne!(PackedName::of(b"get"), PackedName::of(b"gets"));
+        assert_eq!(PackedName::of(b"get\0"), None);
+        assert!(PackedName::of(&[b'x'; 16]).is_some());
+        assert_eq!(PackedName::of(&[b'x'; 17]), None);
+        let mut map: PackedMap<usize> = PackedMap::default();
+        map.insert(PackedName::of(b"get").unwrap(), 1);
+        map.insert(PackedName::of(b"object|encoding").unwrap(), 2);
+        assert_eq!(map.get(&PackedName::of(b"GET").unwrap()), Some(&1));
+        assert_eq!(
+            map.get(&PackedName::of(b"OBJECT|Encoding").unwrap()),
+            Some(&2)
+        );
+        assert_eq!(map.get(&PackedName::of(b"set").unwrap()), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! folds case into a stack buffer and never allocates; the table is immutable once
 //! built and cheap to clone (one `Arc`).
 
-use super::name_hash::NameMap;
+use super::name_hash::{NameMap, PackedMap, PackedName};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -273,6 +273,9 @@ fn xread_has_block(args: &[Bytes]) -> bool {
 struct TableData {
     specs: Vec<CommandSpec>,
     by_name: NameMap<Box<[u8]>, usize>,
+    /// The names that pack (every one Redis 7 has at the top level), for the per-request
+    /// lookup; `by_name` serves the rest.
+    by_packed: PackedMap<usize>,
 }
 
 /// All commands the proxy knows.
@@ -299,11 +302,19 @@ impl CommandTable {
     pub fn from_command_reply(frame: &[u8]) -> Result<Self, String> {
         let specs = parse_command_reply(frame)?;
         let mut by_name = NameMap::with_capacity_and_hasher(specs.len(), Default::default());
+        let mut by_packed = PackedMap::with_capacity_and_hasher(specs.len(), Default::default());
         for (i, spec) in specs.iter().enumerate() {
             by_name.insert(spec.name.as_bytes().into(), i);
+            if let Some(packed) = PackedName::of(spec.name.as_bytes()) {
+                by_packed.insert(packed, i);
+            }
         }
         Ok(Self {
-            data: Arc::new(TableData { specs, by_name }),
+            data: Arc::new(TableData {
+                specs,
+                by_name,
+                by_packed,
+            }),
         })
     }
 
@@ -317,12 +328,17 @@ impl CommandTable {
     /// caller can keep across an `await` without borrowing the table, and that indexes
     /// per-command data built from [`CommandTable::iter`] (same order).
     pub fn lookup_index(&self, args: &[Bytes]) -> Option<usize> {
-        let mut buf = [0u8; MAX_NAME_LEN];
-        let name_len = fold_into(&mut buf, 0, args.first()?)?;
-        let index = *self.data.by_name.get(&buf[..name_len])?;
+        let first = args.first()?;
+        let index = match PackedName::of(first) {
+            // Every name that packs is in `by_packed`: a miss there is a miss.
+            Some(packed) => *self.data.by_packed.get(&packed)?,
+            None => self.index_by_name(first)?,
+        };
         if !self.data.specs.get(index)?.has_subcommands {
             return Some(index);
         }
+        let mut buf = [0u8; MAX_NAME_LEN];
+        let name_len = fold_into(&mut buf, 0, first)?;
         let sub = args.get(1).and_then(|sub| {
             let bar = buf.get_mut(name_len)?;
             *bar = b'|';
@@ -330,6 +346,13 @@ impl CommandTable {
             self.data.by_name.get(&buf[..full_len]).copied()
         });
         Some(sub.unwrap_or(index))
+    }
+
+    /// The index of the command named `name`, in any case, by the byte-slice map.
+    fn index_by_name(&self, name: &[u8]) -> Option<usize> {
+        let mut buf = [0u8; MAX_NAME_LEN];
+        let name_len = fold_into(&mut buf, 0, name)?;
+        self.data.by_name.get(&buf[..name_len]).copied()
     }
 
     /// The spec at `index` (from [`CommandTable::lookup_index`]).

@@ -335,3 +335,58 @@ fn every_command_survives_short_and_odd_arguments() {
         assert!(out.is_empty() || spec.key_specs.is_empty());
     }
 }
+
+/// What `lookup_index` must answer, by a linear search over the table's names.
+fn lookup_by_search(table: &CommandTable, argv: &[Bytes]) -> Option<usize> {
+    let folded = |word: &[u8]| word.to_ascii_lowercase();
+    let first = folded(argv.first()?);
+    if first.len() > MAX_NAME_LEN {
+        return None;
+    }
+    let position = |name: &[u8]| table.iter().position(|spec| spec.name.as_bytes() == name);
+    let index = position(&first)?;
+    if !table.spec(index)?.has_subcommands {
+        return Some(index);
+    }
+    let sub = argv.get(1).and_then(|sub| {
+        let full = [first.as_slice(), b"|", &folded(sub)].concat();
+        (full.len() <= MAX_NAME_LEN)
+            .then(|| position(&full))
+            .flatten()
+    });
+    Some(sub.unwrap_or(index))
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+
+    /// The packed fast path and the byte-slice map answer as a search of the names would:
+    /// table names in any case, cut or extended, with NUL bytes, and names past 16 bytes.
+    #[test]
+    fn lookup_answers_as_a_search_of_the_names(
+        pick in 0usize..1000,
+        case_mask in proptest::prelude::any::<u64>(),
+        edit in 0u8..5,
+        noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..20),
+        sub in proptest::option::of("[a-zA-Z|-]{0,30}"),
+    ) {
+        let table = CommandTable::builtin();
+        let names: Vec<&str> = table.iter().map(|spec| spec.name.as_str()).collect();
+        let name = names[pick % names.len()].as_bytes();
+        let mut word: Vec<u8> = name
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| if case_mask >> (i % 64) & 1 == 1 { b.to_ascii_uppercase() } else { b })
+            .collect();
+        match edit {
+            0 => {}
+            1 => word.truncate(noise.len() % (word.len() + 1)),
+            2 => word.extend_from_slice(&noise),
+            3 => word.push(0),
+            _ => word = noise.clone(),
+        }
+        let mut argv = vec![Bytes::from(word)];
+        argv.extend(sub.map(Bytes::from));
+        proptest::prop_assert_eq!(table.lookup_index(&argv), lookup_by_search(&table, &argv));
+    }
+}
