@@ -487,3 +487,95 @@ fn encode(args: &[String]) -> Vec<u8> {
     }
     out
 }
+
+/// Reads what arrives on `stream` within `wait` (nothing: an empty vector).
+fn read_within(stream: &mut std::net::TcpStream, wait: Duration) -> Vec<u8> {
+    use std::io::Read;
+    stream
+        .set_read_timeout(Some(wait))
+        .expect("set a read timeout");
+    let mut buf = vec![0u8; 4096];
+    match stream.read(&mut buf) {
+        Ok(n) => buf[..n].to_vec(),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Vec::new()
+        }
+        Err(e) => panic!("reading the proxy's replies: {e}"),
+    }
+}
+
+/// A key (with a hash tag of its own) whose slot `master` serves.
+fn key_on(cluster: &Cluster, master: &str, name: &str) -> String {
+    (0..)
+        .map(|i| format!("{{{name}-{i}}}:value"))
+        .find(|key| cluster.node_for_slot(cluster.keyslot(key)) == master)
+        .expect("a key on every master")
+}
+
+/// As Redis answers the commands of one read with one write, the proxy holds the replies of
+/// a read whose commands span masters until the last of them is in, instead of writing one
+/// batch per master; replies of an earlier read never wait for a later one.
+#[test]
+fn a_read_spanning_masters_is_answered_in_one_write() {
+    use std::io::Write;
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let masters = cluster.masters();
+    let (first, second) = (&masters[0], &masters[1]);
+    let key_a = key_on(&cluster, first, "held-a");
+    let key_b = key_on(&cluster, second, "held-b");
+    let mut con = proxy.connect();
+    for (key, value) in [(&key_a, "a"), (&key_b, "b")] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query(&mut con)
+            .unwrap();
+    }
+    let mut raw = common::Raw::connect(proxy.addr());
+
+    // One read, two masters, the second stopped: the first master's reply waits for it.
+    cluster.set_node_paused(second, true);
+    let both = common::resp_lines(&[&format!("GET {key_a}"), &format!("GET {key_b}")]);
+    raw.stream.write_all(&both).unwrap();
+    let early = read_within(&mut raw.stream, Duration::from_millis(400));
+    cluster.set_node_paused(second, false);
+    assert!(
+        early.is_empty(),
+        "a reply left before the rest of its read: {:?}",
+        String::from_utf8_lossy(&early)
+    );
+    let together = read_within(&mut raw.stream, Duration::from_secs(5));
+    assert_eq!(
+        String::from_utf8_lossy(&together),
+        "$1\r\na\r\n$1\r\nb\r\n",
+        "both replies in the first bytes that arrive"
+    );
+
+    // Two reads: the first one's reply leaves once it is in, though the second one's is not.
+    cluster.set_node_paused(first, true);
+    raw.stream
+        .write_all(&common::resp_lines(&[&format!("GET {key_a}")]))
+        .unwrap();
+    thread::sleep(Duration::from_millis(150));
+    cluster.set_node_paused(second, true);
+    raw.stream
+        .write_all(&common::resp_lines(&[&format!("GET {key_b}")]))
+        .unwrap();
+    thread::sleep(Duration::from_millis(150));
+    cluster.set_node_paused(first, false);
+    let first_read = read_within(&mut raw.stream, Duration::from_millis(1500));
+    cluster.set_node_paused(second, false);
+    assert_eq!(
+        String::from_utf8_lossy(&first_read),
+        "$1\r\na\r\n",
+        "the earlier read's reply, while the later read's master is stopped"
+    );
+    let second_read = read_within(&mut raw.stream, Duration::from_secs(5));
+    assert_eq!(String::from_utf8_lossy(&second_read), "$1\r\nb\r\n");
+}

@@ -64,6 +64,9 @@ pub struct Pipeline {
     staged: Batches,
     /// Sequence numbers whose replies are not written (CLIENT REPLY OFF / SKIP), ascending.
     muted: VecDeque<u64>,
+    /// Sequence numbers of the first requests of the client's reads not yet written,
+    /// ascending (see [`Pipeline::waits_for_its_read`]).
+    read_starts: VecDeque<u64>,
 }
 
 impl Default for Pipeline {
@@ -76,6 +79,7 @@ impl Default for Pipeline {
             delivered: Vec::new(),
             staged: Batches::default(),
             muted: VecDeque::new(),
+            read_starts: VecDeque::new(),
         }
     }
 }
@@ -121,9 +125,23 @@ impl Pipeline {
         }));
     }
 
-    /// Sends the staged batches, one per master.
+    /// Sends the staged batches, one per master; the next request pushed starts another
+    /// read.
     pub fn send_staged(&mut self) {
         self.staged.send(&self.sink);
+        let next = self.next_seq();
+        if self.read_starts.back() != Some(&next) {
+            self.read_starts.push_back(next);
+        }
+    }
+
+    /// Whether the replies in order so far should wait for the rest of their read: the
+    /// next one is a batched forward (due within a round trip to its master) of the same
+    /// read. Redis answers a read's commands with one write; a read whose requests span
+    /// masters would otherwise leave in one write per master.
+    pub fn waits_for_its_read(&self) -> bool {
+        matches!(self.slots.front(), Some(Slot::Sent(_)))
+            && self.read_starts.front() != Some(&self.first_seq)
     }
 
     /// Runs `future` for the next request: the staged batches leave first, then the
@@ -179,6 +197,13 @@ impl Pipeline {
             }
             self.slots.pop_front();
             self.first_seq += 1;
+        }
+        while self
+            .read_starts
+            .front()
+            .is_some_and(|&start| start < self.first_seq)
+        {
+            self.read_starts.pop_front();
         }
     }
 

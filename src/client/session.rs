@@ -2,8 +2,10 @@
 //!
 //! Requests are dispatched as soon as they are decoded, so a pipeline runs in parallel
 //! across masters; the [`Pipeline`] sends plain forwards in one batch per master and
-//! hands replies back in request order. Replies that are ready together leave in one
-//! write. At most `max_pipeline` commands of one client are in flight; past that the
+//! hands replies back in request order. As Redis answers the commands of one read with
+//! one write, the replies of a read leave together: those in first wait for the plain
+//! forwards of the same read (a round trip to their masters), never for a future or a
+//! later read. At most `max_pipeline` commands of one client are in flight; past that the
 //! session stops reading (TCP back-pressure) until replies drain.
 //!
 //! Sequence points run alone: EXEC, WATCH and WAIT (see `Transaction::is_sequence_point`),
@@ -347,6 +349,8 @@ async fn serve_client(
             .filter(|_| answered && paused_until.is_none())
             .filter(|_| !(pubsub.is_used() && pubsub.is_subscribed()))
             .map(|timeout| last_active + timeout);
+        // The rest of a read's replies are a round trip away: they leave together.
+        let write_held = in_flight.waits_for_its_read();
         tokio::select! {
             biased;
             () = in_flight.progress(), if !in_flight.is_empty() => {
@@ -372,7 +376,7 @@ async fn serve_client(
                 }
                 // Written at once while the socket takes it: one turn of this loop less
                 // per reply than waiting for the write branch below.
-                if !output.is_empty() {
+                if !output.is_empty() && !in_flight.waits_for_its_read() {
                     match writer.try_write(&output) {
                         Ok(n) if n > 0 => last_active = wrote(n, &mut output, &counted, &guard),
                         Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -380,7 +384,7 @@ async fn serve_client(
                     }
                 }
             }
-            written = writer.write(&output), if !output.is_empty() => match written {
+            written = writer.write(&output), if !output.is_empty() && !write_held => match written {
                 Ok(0) | Err(_) => break,
                 Ok(n) => last_active = wrote(n, &mut output, &counted, &guard),
             },
