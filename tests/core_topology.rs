@@ -578,4 +578,39 @@ fn a_read_spanning_masters_is_answered_in_one_write() {
     );
     let second_read = read_within(&mut raw.stream, Duration::from_secs(5));
     assert_eq!(String::from_utf8_lossy(&second_read), "$1\r\nb\r\n");
+
+    // A forward whose first answer is a redirect goes on as a retry: the replies before it
+    // leave without waiting for that (here, for a master that is stopped).
+    let third = &masters[2];
+    let key_c = key_on(&cluster, second, "held-c");
+    let _: () = redis::cmd("SET")
+        .arg(&key_c)
+        .arg("c")
+        .query(&mut con)
+        .unwrap();
+    let slot_c = cluster.keyslot(&key_c);
+    cluster.begin_migration(slot_c, third);
+    assert_eq!(cluster.migrate_keys(slot_c, third, usize::MAX), 1);
+    // The redirect comes after the first master's reply, which waits for it until then.
+    cluster.set_node_paused(third, true);
+    cluster.set_node_paused(second, true);
+    let both = common::resp_lines(&[&format!("GET {key_a}"), &format!("GET {key_c}")]);
+    raw.stream.write_all(&both).unwrap();
+    let before_redirect = read_within(&mut raw.stream, Duration::from_millis(300));
+    cluster.set_node_paused(second, false);
+    let before_retry = read_within(&mut raw.stream, Duration::from_millis(1500));
+    cluster.set_node_paused(third, false);
+    assert!(
+        before_redirect.is_empty(),
+        "a reply left before the rest of its read: {:?}",
+        String::from_utf8_lossy(&before_redirect)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&before_retry),
+        "$1\r\na\r\n",
+        "the reply before an ASK retry, while the retry's master is stopped"
+    );
+    let retried = read_within(&mut raw.stream, Duration::from_secs(5));
+    assert_eq!(String::from_utf8_lossy(&retried), "$1\r\nc\r\n");
+    cluster.finish_migration(slot_c, third);
 }

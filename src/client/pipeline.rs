@@ -166,6 +166,7 @@ impl Pipeline {
 
     /// Moves finished replies into their slots; ready when the oldest has its reply.
     pub fn poll_progress(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let waited = self.waits_for_its_read();
         if self.sink.poll_take(cx, &mut self.delivered).is_ready() {
             // One clock read times every reply of this wake-up.
             let now = Instant::now();
@@ -178,6 +179,9 @@ impl Pipeline {
         self.poll_running(cx);
         match self.slots.front() {
             Some(Slot::Ready(_)) => Poll::Ready(()),
+            // The forward the replies before it waited for became a retry (a redirect):
+            // they need not wait any longer.
+            Some(Slot::Running) if waited => Poll::Ready(()),
             _ => Poll::Pending,
         }
     }
