@@ -13,8 +13,9 @@
 # one with `admin.metrics: false` (the cost of metrics) and one with 2 worker threads (the
 # default is 1). `--predixy PATH` adds a predixy binary (built separately) as one more target,
 # in front of the same cluster. `--syscalls` instead counts the proxy's syscalls per request
-# under strace; `--instructions` the proxy's user-space instructions per request under
-# valgrind's callgrind (a count that repeats from run to run, unlike time on shared cores).
+# (`perf stat` on the syscall tracepoints; strace where perf is missing); `--instructions`
+# the proxy's user-space instructions per request under valgrind's callgrind (a count that
+# repeats from run to run, unlike time on shared cores).
 # A second table splits the CPU per request between the servers, redis-benchmark
 # and the proxy. Stops everything it started. Loopback only; every run is bounded by its
 # request count.
