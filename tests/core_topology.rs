@@ -557,6 +557,37 @@ fn a_read_spanning_masters_is_answered_in_one_write() {
         "both replies in the first bytes that arrive"
     );
 
+    // A large reply (past 64 KiB) does not wait for the rest of its read.
+    let big = "x".repeat(100 * 1024);
+    let _: () = redis::cmd("SET")
+        .arg(&key_a)
+        .arg(&big)
+        .query(&mut con)
+        .unwrap();
+    cluster.set_node_paused(second, true);
+    let both = common::resp_lines(&[&format!("GET {key_a}"), &format!("GET {key_b}")]);
+    raw.stream.write_all(&both).unwrap();
+    let big_reply = format!("${}\r\n{big}\r\n", big.len());
+    let mut large = Vec::new();
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    while large.len() < big_reply.len() && Instant::now() < deadline {
+        large.extend(read_within(&mut raw.stream, Duration::from_millis(200)));
+    }
+    cluster.set_node_paused(second, false);
+    assert!(
+        large == big_reply.as_bytes(),
+        "the large reply, while the rest of its read waits for a stopped master: {} of {} bytes",
+        large.len(),
+        big_reply.len()
+    );
+    let after_large = read_within(&mut raw.stream, Duration::from_secs(5));
+    assert_eq!(String::from_utf8_lossy(&after_large), "$1\r\nb\r\n");
+    let _: () = redis::cmd("SET")
+        .arg(&key_a)
+        .arg("a")
+        .query(&mut con)
+        .unwrap();
+
     // Two reads: the first one's reply leaves once it is in, though the second one's is not.
     cluster.set_node_paused(first, true);
     raw.stream

@@ -47,6 +47,9 @@ const CLOSE_LINGER: Duration = Duration::from_millis(500);
 /// flight (a BLPOP may wait forever; the requests behind it wait in TCP instead). Below
 /// it, reading goes on, so a client that disconnects meanwhile is noticed.
 const HELD_INPUT: usize = 1024 * 1024;
+/// Replies waiting for the rest of their read leave anyway past this size: large replies
+/// gain little from sharing a write, and the session need not hold them.
+const HELD_OUTPUT: usize = 64 * 1024;
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, idles past
 /// `timeout`, exceeds its output buffer limit, or the proxy drains.
@@ -349,8 +352,7 @@ async fn serve_client(
             .filter(|_| answered && paused_until.is_none())
             .filter(|_| !(pubsub.is_used() && pubsub.is_subscribed()))
             .map(|timeout| last_active + timeout);
-        // The rest of a read's replies are a round trip away: they leave together.
-        let write_held = in_flight.waits_for_its_read();
+        let write_held = waits_for_its_read(&in_flight, &output);
         tokio::select! {
             biased;
             () = in_flight.progress(), if !in_flight.is_empty() => {
@@ -376,7 +378,7 @@ async fn serve_client(
                 }
                 // Written at once while the socket takes it: one turn of this loop less
                 // per reply than waiting for the write branch below.
-                if !output.is_empty() && !in_flight.waits_for_its_read() {
+                if !output.is_empty() && !waits_for_its_read(&in_flight, &output) {
                     match writer.try_write(&output) {
                         Ok(n) if n > 0 => last_active = wrote(n, &mut output, &counted, &guard),
                         Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -430,6 +432,12 @@ async fn serve_client(
             }
         }
     }
+}
+
+/// Whether the replies in `output` wait for the rest of their read, a round trip away, to
+/// leave with it in one write (see `Pipeline::waits_for_its_read`).
+fn waits_for_its_read(in_flight: &Pipeline, output: &BytesMut) -> bool {
+    output.len() < HELD_OUTPUT && in_flight.waits_for_its_read()
 }
 
 /// Drops the looked-up user when the client is now logged in as another (or as nobody).
