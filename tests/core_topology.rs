@@ -519,7 +519,7 @@ fn key_on(cluster: &Cluster, master: &str, name: &str) -> String {
 
 /// As Redis answers the commands of one read with one write, the proxy holds the replies of
 /// a read whose commands span masters until the last of them is in, instead of writing one
-/// batch per master; replies of an earlier read never wait for a later one.
+/// batch per master; a large reply, a redirect's retry and a later read hold nothing.
 #[test]
 fn a_read_spanning_masters_is_answered_in_one_write() {
     use std::io::Write;

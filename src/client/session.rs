@@ -4,9 +4,10 @@
 //! across masters; the [`Pipeline`] sends plain forwards in one batch per master and
 //! hands replies back in request order. As Redis answers the commands of one read with
 //! one write, the replies of a read leave together: those in first wait for the plain
-//! forwards of the same read (a round trip to their masters), never for a future or a
-//! later read. At most `max_pipeline` commands of one client are in flight; past that the
-//! session stops reading (TCP back-pressure) until replies drain.
+//! forwards of the same read (a round trip to their masters), never for a future, a retry
+//! after a redirect or a later read, nor past 64 KiB. At most `max_pipeline` commands of
+//! one client are in flight; past that the session stops reading (TCP back-pressure) until
+//! replies drain.
 //!
 //! Sequence points run alone: EXEC, WATCH and WAIT (see `Transaction::is_sequence_point`),
 //! commands that may block (BLPOP, XREAD BLOCK...), which run on connections of their
