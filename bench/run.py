@@ -322,43 +322,55 @@ def perf_can_count_syscalls():
 
 def count_syscalls(pid, during, use_perf):
     """{name: count} of the calls `pid` made while `during()` ran, and the tool used."""
-    if use_perf:
-        events = ["raw_syscalls:sys_enter"] + [f"syscalls:sys_enter_{name}"
-                                               for name in SYSCALL_READS + SYSCALL_WRITES]
-        out = os.path.join(tempfile.mkdtemp(prefix="slotbridge-perf-"), "stat.csv")
-        counter = subprocess.Popen(["perf", "stat", "-x,", "-o", out, "-e", ",".join(events),
-                                    "-p", str(pid)],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
-        during()
-        counter.send_signal(signal.SIGINT)
-        counter.wait(timeout=30)
-        calls = {}
-        with open(out) as f:
-            for row in csv.reader(f):
-                if len(row) > 2 and row[0].strip().isdigit():
-                    event = row[2].split(":")[-1]
-                    name = "total" if event == "sys_enter" else event.removeprefix("sys_enter_")
-                    calls[name] = int(row[0])
-        shutil.rmtree(os.path.dirname(out), ignore_errors=True)
-        return calls, "perf stat"
-    if not shutil.which("strace"):
-        raise SystemExit("neither perf nor strace: apt-get install -y linux-perf (or strace)")
-    out = os.path.join(tempfile.mkdtemp(prefix="slotbridge-strace-"), "strace.txt")
-    tracer = subprocess.Popen(["strace", "-c", "-f", "-o", out, "-p", str(pid)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
+    work = tempfile.mkdtemp(prefix="slotbridge-syscalls-")
+    out = os.path.join(work, "counts")
+    try:
+        if use_perf:
+            events = ["raw_syscalls:sys_enter"] + [f"syscalls:sys_enter_{name}"
+                                                   for name in SYSCALL_READS + SYSCALL_WRITES]
+            run_traced(["perf", "stat", "-x,", "-o", out, "-e", ",".join(events),
+                        "-p", str(pid)], 0.5, during)
+            return perf_stat_counts(out), "perf stat"
+        if not shutil.which("strace"):
+            raise SystemExit("neither perf nor strace: apt-get install -y linux-perf (or strace)")
+        run_traced(["strace", "-c", "-f", "-o", out, "-p", str(pid)], 1.0, during)
+        return strace_counts(out), "strace (slows the proxy: fewer writes than at speed)"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_traced(tracer_command, settle_s, during):
+    """Runs `during()` under a tracer attached to the proxy, given `settle_s` to attach, and
+    stops it with SIGINT, on which it writes its counts."""
+    tracer = subprocess.Popen(tracer_command, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    time.sleep(settle_s)
     during()
     tracer.send_signal(signal.SIGINT)
     tracer.wait(timeout=30)
+
+
+def perf_stat_counts(path):
+    """{syscall name: count}, with "total" for every syscall, from `perf stat -x,` output."""
     calls = {}
-    with open(out) as f:
+    with open(path) as f:
+        for row in csv.reader(f):
+            if len(row) > 2 and row[0].strip().isdigit():
+                event = row[2].split(":")[-1]
+                name = "total" if event == "sys_enter" else event.removeprefix("sys_enter_")
+                calls[name] = int(row[0])
+    return calls
+
+
+def strace_counts(path):
+    """{syscall name: count} from an `strace -c` summary."""
+    calls = {}
+    with open(path) as f:
         for line in f:
             fields = line.split()
             if len(fields) >= 5 and fields[0][0].isdigit():
                 calls[fields[-1]] = int(fields[3])
-    shutil.rmtree(os.path.dirname(out), ignore_errors=True)
-    return calls, "strace (slows the proxy: fewer writes than at speed)"
+    return calls
 
 
 def syscalls_per_request():
