@@ -517,12 +517,26 @@ fn key_on(cluster: &Cluster, master: &str, name: &str) -> String {
         .expect("a key on every master")
 }
 
+/// Sends `GET key` for each of `keys` in one write, so the proxy reads them together.
+fn send_gets(stream: &mut std::net::TcpStream, keys: &[&str]) {
+    use std::io::Write;
+    let lines: Vec<String> = keys.iter().map(|key| format!("GET {key}")).collect();
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    stream
+        .write_all(&common::resp_lines(&lines))
+        .expect("send to the proxy");
+}
+
+/// `SET key value` through `con`.
+fn set(con: &mut redis::Connection, key: &str, value: &str) {
+    let _: () = redis::cmd("SET").arg(key).arg(value).query(con).unwrap();
+}
+
 /// As Redis answers the commands of one read with one write, the proxy holds the replies of
 /// a read whose commands span masters until the last of them is in, instead of writing one
 /// batch per master; a large reply, a redirect's retry and a later read hold nothing.
 #[test]
 fn a_read_spanning_masters_is_answered_in_one_write() {
-    use std::io::Write;
     let cluster = Cluster::start(3, 0);
     let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
     let masters = cluster.masters();
@@ -530,19 +544,13 @@ fn a_read_spanning_masters_is_answered_in_one_write() {
     let key_a = key_on(&cluster, first, "held-a");
     let key_b = key_on(&cluster, second, "held-b");
     let mut con = proxy.connect();
-    for (key, value) in [(&key_a, "a"), (&key_b, "b")] {
-        let _: () = redis::cmd("SET")
-            .arg(key)
-            .arg(value)
-            .query(&mut con)
-            .unwrap();
-    }
+    set(&mut con, &key_a, "a");
+    set(&mut con, &key_b, "b");
     let mut raw = common::Raw::connect(proxy.addr());
 
     // One read, two masters, the second stopped: the first master's reply waits for it.
     cluster.set_node_paused(second, true);
-    let both = common::resp_lines(&[&format!("GET {key_a}"), &format!("GET {key_b}")]);
-    raw.stream.write_all(&both).unwrap();
+    send_gets(&mut raw.stream, &[&key_a, &key_b]);
     let early = read_within(&mut raw.stream, Duration::from_millis(400));
     cluster.set_node_paused(second, false);
     assert!(
@@ -559,14 +567,9 @@ fn a_read_spanning_masters_is_answered_in_one_write() {
 
     // A large reply (past 64 KiB) does not wait for the rest of its read.
     let big = "x".repeat(100 * 1024);
-    let _: () = redis::cmd("SET")
-        .arg(&key_a)
-        .arg(&big)
-        .query(&mut con)
-        .unwrap();
+    set(&mut con, &key_a, &big);
     cluster.set_node_paused(second, true);
-    let both = common::resp_lines(&[&format!("GET {key_a}"), &format!("GET {key_b}")]);
-    raw.stream.write_all(&both).unwrap();
+    send_gets(&mut raw.stream, &[&key_a, &key_b]);
     let big_reply = format!("${}\r\n{big}\r\n", big.len());
     let mut large = Vec::new();
     let deadline = Instant::now() + Duration::from_millis(1500);
@@ -582,22 +585,14 @@ fn a_read_spanning_masters_is_answered_in_one_write() {
     );
     let after_large = read_within(&mut raw.stream, Duration::from_secs(5));
     assert_eq!(String::from_utf8_lossy(&after_large), "$1\r\nb\r\n");
-    let _: () = redis::cmd("SET")
-        .arg(&key_a)
-        .arg("a")
-        .query(&mut con)
-        .unwrap();
+    set(&mut con, &key_a, "a");
 
     // Two reads: the first one's reply leaves once it is in, though the second one's is not.
     cluster.set_node_paused(first, true);
-    raw.stream
-        .write_all(&common::resp_lines(&[&format!("GET {key_a}")]))
-        .unwrap();
+    send_gets(&mut raw.stream, &[&key_a]);
     thread::sleep(Duration::from_millis(150));
     cluster.set_node_paused(second, true);
-    raw.stream
-        .write_all(&common::resp_lines(&[&format!("GET {key_b}")]))
-        .unwrap();
+    send_gets(&mut raw.stream, &[&key_b]);
     thread::sleep(Duration::from_millis(150));
     cluster.set_node_paused(first, false);
     let first_read = read_within(&mut raw.stream, Duration::from_millis(1500));
@@ -614,19 +609,14 @@ fn a_read_spanning_masters_is_answered_in_one_write() {
     // leave without waiting for that (here, for a master that is stopped).
     let third = &masters[2];
     let key_c = key_on(&cluster, second, "held-c");
-    let _: () = redis::cmd("SET")
-        .arg(&key_c)
-        .arg("c")
-        .query(&mut con)
-        .unwrap();
+    set(&mut con, &key_c, "c");
     let slot_c = cluster.keyslot(&key_c);
     cluster.begin_migration(slot_c, third);
     assert_eq!(cluster.migrate_keys(slot_c, third, usize::MAX), 1);
     // The redirect comes after the first master's reply, which waits for it until then.
     cluster.set_node_paused(third, true);
     cluster.set_node_paused(second, true);
-    let both = common::resp_lines(&[&format!("GET {key_a}"), &format!("GET {key_c}")]);
-    raw.stream.write_all(&both).unwrap();
+    send_gets(&mut raw.stream, &[&key_a, &key_c]);
     let before_redirect = read_within(&mut raw.stream, Duration::from_millis(300));
     cluster.set_node_paused(second, false);
     let before_retry = read_within(&mut raw.stream, Duration::from_millis(1500));
