@@ -152,9 +152,27 @@ ClusterServerPool {{
 
 
 def cpu_seconds(pid):
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid):
+    """(user, kernel) CPU seconds of `pid` so far."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
+def server_commands_and_reads(ports):
+    """Commands the servers processed and socket reads they made so far (`INFO stats`): their
+    ratio is the size of the batches they read, which sets what a command costs them."""
+    commands = reads = 0
+    for port in ports:
+        out = subprocess.run(["redis-cli", "-p", str(port), "info", "stats"],
+                             capture_output=True, text=True, timeout=30).stdout
+        stats = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+        commands += int(stats["total_commands_processed"])
+        reads += int(stats["total_reads_processed"])
+    return commands, reads
 
 
 def children_cpu_seconds():
@@ -243,16 +261,22 @@ def main():
             for label, test, pipeline, n, _ in cases:
                 for target, port, cluster, proc in targets:
                     runs = n * DIRECT_SCALE if cluster else n
-                    before = cpu_seconds(proc.pid) if proc else 0
+                    before = cpu_split(proc.pid) if proc else (0, 0)
                     servers_before = sum(cpu_seconds(pid) for pid in servers)
+                    commands_before, reads_before = server_commands_and_reads(ports)
                     client_before = children_cpu_seconds()
                     idle_before, total_before = machine_ticks()
                     started = time.monotonic()
                     r = benchmark(port, test, pipeline, runs, cluster=cluster)
                     wall = time.monotonic() - started
                     idle_after, total_after = machine_ticks()
-                    r["cpu"] = (cpu_seconds(proc.pid) - before) if proc else 0
+                    after = cpu_split(proc.pid) if proc else (0, 0)
+                    r["cpu"] = sum(after) - sum(before)
+                    r["cpu_kernel"] = after[1] - before[1]
                     r["servers_cpu"] = sum(cpu_seconds(pid) for pid in servers) - servers_before
+                    commands, reads = server_commands_and_reads(ports)
+                    r["server_commands"] = commands - commands_before
+                    r["server_batch"] = (commands - commands_before) / max(1, reads - reads_before)
                     r["client_cpu"] = children_cpu_seconds() - client_before
                     r["n"] = runs
                     # Where the CPU went: the proxy's share of one core, and how much of the
@@ -518,9 +542,9 @@ def print_cpu_breakdown(results, targets):
     """CPU microseconds per request of each party, and the ratio to direct that CPU alone
     would allow: with no idle time left, throughput is inversely proportional to the whole
     machine's CPU per request, so the gap between the two ratios is what idle time costs."""
-    print("| case | target | servers us/req | redis-benchmark us/req | proxy us/req | "
-          "total us/req | ratio CPU allows | ratio measured |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| case | target | servers us/req | commands per server read | redis-benchmark us/req | "
+          "proxy us/req | of which kernel | total us/req | ratio CPU allows | ratio measured |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (label, target), rows in results.items():
         if "servers_cpu" not in rows[0]:
             continue
@@ -533,8 +557,13 @@ def print_cpu_breakdown(results, targets):
         allowed = f"{direct_total / sum(parts):.2f}" if compared else "-"
         measured = ratio_to_direct(rows, direct) if compared else "-"
         proxy = f"{parts[2]:.2f}" if compared else "-"
-        print(f"| {label} | {target} | {parts[0]:.2f} | {parts[1]:.2f} | {proxy} | "
-              f"{sum(parts):.2f} | {allowed} | {measured} |")
+        kernel = sum(r["cpu_kernel"] for r in rows) / sum(r["n"] for r in rows) * 1e6
+        kernel = f"{kernel:.2f}" if compared else "-"
+        # Requests the proxy answers itself (PING) leave the servers the harness's own INFO.
+        served = median(rows, "server_commands") >= median(rows, "n") / 10
+        batch = f"{median(rows, 'server_batch'):.1f}" if served else "-"
+        print(f"| {label} | {target} | {parts[0]:.2f} | {batch} | {parts[1]:.2f} | {proxy} | "
+              f"{kernel} | {sum(parts):.2f} | {allowed} | {measured} |")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@
 # the proxy's user-space instructions per request under valgrind's callgrind (a count that
 # repeats from run to run, unlike time on shared cores).
 # A second table splits the CPU per request between the servers, redis-benchmark
-# and the proxy. Stops everything it started. Loopback only; every run is bounded by its
+# and the proxy (with the proxy's kernel time apart), and gives the size of the batches the
+# servers read (commands per read, from INFO stats). Stops everything it started. Loopback only; every run is bounded by its
 # request count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
