@@ -36,6 +36,7 @@
 pub mod admin;
 pub mod auth;
 pub mod backend;
+mod buffer;
 pub mod client;
 pub mod command;
 pub mod config;

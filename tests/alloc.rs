@@ -4,7 +4,8 @@
 //! Two measurements: the pure per-command stages (decode -> command lookup -> key
 //! positions -> slot -> reply encode), which must not allocate at all once their buffers
 //! are warm; and an in-process proxy round trip in front of a real standalone
-//! `redis-server`, whose per-command allocations are bounded and explained below.
+//! `redis-server`, whose per-command allocations are bounded and explained below. A third
+//! test counts the bytes the proxy still holds after a burst of large values.
 //! Each measurement runs a warm-up batch first, so one-time growth (buffers reaching their
 //! working size, lazily created metric handles) is not charged to the measured batch.
 
@@ -135,42 +136,80 @@ fn round_trips(
     }
 }
 
+/// An in-process proxy (with `layout` loaded when given) in front of a real standalone
+/// Redis, on a runtime of one worker; stopped when dropped.
+struct InProcessProxy {
+    runtime: tokio::runtime::Runtime,
+    addr: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    serving: Option<tokio::task::JoinHandle<()>>,
+    _server: common::Standalone,
+}
+
+impl InProcessProxy {
+    fn start(layout: Option<&str>) -> InProcessProxy {
+        let server = common::Standalone::start();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let mut config = Config {
+            standalone: Some(server.addr().to_string()),
+            cluster: Vec::new(),
+            listen: "127.0.0.1:0".into(),
+            admin_listen: "127.0.0.1:0".into(),
+            ..Config::default()
+        };
+        if let Some(file) = layout {
+            config.layout.file = Some(file.into());
+            config.layout.prefixes = vec!["mybot".into()];
+        }
+        let (proxy, listener) = runtime
+            .block_on(slotbridge::server::start(config))
+            .expect("proxy starts");
+        let addr = proxy.listen_addr.clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = runtime.spawn(slotbridge::server::serve(proxy, listener, async move {
+            let _ = stopped.await;
+        }));
+        InProcessProxy {
+            runtime,
+            addr,
+            stop: Some(stop),
+            serving: Some(serving),
+            _server: server,
+        }
+    }
+
+    fn client(&self) -> TcpStream {
+        let client = TcpStream::connect(&self.addr).expect("connect to proxy");
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let _ = client.set_nodelay(true);
+        client
+    }
+}
+
+impl Drop for InProcessProxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(serving) = self.serving.take() {
+            let _ = self.runtime.block_on(serving);
+        }
+    }
+}
+
 /// Allocations per command of SET and GET on keys `<prefix><i>` through an in-process
 /// proxy (with `layout` loaded when given) in front of a real standalone Redis, at -P 1
 /// and -P 16.
 fn proxy_allocations_per_command(prefix: &str, layout: Option<&str>) -> Vec<(usize, f64)> {
     const COMMANDS: usize = 2000;
-    let server = common::Standalone::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mut config = Config {
-        standalone: Some(server.addr().to_string()),
-        cluster: Vec::new(),
-        listen: "127.0.0.1:0".into(),
-        admin_listen: "127.0.0.1:0".into(),
-        ..Config::default()
-    };
-    if let Some(file) = layout {
-        config.layout.file = Some(file.into());
-        config.layout.prefixes = vec!["mybot".into()];
-    }
-    let (proxy, listener) = runtime
-        .block_on(slotbridge::server::start(config))
-        .expect("proxy starts");
-    let addr = proxy.listen_addr.clone();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = runtime.spawn(slotbridge::server::serve(proxy, listener, async move {
-        let _ = stopped.await;
-    }));
-
-    let mut client = TcpStream::connect(&addr).expect("connect to proxy");
-    client
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let _ = client.set_nodelay(true);
+    let proxy = InProcessProxy::start(layout);
+    let mut client = proxy.client();
     // Values of the length GET returns, so the reply's bytes are known from RESP alone.
     let value = b"abc";
     let sets = set_commands(COMMANDS, value, prefix);
@@ -190,10 +229,54 @@ fn proxy_allocations_per_command(prefix: &str, layout: Option<&str>) -> Vec<(usi
         let per_command = stats.allocations as f64 / (2 * COMMANDS) as f64;
         report.push((pipeline, per_command));
     }
-    let _ = stop.send(());
-    let _ = runtime.block_on(serving);
     drop(client);
     report
+}
+
+/// Bytes allocated and not freed since `region` began (a reallocation counts its growth
+/// as allocated and its shrinking as freed).
+fn held_since(region: &Region<System>) -> isize {
+    let stats = region.change();
+    stats.bytes_allocated as isize - stats.bytes_deallocated as isize
+}
+
+/// A pipeline of large values grows the buffers it passes through (the client's input and
+/// output, the node connection's outbox and read buffer) to megabytes; once the burst is
+/// over, and the client still connected, they hold their usual size again, as Redis
+/// shrinks a client's query buffer after a large request.
+#[test]
+fn buffers_grown_by_a_burst_of_large_values_are_given_back() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const BURST: usize = 16;
+    let proxy = InProcessProxy::start(None);
+    let mut client = proxy.client();
+    let small = set_commands(16, b"abc", "small:");
+    // Warm-up: the node connection, metric handles, buffers at their usual size.
+    round_trips(&mut client, &small, 16, 16, b"+OK\r\n");
+
+    let value = vec![b'v'; 256 * 1024];
+    let sets = set_commands(BURST, &value, "large:");
+    let gets = get_commands(BURST, "large:");
+    let mut get_reply = format!("${}\r\n", value.len()).into_bytes();
+    get_reply.extend_from_slice(&value);
+    get_reply.extend_from_slice(b"\r\n");
+
+    let region = Region::new(GLOBAL);
+    round_trips(&mut client, &sets, BURST, BURST, b"+OK\r\n");
+    round_trips(&mut client, &gets, BURST, BURST, &get_reply);
+    let grown = held_since(&region);
+    // Small requests after the burst: each buffer is empty again once they are through.
+    round_trips(&mut client, &small, 16, 16, b"+OK\r\n");
+    round_trips(&mut client, &small, 16, 1, b"+OK\r\n");
+    let held = held_since(&region);
+    eprintln!("bytes held: {grown} after the burst, {held} after small requests");
+    // The burst moved 4 MiB each way; the usual buffers are 16 KiB per client side and
+    // 64 KiB per node connection side.
+    assert!(
+        held < 256 * 1024,
+        "{held} bytes still held after a burst of {BURST} values of 256 KiB ({grown} right after it)"
+    );
+    drop(client);
 }
 
 #[test]

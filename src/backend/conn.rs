@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use super::fifo::{InFlight, Pending, ReplySender};
 use super::sink::Batch;
 use super::{handshake, BackendError, ConnOptions};
+use crate::buffer::Resizer;
 use crate::protocol::ReplyScanner;
 use crate::route::NodeAddr;
 
@@ -147,6 +148,7 @@ impl Outbox {
                 self.link = None;
                 return Flushed::NoLink;
             }
+            link.unwritten_size.note(&link.unwritten);
             self.queued_bytes = 0;
             self.queued_requests = 0;
         }
@@ -166,6 +168,7 @@ impl Outbox {
                 }
             }
         }
+        link.unwritten_size.shrink_if_idle(&mut link.unwritten);
         Flushed::All
     }
 }
@@ -356,6 +359,8 @@ struct Link {
     in_flight: Arc<InFlight>,
     reader: JoinHandle<()>,
     unwritten: BytesMut,
+    /// Gives back what a burst of large requests grew `unwritten` to.
+    unwritten_size: Resizer,
 }
 
 impl Drop for Link {
@@ -502,6 +507,7 @@ impl Writer {
                     in_flight,
                     reader,
                     unwritten: BytesMut::with_capacity(READ_CHUNK),
+                    unwritten_size: Resizer::new(READ_CHUNK),
                 });
                 Ok(())
             }
@@ -620,6 +626,7 @@ async fn read_loop(
     let mut watchdog = opts.read_timeout.map(Watchdog::new);
     let mut frames: Vec<Bytes> = Vec::new();
     let mut popped: Vec<Pending> = Vec::new();
+    let mut buf_size = Resizer::new(READ_CHUNK);
     loop {
         loop {
             match scanner.next_frame_len(&buf) {
@@ -675,9 +682,11 @@ async fn read_loop(
             }
         }
         drop(ready);
+        buf_size.shrink_if_idle(&mut buf);
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }
+        buf_size.note(&buf);
         let result = match watchdog.as_mut() {
             None => read.read_buf(&mut buf).await,
             Some(watchdog) => {

@@ -26,6 +26,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::auth;
+use crate::buffer::Resizer;
 use crate::dispatch::{BlockedOn, Proxy, Route, BLOCKED_ON};
 use crate::protocol::{FoldedName, Proto, RequestDecoder};
 use crate::reload::Live;
@@ -107,6 +108,9 @@ async fn serve_client(
     let (mut reader, mut writer) = stream.into_split();
     let mut input = BytesMut::with_capacity(READ_BUFFER);
     let mut output = BytesMut::new();
+    // Give back what a burst of large requests or replies grew the two buffers to.
+    let mut input_size = Resizer::new(READ_BUFFER);
+    let mut output_size = Resizer::new(READ_BUFFER);
     let mut in_flight = Pipeline::default();
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
@@ -337,6 +341,8 @@ async fn serve_client(
             }
         }
         in_flight.send_staged();
+        input_size.shrink_if_idle(&mut input);
+        output_size.shrink_if_idle(&mut output);
         let answered = in_flight.is_empty() && output.is_empty();
         if answered && (closing || draining) {
             linger_close(reader, writer).await;
@@ -372,6 +378,7 @@ async fn serve_client(
                 }
                 // Everything answered, in order, leaves in the same write.
                 in_flight.write_ready(&mut output);
+                output_size.note(&output);
                 if output_limit > 0 && output.len() > output_limit {
                     tracing::info!(client = %peer, bytes = output.len(), "closing client over its output buffer limit");
                     crate::metrics::client_output_limit_disconnect();
@@ -414,6 +421,7 @@ async fn serve_client(
                 if input.capacity() - input.len() < 1024 {
                     input.reserve(READ_BUFFER);
                 }
+                input_size.note(&input);
             }
             // The pause ended or changed: the held request looks again.
             () = wait_pause(&registry, paused_until), if paused_until.is_some() => paused_until = None,

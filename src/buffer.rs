@@ -1,0 +1,85 @@
+//! I/O buffers give back what a burst grew them to.
+//!
+//! A read or write buffer grows to hold the largest request or reply of a burst (a
+//! pipeline of 100 KB values grows one to megabytes) and would keep that allocation for
+//! the rest of its connection's life, as Redis's query buffers would without the shrinking
+//! its `clientsCron` does. Once such a buffer is empty it is replaced by one of its usual
+//! size. The size has to be watched while the buffer is full: an emptied `BytesMut` is a
+//! view at the end of its allocation and no longer shows how large that is.
+
+use bytes::BytesMut;
+
+/// Capacity past which a buffer counts as grown, as a multiple of its usual size: far above
+/// what ordinary traffic grows one to, so the hot path only compares.
+const OVERSIZED: usize = 4;
+
+/// Watches one buffer for growth past its usual size.
+#[derive(Debug)]
+pub struct Resizer {
+    usual: usize,
+    grown: bool,
+}
+
+impl Resizer {
+    /// For a buffer whose usual capacity is `usual`.
+    pub const fn new(usual: usize) -> Resizer {
+        Resizer {
+            usual,
+            grown: false,
+        }
+    }
+
+    /// Notes how large `buf` is now: called where it may have grown (after a reserve or
+    /// after bytes were added).
+    pub fn note(&mut self, buf: &BytesMut) {
+        if buf.capacity() > OVERSIZED * self.usual {
+            self.grown = true;
+        }
+    }
+
+    /// Replaces `buf` by a buffer of the usual capacity when it has grown and is empty now.
+    /// Slices split off it earlier keep the old allocation alive until they are dropped.
+    pub fn shrink_if_idle(&mut self, buf: &mut BytesMut) {
+        if self.grown && buf.is_empty() {
+            *buf = BytesMut::with_capacity(self.usual);
+            self.grown = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grown_buffer_returns_to_its_usual_size_once_empty() {
+        let mut resizer = Resizer::new(16 * 1024);
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        buf.extend_from_slice(&vec![b'x'; 1 << 20]);
+        resizer.note(&buf);
+        // Emptied by splitting its bytes off: the view left shows almost no capacity.
+        let taken = buf.split();
+        assert!(buf.capacity() < 16 * 1024);
+        resizer.shrink_if_idle(&mut buf);
+        assert_eq!(buf.capacity(), 16 * 1024);
+        assert_eq!(taken.len(), 1 << 20);
+    }
+
+    #[test]
+    fn a_buffer_is_kept_while_it_holds_bytes_or_never_grew() {
+        let mut resizer = Resizer::new(16 * 1024);
+        let mut holding = BytesMut::with_capacity(1 << 20);
+        holding.extend_from_slice(b"+OK\r\n");
+        resizer.note(&holding);
+        resizer.shrink_if_idle(&mut holding);
+        assert_eq!(holding.capacity(), 1 << 20);
+        assert_eq!(&holding[..], b"+OK\r\n");
+
+        let mut ordinary = Resizer::new(16 * 1024);
+        let mut buf = BytesMut::with_capacity(64 * 1024);
+        ordinary.note(&buf);
+        buf.clear();
+        ordinary.shrink_if_idle(&mut buf);
+        assert_eq!(buf.capacity(), 64 * 1024);
+    }
+}
