@@ -148,7 +148,7 @@ impl Outbox {
                 self.link = None;
                 return Flushed::NoLink;
             }
-            link.unwritten_size.note(&link.unwritten);
+            link.unwritten_resizer.note(&link.unwritten);
             self.queued_bytes = 0;
             self.queued_requests = 0;
         }
@@ -168,7 +168,7 @@ impl Outbox {
                 }
             }
         }
-        link.unwritten_size.shrink_if_idle(&mut link.unwritten);
+        link.unwritten_resizer.shrink_if_idle(&mut link.unwritten);
         Flushed::All
     }
 }
@@ -360,7 +360,7 @@ struct Link {
     reader: JoinHandle<()>,
     unwritten: BytesMut,
     /// Gives back what a burst of large requests grew `unwritten` to.
-    unwritten_size: Resizer,
+    unwritten_resizer: Resizer,
 }
 
 impl Drop for Link {
@@ -507,7 +507,7 @@ impl Writer {
                     in_flight,
                     reader,
                     unwritten: BytesMut::with_capacity(READ_CHUNK),
-                    unwritten_size: Resizer::new(READ_CHUNK),
+                    unwritten_resizer: Resizer::new(READ_CHUNK),
                 });
                 Ok(())
             }
@@ -626,7 +626,7 @@ async fn read_loop(
     let mut watchdog = opts.read_timeout.map(Watchdog::new);
     let mut frames: Vec<Bytes> = Vec::new();
     let mut popped: Vec<Pending> = Vec::new();
-    let mut buf_size = Resizer::new(READ_CHUNK);
+    let mut buf_resizer = Resizer::new(READ_CHUNK);
     loop {
         loop {
             match scanner.next_frame_len(&buf) {
@@ -682,11 +682,11 @@ async fn read_loop(
             }
         }
         drop(ready);
-        buf_size.shrink_if_idle(&mut buf);
+        buf_resizer.shrink_if_idle(&mut buf);
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
         }
-        buf_size.note(&buf);
+        buf_resizer.note(&buf);
         let result = match watchdog.as_mut() {
             None => read.read_buf(&mut buf).await,
             Some(watchdog) => {

@@ -109,8 +109,8 @@ async fn serve_client(
     let mut input = BytesMut::with_capacity(READ_BUFFER);
     let mut output = BytesMut::new();
     // Give back what a burst of large requests or replies grew the two buffers to.
-    let mut input_size = Resizer::new(READ_BUFFER);
-    let mut output_size = Resizer::new(READ_BUFFER);
+    let mut input_resizer = Resizer::new(READ_BUFFER);
+    let mut output_resizer = Resizer::new(READ_BUFFER);
     let mut in_flight = Pipeline::default();
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
@@ -341,8 +341,8 @@ async fn serve_client(
             }
         }
         in_flight.send_staged();
-        input_size.shrink_if_idle(&mut input);
-        output_size.shrink_if_idle(&mut output);
+        input_resizer.shrink_if_idle(&mut input);
+        output_resizer.shrink_if_idle(&mut output);
         let answered = in_flight.is_empty() && output.is_empty();
         if answered && (closing || draining) {
             linger_close(reader, writer).await;
@@ -378,7 +378,7 @@ async fn serve_client(
                 }
                 // Everything answered, in order, leaves in the same write.
                 in_flight.write_ready(&mut output);
-                output_size.note(&output);
+                output_resizer.note(&output);
                 if output_limit > 0 && output.len() > output_limit {
                     tracing::info!(client = %peer, bytes = output.len(), "closing client over its output buffer limit");
                     crate::metrics::client_output_limit_disconnect();
@@ -421,7 +421,7 @@ async fn serve_client(
                 if input.capacity() - input.len() < 1024 {
                     input.reserve(READ_BUFFER);
                 }
-                input_size.note(&input);
+                input_resizer.note(&input);
             }
             // The pause ended or changed: the held request looks again.
             () = wait_pause(&registry, paused_until), if paused_until.is_some() => paused_until = None,
