@@ -7,13 +7,13 @@
 //! [`FLUSH_REQUESTS`], the caller that filled it writes it at once instead, so a burst of
 //! pipelined clients reaches the node in a few writes that the node starts on while the
 //! proxy still reads the rest of the burst, rather than in one write after the whole burst
-//! was read. Every write happens
-//! under the outbox's lock, from the front of its unwritten bytes, so requests reach the
-//! node in the order they were queued. A reader task per TCP connection cuts complete reply
-//! frames off its read buffer and hands them to the FIFO's entries in order. A queue entry
-//! is either one call (its reply goes back over a oneshot) or a client's batch (its replies
-//! go to the client's sink, see `sink`). The writer connects lazily, and after a failed
-//! connect it fails requests fast (`NotSent`) until a capped backoff has passed.
+//! was read. Every write happens under the outbox's lock, from the front of its unwritten
+//! bytes, so requests reach the node in the order they were queued. A reader task per TCP
+//! connection (see `reader`) cuts complete reply frames off its read buffer and hands them
+//! to the FIFO's entries in order. A queue entry is either one call (its reply goes back
+//! over a oneshot) or a client's batch (its replies go to the client's sink, see `sink`).
+//! The writer connects lazily, and after a failed connect it fails requests fast
+//! (`NotSent`) until a capped backoff has passed.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -22,8 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::AsyncReadExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -32,7 +31,6 @@ use super::fifo::{InFlight, Pending, ReplySender};
 use super::sink::Batch;
 use super::{handshake, BackendError, ConnOptions};
 use crate::buffer::Resizer;
-use crate::protocol::ReplyScanner;
 use crate::route::NodeAddr;
 
 /// Queued request bytes, or requests, at which the caller that queues more writes them
@@ -48,8 +46,8 @@ const ASKING: &[u8] = b"*1\r\n$6\r\nASKING\r\n";
 /// Wait before the first reconnect attempt after a failure; doubles up to the maximum.
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// The read buffer grows by this much when less than a quarter of it is free.
-const READ_CHUNK: usize = 64 * 1024;
+/// The outbox's usual capacity, to which it returns after a burst of large requests.
+const OUTBOX_CAPACITY: usize = 64 * 1024;
 
 /// A cheap-to-clone handle to one pipelined connection to a node. Dropping every handle
 /// stops the connection's tasks and closes the socket.
@@ -489,12 +487,12 @@ impl Writer {
             Ok((stream, leftover)) => {
                 let (read, write) = stream.into_split();
                 let in_flight = Arc::new(InFlight::default());
-                let reader = tokio::spawn(read_replies(
+                let reader = tokio::spawn(super::reader::read_replies(
                     crate::metrics::BackendConnection::opened(&self.addr),
                     read,
                     leftover,
                     in_flight.clone(),
-                    Arc::downgrade(&self.channel),
+                    WriterSide(Arc::downgrade(&self.channel)),
                     self.addr.clone(),
                     self.opts.clone(),
                 ));
@@ -506,8 +504,8 @@ impl Writer {
                     write: Arc::new(write),
                     in_flight,
                     reader,
-                    unwritten: BytesMut::with_capacity(READ_CHUNK),
-                    unwritten_resizer: Resizer::new(READ_CHUNK),
+                    unwritten: BytesMut::with_capacity(OUTBOX_CAPACITY),
+                    unwritten_resizer: Resizer::new(OUTBOX_CAPACITY),
                 });
                 Ok(())
             }
@@ -524,186 +522,22 @@ impl Writer {
     }
 }
 
-/// Reads replies until the connection fails, then fails whatever is still in flight and
-/// wakes the writer, which closes the socket (a node that stopped answering must not keep
-/// a half-open connection until the next request for it comes).
-async fn read_replies(
-    // Counts the connection as open while this task lives (it ends or is aborted with it).
-    _counted: crate::metrics::BackendConnection,
-    read: OwnedReadHalf,
-    buf: BytesMut,
-    in_flight: Arc<InFlight>,
-    // Weak: the channel owns this task's handle.
-    channel: Weak<Channel>,
-    addr: NodeAddr,
-    opts: ConnOptions,
-) {
-    // Entries taken off the FIFO whose replies have not all arrived (a batch's frames can
-    // straddle reads); they fail with the rest when the connection ends.
-    let mut owners = VecDeque::new();
-    let reason = read_loop(read, buf, &in_flight, &mut owners, &addr, &opts).await;
-    let channel = channel.upgrade();
-    if let Some(channel) = &channel {
-        channel.connected.store(false, Ordering::Relaxed);
-    }
-    tracing::warn!(addr = %addr, error = %reason, "backend connection lost");
-    let reason = format!("{addr}: {reason}");
-    in_flight.close_and_fail(&reason);
-    let error = BackendError::Lost(reason);
-    for owner in owners {
-        owner.fail(&error);
-    }
-    if let Some(channel) = channel {
-        channel.wake.notify_one();
-    }
-}
+/// What the reader of a connection does to the writer's side when the connection ends.
+/// Weak: the channel owns the reader task's handle.
+pub(super) struct WriterSide(Weak<Channel>);
 
-/// Notices a node that stops answering: a hung process or a silent network keeps the TCP
-/// connection open, and everything sent on it would wait as long as TCP retransmits. It
-/// checks every half `timeout` (a timer per read would cost the hot path), so a node that
-/// sent nothing for between `timeout` and 1.5 x `timeout` while replies were due counts as
-/// stalled.
-struct Watchdog {
-    timeout: Duration,
-    ticks: tokio::time::Interval,
-    /// Consecutive checks that found replies due and nothing read since the one before.
-    quiet_checks: u32,
-}
-
-impl Watchdog {
-    fn new(timeout: Duration) -> Watchdog {
-        let mut ticks = tokio::time::interval((timeout / 2).max(Duration::from_millis(1)));
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Watchdog {
-            timeout,
-            ticks,
-            quiet_checks: 0,
+impl WriterSide {
+    /// Marks the node as not connected, before the requests in flight fail.
+    pub(super) fn lost(&self) {
+        if let Some(channel) = self.0.upgrade() {
+            channel.connected.store(false, Ordering::Relaxed);
         }
     }
 
-    /// Reads into `buf`, or returns why the node counts as stalled.
-    async fn read(
-        &mut self,
-        read: &mut OwnedReadHalf,
-        buf: &mut BytesMut,
-        replies_due: impl Fn() -> bool,
-    ) -> Result<std::io::Result<usize>, String> {
-        loop {
-            tokio::select! {
-                biased;
-                // Cancel-safe: a tick that wins has read nothing.
-                result = read.read_buf(buf) => {
-                    self.quiet_checks = 0;
-                    return Ok(result);
-                }
-                _ = self.ticks.tick() => {
-                    if !replies_due() {
-                        self.quiet_checks = 0;
-                        continue;
-                    }
-                    // The first check may come just after the request was written; three
-                    // in a row span at least `timeout`.
-                    self.quiet_checks += 1;
-                    if self.quiet_checks >= 3 {
-                        return Err(format!("no reply within {} ms", self.timeout.as_millis()));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Returns why reading stopped.
-async fn read_loop(
-    mut read: OwnedReadHalf,
-    mut buf: BytesMut,
-    in_flight: &InFlight,
-    owners: &mut VecDeque<Pending>,
-    addr: &NodeAddr,
-    opts: &ConnOptions,
-) -> String {
-    let mut scanner = ReplyScanner::new(opts.limits);
-    let mut watchdog = opts.read_timeout.map(Watchdog::new);
-    let mut frames: Vec<Bytes> = Vec::new();
-    let mut popped: Vec<Pending> = Vec::new();
-    let mut buf_resizer = Resizer::new(READ_CHUNK);
-    loop {
-        loop {
-            match scanner.next_frame_len(&buf) {
-                Ok(Some(len)) => {
-                    let frame = buf.split_to(len).freeze();
-                    if frame.first() == Some(&b'>') {
-                        // RESP3 push (e.g. invalidation): not the reply to any request.
-                        tracing::debug!(addr = %addr, "skipped push frame");
-                        continue;
-                    }
-                    frames.push(frame);
-                }
-                Ok(None) => break,
-                Err(error) => return format!("unreadable reply: {error}"),
-            }
-        }
-        let mut ready = frames.drain(..);
-        while ready.len() > 0 {
-            if owners.is_empty() {
-                // Entries taken here beyond these frames (or a batch whose frames straddle
-                // reads) wait in `owners` for the next read.
-                in_flight.pop_into(ready.len(), &mut popped);
-                owners.extend(popped.drain(..));
-                if owners.is_empty() {
-                    return "reply without a request".to_string();
-                }
-            }
-            let Some(owner) = owners.front_mut() else {
-                continue;
-            };
-            match owner {
-                Pending::Batch(batch) => {
-                    batch.deliver_from(&mut ready);
-                    if !batch.is_done() {
-                        continue;
-                    }
-                }
-                Pending::Reply(_) | Pending::AskingAck => {}
-            }
-            match owners.pop_front() {
-                Some(Pending::Reply(sender)) => {
-                    if let Some(frame) = ready.next() {
-                        // The caller may have given up; its reply is simply dropped.
-                        let _ = sender.send(Ok(frame));
-                    }
-                }
-                Some(Pending::AskingAck) => {
-                    if !ready.next().is_some_and(|frame| frame.starts_with(b"+OK")) {
-                        tracing::debug!(addr = %addr, "ASKING not acknowledged");
-                    }
-                }
-                Some(Pending::Batch(_)) | None => {}
-            }
-        }
-        drop(ready);
-        buf_resizer.shrink_if_idle(&mut buf);
-        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
-            buf.reserve(READ_CHUNK);
-        }
-        buf_resizer.note(&buf);
-        let result = match watchdog.as_mut() {
-            None => read.read_buf(&mut buf).await,
-            Some(watchdog) => {
-                let replies_due = || !owners.is_empty() || !in_flight.is_empty();
-                match watchdog.read(&mut read, &mut buf, replies_due).await {
-                    Ok(result) => result,
-                    Err(reason) => {
-                        crate::metrics::backend_read_timeout(addr);
-                        return reason;
-                    }
-                }
-            }
-        };
-        match result {
-            Ok(0) => return "connection closed by the node".to_string(),
-            Ok(_) => {}
-            Err(error) => return format!("read failed: {error}"),
+    /// Wakes the writer, which closes the socket.
+    pub(super) fn wake(&self) {
+        if let Some(channel) = self.0.upgrade() {
+            channel.wake.notify_one();
         }
     }
 }

@@ -11,6 +11,7 @@
 mod conn;
 mod fifo;
 mod handshake;
+mod reader;
 mod sink;
 
 use std::sync::Arc;
