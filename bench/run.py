@@ -175,6 +175,18 @@ def server_commands_and_reads(ports):
     return commands, reads
 
 
+def sleeps(pid):
+    """Times the main thread of `pid` went to sleep so far (`voluntary_ctxt_switches`). For
+    a server, each is a pass of its event loop that left nothing to read: the wake-up that
+    follows costs it a context switch, an `epoll_wait` and a read and write of their own,
+    however few commands that read brings."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise SystemExit(f"no voluntary_ctxt_switches in /proc/{pid}/status")
+
+
 def children_cpu_seconds():
     """CPU seconds of the children waited for so far (each redis-benchmark run)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -263,6 +275,7 @@ def main():
                     runs = n * DIRECT_SCALE if cluster else n
                     before = cpu_split(proc.pid) if proc else (0, 0)
                     servers_before = sum(cpu_seconds(pid) for pid in servers)
+                    sleeps_before = sum(sleeps(pid) for pid in servers)
                     commands_before, reads_before = server_commands_and_reads(ports)
                     client_before = children_cpu_seconds()
                     idle_before, total_before = machine_ticks()
@@ -274,6 +287,7 @@ def main():
                     r["cpu"] = sum(after) - sum(before)
                     r["cpu_kernel"] = after[1] - before[1]
                     r["servers_cpu"] = sum(cpu_seconds(pid) for pid in servers) - servers_before
+                    r["server_sleeps"] = sum(sleeps(pid) for pid in servers) - sleeps_before
                     commands, reads = server_commands_and_reads(ports)
                     r["server_commands"] = commands - commands_before
                     r["server_reads"] = reads - reads_before
@@ -542,9 +556,10 @@ def print_cpu_breakdown(results, targets):
     """CPU microseconds per request of each party, and the ratio to direct that CPU alone
     would allow: with no idle time left, throughput is inversely proportional to the whole
     machine's CPU per request, so the gap between the two ratios is what idle time costs."""
-    print("| case | target | servers us/req | commands per server read | redis-benchmark us/req | "
-          "proxy us/req | of which kernel | total us/req | ratio CPU allows | ratio measured |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| case | target | servers us/req | commands per server read | server sleeps per 1k req | "
+          "redis-benchmark us/req | proxy us/req | of which kernel | total us/req | "
+          "ratio CPU allows | ratio measured |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for (label, target), rows in results.items():
         if "servers_cpu" not in rows[0]:
             continue
@@ -563,8 +578,9 @@ def print_cpu_breakdown(results, targets):
         # Requests the proxy answers itself (PING) leave the servers the harness's own INFO.
         served = commands >= sum(r["n"] for r in rows) / 10
         batch = f"{commands / max(1, sum(r['server_reads'] for r in rows)):.1f}" if served else "-"
-        print(f"| {label} | {target} | {parts[0]:.2f} | {batch} | {parts[1]:.2f} | {proxy} | "
-              f"{kernel} | {sum(parts):.2f} | {allowed} | {measured} |")
+        slept = sum(r["server_sleeps"] for r in rows) / sum(r["n"] for r in rows) * 1000
+        print(f"| {label} | {target} | {parts[0]:.2f} | {batch} | {slept:.1f} | {parts[1]:.2f} | "
+              f"{proxy} | {kernel} | {sum(parts):.2f} | {allowed} | {measured} |")
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@
 # repeats from run to run, unlike time on shared cores).
 # A second table splits the CPU per request between the servers, redis-benchmark
 # and the proxy (with the proxy's kernel time apart), and gives the size of the batches the
-# servers read (commands per read, from INFO stats). Stops everything it started. Loopback
-# only; every run is bounded by its request count.
+# servers read (commands per read, from INFO stats) and how often they went to sleep for
+# want of input (voluntary context switches, from /proc). Stops everything it started.
+# Loopback only; every run is bounded by its request count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark missing: apt-get install -y redis-tools" >&2; exit 1; }
