@@ -177,9 +177,9 @@ def server_commands_and_reads(ports):
 
 def sleeps(pid):
     """Times the main thread of `pid` went to sleep so far (`voluntary_ctxt_switches`). For
-    a server, each is a pass of its event loop that left nothing to read: the wake-up that
-    follows costs it a context switch, an `epoll_wait` and a read and write of their own,
-    however few commands that read brings."""
+    a server, each is a pass of its event loop that found nothing more to read; waking it
+    again costs a context switch and an `epoll_wait`, however few commands the next read
+    brings."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("voluntary_ctxt_switches:"):
