@@ -279,6 +279,40 @@ fn buffers_grown_by_a_burst_of_large_values_are_given_back() {
     drop(client);
 }
 
+/// A client that pipelines up to `limits.max_pipeline` requests grows its session's
+/// bookkeeping of requests in flight (one entry per request, and the replies taken off its
+/// sink) to that depth; once they are answered, the session holds its usual size again.
+#[test]
+fn a_deep_pipeline_leaves_nothing_held_once_answered() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const DEPTH: usize = 1024;
+    let proxy = InProcessProxy::start(None);
+    let mut client = proxy.client();
+    let small = set_commands(16, b"abc", "small:");
+    // Warm-up: the node connection, metric handles, buffers at their usual size.
+    round_trips(&mut client, &small, 16, 16, b"+OK\r\n");
+
+    let deep = set_commands(DEPTH, b"abc", "deep:");
+    let region = Region::new(GLOBAL);
+    for _ in 0..4 {
+        round_trips(&mut client, &deep, DEPTH, DEPTH, b"+OK\r\n");
+    }
+    let grown = held_since(&region);
+    round_trips(&mut client, &small, 16, 16, b"+OK\r\n");
+    round_trips(&mut client, &small, 16, 1, b"+OK\r\n");
+    let held = held_since(&region);
+    eprintln!("bytes held: {grown} after the deep pipelines, {held} after small requests");
+    // The entries of 1,024 requests in flight and their deliveries take about 230 KiB. What
+    // may stay is the client's input buffer and the node connection's outbox, grown to
+    // about 40 KiB each by these requests, under the four times their usual size at which
+    // they are given back (see `buffers_grown_by_a_burst_of_large_values_are_given_back`).
+    assert!(
+        held < 128 * 1024,
+        "{held} bytes still held after pipelines of {DEPTH} requests ({grown} right after them)"
+    );
+    drop(client);
+}
+
 #[test]
 fn proxy_round_trip_allocations_per_command_are_bounded() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

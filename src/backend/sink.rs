@@ -71,6 +71,14 @@ impl ReplySink {
         std::future::poll_fn(|cx| self.poll_take(cx, into)).await
     }
 
+    /// Gives back the room for deliveries beyond `replies`, when none is waiting.
+    pub fn shrink_to(&self, replies: usize) {
+        let mut state = self.lock();
+        if state.delivered.is_empty() {
+            state.delivered.shrink_to(replies);
+        }
+    }
+
     /// Refuses every later delivery (the client went away): replies then go nowhere
     /// instead of piling up, and batches not yet written are not written.
     pub fn close(&self) {

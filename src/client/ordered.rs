@@ -73,6 +73,11 @@ impl<T> OrderedFutures<T> {
         self.entries.is_empty()
     }
 
+    /// Gives back the room for entries beyond `entries`.
+    pub fn shrink_to(&mut self, entries: usize) {
+        self.entries.shrink_to(entries);
+    }
+
     /// Adds `future` for request `seq`; it is polled on the next [`poll_each`].
     ///
     /// [`poll_each`]: OrderedFutures::poll_each

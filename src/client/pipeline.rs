@@ -29,6 +29,10 @@ use super::ordered::OrderedFutures;
 /// A request that is not a plain forward, or a forward that needs another attempt.
 type Running = Pin<Box<dyn Future<Output = Bytes> + Send>>;
 
+/// Requests in flight the bookkeeping keeps room for once a deeper pipeline is answered
+/// (see [`Pipeline::shrink_if_idle`]); the benchmark's pipelines of 16 never pass it.
+const USUAL_DEPTH: usize = 64;
+
 /// A direct request sent in a batch, with what it takes to finish it if its reply is not
 /// final.
 struct Sent {
@@ -98,6 +102,22 @@ impl Pipeline {
 
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
+    }
+
+    /// Gives back the room a pipeline of more than four times [`USUAL_DEPTH`] requests
+    /// grew the bookkeeping to, once every reply is written: a client that pipelined
+    /// `limits.max_pipeline` requests once would otherwise hold their entries (about 230
+    /// KiB at 1,024) for as long as it stays connected.
+    pub fn shrink_if_idle(&mut self) {
+        if !self.slots.is_empty() || self.slots.capacity() <= 4 * USUAL_DEPTH {
+            return;
+        }
+        self.slots.shrink_to(USUAL_DEPTH);
+        self.read_starts.shrink_to(USUAL_DEPTH);
+        self.muted.shrink_to(USUAL_DEPTH);
+        self.delivered.shrink_to(USUAL_DEPTH);
+        self.sink.shrink_to(USUAL_DEPTH);
+        self.running.shrink_to(USUAL_DEPTH);
     }
 
     /// Queues a reply known already.

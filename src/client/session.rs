@@ -341,6 +341,7 @@ async fn serve_client(
             }
         }
         in_flight.send_staged();
+        in_flight.shrink_if_idle();
         input_resizer.shrink_if_idle(&mut input);
         output_resizer.shrink_if_idle(&mut output);
         let answered = in_flight.is_empty() && output.is_empty();
