@@ -346,7 +346,9 @@ async fn serve_client(
         output_resizer.shrink_if_idle(&mut output);
         let answered = in_flight.is_empty() && output.is_empty();
         if answered && (closing || draining) {
-            linger_close(reader, writer).await;
+            // Boxed: its discard buffer would otherwise be part of every connected
+            // client's session, most of which never get here before their peer closes.
+            Box::pin(linger_close(reader, writer)).await;
             break;
         }
         let can_read = !closing
