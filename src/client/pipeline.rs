@@ -168,10 +168,10 @@ impl Pipeline {
     /// future is polled once, so whatever it sends on its first poll follows the
     /// requests before it and precedes those after it. It is polled here rather than
     /// through `running`, whose next turn may come after the session has read and sent
-    /// later requests.
-    pub async fn push_future(&mut self, future: impl Future<Output = Bytes> + Send + 'static) {
+    /// later requests. Boxed by the caller: the session's own future then holds a pointer
+    /// at this await, not the largest of the futures it runs.
+    pub async fn push_future(&mut self, mut future: Running) {
         self.send_staged();
-        let mut future: Running = Box::pin(future);
         let first = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
         match first {
             Poll::Ready(reply) => self.push_ready(reply),
@@ -319,13 +319,13 @@ mod tests {
         let (first_done, first) = tokio::sync::oneshot::channel::<()>();
         pipeline.push_ready(Bytes::from_static(b"a"));
         pipeline
-            .push_future(async move {
+            .push_future(Box::pin(async move {
                 let _ = first.await;
                 Bytes::from_static(b"b")
-            })
+            }))
             .await;
         pipeline
-            .push_future(async { Bytes::from_static(b"c") })
+            .push_future(Box::pin(async { Bytes::from_static(b"c") }))
             .await;
         pipeline.push_ready(Bytes::from_static(b"d"));
         assert_eq!(pipeline.len(), 4);
@@ -346,19 +346,19 @@ mod tests {
         let mut pipeline = Pipeline::default();
         for _ in 0..2 {
             pipeline
-                .push_future(std::future::poll_fn(|cx| {
+                .push_future(Box::pin(std::future::poll_fn(|cx| {
                     cx.waker().wake_by_ref();
                     Poll::<Bytes>::Pending
-                }))
+                })))
                 .await;
         }
         let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = started.clone();
         pipeline
-            .push_future(async move {
+            .push_future(Box::pin(async move {
                 flag.store(true, std::sync::atomic::Ordering::Relaxed);
                 std::future::pending::<Bytes>().await
-            })
+            }))
             .await;
         assert!(
             started.load(std::sync::atomic::Ordering::Relaxed),

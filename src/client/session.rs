@@ -328,7 +328,7 @@ async fn serve_client(
                                 proxy
                                     .clone()
                                     .execute_indexed(command, request, state.proto, user);
-                            in_flight.push_future(run).await;
+                            in_flight.push_future(Box::pin(run)).await;
                         }
                     }
                 }
