@@ -156,7 +156,7 @@ impl BatchBuilder {
 /// Batches under construction, one per node.
 #[derive(Default)]
 pub struct Batches {
-    staged: SmallVec<[(NodeConn, BatchBuilder); 4]>,
+    staged: Vec<(NodeConn, BatchBuilder)>,
 }
 
 impl Batches {
