@@ -246,37 +246,23 @@ fn held_since(region: &Region<System>) -> isize {
 /// shrinks a client's query buffer after a large request.
 #[test]
 fn buffers_grown_by_a_burst_of_large_values_are_given_back() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const BURST: usize = 16;
-    let proxy = InProcessProxy::start(None);
-    let mut client = proxy.client();
-    let small = set_commands(16, b"abc", "small:");
-    // Warm-up: the node connection, metric handles, buffers at their usual size.
-    round_trips(&mut client, &small, 16, 16, b"+OK\r\n");
-
     let value = vec![b'v'; 256 * 1024];
     let sets = set_commands(BURST, &value, "large:");
     let gets = get_commands(BURST, "large:");
     let mut get_reply = format!("${}\r\n", value.len()).into_bytes();
     get_reply.extend_from_slice(&value);
     get_reply.extend_from_slice(b"\r\n");
-
-    let region = Region::new(GLOBAL);
-    round_trips(&mut client, &sets, BURST, BURST, b"+OK\r\n");
-    round_trips(&mut client, &gets, BURST, BURST, &get_reply);
-    let grown = held_since(&region);
-    // Small requests after the burst: each buffer is empty again once they are through.
-    round_trips(&mut client, &small, 16, 16, b"+OK\r\n");
-    round_trips(&mut client, &small, 16, 1, b"+OK\r\n");
-    let held = held_since(&region);
-    eprintln!("bytes held: {grown} after the burst, {held} after small requests");
+    let (grown, held) = held_after(|client| {
+        round_trips(client, &sets, BURST, BURST, b"+OK\r\n");
+        round_trips(client, &gets, BURST, BURST, &get_reply);
+    });
     // The burst moved 4 MiB each way; the usual buffers are 16 KiB per client side and
     // 64 KiB per node connection side.
     assert!(
         held < 256 * 1024,
         "{held} bytes still held after a burst of {BURST} values of 256 KiB ({grown} right after it)"
     );
-    drop(client);
 }
 
 /// A client that pipelines up to `limits.max_pipeline` requests grows its session's
@@ -284,24 +270,13 @@ fn buffers_grown_by_a_burst_of_large_values_are_given_back() {
 /// sink) to that depth; once they are answered, the session holds its usual size again.
 #[test]
 fn a_deep_pipeline_leaves_nothing_held_once_answered() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const DEPTH: usize = 1024;
-    let proxy = InProcessProxy::start(None);
-    let mut client = proxy.client();
-    let small = set_commands(16, b"abc", "small:");
-    // Warm-up: the node connection, metric handles, buffers at their usual size.
-    round_trips(&mut client, &small, 16, 16, b"+OK\r\n");
-
     let deep = set_commands(DEPTH, b"abc", "deep:");
-    let region = Region::new(GLOBAL);
-    for _ in 0..4 {
-        round_trips(&mut client, &deep, DEPTH, DEPTH, b"+OK\r\n");
-    }
-    let grown = held_since(&region);
-    round_trips(&mut client, &small, 16, 16, b"+OK\r\n");
-    round_trips(&mut client, &small, 16, 1, b"+OK\r\n");
-    let held = held_since(&region);
-    eprintln!("bytes held: {grown} after the deep pipelines, {held} after small requests");
+    let (grown, held) = held_after(|client| {
+        for _ in 0..4 {
+            round_trips(client, &deep, DEPTH, DEPTH, b"+OK\r\n");
+        }
+    });
     // The entries of 1,024 requests in flight and their deliveries take about 230 KiB. What
     // may stay is the client's input buffer and the node connection's outbox, grown to
     // about 40 KiB each by these requests, under the four times their usual size at which
@@ -310,7 +285,27 @@ fn a_deep_pipeline_leaves_nothing_held_once_answered() {
         held < 128 * 1024,
         "{held} bytes still held after pipelines of {DEPTH} requests ({grown} right after them)"
     );
+}
+
+/// Bytes the proxy holds (allocated and not freed) after `burst` runs on a warmed-up
+/// client, and after small requests that follow it, with the client still connected.
+fn held_after(burst: impl FnOnce(&mut TcpStream)) -> (isize, isize) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let proxy = InProcessProxy::start(None);
+    let mut client = proxy.client();
+    let small = set_commands(16, b"abc", "small:");
+    // Warm-up: the node connection, metric handles, buffers at their usual size.
+    round_trips(&mut client, &small, 16, 16, b"+OK\r\n");
+    let region = Region::new(GLOBAL);
+    burst(&mut client);
+    let grown = held_since(&region);
+    // Small requests after the burst: each buffer is empty again once they are through.
+    round_trips(&mut client, &small, 16, 16, b"+OK\r\n");
+    round_trips(&mut client, &small, 16, 1, b"+OK\r\n");
+    let held = held_since(&region);
+    eprintln!("bytes held: {grown} after the burst, {held} after small requests");
     drop(client);
+    (grown, held)
 }
 
 #[test]
