@@ -564,7 +564,8 @@ def print_cpu_breakdown(results, targets):
     for (label, target), rows in results.items():
         if "servers_cpu" not in rows[0]:
             continue
-        parts = [sum(r[key] for r in rows) / sum(r["n"] for r in rows) * 1e6
+        requests = sum(r["n"] for r in rows)
+        parts = [sum(r[key] for r in rows) / requests * 1e6
                  for key in ("servers_cpu", "client_cpu", "cpu")]
         direct = results[(label, targets[0][0])]
         direct_total = sum(r["servers_cpu"] + r["client_cpu"] for r in direct) / sum(
@@ -573,13 +574,13 @@ def print_cpu_breakdown(results, targets):
         allowed = f"{direct_total / sum(parts):.2f}" if compared else "-"
         measured = ratio_to_direct(rows, direct) if compared else "-"
         proxy = f"{parts[2]:.2f}" if compared else "-"
-        kernel = sum(r["cpu_kernel"] for r in rows) / sum(r["n"] for r in rows) * 1e6
+        kernel = sum(r["cpu_kernel"] for r in rows) / requests * 1e6
         kernel = f"{kernel:.2f}" if compared else "-"
         commands = sum(r["server_commands"] for r in rows)
         # Requests the proxy answers itself (PING) leave the servers the harness's own INFO.
-        served = commands >= sum(r["n"] for r in rows) / 10
+        served = commands >= requests / 10
         batch = f"{commands / max(1, sum(r['server_reads'] for r in rows)):.1f}" if served else "-"
-        slept = sum(r["server_sleeps"] for r in rows) / sum(r["n"] for r in rows) * 1000
+        slept = sum(r["server_sleeps"] for r in rows) / requests * 1000
         print(f"| {label} | {target} | {parts[0]:.2f} | {batch} | {slept:.1f} | {parts[1]:.2f} | "
               f"{proxy} | {kernel} | {sum(parts):.2f} | {allowed} | {measured} |")
 
