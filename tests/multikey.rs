@@ -63,7 +63,15 @@ fn random_multikey_sequences_match_one_redis_server() {
                 // Repeats are deliberate: EXISTS counts them, DEL does not.
                 cmd.arg(key(rng.below(KEYS)));
                 if name == "MSET" {
-                    cmd.arg(format!("v{}", rng.below(1000)));
+                    // Empty values and lengths on both sides of a digit boundary: the
+                    // parts carry each value as the client framed it, or encode it anew.
+                    let value = match rng.below(4) {
+                        0 => Vec::new(),
+                        1 => "\r\n$3\r\n".repeat(1 + rng.below(3) as usize).into_bytes(),
+                        2 => vec![b'x'; [9, 10, 99, 100][rng.below(4) as usize]],
+                        _ => format!("v{}", rng.below(1000)).into_bytes(),
+                    };
+                    cmd.arg(value);
                 }
             }
         }
@@ -80,6 +88,29 @@ fn random_multikey_sequences_match_one_redis_server() {
         reply(&mut through_proxy, &mget),
         reply(&mut reference, &mget)
     );
+}
+
+#[test]
+fn an_inline_mset_splits_like_a_multibulk_one() {
+    use std::io::{BufRead, BufReader, Write};
+    assert_ne!(
+        shared_cluster().keyslot("mk:inline:a"),
+        shared_cluster().keyslot("mk:inline:b")
+    );
+    let stream = std::net::TcpStream::connect(proxy().addr()).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    (&stream)
+        .write_all(b"MSET mk:inline:a first mk:inline:b \"\"\r\n")
+        .unwrap();
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "+OK\r\n");
+    let values: Vec<Option<String>> = redis::cmd("MGET")
+        .arg("mk:inline:a")
+        .arg("mk:inline:b")
+        .query(&mut proxy().connect())
+        .unwrap();
+    assert_eq!(values, [Some("first".into()), Some(String::new())]);
 }
 
 #[test]

@@ -83,14 +83,24 @@ impl Proxy {
         parts.sort_unstable_by_key(|part| by_slot[part.start].1);
         let slots: SmallVec<[u16; PARTS_INLINE]> =
             parts.iter().map(|part| by_slot[part.start].0).collect();
+        // The name and each key's arguments copied as the client framed them, which costs
+        // less than encoding them again (4.5 % of a 10-key MSET's instructions).
+        let put_args =
+            |out: &mut BytesMut, range: Range<usize>| match request.arg_frames(range.clone()) {
+                Some(frames) => out.extend_from_slice(frames),
+                None => args[range].iter().for_each(|arg| encode::bulk(out, arg)),
+            };
+        let name = request.arg_frames(0..1);
         let frame = |i: usize, out: &mut BytesMut| {
             let part = &parts[i];
             encode::array_header(out, 1 + part.len() * stride);
-            encode::bulk(out, &args[0]);
+            match name {
+                Some(name) => out.extend_from_slice(name),
+                None => encode::bulk(out, &args[0]),
+            }
             for (_, key_number) in &by_slot[part.clone()] {
-                for arg in key_args(*key_number) {
-                    encode::bulk(out, arg);
-                }
+                let first = 1 + key_number * stride;
+                put_args(out, first..first + stride);
             }
         };
         let size_hint = request.raw.len() + parts.len() * (args[0].len() + 32);

@@ -48,6 +48,57 @@ impl Request {
     pub fn name(&self) -> &[u8] {
         &self.args[0]
     }
+
+    /// The bytes of `args[range]` as they stand in `raw`, each with its `$<len>` header
+    /// and the two bytes after it: what re-encoding them gives a backend to read, without
+    /// the work (a split MSET forwards each key and value this way). `None` when they are
+    /// not consecutive bulk frames of `raw` (an empty argument, or arguments rewritten
+    /// after decoding): the caller encodes them instead.
+    pub fn arg_frames(&self, range: std::ops::Range<usize>) -> Option<&[u8]> {
+        let raw: &[u8] = &self.raw;
+        let base = raw.as_ptr() as usize;
+        let mut frames: Option<std::ops::Range<usize>> = None;
+        for arg in self.args.get(range)? {
+            let offset = (arg.as_ptr() as usize).checked_sub(base)?;
+            let header = bulk_header_at(raw, offset, arg.len())?;
+            let end = offset.checked_add(arg.len() + 2)?;
+            if end > raw.len() {
+                return None;
+            }
+            frames = match frames {
+                None => Some(header..end),
+                Some(frames) if frames.end == header => Some(frames.start..end),
+                Some(_) => return None,
+            };
+        }
+        frames.map(|frames| &raw[frames])
+    }
+}
+
+/// Where the `$<len>\r` header of a bulk whose payload starts at `payload` begins, when
+/// `raw` holds one there for exactly `len` bytes, in the canonical digits (no sign, no
+/// leading zero) that are all the decoder accepts.
+fn bulk_header_at(raw: &[u8], payload: usize, len: usize) -> Option<usize> {
+    let line_end = payload.checked_sub(2)?;
+    if len == 0 || raw.get(line_end) != Some(&b'\r') {
+        return None;
+    }
+    let header = &raw[..line_end];
+    let (mut value, mut place) = (0usize, 1usize);
+    // Digits read backwards from the `\r`; up to 18, which cannot overflow a `usize`.
+    for (i, &byte) in header.iter().rev().enumerate().take(19) {
+        match byte {
+            b'0'..=b'9' => {
+                value += usize::from(byte - b'0') * place;
+                place *= 10;
+            }
+            b'$' if i > 0 && (i == 1 || header[line_end - i] != b'0') => {
+                return (value == len).then_some(line_end - i - 1);
+            }
+            _ => return None,
+        }
+    }
+    None
 }
 
 /// A request's command name in lower case, folded once per request for the session's
@@ -563,6 +614,52 @@ mod tests {
             .all(|(got, want)| got[..] == want[..]));
     }
 
+    #[test]
+    fn arg_frames_are_the_frames_the_client_sent_or_none() {
+        let mut decoder = RequestDecoder::default();
+        let mut buf = BytesMut::from(
+            &b"*5\r\n$4\r\nMSET\r\n$1\r\nk\r\n$10\r\n0123456789\r\n$0\r\n\r\n$1\r\nv\r\n"[..],
+        );
+        let request = decoder.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(request.arg_frames(0..1), Some(&b"$4\r\nMSET\r\n"[..]));
+        assert_eq!(
+            request.arg_frames(1..3),
+            Some(&b"$1\r\nk\r\n$10\r\n0123456789\r\n"[..])
+        );
+        // An empty argument is no slice of the frame; past the end there is nothing.
+        assert_eq!(request.arg_frames(3..5), None);
+        assert_eq!(request.arg_frames(4..6), None);
+        // An argument replaced after decoding, even by a slice of the frame.
+        let mut renamed = request.clone();
+        renamed.args[1] = Bytes::from_static(b"k");
+        assert_eq!(renamed.arg_frames(1..3), None);
+        assert_eq!(
+            renamed.arg_frames(2..3),
+            Some(&b"$10\r\n0123456789\r\n"[..])
+        );
+        // A slice of the frame that is not an argument of it: the "1" inside the value.
+        let inside = request.raw.len() - 24;
+        renamed.args[2] = request.raw.slice(inside..inside + 1);
+        assert_eq!(&renamed.args[2][..], b"1");
+        assert_eq!(renamed.arg_frames(2..3), None);
+        // The last argument's own frame is a frame wherever it is asked for.
+        renamed.args[2] = request
+            .raw
+            .slice(request.raw.len() - 3..request.raw.len() - 2);
+        assert_eq!(renamed.arg_frames(2..3), Some(&b"$1\r\nv\r\n"[..]));
+        // Out of order: each frame is right, but they are not consecutive.
+        let mut swapped = request.clone();
+        swapped.args.swap(1, 2);
+        assert_eq!(swapped.arg_frames(1..3), None);
+        // Inline commands are re-encoded as multibulk, their arguments sliced from it.
+        let mut buf = BytesMut::from(&b"mset key value\r\n"[..]);
+        let inline = decoder.decode(&mut buf).unwrap().unwrap();
+        assert_eq!(
+            inline.arg_frames(1..3),
+            Some(&b"$3\r\nkey\r\n$5\r\nvalue\r\n"[..])
+        );
+    }
+
     fn arbitrary_request() -> impl Strategy<Value = Vec<Vec<u8>>> {
         prop::collection::vec(prop::collection::vec(any::<u8>(), 0..40), 1..6)
     }
@@ -599,6 +696,25 @@ mod tests {
                 decoded.extend(decode_all(&mut decoder, &mut buf));
             }
             prop_assert_eq!(decoded.len(), requests.len());
+        }
+
+        #[test]
+        fn arg_frames_equal_their_encoding(request in arbitrary_request()) {
+            let refs: Vec<&[u8]> = request.iter().map(|arg| &arg[..]).collect();
+            let mut buf = BytesMut::from(&multibulk(&refs)[..]);
+            let decoded = RequestDecoder::default().decode(&mut buf).unwrap().unwrap();
+            for start in 0..refs.len() {
+                for end in start + 1..=refs.len() {
+                    let frames = decoded.arg_frames(start..end);
+                    let encoded = multibulk(&refs[start..end]);
+                    let header = format!("*{}\r\n", end - start).len();
+                    if refs[start..end].iter().all(|arg| !arg.is_empty()) {
+                        prop_assert_eq!(frames, Some(&encoded[header..]));
+                    } else {
+                        prop_assert_eq!(frames, None);
+                    }
+                }
+            }
         }
 
         #[test]
