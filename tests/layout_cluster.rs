@@ -794,3 +794,45 @@ fn pipelined_layout_writes_keep_order_and_survive_a_lost_script_cache() {
 fn bucket(id: &str) -> u8 {
     slotbridge::rewrite::encoding::bucket(id.as_bytes())
 }
+
+#[test]
+fn a_split_mset_of_renamed_kept_and_outside_keys_lands_under_cluster_names() {
+    let cluster = shared_cluster();
+    let p = "lysplit";
+    let proxy = layout_proxy(cluster, p);
+    let mut con = proxy.connect();
+    // Renamed (lock), kept (conv) and outside-prefix keys, with an empty value among them:
+    // the parts frame renamed and empty arguments anew and copy the others as sent.
+    let pairs: Vec<(String, String, &str)> = (0..4)
+        .flat_map(|i| {
+            [
+                (
+                    format!("{p}:lock:l{i}"),
+                    format!("{p}:{{lk:l{i}}}:l"),
+                    "locked",
+                ),
+                (format!("{p}:conv:c{i}"), format!("{p}:conv:c{i}"), ""),
+                (format!("plain:{p}:{i}"), format!("plain:{p}:{i}"), "plain"),
+            ]
+        })
+        .collect();
+    let slots: BTreeSet<u16> = pairs
+        .iter()
+        .map(|(_, key, _)| cluster.keyslot(key))
+        .collect();
+    assert!(slots.len() > 6, "the MSET must span slots: {slots:?}");
+    let mut mset = redis::cmd("MSET");
+    for (legacy, _, value) in &pairs {
+        mset.arg(legacy).arg(*value);
+    }
+    let _: () = mset.query(&mut con).unwrap();
+    let mut mget = redis::cmd("MGET");
+    for (legacy, cluster_key, value) in &pairs {
+        let stored: String = on_cluster(cluster, cluster_key, redis::cmd("GET").arg(cluster_key));
+        assert_eq!(stored, *value, "{legacy} stored as {cluster_key}");
+        mget.arg(legacy);
+    }
+    let read: Vec<String> = mget.query(&mut con).unwrap();
+    let written: Vec<&str> = pairs.iter().map(|(_, _, value)| *value).collect();
+    assert_eq!(read, written);
+}
