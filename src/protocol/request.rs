@@ -77,7 +77,9 @@ impl Request {
 
 /// Where the `$<len>\r` header of a bulk whose payload starts at `payload` begins, when
 /// `raw` holds one there for exactly `len` bytes, in the canonical digits (no sign, no
-/// leading zero) that are all the decoder accepts.
+/// leading zero) that are all the decoder accepts. Read backwards from the payload, whose
+/// place is what is known: finding the header's start first and reading it with
+/// `read_length_line` cost a 10-key MSET 2 % more instructions.
 fn bulk_header_at(raw: &[u8], payload: usize, len: usize) -> Option<usize> {
     let line_end = payload.checked_sub(2)?;
     if len == 0 || raw.get(line_end) != Some(&b'\r') {
