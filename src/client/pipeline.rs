@@ -206,11 +206,6 @@ impl Pipeline {
         }
     }
 
-    /// Waits for [`Pipeline::poll_progress`].
-    pub async fn progress(&mut self) {
-        std::future::poll_fn(|cx| self.poll_progress(cx)).await
-    }
-
     /// Appends the replies that are next in order to `out`, leaving out the muted ones.
     pub fn write_ready(&mut self, out: &mut BytesMut) {
         while let Some(Slot::Ready(reply)) = self.slots.front() {
@@ -333,7 +328,7 @@ mod tests {
         assert_eq!(written(&mut pipeline), "a");
         assert_eq!(pipeline.len(), 3);
         first_done.send(()).expect("the future waits");
-        pipeline.progress().await;
+        std::future::poll_fn(|cx| pipeline.poll_progress(cx)).await;
         assert_eq!(written(&mut pipeline), "bcd");
         assert!(pipeline.is_empty());
     }

@@ -16,12 +16,15 @@
 //! earlier reply, and nothing after it starts until it is answered, so a pipeline takes
 //! effect in order, as on one Redis, where a blocked client's next command waits for it.
 
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -356,16 +359,65 @@ async fn serve_client(
             && in_flight.len() < max_pipeline
             && output.len() < OUTPUT_BACKPRESSURE
             && !(sequence_point && input.len() >= HELD_INPUT);
+        let subscribed = pubsub.is_used() && pubsub.is_subscribed();
         // As in Redis, a client waiting for a reply (a blocked one) or subscribed never
         // idles out.
         let idle_deadline = idle_timeout
             .filter(|_| answered && paused_until.is_none())
-            .filter(|_| !(pubsub.is_used() && pubsub.is_subscribed()))
+            .filter(|_| !subscribed)
             .map(|timeout| last_active + timeout);
         let write_held = waits_for_its_read(&in_flight, &output);
-        tokio::select! {
-            biased;
-            () = in_flight.progress(), if !in_flight.is_empty() => {
+        // Messages wait in the subscription's bounded buffer while the client is slow,
+        // so `pubsub.max_buffer_bytes` is what limits a subscriber that does not read.
+        let relaying = pubsub.is_used() && !closing && output.len() < OUTPUT_BACKPRESSURE;
+        let woken = {
+            // The rarely used sources are futures made only when they are used, the others
+            // are polled in place: a `select!` over all of them, which built every branch's
+            // future on each turn, cost 3 % of an unpipelined request's instructions.
+            let listening = subscribed || relaying;
+            let mut pubsub_event =
+                pin!(listening.then(|| pubsub_event(&mut pubsub, subscribed, relaying)));
+            let timed = paused_until.is_some() || idle_deadline.is_some();
+            let mut timer = pin!(timed.then(|| timer(&registry, paused_until, idle_deadline)));
+            poll_fn(|cx| {
+                // In this order: replies first, so they leave before more requests are
+                // read; input last but for the signals and timers.
+                if !in_flight.is_empty() && in_flight.poll_progress(cx).is_ready() {
+                    return Poll::Ready(Woken::Progress);
+                }
+                if !output.is_empty() && !write_held {
+                    if let Poll::Ready(written) = Pin::new(&mut writer).poll_write(cx, &output) {
+                        return Poll::Ready(Woken::Wrote(written));
+                    }
+                }
+                if let Some(Poll::Ready(woken)) = pubsub_event
+                    .as_mut()
+                    .as_pin_mut()
+                    .map(|event| event.poll(cx))
+                {
+                    return Poll::Ready(woken);
+                }
+                if can_read {
+                    // The read future holds only references: one made per poll keeps
+                    // Tokio's own readiness bookkeeping (a short read needs no second
+                    // read to learn the socket is drained).
+                    let read = reader.read_buf(&mut input);
+                    if let Poll::Ready(read) = pin!(read).poll(cx) {
+                        return Poll::Ready(Woken::Read(read));
+                    }
+                }
+                if let Poll::Ready(signal) = signals.as_mut().poll(cx) {
+                    return Poll::Ready(Woken::Signal(signal));
+                }
+                timer
+                    .as_mut()
+                    .as_pin_mut()
+                    .map_or(Poll::Pending, |timer| timer.poll(cx))
+            })
+            .await
+        };
+        match woken {
+            Woken::Progress => {
                 if let Some((seq, _)) = &exec_locals {
                     if let Some(reply) = in_flight.ready_reply_mut(*seq) {
                         let block_reply = std::mem::take(reply);
@@ -397,15 +449,13 @@ async fn serve_client(
                     }
                 }
             }
-            written = writer.write(&output), if !output.is_empty() && !write_held => match written {
+            Woken::Wrote(written) => match written {
                 Ok(0) | Err(_) => break,
                 Ok(n) => last_active = wrote(n, &mut output, &counted, &guard),
             },
             // A subscriber that stopped reading must not hold its messages forever.
-            () = pubsub.overflowed(), if pubsub.is_used() && pubsub.is_subscribed() => break,
-            // Messages wait in the subscription's bounded buffer while the client is slow,
-            // so `pubsub.max_buffer_bytes` is what limits a subscriber that does not read.
-            relay = pubsub.next_event(), if pubsub.is_used() && !closing && output.len() < OUTPUT_BACKPRESSURE => match relay {
+            Woken::Overflowed => break,
+            Woken::Relay(relay) => match relay {
                 // Behind the replies already queued: never ahead of its own confirmation.
                 Relay::Push(message) => {
                     subscriptions.update(&pubsub);
@@ -414,7 +464,7 @@ async fn serve_client(
                 Relay::Close => break,
                 Relay::Idle => {}
             },
-            read = reader.read_buf(&mut input), if can_read => {
+            Woken::Read(read) => {
                 match read {
                     Ok(0) | Err(_) => break,
                     Ok(n) => counted.received(n),
@@ -426,23 +476,61 @@ async fn serve_client(
                 }
                 input_resizer.note(&input);
             }
-            // The pause ended or changed: the held request looks again.
-            () = wait_pause(&registry, paused_until), if paused_until.is_some() => paused_until = None,
             // CLIENT KILL from another client: closed at once, as Redis frees it.
-            signal = &mut signals => match signal {
-                Signal::Kill => {
-                    tracing::debug!(client = %peer, "closing client killed by CLIENT KILL");
-                    break;
-                }
-                // The limits are read again at the top of the loop.
-                Signal::Nudge => {}
-                Signal::Drain => draining = true,
-            },
-            _ = sleep_until(idle_deadline), if idle_deadline.is_some() => {
+            Woken::Signal(Signal::Kill) => {
+                tracing::debug!(client = %peer, "closing client killed by CLIENT KILL");
+                break;
+            }
+            // The limits are read again at the top of the loop.
+            Woken::Signal(Signal::Nudge) => {}
+            Woken::Signal(Signal::Drain) => draining = true,
+            // The pause ended or changed: the held request looks again.
+            Woken::PauseChanged => paused_until = None,
+            Woken::IdleTimeout => {
                 tracing::debug!(client = %peer, "closing idle client");
                 break;
             }
         }
+    }
+}
+
+/// What ended a session's wait.
+enum Woken {
+    /// The oldest request in flight has its reply, or replies may leave without it.
+    Progress,
+    Wrote(std::io::Result<usize>),
+    /// The subscriber exceeded its message buffer.
+    Overflowed,
+    Relay(Relay),
+    Read(std::io::Result<usize>),
+    Signal(Signal),
+    /// The CLIENT PAUSE holding a request ended or changed.
+    PauseChanged,
+    IdleTimeout,
+}
+
+/// The next event of a client's subscriptions: it overflowed (looked at only while
+/// `subscribed`) or a message or reason to close arrived (only while `relaying`).
+async fn pubsub_event(pubsub: &mut PubSub, subscribed: bool, relaying: bool) -> Woken {
+    let overflowed = pubsub.overflowed();
+    tokio::select! {
+        biased;
+        () = overflowed, if subscribed => Woken::Overflowed,
+        relay = pubsub.next_event(), if relaying => Woken::Relay(relay),
+    }
+}
+
+/// Waits for the end or a change of the pause ending at `paused_until`, or for
+/// `idle_deadline`, whichever comes first; never returns when both are `None`.
+async fn timer(
+    registry: &Registry,
+    paused_until: Option<Instant>,
+    idle_deadline: Option<Instant>,
+) -> Woken {
+    tokio::select! {
+        biased;
+        () = wait_pause(registry, paused_until), if paused_until.is_some() => Woken::PauseChanged,
+        () = sleep_until(idle_deadline), if idle_deadline.is_some() => Woken::IdleTimeout,
     }
 }
 
