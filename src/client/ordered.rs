@@ -68,7 +68,6 @@ impl<T> OrderedFutures<T> {
         self.entries.len()
     }
 
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

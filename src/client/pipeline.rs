@@ -250,6 +250,10 @@ impl Pipeline {
     }
 
     fn poll_running(&mut self, cx: &mut Context<'_>) {
+        // A future is pushed only by the session, which polls progress before it waits.
+        if self.running.is_empty() {
+            return;
+        }
         let (slots, first_seq) = (&mut self.slots, self.first_seq);
         self.running.poll_each(cx, |seq, reply| {
             if let Some(slot) = slot_of(slots, first_seq, seq) {

@@ -59,22 +59,6 @@ const HELD_OUTPUT: usize = 64 * 1024;
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, idles past
 /// `timeout`, exceeds its output buffer limit, or the proxy drains.
 pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) {
-    // The commands' futures run in this task: a blocking one records where it waits here.
-    let blocked = Arc::new(BlockedOn::default());
-    BLOCKED_ON
-        .scope(
-            blocked.clone(),
-            serve_client(stream, live, registry, blocked),
-        )
-        .await;
-}
-
-async fn serve_client(
-    stream: TcpStream,
-    live: Arc<Live>,
-    registry: Arc<Registry>,
-    blocked: Arc<BlockedOn>,
-) {
     let peer = stream
         .peer_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
@@ -94,7 +78,9 @@ async fn serve_client(
     let mut limits = ClientLimits::of(config);
     let mut decoder = RequestDecoder::new(config.limits.protocol());
     let user = ConnState::initial_user(&snapshot.auth);
-    let guard = registry.register(peer, local_addr, user.as_deref(), blocked);
+    // Where a blocking command of the client waits (CLIENT UNBLOCK).
+    let blocked = Arc::new(BlockedOn::default());
+    let guard = registry.register(peer, local_addr, user.as_deref(), blocked.clone());
     let mut state = ConnState {
         id: guard.id,
         proto: Proto::Resp2,
@@ -122,6 +108,8 @@ async fn serve_client(
     tokio::pin!(signals);
     // The last read from or write to the client: idle time counts from it, as in Redis.
     let mut last_active = Instant::now();
+    // When the latest read completed, if no pass has started since.
+    let mut read_at = None;
     let mut transaction = Transaction::default();
     // A decoded request waiting for the replies before it (a transaction sequence point),
     // and whether a sequence point is in flight, so nothing after it may start yet.
@@ -150,8 +138,8 @@ async fn serve_client(
             idle_timeout,
             output_limit,
         } = limits;
-        // One clock read serves all requests of this pass.
-        let mut pass_started = None;
+        // One clock read serves all requests of this pass: the read's, after a read.
+        let mut pass_started = read_at.take();
         // Turn buffered bytes into dispatched requests, as far as the pipeline limit allows.
         while !closing && in_flight.len() < max_pipeline {
             if sequence_point && !in_flight.is_empty() {
@@ -331,7 +319,13 @@ async fn serve_client(
                                 proxy
                                     .clone()
                                     .execute_indexed(command, request, state.proto, user);
-                            in_flight.push_future(Box::pin(run)).await;
+                            // Only a command that runs alone may block (see `runs_alone`).
+                            if alone {
+                                let run = BLOCKED_ON.scope(blocked.clone(), run);
+                                in_flight.push_future(Box::pin(run)).await;
+                            } else {
+                                in_flight.push_future(Box::pin(run)).await;
+                            }
                         }
                     }
                 }
@@ -470,6 +464,7 @@ async fn serve_client(
                     Ok(n) => counted.received(n),
                 }
                 last_active = Instant::now();
+                read_at = Some(last_active.into_std());
                 guard.active_at(last_active.into_std());
                 if input.capacity() - input.len() < 1024 {
                     input.reserve(READ_BUFFER);

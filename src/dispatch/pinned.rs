@@ -42,9 +42,9 @@ impl BlockedOn {
 }
 
 tokio::task_local! {
-    /// The running client session's [`BlockedOn`]. A session sets it around its task, in
-    /// which its commands' futures run; elsewhere (migrate, tests) it is unset and nothing
-    /// is recorded. A task-local rather than an argument: the blocking path is reached
+    /// The running client session's [`BlockedOn`]. A session sets it around the futures
+    /// of the commands that may block (see `runs_alone` in the session); elsewhere
+    /// (migrate, tests) it is unset and nothing is recorded. A task-local rather than an argument: the blocking path is reached
     /// through every planner (plain, layout, WAIT), none of which knows the client.
     pub static BLOCKED_ON: Arc<BlockedOn>;
 }
