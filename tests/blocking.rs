@@ -430,3 +430,32 @@ fn client_unblock_ends_a_blocked_command_as_on_a_single_redis() {
     );
     assert_eq!(scenario(proxy().addr()), direct);
 }
+
+/// Under the layout profile a blocking command on a renamed legacy key is planned by the
+/// layout, not forwarded: CLIENT UNBLOCK still finds where it waits and ends it.
+#[test]
+fn client_unblock_ends_a_blocked_command_on_a_renamed_key() {
+    let cluster = shared_cluster();
+    let proxy = Proxy::start_with_layout(
+        &cluster.seeds_arg(),
+        "config/botmesh-cluster-v1.yaml",
+        "lyunblock",
+    );
+    let mut blocked = Raw::connect(proxy.addr());
+    let mut other = Raw::connect(proxy.addr());
+    let id = blocked.call(&["CLIENT", "ID"]);
+    let id = id.trim_start_matches(':').trim_end().to_string();
+    let shows_blocked = |other: &mut Raw| {
+        let line = other.call(&["CLIENT", "LIST", "ID", &id]);
+        line.contains(" flags=b ")
+    };
+    // `lock:...` is renamed to `{lk:...}:l` (LAYOUT.md).
+    blocked.send(&["BLPOP", "lyunblock:lock:team:ops", "0"]);
+    wait_until("the client to block", Duration::from_secs(3), || {
+        shows_blocked(&mut other)
+    });
+    assert_eq!(other.call(&["CLIENT", "UNBLOCK", &id]), ":1\r\n");
+    assert_eq!(blocked.read_reply(), "*-1\r\n");
+    assert!(!shows_blocked(&mut other), "still blocked");
+    assert_eq!(blocked.call(&["PING"]), "+PONG\r\n");
+}
