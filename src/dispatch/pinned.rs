@@ -44,8 +44,9 @@ impl BlockedOn {
 tokio::task_local! {
     /// The running client session's [`BlockedOn`]. A session sets it around the futures
     /// of the commands that may block (see `runs_alone` in the session); elsewhere
-    /// (migrate, tests) it is unset and nothing is recorded. A task-local rather than an argument: the blocking path is reached
-    /// through every planner (plain, layout, WAIT), none of which knows the client.
+    /// (migrate, tests) it is unset and nothing is recorded. A task-local rather than an
+    /// argument: the blocking path is reached through every planner (plain, layout,
+    /// WAIT), none of which knows the client.
     pub static BLOCKED_ON: Arc<BlockedOn>;
 }
 
