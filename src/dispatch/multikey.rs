@@ -54,7 +54,8 @@ impl Proxy {
         request: &crate::protocol::Request,
         proto: Proto,
     ) -> Bytes {
-        let args = &request.args;
+        // Slices, not the `SmallVec`s: every index into those checks where they live.
+        let args: &[Bytes] = &request.args;
         let stride = kind.stride();
         // A key without its value would reach one part only: the other parts would run
         // before that part's error, where one Redis runs none of them.
@@ -73,6 +74,7 @@ impl Proxy {
             .map(|key_number| (key_slot(&args[key_range(key_number).start]), key_number))
             .collect();
         by_slot.sort_unstable();
+        let by_slot = &by_slot[..];
         let mut parts: SmallVec<[Range<usize>; PARTS_INLINE]> = SmallVec::new();
         for (i, (slot, _)) in by_slot.iter().enumerate() {
             match parts.last_mut() {
@@ -81,6 +83,7 @@ impl Proxy {
             }
         }
         parts.sort_unstable_by_key(|part| by_slot[part.start].1);
+        let parts = &parts[..];
         let slots: SmallVec<[u16; PARTS_INLINE]> =
             parts.iter().map(|part| by_slot[part.start].0).collect();
         // The name and each key's arguments copied as the client framed them, which costs
