@@ -27,7 +27,7 @@ use crate::protocol::Proto;
 use super::ordered::OrderedFutures;
 
 /// A request that is not a plain forward, or a forward that needs another attempt.
-type Running = Pin<Box<dyn Future<Output = Bytes> + Send>>;
+pub type Running = Pin<Box<dyn Future<Output = Bytes> + Send>>;
 
 /// Requests in flight the bookkeeping keeps room for once a deeper pipeline is answered
 /// (see [`Pipeline::shrink_if_idle`]); the benchmark's pipelines of 16 never pass it.

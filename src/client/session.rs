@@ -36,7 +36,7 @@ use crate::reload::Live;
 use crate::reply;
 
 use super::local::{self, ConnState, ReplyMode};
-use super::pipeline::Pipeline;
+use super::pipeline::{Pipeline, Running};
 use super::pubsub::{Intercept, PubSub, Relay};
 use super::registry::{ClientGuard, Registry, Signal, Subscriptions};
 use super::transaction::{splice_local_answers, LocalCommands, Step, Transaction};
@@ -320,12 +320,12 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                                     .clone()
                                     .execute_indexed(command, request, state.proto, user);
                             // Only a command that runs alone may block (see `runs_alone`).
-                            if alone {
-                                let run = BLOCKED_ON.scope(blocked.clone(), run);
-                                in_flight.push_future(Box::pin(run)).await;
+                            let run: Running = if alone {
+                                Box::pin(BLOCKED_ON.scope(blocked.clone(), run))
                             } else {
-                                in_flight.push_future(Box::pin(run)).await;
-                            }
+                                Box::pin(run)
+                            };
+                            in_flight.push_future(run).await;
                         }
                     }
                 }
