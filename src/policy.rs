@@ -28,6 +28,9 @@ pub const DEFAULT_DENY: &[&str] = &[
     "config|rewrite",
     "config|resetstat",
     "debug",
+    // A self-test of the HyperLogLog code that holds its master for a fifth of a second
+    // or more, every client of that master waiting: a debugging command, as DEBUG is.
+    "pfselftest",
     "shutdown",
     "migrate",
     "module",

@@ -33,11 +33,12 @@ fn dangerous_commands_are_refused_by_default() {
     let proxy = Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]);
     let mut con = Raw::connect(proxy.addr());
     assert_eq!(con.call(&["SET", "policy:kept", "1"]), "+OK\r\n");
-    let refused: [(&[&str], &str); 8] = [
+    let refused: [(&[&str], &str); 9] = [
         (&["FLUSHALL"], "flushall"),
         (&["flushdb", "ASYNC"], "flushdb"),
         (&["CONFIG", "SET", "maxmemory", "1"], "config|set"),
         (&["DEBUG", "SLEEP", "0"], "debug"),
+        (&["PFSELFTEST"], "pfselftest"),
         (&["SHUTDOWN", "NOSAVE"], "shutdown"),
         (&["ACL", "SETUSER", "x"], "acl|setuser"),
         (&["REPLICAOF", "NO", "ONE"], "replicaof"),
