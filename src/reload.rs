@@ -172,6 +172,7 @@ impl Live {
             layout,
             command_metrics: running.command_metrics.clone(),
             forwardable: Arc::new(crate::dispatch::Forwardable::of(&running.commands, &policy)),
+            plain_commands: running.plain_commands.clone(),
             readiness: running.readiness.clone(),
             auth,
             policy,

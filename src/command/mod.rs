@@ -20,7 +20,8 @@ pub use getkeys::GetKeysProc;
 pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyList, KeyPos, KeySpec};
 pub use name_hash::{NameHasher, NameMap};
 pub use table::{
-    acl_category_bit, CommandFlags, CommandSpec, CommandTable, ACL_CATEGORIES, MAX_NAME_LEN,
+    acl_category_bit, CommandFlags, CommandSet, CommandSpec, CommandTable, ACL_CATEGORIES,
+    MAX_NAME_LEN,
 };
 
 #[cfg(test)]

@@ -278,6 +278,18 @@ struct TableData {
     by_packed: PackedMap<usize>,
 }
 
+/// Some of a [`CommandTable`]'s commands, by index (see [`CommandTable::lookup_index`]):
+/// a per-request question about a command answered by one load, not by names.
+#[derive(Debug, Clone, Default)]
+pub struct CommandSet(Box<[bool]>);
+
+impl CommandSet {
+    /// Whether the command at `index` is in the set.
+    pub fn contains(&self, index: usize) -> bool {
+        self.0.get(index).copied().unwrap_or(false)
+    }
+}
+
 /// All commands the proxy knows.
 #[derive(Debug, Clone, Default)]
 pub struct CommandTable {
@@ -373,6 +385,11 @@ impl CommandTable {
     /// Every spec, top-level commands each followed by their subcommands.
     pub fn iter(&self) -> impl Iterator<Item = &CommandSpec> {
         self.data.specs.iter()
+    }
+
+    /// The commands of this table that `keep` selects, as a set of their indexes.
+    pub fn select(&self, keep: impl FnMut(&CommandSpec) -> bool) -> CommandSet {
+        CommandSet(self.iter().map(keep).collect())
     }
 
     /// Number of specs (subcommands included).

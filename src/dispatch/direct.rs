@@ -111,16 +111,17 @@ impl Forwardable {
 }
 
 impl Proxy {
-    /// Whether `request` can go straight to a master ([`Route::Direct`]: the same checks
-    /// and the same plan as [`Proxy::execute_as`], stopped where that would forward the raw
-    /// bytes) or runs as a future.
+    /// Whether `request`, of the table's `command` (its [`CommandTable::lookup_index`]),
+    /// can go straight to a master ([`Route::Direct`]: the same checks and the same plan as
+    /// [`Proxy::execute_as`], stopped where that would forward the raw bytes) or runs as a
+    /// future.
     pub fn route(
         &self,
+        command: Option<usize>,
         request: &Request,
         proto: Proto,
         user: Option<&crate::auth::User>,
     ) -> Route {
-        let command = self.commands.lookup_index(&request.args);
         match command.and_then(|command| self.direct(command, request, proto, user)) {
             Some((direct, frame)) => Route::Direct(direct, frame),
             None => Route::Planned(command),

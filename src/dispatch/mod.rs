@@ -27,7 +27,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::command::{CommandSpec, CommandTable, KeyList, KeyPos};
+use crate::command::{CommandSet, CommandSpec, CommandTable, KeyList, KeyPos};
 use crate::config::Config;
 use crate::protocol::{Proto, Request};
 use crate::reply;
@@ -63,6 +63,9 @@ pub struct Proxy {
     pub command_metrics: Arc<crate::metrics::CommandMetrics>,
     /// Which commands of `commands` a single-slot request forwards as is.
     pub forwardable: Arc<Forwardable>,
+    /// The commands of `commands` that none of the client session's own checks concern
+    /// (see `client::session::plain_commands`): it routes them at once.
+    pub plain_commands: Arc<CommandSet>,
     /// What `/readyz` reports; flip it when draining.
     pub readiness: Arc<crate::admin::Readiness>,
     /// Proxy users (AUTH, ACL).
