@@ -16,7 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
@@ -189,10 +189,10 @@ impl Pipeline {
         let waited = self.waits_for_its_read();
         if self.sink.poll_take(cx, &mut self.delivered).is_ready() {
             // One clock read times every reply of this wake-up.
-            let now = Instant::now();
+            let mut clock = Clock::new(Instant::now());
             let mut delivered = std::mem::take(&mut self.delivered);
             for delivery in delivered.drain(..) {
-                self.complete(delivery, now);
+                self.complete(delivery, &mut clock);
             }
             self.delivered = delivered;
         }
@@ -263,7 +263,7 @@ impl Pipeline {
     }
 
     /// Settles a direct request with its first answer.
-    fn complete(&mut self, delivery: Delivery, now: Instant) {
+    fn complete(&mut self, delivery: Delivery, clock: &mut Clock) {
         let Some(slot) = self.slot(delivery.seq) else {
             return;
         };
@@ -273,7 +273,7 @@ impl Pipeline {
         };
         let answer = match delivery.reply {
             Ok(reply) if sent.direct.settles(&reply) => {
-                let elapsed = now.saturating_duration_since(sent.started);
+                let elapsed = clock.since(sent.started);
                 let command = Some(sent.direct.command);
                 sent.proxy
                     .command_metrics
@@ -293,6 +293,31 @@ impl Pipeline {
         // Polled after this turn's deliveries, with the woken futures, in request order.
         let future = proxy.follow_up(direct, request, proto, answer, started);
         self.running.push(delivery.seq, Box::pin(future));
+    }
+}
+
+/// One reading of the clock, and the latest time taken from it: the requests of one pass
+/// share their start, so most replies of a wake-up take the same time, computed once.
+struct Clock {
+    now: Instant,
+    last: Option<(Instant, Duration)>,
+}
+
+impl Clock {
+    fn new(now: Instant) -> Self {
+        Clock { now, last: None }
+    }
+
+    /// The time from `started` to the clock's reading.
+    fn since(&mut self, started: Instant) -> Duration {
+        match self.last {
+            Some((last, elapsed)) if last == started => elapsed,
+            _ => {
+                let elapsed = self.now.saturating_duration_since(started);
+                self.last = Some((started, elapsed));
+                elapsed
+            }
+        }
     }
 }
 
