@@ -147,6 +147,15 @@ impl Topology {
         self.routing.load()
     }
 
+    /// The current routing snapshot, with the [`Topology::moves`] count it is at least as
+    /// new as: one to reuse while that count stays, within one pass over a client's
+    /// requests (a guard is for short use, never held while waiting).
+    pub fn routing_since_moves(&self) -> (u64, arc_swap::Guard<Arc<Routing>>) {
+        // Read in this order: `install` swaps the snapshot before it counts the move.
+        let moves = self.moves();
+        (moves, self.routing.load())
+    }
+
     /// Resolves `changed()` each time a new snapshot brings another set of masters (one
     /// added, removed, or replaced by its replica), whatever the order, or another master
     /// of [`PUBSUB_HOME_SLOT`].

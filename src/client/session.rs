@@ -123,6 +123,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     let mut exec_locals: Option<(u64, LocalCommands)> = None;
     // The end of the CLIENT PAUSE that holds the request in `held`.
     let mut paused_until = None;
+    // The routing snapshot of the current pass while no slot changes master: the requests
+    // of a pipeline need not each load the shared one.
+    let mut pass_routing = None;
 
     loop {
         // As in Redis, where CONFIG SET timeout (or proto-max-bulk-len) applies to every
@@ -313,7 +316,12 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     }
                     let user = user.map(|user| &**user);
                     sequence_point = alone;
-                    match proxy.route(command, &request, state.proto, user) {
+                    let moves = proxy.topology.moves();
+                    let routing = match &pass_routing {
+                        Some((since, routing)) if *since == moves => routing,
+                        _ => &pass_routing.insert(proxy.topology.routing_since_moves()).1,
+                    };
+                    match proxy.route(command, &request, state.proto, user, routing) {
                         Route::Direct(direct, renamed) => {
                             guard.ran(direct.command);
                             if direct.writes {
@@ -355,6 +363,8 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 }
             }
         }
+        // Not held while waiting (see `Topology::routing_since_moves`).
+        pass_routing = None;
         in_flight.send_staged();
         in_flight.shrink_if_idle();
         input_resizer.shrink_if_idle(&mut input);

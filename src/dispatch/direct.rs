@@ -11,6 +11,7 @@ use smallvec::SmallVec;
 use crate::backend::{BackendError, NodeConn};
 use crate::command::{CommandTable, KeyList};
 use crate::protocol::{Proto, Request};
+use crate::topology::Routing;
 
 use super::{common_slot, forwards_as_is, is_final, layout, scripts, Plan, Proxy, Target};
 
@@ -114,15 +115,16 @@ impl Proxy {
     /// Whether `request`, of the table's `command` (its [`CommandTable::lookup_index`]),
     /// can go straight to a master ([`Route::Direct`]: the same checks and the same plan as
     /// [`Proxy::execute_as`], stopped where that would forward the raw bytes) or runs as a
-    /// future.
+    /// future. `routing` is this proxy's topology's, as recent as the caller's routing.
     pub fn route(
         &self,
         command: Option<usize>,
         request: &Request,
         proto: Proto,
         user: Option<&crate::auth::User>,
+        routing: &Routing,
     ) -> Route {
-        match command.and_then(|command| self.direct(command, request, proto, user)) {
+        match command.and_then(|command| self.direct(command, request, proto, user, routing)) {
             Some((direct, frame)) => Route::Direct(direct, frame),
             None => Route::Planned(command),
         }
@@ -134,6 +136,7 @@ impl Proxy {
         request: &Request,
         proto: Proto,
         user: Option<&crate::auth::User>,
+        routing: &Routing,
     ) -> Option<(Direct, Option<Bytes>)> {
         let args = &request.args;
         let batchable = self.forwardable.get(command);
@@ -182,7 +185,7 @@ impl Proxy {
                 (slot, None, kind)
             }
         };
-        let conn = self.topology.master_for_slot(slot, proto)?;
+        let conn = routing.master_for_slot(slot)?.get(proto).clone();
         // Counted once it is sure to leave this way: without a master for its slot it
         // takes the layout path, which counts it.
         let frame = rewrite.and_then(|(active, rewrite)| {
