@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use crate::auth;
 use crate::buffer::Resizer;
 use crate::command::{CommandSet, CommandSpec, CommandTable};
-use crate::dispatch::{BlockedOn, Proxy, Route, BLOCKED_ON};
+use crate::dispatch::{BlockedOn, Route, BLOCKED_ON};
 use crate::protocol::{FoldedName, Proto, RequestDecoder};
 use crate::reload::Live;
 use crate::reply;
@@ -155,16 +155,22 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 Some(request) => Ok(Some(request)),
                 None => decoder.decode(&mut input),
             };
+            // One lookup of the command serves the checks below and the routing.
+            let command = match &decoded {
+                Ok(Some(request)) => snapshot.commands.lookup_index(&request.args),
+                _ => None,
+            };
+            let spec = command.and_then(|command| snapshot.commands.spec(command));
             if let Ok(Some(request)) = &decoded {
                 // As in Redis, a client that has not authenticated gets NOAUTH at once.
                 let pause = (!draining && state.user.is_some())
-                    .then(|| paused(&registry, &live, &transaction, request))
+                    .then(|| paused(&registry, &transaction, request, spec))
                     .flatten();
                 if pause.is_some() {
                     if !was_held {
                         // As Redis shows a client its pause holds: blocked, on this command.
                         guard.held_by_pause(true);
-                        note_command(&guard, &snapshot, request);
+                        note_command(&guard, command);
                     }
                     paused_until = pause;
                     held = decoded.ok().flatten();
@@ -174,11 +180,6 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     guard.held_by_pause(false);
                 }
             }
-            // One lookup of the command serves the checks below and the routing.
-            let command = match &decoded {
-                Ok(Some(request)) => snapshot.commands.lookup_index(&request.args),
-                _ => None,
-            };
             // Most commands concern none of the session's own checks (see `plain_commands`)
             // and skip them; the others' name is folded once for the names they look for.
             let checked = !command.is_some_and(|command| snapshot.plain_commands.contains(command))
@@ -189,10 +190,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 _ => FoldedName::default(),
             };
             let alone = match &decoded {
-                Ok(Some(request)) if checked => {
-                    let spec = command.and_then(|command| snapshot.commands.spec(command));
-                    runs_alone(request, &name, spec)
-                }
+                Ok(Some(request)) if checked => runs_alone(request, &name, spec),
                 _ => false,
             };
             // A slot changed master since the requests in flight were routed: they may
@@ -253,18 +251,18 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                             user.map(|user| &**user),
                         ) {
                             Step::Reply(reply) => {
-                                note_command(&guard, proxy, &request);
+                                note_command(&guard, command);
                                 in_flight.push_ready(reply);
                                 continue;
                             }
                             Step::Run(run) => {
-                                note_command(&guard, proxy, &request);
+                                note_command(&guard, command);
                                 sequence_point = true;
                                 in_flight.push_future(run).await;
                                 continue;
                             }
                             Step::Exec { run, locals } => {
-                                note_command(&guard, proxy, &request);
+                                note_command(&guard, command);
                                 sequence_point = true;
                                 exec_locals = Some((in_flight.next_seq(), locals));
                                 in_flight.push_future(run).await;
@@ -274,13 +272,13 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         }
                         match pubsub.intercept(&request, &name, state.proto, proxy) {
                             Intercept::Reply(reply) => {
-                                note_command(&guard, proxy, &request);
+                                note_command(&guard, command);
                                 subscriptions.update(&pubsub);
                                 in_flight.push_ready(reply);
                                 continue;
                             }
                             Intercept::Pending(reply) => {
-                                note_command(&guard, proxy, &request);
+                                note_command(&guard, command);
                                 subscriptions.update(&pubsub);
                                 in_flight.push_future(reply).await;
                                 continue;
@@ -290,13 +288,13 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         // CLIENT LIST and INFO show the caller's own command as CLIENT's.
                         let client_command = name.as_bytes() == b"client";
                         if client_command {
-                            note_command(&guard, proxy, &request);
+                            note_command(&guard, command);
                         }
                         if let Some(answer) =
                             local::answer(&mut state, &registry, proxy, &request, &name)
                         {
                             if !client_command {
-                                note_command(&guard, proxy, &request);
+                                note_command(&guard, command);
                             }
                             closing |= answer.close;
                             forget_if_switched(&mut snapshot_user, state.user.as_deref());
@@ -606,10 +604,10 @@ impl ClientLimits {
     }
 }
 
-/// Records `request`'s command as the client's latest (CLIENT LIST's `cmd=`), for the
-/// paths that have not looked it up already.
-fn note_command(guard: &ClientGuard, proxy: &Proxy, request: &crate::protocol::Request) {
-    if let Some(command) = proxy.commands.lookup_index(&request.args) {
+/// Records `command` (a table index, `None` for an unknown one) as the client's latest
+/// (CLIENT LIST's `cmd=`), for the paths that do not route it.
+fn note_command(guard: &ClientGuard, command: Option<usize>) {
+    if let Some(command) = command {
         guard.ran(command);
     }
 }
@@ -712,18 +710,15 @@ pub fn plain_commands(table: &CommandTable) -> CommandSet {
 /// pause, commands that write or may replicate, and EXEC of a block with one).
 fn paused(
     registry: &Registry,
-    live: &Live,
     transaction: &Transaction,
     request: &crate::protocol::Request,
+    spec: Option<&CommandSpec>,
 ) -> Option<Instant> {
     registry.pause().holds(|| {
         if request.name().eq_ignore_ascii_case(b"exec") {
             return transaction.queued_writes();
         }
-        live.proxy()
-            .commands
-            .lookup(&request.args)
-            .is_some_and(crate::command::CommandSpec::is_write_or_may_replicate)
+        spec.is_some_and(CommandSpec::is_write_or_may_replicate)
     })
 }
 
