@@ -368,8 +368,8 @@ pub fn backend_read_timeout(node: &str) {
 }
 
 /// A multi-key command was refused because its keys span slots.
-pub fn crossslot_refusal() {
-    counter!(CROSSSLOT_REFUSALS).increment(1);
+pub fn crossslot_refusals(count: u64) {
+    counter!(CROSSSLOT_REFUSALS).increment(count);
 }
 
 /// A key was rewritten by a rule of `family` (a rule family name from the rules file).

@@ -197,6 +197,19 @@ fn metrics_move_with_traffic_redirects_retries_and_crossslot() {
     }
     let wrong: redis::RedisResult<()> = redis::cmd("NOSUCHCOMMAND").arg("x").query(&mut con);
     assert!(wrong.is_err());
+    // A pipeline in one write: its replies are counted together, each still counted once
+    // and under its own outcome.
+    let mut pipe = redis::pipe();
+    for i in 0..10 {
+        pipe.cmd("SET").arg(format!("piped:{i}")).arg(i).ignore();
+    }
+    for i in 0..5 {
+        pipe.cmd("GET").arg(format!("piped:{i}")).ignore();
+    }
+    pipe.cmd("SET").arg("piped:text").arg("a").ignore();
+    pipe.cmd("INCR").arg("piped:text").ignore();
+    let piped: redis::RedisResult<()> = pipe.query(&mut con);
+    assert!(piped.is_err(), "INCR of a non-number");
     // SUNION is not split: keys in two slots are refused, as by Redis Cluster.
     let (slot_a, key_a, _) = tagged_pair(&cluster, "left");
     let (slot_b, key_b, _) = tagged_pair(&cluster, "right");
@@ -247,8 +260,9 @@ fn metrics_move_with_traffic_redirects_retries_and_crossslot() {
 
     let after = scrape(&proxy);
     let delta = |series: &str| after.value(series) - before.value(series);
-    assert_eq!(delta(&commands("set", "ok")), 21.0);
-    assert_eq!(delta(&commands("get", "ok")), 1.0);
+    assert_eq!(delta(&commands("set", "ok")), 32.0);
+    assert_eq!(delta(&commands("get", "ok")), 6.0);
+    assert_eq!(delta(&commands("incr", "error")), 1.0);
     assert_eq!(delta(&commands("mset", "ok")), 1.0);
     assert_eq!(delta(&commands("unknown", "error")), 1.0);
     assert_eq!(delta(&commands("sunion", "crossslot")), 1.0);
@@ -258,7 +272,7 @@ fn metrics_move_with_traffic_redirects_retries_and_crossslot() {
     assert_eq!(delta("slotbridge_retries_total{reason=\"tryagain\"}"), 3.0);
     assert_eq!(
         delta("slotbridge_command_duration_seconds_count{command=\"set\"}"),
-        21.0
+        32.0
     );
     let le_1s = "slotbridge_command_duration_seconds_bucket{command=\"set\",le=\"1\"}";
     let le_100us = "slotbridge_command_duration_seconds_bucket{command=\"set\",le=\"0.0001\"}";

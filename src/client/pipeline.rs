@@ -22,6 +22,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::backend::{Batches, Delivery, ReplySink};
 use crate::dispatch::{Direct, Proxy};
+use crate::metrics::Outcome;
 use crate::protocol::Proto;
 
 use super::ordered::OrderedFutures;
@@ -190,10 +191,12 @@ impl Pipeline {
         if self.sink.poll_take(cx, &mut self.delivered).is_ready() {
             // One clock read times every reply of this wake-up.
             let mut clock = Clock::new(Instant::now());
+            let mut tally = Tally::default();
             let mut delivered = std::mem::take(&mut self.delivered);
             for delivery in delivered.drain(..) {
-                self.complete(delivery, &mut clock);
+                self.complete(delivery, &mut clock, &mut tally);
             }
+            tally.record();
             self.delivered = delivered;
         }
         self.poll_running(cx);
@@ -263,33 +266,29 @@ impl Pipeline {
     }
 
     /// Settles a direct request with its first answer.
-    fn complete(&mut self, delivery: Delivery, clock: &mut Clock) {
+    fn complete(&mut self, delivery: Delivery, clock: &mut Clock, tally: &mut Tally) {
         let Some(slot) = self.slot(delivery.seq) else {
             return;
         };
-        let Slot::Sent(sent) = std::mem::replace(slot, Slot::Running) else {
-            debug_assert!(false, "a delivery for a request not sent in a batch");
-            return;
-        };
-        let answer = match delivery.reply {
-            Ok(reply) if sent.direct.settles(&reply) => {
-                let elapsed = clock.since(sent.started);
-                let command = Some(sent.direct.command);
-                sent.proxy
-                    .command_metrics
-                    .record_elapsed(command, &reply, elapsed);
-                *slot = Slot::Ready(reply);
-                return;
-            }
-            answer => answer,
-        };
-        let Sent {
+        let Slot::Sent(Sent {
             proxy,
             direct,
             request,
             proto,
             started,
-        } = sent;
+        }) = std::mem::replace(slot, Slot::Running)
+        else {
+            debug_assert!(false, "a delivery for a request not sent in a batch");
+            return;
+        };
+        let answer = match delivery.reply {
+            Ok(reply) if direct.settles(&reply) => {
+                tally.add(proxy, direct.command, &reply, clock.since(started));
+                *slot = Slot::Ready(reply);
+                return;
+            }
+            answer => answer,
+        };
         // Polled after this turn's deliveries, with the woken futures, in request order.
         let future = proxy.follow_up(direct, request, proto, answer, started);
         self.running.push(delivery.seq, Box::pin(future));
@@ -317,6 +316,62 @@ impl Clock {
                 self.last = Some((started, elapsed));
                 elapsed
             }
+        }
+    }
+}
+
+/// Settled replies alike (one command, outcome and latency: a pipeline's, mostly) counted
+/// until one differs, then recorded with one update of each series: the command metrics
+/// are atomic counters, three per reply otherwise.
+#[derive(Default)]
+struct Tally {
+    run: Option<Run>,
+}
+
+struct Run {
+    // Whose metrics: the proxy a request was sent by, moved out of its `Sent`.
+    proxy: Arc<Proxy>,
+    command: usize,
+    outcome: Outcome,
+    elapsed: Duration,
+    count: u64,
+}
+
+impl Tally {
+    fn add(&mut self, proxy: Arc<Proxy>, command: usize, reply: &[u8], elapsed: Duration) {
+        if !proxy.command_metrics.is_enabled() {
+            return;
+        }
+        let outcome = Outcome::of_reply(reply);
+        if let Some(run) = &mut self.run {
+            if run.command == command
+                && run.outcome == outcome
+                && run.elapsed == elapsed
+                && Arc::ptr_eq(&run.proxy.command_metrics, &proxy.command_metrics)
+            {
+                run.count += 1;
+                return;
+            }
+        }
+        self.record();
+        self.run = Some(Run {
+            proxy,
+            command,
+            outcome,
+            elapsed,
+            count: 1,
+        });
+    }
+
+    /// Records the replies counted so far.
+    fn record(&mut self) {
+        if let Some(run) = self.run.take() {
+            run.proxy.command_metrics.record_many(
+                Some(run.command),
+                run.outcome,
+                run.elapsed,
+                run.count,
+            );
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use metrics::{counter, Counter};
 
 use super::histogram::{escape_label, LatencyHistogram};
-use super::{crossslot_refusal, COMMANDS, COMMAND_DURATION, COMMAND_DURATION_HELP};
+use super::{crossslot_refusals, COMMANDS, COMMAND_DURATION, COMMAND_DURATION_HELP};
 use crate::command::CommandTable;
 
 /// How a command ended, as the `outcome` label says it.
@@ -115,6 +115,20 @@ impl CommandMetrics {
     /// Like [`CommandMetrics::record`], with the latency measured by the caller (who may
     /// time many commands with one pair of clock reads).
     pub fn record_elapsed(&self, command: Option<usize>, reply: &[u8], elapsed: Duration) {
+        if self.enabled {
+            self.record_many(command, Outcome::of_reply(reply), elapsed, 1);
+        }
+    }
+
+    /// Records `count` finished commands alike: one command, one outcome, one latency (the
+    /// replies of a pipeline that arrive together), with one update of each series.
+    pub fn record_many(
+        &self,
+        command: Option<usize>,
+        outcome: Outcome,
+        elapsed: Duration,
+        count: u64,
+    ) {
         if !self.enabled {
             return;
         }
@@ -124,12 +138,16 @@ impl CommandMetrics {
             None => ("unknown", &self.unknown),
         };
         let handles = slot.get_or_init(|| CommandHandles::new(name));
-        let outcome = Outcome::of_reply(reply);
-        handles.outcomes[outcome.index()].increment(1);
-        handles.duration.record(elapsed);
+        handles.outcomes[outcome.index()].increment(count);
+        handles.duration.record_many(elapsed, count);
         if outcome == Outcome::CrossSlot {
-            crossslot_refusal();
+            crossslot_refusals(count);
         }
+    }
+
+    /// Whether recording does anything.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
     }
 
     /// Appends the latency histograms of the commands used so far to `out`, in the

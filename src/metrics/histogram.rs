@@ -33,15 +33,16 @@ pub struct LatencyHistogram {
 }
 
 impl LatencyHistogram {
-    /// Adds one sample.
-    pub fn record(&self, elapsed: Duration) {
+    /// Adds `count` samples of the same value.
+    pub fn record_many(&self, elapsed: Duration, count: u64) {
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         let bucket = BOUNDS_NANOS
             .iter()
             .position(|&bound| nanos <= bound)
             .unwrap_or(BUCKETS.len());
-        self.counts[bucket].fetch_add(1, Ordering::Relaxed);
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+        self.counts[bucket].fetch_add(count, Ordering::Relaxed);
+        self.sum_nanos
+            .fetch_add(nanos.saturating_mul(count), Ordering::Relaxed);
     }
 
     /// Appends this histogram's series to `out`: cumulative `_bucket` lines ending with
@@ -91,20 +92,20 @@ mod tests {
     #[test]
     fn samples_land_in_the_first_bucket_whose_bound_they_do_not_exceed() {
         let histogram = LatencyHistogram::default();
-        histogram.record(Duration::from_micros(100)); // le 0.0001, inclusive
-        histogram.record(Duration::from_micros(101)); // le 0.00025
-        histogram.record(Duration::from_millis(3)); // le 0.005
-        histogram.record(Duration::from_secs(2)); // +Inf only
+        histogram.record_many(Duration::from_micros(100), 1); // le 0.0001, inclusive
+        histogram.record_many(Duration::from_micros(101), 1); // le 0.00025
+        histogram.record_many(Duration::from_millis(3), 2); // le 0.005, twice
+        histogram.record_many(Duration::from_secs(2), 1); // +Inf only
         let text = rendered(&histogram);
         for line in [
             "x_seconds_bucket{command=\"get\",le=\"0.0001\"} 1\n",
             "x_seconds_bucket{command=\"get\",le=\"0.00025\"} 2\n",
             "x_seconds_bucket{command=\"get\",le=\"0.0025\"} 2\n",
-            "x_seconds_bucket{command=\"get\",le=\"0.005\"} 3\n",
-            "x_seconds_bucket{command=\"get\",le=\"1\"} 3\n",
-            "x_seconds_bucket{command=\"get\",le=\"+Inf\"} 4\n",
-            "x_seconds_count{command=\"get\"} 4\n",
-            "x_seconds_sum{command=\"get\"} 2.003201\n",
+            "x_seconds_bucket{command=\"get\",le=\"0.005\"} 4\n",
+            "x_seconds_bucket{command=\"get\",le=\"1\"} 4\n",
+            "x_seconds_bucket{command=\"get\",le=\"+Inf\"} 5\n",
+            "x_seconds_count{command=\"get\"} 5\n",
+            "x_seconds_sum{command=\"get\"} 2.006201\n",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }
