@@ -409,7 +409,7 @@ async fn batch_replies_arrive_tagged_and_unanswered_ones_are_lost() {
     let sink = ReplySink::new();
     let mut batch = BatchBuilder::default();
     for (seq, request) in [7u64, 8, 12].into_iter().zip(&requests) {
-        batch.push(request.clone(), seq);
+        batch.push(request, seq);
     }
     conn.send_batch(batch.finish(sink.clone()));
     let got = deliveries(&sink, 3, Duration::from_secs(5)).await;
@@ -461,7 +461,7 @@ async fn the_request_that_fills_the_outbox_is_written_by_its_caller() {
     let sink = ReplySink::new();
     let send = |seq: usize| {
         let mut batch = BatchBuilder::default();
-        batch.push(ping.clone(), seq as u64);
+        batch.push(&ping, seq as u64);
         conn.send_batch(batch.finish(sink.clone()));
     };
     for seq in 0..FULL - 1 {
@@ -519,7 +519,7 @@ async fn requests_past_the_socket_buffers_arrive_whole_and_in_order() {
     let sink = ReplySink::new();
     let send = |seq: usize| {
         let mut batch = BatchBuilder::default();
-        batch.push(requests[seq].clone(), seq as u64);
+        batch.push(&requests[seq], seq as u64);
         conn.send_batch(batch.finish(sink.clone()));
     };
     send(0);

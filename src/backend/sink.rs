@@ -121,17 +121,19 @@ pub struct BatchBuilder {
 }
 
 impl BatchBuilder {
-    /// Adds one complete RESP request whose reply is delivered under `seq`.
-    pub fn push(&mut self, request: Bytes, seq: u64) {
+    /// Adds one complete RESP request whose reply is delivered under `seq`. Borrowed: only
+    /// a batch's first request is kept as is (a reference count each way), the others are
+    /// copied into the batch's buffer.
+    pub fn push(&mut self, request: &Bytes, seq: u64) {
         if self.seqs.is_empty() {
-            self.single = Some(request);
+            self.single = Some(request.clone());
         } else {
             if let Some(first) = self.single.take() {
                 // Room for a few more of the same size: one allocation for most batches.
                 self.joined.reserve(4 * (first.len() + request.len()));
                 self.joined.extend_from_slice(&first);
             }
-            self.joined.extend_from_slice(&request);
+            self.joined.extend_from_slice(request);
         }
         self.seqs.push(seq);
     }
@@ -161,7 +163,7 @@ pub struct Batches {
 
 impl Batches {
     /// Adds `request` to `conn`'s batch; its reply is delivered under `seq`.
-    pub fn push(&mut self, conn: &NodeConn, request: Bytes, seq: u64) {
+    pub fn push(&mut self, conn: &NodeConn, request: &Bytes, seq: u64) {
         let index = match self.staged.iter().position(|(c, _)| c.same(conn)) {
             Some(index) => index,
             None => {
@@ -277,7 +279,7 @@ mod tests {
     fn a_batch_of_one_keeps_the_request_bytes() {
         let mut builder = BatchBuilder::default();
         let request = Bytes::from_static(b"*1\r\n$4\r\nPING\r\n");
-        builder.push(request.clone(), 7);
+        builder.push(&request, 7);
         let batch = builder.finish(ReplySink::new());
         assert_eq!(batch.requests.as_ptr(), request.as_ptr());
     }
@@ -287,7 +289,7 @@ mod tests {
         let sink = ReplySink::new();
         let mut builder = BatchBuilder::default();
         for (seq, request) in [(3, "a"), (5, "b"), (9, "c")] {
-            builder.push(Bytes::from(request), seq);
+            builder.push(&Bytes::from(request), seq);
         }
         let mut batch = builder.finish(sink.clone());
         assert_eq!(&batch.requests[..], b"abc");
@@ -312,8 +314,8 @@ mod tests {
     fn a_dropped_batch_fails_what_it_still_owes_as_lost() {
         let sink = ReplySink::new();
         let mut builder = BatchBuilder::default();
-        builder.push(Bytes::from("a"), 1);
-        builder.push(Bytes::from("b"), 2);
+        builder.push(&Bytes::from("a"), 1);
+        builder.push(&Bytes::from("b"), 2);
         let mut batch = builder.finish(sink.clone());
         batch
             .replies
@@ -328,7 +330,7 @@ mod tests {
     fn a_closed_sink_takes_nothing() {
         let sink = ReplySink::new();
         let mut builder = BatchBuilder::default();
-        builder.push(Bytes::from("a"), 1);
+        builder.push(&Bytes::from("a"), 1);
         let mut batch = builder.finish(sink.clone());
         sink.close();
         assert!(batch.replies.is_abandoned());

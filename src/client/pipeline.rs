@@ -136,7 +136,7 @@ impl Pipeline {
         started: Instant,
     ) {
         let seq = self.next_seq();
-        self.staged.push(&direct.conn, request.clone(), seq);
+        self.staged.push(&direct.conn, &request, seq);
         self.slots.push_back(Slot::Sent(Sent {
             proxy,
             direct,
