@@ -76,7 +76,7 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
             metrics_enabled,
         )),
         forwardable: Arc::new(crate::dispatch::Forwardable::of(&commands, &policy)),
-        plain_commands: Arc::new(client::session::plain_commands(&commands)),
+        plain_commands: Arc::new(client::plain::plain_commands(&commands)),
         commands,
         server_version,
         started: Instant::now(),

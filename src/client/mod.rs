@@ -2,12 +2,14 @@
 //!
 //! [`session`] runs the connection loop (read, decode, dispatch, write in order);
 //! `local` answers what belongs to the connection itself (HELLO, CLIENT, SELECT, AUTH,
-//! PING, ...); [`registry`] lists the connected clients for CLIENT LIST.
+//! PING, ...); [`registry`] lists the connected clients for CLIENT LIST; [`plain`] marks
+//! the commands the session routes without its own checks.
 
 mod local;
 mod ordered;
 mod pause;
 mod pipeline;
+pub mod plain;
 pub mod pubsub;
 pub mod registry;
 pub mod session;

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::auth;
 use crate::buffer::Resizer;
-use crate::command::{CommandSet, CommandSpec, CommandTable};
+use crate::command::CommandSpec;
 use crate::dispatch::{BlockedOn, Route, BLOCKED_ON};
 use crate::protocol::{FoldedName, Proto, RequestDecoder};
 use crate::reload::Live;
@@ -180,7 +180,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     guard.held_by_pause(false);
                 }
             }
-            // Most commands concern none of the session's own checks (see `plain_commands`)
+            // Most commands concern none of the session's own checks (see `plain`)
             // and skip them; the others' name is folded once for the names they look for.
             let checked = !command.is_some_and(|command| snapshot.plain_commands.contains(command))
                 || transaction.in_multi()
@@ -661,51 +661,6 @@ fn runs_alone(
     }
 }
 
-/// The commands (a subcommand by its container's name) the session's own checks act on
-/// before routing: the connection's commands it answers itself (`local::answer`,
-/// `local::sets_reply_mode`), transactions and WAIT (`Transaction::handle`,
-/// `Transaction::is_sequence_point`), subscriptions (`PubSub::intercept`) and those that
-/// run alone (`runs_alone`, which also takes every command that may block). A name one of
-/// them comes to act on joins this list, or its command skips that check.
-const CHECKED_NAMES: &[&str] = &[
-    "ping",
-    "echo",
-    "quit",
-    "select",
-    "readonly",
-    "readwrite",
-    "asking",
-    "auth",
-    "hello",
-    "acl",
-    "reset",
-    "client",
-    "multi",
-    "exec",
-    "discard",
-    "watch",
-    "unwatch",
-    "wait",
-    "subscribe",
-    "unsubscribe",
-    "psubscribe",
-    "punsubscribe",
-    "ssubscribe",
-    "sunsubscribe",
-    "sort",
-    "sort_ro",
-];
-
-/// The commands of `table` none of the session's own checks concern (see
-/// [`CHECKED_NAMES`]): outside MULTI and subscriptions the session routes them at once,
-/// without folding their name for those checks (a few percent of a pipelined GET's work).
-pub fn plain_commands(table: &CommandTable) -> CommandSet {
-    table.select(|spec| {
-        let container = spec.name().split('|').next().unwrap_or_default();
-        !spec.may_block() && !CHECKED_NAMES.contains(&container)
-    })
-}
-
 /// The end of the CLIENT PAUSE that holds `request` now, if one does (under a WRITE
 /// pause, commands that write or may replicate, and EXEC of a block with one).
 fn paused(
@@ -754,85 +709,4 @@ async fn linger_close(
         }
     })
     .await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn is_plain(table: &CommandTable, plain: &CommandSet, command: &str) -> bool {
-        let args: Vec<bytes::Bytes> = command
-            .split(' ')
-            .map(|word| bytes::Bytes::copy_from_slice(word.as_bytes()))
-            .collect();
-        plain.contains(table.lookup_index(&args).expect(command))
-    }
-
-    #[test]
-    fn only_commands_no_session_check_concerns_are_plain() {
-        let table = CommandTable::builtin();
-        let plain = plain_commands(&table);
-        for command in [
-            "get",
-            "set",
-            "mset",
-            "mget",
-            "eval",
-            "evalsha",
-            "zadd",
-            "xadd",
-            "xrange",
-            "publish",
-            "info",
-            "keys",
-            "scan",
-            "config get",
-            "object encoding",
-            "script load",
-            "flushall",
-        ] {
-            assert!(is_plain(&table, &plain, command), "{command}");
-        }
-        // Those `local::answer`, `Transaction::handle`, `PubSub::intercept` and `runs_alone`
-        // act on, in any case, subcommands with their container.
-        for command in [
-            "PING",
-            "echo",
-            "quit",
-            "select",
-            "readonly",
-            "readwrite",
-            "asking",
-            "auth",
-            "hello",
-            "acl whoami",
-            "ACL cat",
-            "reset",
-            "client",
-            "client list",
-            "CLIENT reply",
-            "multi",
-            "exec",
-            "discard",
-            "watch",
-            "unwatch",
-            "wait",
-            "subscribe",
-            "unsubscribe",
-            "psubscribe",
-            "punsubscribe",
-            "ssubscribe",
-            "sunsubscribe",
-            "sort",
-            "sort_ro",
-            "blpop",
-            "brpoplpush",
-            "bzpopmin",
-            "blmpop",
-            "xread",
-            "xreadgroup",
-        ] {
-            assert!(!is_plain(&table, &plain, command), "{command}");
-        }
-    }
 }

@@ -64,7 +64,7 @@ pub struct Proxy {
     /// Which commands of `commands` a single-slot request forwards as is.
     pub forwardable: Arc<Forwardable>,
     /// The commands of `commands` that none of the client session's own checks concern
-    /// (see `client::session::plain_commands`): it routes them at once.
+    /// (see `client::plain::plain_commands`): it routes them at once.
     pub plain_commands: Arc<CommandSet>,
     /// What `/readyz` reports; flip it when draining.
     pub readiness: Arc<crate::admin::Readiness>,

@@ -1,0 +1,131 @@
+//! Which commands the client session hands straight to routing: those none of its own
+//! checks concern (the connection commands it answers, transactions, subscriptions, the
+//! commands that run alone). Built once per command table, looked up by index per request.
+
+use crate::command::{CommandSet, CommandTable};
+
+/// The commands (a subcommand by its container's name) the session's own checks act on
+/// before routing: the connection's commands it answers itself (`local::answer`,
+/// `local::sets_reply_mode`), transactions and WAIT (`Transaction::handle`,
+/// `Transaction::is_sequence_point`), subscriptions (`PubSub::intercept`) and those that
+/// run alone (the session's `runs_alone`, which also takes every command that may block).
+/// A name one of them comes to act on joins this list, or its command skips that check.
+const CHECKED_NAMES: &[&str] = &[
+    "ping",
+    "echo",
+    "quit",
+    "select",
+    "readonly",
+    "readwrite",
+    "asking",
+    "auth",
+    "hello",
+    "acl",
+    "reset",
+    "client",
+    "multi",
+    "exec",
+    "discard",
+    "watch",
+    "unwatch",
+    "wait",
+    "subscribe",
+    "unsubscribe",
+    "psubscribe",
+    "punsubscribe",
+    "ssubscribe",
+    "sunsubscribe",
+    "sort",
+    "sort_ro",
+];
+
+/// The commands of `table` none of the session's own checks concern (see
+/// `CHECKED_NAMES`): outside MULTI and subscriptions the session routes them at once,
+/// without folding their name for those checks (a few percent of a pipelined GET's work).
+pub fn plain_commands(table: &CommandTable) -> CommandSet {
+    table.select(|spec| {
+        let container = spec.name().split('|').next().unwrap_or_default();
+        !spec.may_block() && !CHECKED_NAMES.contains(&container)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_plain(table: &CommandTable, plain: &CommandSet, command: &str) -> bool {
+        let args: Vec<bytes::Bytes> = command
+            .split(' ')
+            .map(|word| bytes::Bytes::copy_from_slice(word.as_bytes()))
+            .collect();
+        plain.contains(table.lookup_index(&args).expect(command))
+    }
+
+    #[test]
+    fn only_commands_no_session_check_concerns_are_plain() {
+        let table = CommandTable::builtin();
+        let plain = plain_commands(&table);
+        for command in [
+            "get",
+            "set",
+            "mset",
+            "mget",
+            "eval",
+            "evalsha",
+            "zadd",
+            "xadd",
+            "xrange",
+            "publish",
+            "info",
+            "keys",
+            "scan",
+            "config get",
+            "object encoding",
+            "script load",
+            "flushall",
+        ] {
+            assert!(is_plain(&table, &plain, command), "{command}");
+        }
+        // Those `local::answer`, `Transaction::handle`, `PubSub::intercept` and `runs_alone`
+        // act on, in any case, subcommands with their container.
+        for command in [
+            "PING",
+            "echo",
+            "quit",
+            "select",
+            "readonly",
+            "readwrite",
+            "asking",
+            "auth",
+            "hello",
+            "acl whoami",
+            "ACL cat",
+            "reset",
+            "client",
+            "client list",
+            "CLIENT reply",
+            "multi",
+            "exec",
+            "discard",
+            "watch",
+            "unwatch",
+            "wait",
+            "subscribe",
+            "unsubscribe",
+            "psubscribe",
+            "punsubscribe",
+            "ssubscribe",
+            "sunsubscribe",
+            "sort",
+            "sort_ro",
+            "blpop",
+            "brpoplpush",
+            "bzpopmin",
+            "blmpop",
+            "xread",
+            "xreadgroup",
+        ] {
+            assert!(!is_plain(&table, &plain, command), "{command}");
+        }
+    }
+}
