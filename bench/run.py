@@ -32,6 +32,9 @@ DIRECT_TICK_S = 0.25
 PROXY = os.path.abspath("target/release/slotbridge")
 # `--predixy PATH`: a predixy binary built elsewhere, measured as one more target.
 PREDIXY = sys.argv[sys.argv.index("--predixy") + 1] if "--predixy" in sys.argv else None
+# `--baseline PATH`: another slotbridge binary (an earlier build), measured as one more target
+# in the same series: an A/B of a change on the same host at the same pace.
+BASELINE = sys.argv[sys.argv.index("--baseline") + 1] if "--baseline" in sys.argv else None
 LAYOUT = "config/botmesh-cluster-v1.yaml"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -110,9 +113,9 @@ def start_cluster(procs):
     raise SystemExit("cluster did not become ok")
 
 
-def start_proxy(procs, seeds, extra, name):
+def start_proxy(procs, seeds, extra, name, program=PROXY):
     port, admin = free_port(), free_port()
-    proc = procs.start([PROXY, "--listen", f"127.0.0.1:{port}", "--admin-listen",
+    proc = procs.start([program, "--listen", f"127.0.0.1:{port}", "--admin-listen",
                         f"127.0.0.1:{admin}", "--cluster", ",".join(seeds), *extra], name)
     wait_port(port)
     return proc, port
@@ -265,6 +268,10 @@ def main():
             ("proxy, metrics off", no_metrics_port, False, no_metrics),
             ("proxy, 2 threads", two_threads_port, False, two_threads),
         ]
+        if BASELINE:
+            baseline, baseline_port = start_proxy(
+                procs, seeds, [], "proxy-baseline", os.path.abspath(BASELINE))
+            targets.append(("proxy, baseline build", baseline_port, False, baseline))
         if PREDIXY:
             predixy, predixy_port = start_predixy(procs, seeds)
             targets.append(("predixy (peer, 1 thread)", predixy_port, False, predixy))

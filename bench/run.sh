@@ -2,6 +2,7 @@
 # Throughput and latency of slotbridge against a direct cluster-aware client, same run.
 #
 #   bench/run.sh [--quick] [--reps N] [--syscalls] [--instructions] [--predixy PATH]
+#                [--baseline PATH]
 #
 # Builds the release proxy, starts a 3-master cluster on free loopback ports, and runs
 # redis-benchmark interleaved against (a) the cluster directly (--cluster), (b) the proxy,
@@ -12,7 +13,8 @@
 # long run makes that small (the output states the bound). Two more proxies run as targets:
 # one with `admin.metrics: false` (the cost of metrics) and one with 2 worker threads (the
 # default is 1). `--predixy PATH` adds a predixy binary (built separately) as one more target,
-# in front of the same cluster. `--syscalls` instead counts the proxy's syscalls per request
+# in front of the same cluster; `--baseline PATH` another slotbridge binary (an earlier
+# build, for an A/B of a change in one series). `--syscalls` instead counts the proxy's syscalls per request
 # (`perf stat` on the syscall tracepoints; strace where perf is missing); `--instructions`
 # the proxy's user-space instructions per request under valgrind's callgrind (a count that
 # repeats from run to run, unlike time on shared cores).
