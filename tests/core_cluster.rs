@@ -349,7 +349,7 @@ fn local_commands_reject_bad_arguments_as_redis_does() {
 }
 
 /// CLIENT SETINFO, which redis-py and node-redis send on connecting, is checked as Redis
-/// (7.2, which has it) checks it.
+/// (7.2, which has it) checks it, and CLIENT INFO and LIST show what it set.
 #[test]
 fn client_setinfo_is_checked_as_redis_does() {
     let mut con = proxy().client().get_connection().unwrap();
@@ -373,6 +373,35 @@ fn client_setinfo_is_checked_as_redis_does() {
         unknown.contains("Unrecognized option 'lib-color'"),
         "{unknown}"
     );
+    drop(setinfo);
+    // The refused value left the name as it was; a later SETINFO replaces it.
+    let info: String = redis::cmd("CLIENT").arg("INFO").query(&mut con).unwrap();
+    assert!(
+        info.ends_with(" resp=2 lib-name=redis-py lib-ver=5.0.1\n"),
+        "{info:?}"
+    );
+    redis::cmd("CLIENT")
+        .arg("SETINFO")
+        .arg("lib-name")
+        .arg("bot")
+        .query::<()>(&mut con)
+        .unwrap();
+    let id: u64 = redis::cmd("CLIENT").arg("ID").query(&mut con).unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("ID")
+        .arg(id)
+        .query(&mut con)
+        .unwrap();
+    assert!(list.contains(" lib-name=bot lib-ver=5.0.1\n"), "{list:?}");
+    // Another client shows its own: the redis crate announces itself on connecting, a
+    // client that sends no SETINFO shows none.
+    let mut other = proxy().client().get_connection().unwrap();
+    let info: String = redis::cmd("CLIENT").arg("INFO").query(&mut other).unwrap();
+    assert!(info.contains(" lib-name=redis-rs lib-ver="), "{info:?}");
+    let mut raw = common::Raw::connect(proxy().addr());
+    let info = raw.call(&["CLIENT", "INFO"]);
+    assert!(info.ends_with(" lib-name= lib-ver=\n\r\n"), "{info:?}");
 }
 
 /// SELECT and HELLO read their numbers as Redis does (`string2ll`: no `+`, no leading
@@ -761,7 +790,10 @@ fn client_info_is_verbatim_in_resp3_and_help_is_redis_text() {
         info.starts_with('=') && info.contains("\r\ntxt:id="),
         "{info:?}"
     );
-    assert!(info.contains(" resp=3\n\r\n"), "{info:?}");
+    assert!(
+        info.contains(" resp=3 lib-name= lib-ver=\n\r\n"),
+        "{info:?}"
+    );
     let list = raw.call(&["CLIENT", "LIST", "TYPE", "normal"]);
     assert!(
         list.starts_with('=') && list.contains("\r\ntxt:id="),

@@ -28,6 +28,10 @@ pub struct ClientEntry {
     pub created: Instant,
     /// Its protocol version, 2 or 3 (`resp=`).
     pub resp: u8,
+    /// Its library's name, as CLIENT SETINFO gave it (`lib-name=`); empty until then.
+    pub lib_name: String,
+    /// Its library's version, as CLIENT SETINFO gave it (`lib-ver=`); empty until then.
+    pub lib_ver: String,
     /// The user it runs as (`user=`); `default` before it authenticates, as in Redis.
     pub user: String,
     /// Its channel, pattern and shard channel subscriptions (`sub=`, `psub=`, `ssub=`).
@@ -168,6 +172,8 @@ impl Registry {
             name: String::new(),
             created,
             resp: 2,
+            lib_name: String::new(),
+            lib_ver: String::new(),
             user: user.unwrap_or("default").to_owned(),
             subscriptions: Subscriptions::default(),
             activity: activity.clone(),
@@ -301,7 +307,8 @@ fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> Strin
     format!(
         "id={id} addr={} laddr={} fd=-1 name={} age={} idle={idle} flags={flags} db=0 sub={} \
          psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 \
-         oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir=-1 resp={}\n",
+         oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir=-1 resp={} lib-name={} \
+         lib-ver={}\n",
         e.addr,
         e.laddr,
         e.name,
@@ -310,7 +317,9 @@ fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> Strin
         e.subscriptions.patterns,
         e.subscriptions.shard_channels,
         e.user,
-        e.resp
+        e.resp,
+        e.lib_name,
+        e.lib_ver
     )
 }
 

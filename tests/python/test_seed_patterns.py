@@ -508,3 +508,10 @@ def test_connection_pool_shared_by_threads(r):
     pool.disconnect()
     assert errors == []
     assert r.get(counter) == "400"
+
+
+def test_client_info_shows_the_library_redis_py_announced(r):
+    # redis-py sends CLIENT SETINFO LIB-NAME/LIB-VER on connecting, as it does to Redis 7.2.
+    info = r.client_info()
+    assert info["lib-name"] == "redis-py"
+    assert info["lib-ver"] == redis.__version__

@@ -40,7 +40,7 @@ pub(super) fn answer(
             None => encode::null_frame(state.proto),
         },
         (b"id", 2) => encode::integer_frame(state.id as i64),
-        (b"setinfo", 4) => setinfo(&args[2], &args[3]),
+        (b"setinfo", 4) => setinfo(state, registry, &args[2], &args[3]),
         (b"info", 2) => text(
             state.proto,
             &registry.line(state.id, &names).unwrap_or_default(),
@@ -100,11 +100,13 @@ pub(super) fn answer(
     Answer::reply(reply)
 }
 
-/// CLIENT SETINFO LIB-NAME|LIB-VER value, checked as Redis checks it. Clients (redis-py,
-/// node-redis) send it on connecting; the proxy keeps nothing of it.
-fn setinfo(attr: &[u8], value: &[u8]) -> Bytes {
+/// CLIENT SETINFO LIB-NAME|LIB-VER value, checked as Redis checks it and shown by CLIENT
+/// LIST and INFO (`lib-name=`, `lib-ver=`). Clients (redis-py, node-redis) send it on
+/// connecting.
+fn setinfo(state: &ConnState, registry: &Registry, attr: &[u8], value: &[u8]) -> Bytes {
     let attr_shown = String::from_utf8_lossy(attr);
-    if !attr.eq_ignore_ascii_case(b"lib-name") && !attr.eq_ignore_ascii_case(b"lib-ver") {
+    let is_name = attr.eq_ignore_ascii_case(b"lib-name");
+    if !is_name && !attr.eq_ignore_ascii_case(b"lib-ver") {
         return reply::error(&format!("ERR Unrecognized option '{attr_shown}'"));
     }
     // Redis's check of what CLIENT LIST shows: printable ASCII, no space.
@@ -113,6 +115,15 @@ fn setinfo(attr: &[u8], value: &[u8]) -> Bytes {
             "ERR {attr_shown} cannot contain spaces, newlines or special characters."
         ));
     }
+    // Printable ASCII, so the bytes are the text.
+    let value = String::from_utf8_lossy(value).into_owned();
+    registry.update(state.id, |entry| {
+        if is_name {
+            entry.lib_name = value;
+        } else {
+            entry.lib_ver = value;
+        }
+    });
     ok()
 }
 
