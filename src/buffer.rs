@@ -18,6 +18,8 @@ const OVERSIZED: usize = 4;
 pub struct Resizer {
     usual: usize,
     grown: bool,
+    /// The largest capacity noted since the buffer was last replaced.
+    peak: usize,
 }
 
 impl Resizer {
@@ -26,6 +28,7 @@ impl Resizer {
         Resizer {
             usual,
             grown: false,
+            peak: 0,
         }
     }
 
@@ -34,6 +37,21 @@ impl Resizer {
     pub fn note(&mut self, buf: &BytesMut) {
         if buf.capacity() > OVERSIZED * self.usual {
             self.grown = true;
+            self.peak = self.peak.max(buf.capacity());
+        }
+    }
+
+    /// Copies what is left of `buf` into a buffer of its own size when it has grown and
+    /// less than half its allocation is still in use: a client that stopped reading partway
+    /// through a large reply would otherwise pin the whole allocation while it waits.
+    pub fn compact_if_spent(&mut self, buf: &mut BytesMut) {
+        if self.grown && !buf.is_empty() && buf.len() <= self.peak / 2 {
+            let mut fresh = BytesMut::with_capacity(buf.len().max(self.usual));
+            fresh.extend_from_slice(buf);
+            *buf = fresh;
+            self.grown = false;
+            self.peak = 0;
+            self.note(buf);
         }
     }
 
@@ -43,6 +61,7 @@ impl Resizer {
         if self.grown && buf.is_empty() {
             *buf = BytesMut::with_capacity(self.usual);
             self.grown = false;
+            self.peak = 0;
         }
     }
 }
@@ -63,6 +82,29 @@ mod tests {
         resizer.shrink_if_idle(&mut buf);
         assert_eq!(buf.capacity(), 16 * 1024);
         assert_eq!(taken.len(), 1 << 20);
+    }
+
+    #[test]
+    fn a_grown_buffer_mostly_written_keeps_only_what_is_left() {
+        let mut resizer = Resizer::new(16 * 1024);
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        buf.extend_from_slice(&vec![b'x'; 1 << 20]);
+        resizer.note(&buf);
+        bytes::Buf::advance(&mut buf, 400 * 1024);
+        resizer.compact_if_spent(&mut buf);
+        assert_eq!(
+            buf.len(),
+            624 * 1024,
+            "more than half is still in use: kept"
+        );
+        bytes::Buf::advance(&mut buf, 300 * 1024);
+        resizer.compact_if_spent(&mut buf);
+        assert_eq!(buf.len(), 324 * 1024);
+        assert!(
+            buf.capacity() < 400 * 1024,
+            "the 1 MiB allocation is let go"
+        );
+        assert!(buf.iter().all(|&b| b == b'x'));
     }
 
     #[test]

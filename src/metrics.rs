@@ -45,6 +45,11 @@ pub const CLIENT_CONNECTIONS_REJECTED: &str = "slotbridge_client_connections_rej
 /// Clients disconnected for exceeding their output buffer limit.
 pub const CLIENT_OUTPUT_LIMIT_DISCONNECTS: &str =
     "slotbridge_client_output_limit_disconnects_total";
+/// Bytes every client owes together: replies held for them and the estimate of those in
+/// flight (flow control, against `max_buffered_bytes`).
+pub const BUFFERED_BYTES: &str = "slotbridge_buffered_bytes";
+/// Clients whose requests wait because they owe their budget or the process's.
+pub const FLOW_PAUSED_CLIENTS: &str = "slotbridge_flow_paused_clients";
 /// Open backend connections per node.
 pub const BACKEND_CONNECTIONS: &str = "slotbridge_backend_connections";
 /// Failed backend connects per node.
@@ -128,7 +133,17 @@ fn describe() {
     describe_counter!(
         CLIENT_OUTPUT_LIMIT_DISCONNECTS,
         Unit::Count,
-        "Clients disconnected for exceeding client_output_buffer_limit_bytes"
+        "Clients disconnected for exceeding their output buffer limit (hard, or soft for its seconds)"
+    );
+    describe_gauge!(
+        BUFFERED_BYTES,
+        Unit::Bytes,
+        "Replies held for clients plus the estimate of those in flight, all clients together (max_buffered_bytes)"
+    );
+    describe_gauge!(
+        FLOW_PAUSED_CLIENTS,
+        Unit::Count,
+        "Clients whose requests wait because they owe their own budget or the process's"
     );
     describe_gauge!(
         BACKEND_CONNECTIONS,
@@ -350,6 +365,16 @@ pub fn slot_map(slots_covered: usize, masters: usize) {
 pub fn client_rejected() {
     TOTALS.connections_rejected.fetch_add(1, Ordering::Relaxed);
     counter!(CLIENT_CONNECTIONS_REJECTED).increment(1);
+}
+
+/// The gauge of what all clients owe (flow control).
+pub fn buffered_bytes() -> metrics::Gauge {
+    gauge!(BUFFERED_BYTES)
+}
+
+/// The gauge of clients paused by flow control.
+pub fn flow_paused_clients() -> metrics::Gauge {
+    gauge!(FLOW_PAUSED_CLIENTS)
 }
 
 /// A client was disconnected for exceeding its output buffer limit.

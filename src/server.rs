@@ -160,10 +160,19 @@ pub async fn serve_live(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let registry = Arc::new(Registry::default());
+    registry
+        .budget()
+        .set_limit(live.proxy().config.max_buffered_bytes);
     live.start_refresher();
     let reloader = tokio::spawn(live.clone().run_reloader({
         let registry = registry.clone();
-        move || registry.wake_all()
+        let live = live.clone();
+        move || {
+            registry
+                .budget()
+                .set_limit(live.proxy().config.max_buffered_bytes);
+            registry.wake_all()
+        }
     }));
     {
         let proxy = live.proxy();

@@ -373,7 +373,6 @@ fn client_setinfo_is_checked_as_redis_does() {
         unknown.contains("Unrecognized option 'lib-color'"),
         "{unknown}"
     );
-    drop(setinfo);
     // The refused value left the name as it was; a later SETINFO replaces it.
     let info: String = redis::cmd("CLIENT").arg("INFO").query(&mut con).unwrap();
     assert!(

@@ -1,6 +1,7 @@
 //! Client limits through the proxy: `maxclients` refuses the next client with Redis's error,
-//! `timeout` closes idle clients only (not subscribers, not blocked ones), a client that never reads its replies is
-//! disconnected at `client_output_buffer_limit_bytes` while others keep being served, and
+//! `timeout` closes idle clients only (not subscribers, not blocked ones), a client that never
+//! reads a reply larger than `client_output_buffer_limit_bytes` is disconnected (and one held
+//! over the soft limit for its seconds) while others keep being served, and
 //! clients that hang up with thousands of requests in flight disturb no one.
 
 mod common;
@@ -122,40 +123,95 @@ fn timeout_spares_subscribers_and_counts_from_the_last_reply() {
     );
 }
 
+/// A reply too large for the hard limit closes a client that does not read it; one that
+/// reads is served. (Clients that pipeline many smaller replies and do not read are paused
+/// by flow control instead: `tests/isolation.rs`.)
 #[test]
-fn a_client_that_does_not_read_is_disconnected_at_the_output_limit() {
+fn a_client_that_does_not_read_is_disconnected_at_the_hard_output_limit() {
     const LIMIT: usize = 1024 * 1024;
-    const VALUE: usize = 64 * 1024;
-    const GETS: usize = 2000;
+    const VALUE: usize = 16 * 1024 * 1024;
     let proxy = proxy_with(&format!("client_output_buffer_limit_bytes: {LIMIT}\n"));
     let mut setup = Raw::connect(proxy.addr());
     let value = "x".repeat(VALUE);
-    assert_eq!(setup.call(&["SET", "limits:big", &value]), "+OK\r\n");
+    assert_eq!(setup.call(&["SET", "limits:huge", &value]), "+OK\r\n");
+    let before = disconnects(&proxy);
 
-    // Far more replies (128 MB) than socket buffers and the limit can hold, never read.
     let mut greedy = TcpStream::connect(proxy.addr()).unwrap();
     greedy
-        .set_write_timeout(Some(Duration::from_secs(5)))
+        .write_all(b"*2\r\n$3\r\nGET\r\n$11\r\nlimits:huge\r\n")
         .unwrap();
-    let get = b"*2\r\n$3\r\nGET\r\n$10\r\nlimits:big\r\n";
-    let requests: Vec<u8> = get.repeat(GETS);
-    // The proxy stops reading and then closes; a write error is expected then.
-    let _ = greedy.write_all(&requests);
     std::thread::sleep(Duration::from_secs(1));
     let (received, closed) = read_until_close(&mut greedy, Duration::from_secs(5));
     assert!(closed, "the non-reading client was not disconnected");
     assert!(
-        received.len() < GETS * VALUE,
-        "all {} bytes of replies arrived; no limit applied",
+        received.len() < VALUE,
+        "the whole reply arrived ({} bytes); no limit applied",
         received.len()
     );
+    assert_eq!(disconnects(&proxy), before + 1.0, "counted once");
 
-    // Others are served, and a client reading its replies is not affected.
+    // Others are served. (A reply larger than the hard limit closes a client that reads too,
+    // as in Redis, where it is in the output buffer whole before it is written.)
+    let small = "y".repeat(64 * 1024);
+    assert_eq!(setup.call(&["SET", "limits:small", &small]), "+OK\r\n");
     let mut polite = Raw::connect(proxy.addr());
     for _ in 0..10 {
-        let reply = polite.call(&["GET", "limits:big"]);
-        assert_eq!(reply.len(), VALUE + format!("${VALUE}\r\n\r\n").len());
+        let reply = polite.call(&["GET", "limits:small"]);
+        assert_eq!(
+            reply.len(),
+            small.len() + format!("${}\r\n\r\n", small.len()).len()
+        );
     }
+}
+
+/// Redis's soft limit: replies unread over `bytes` for `seconds` close the client, not before.
+#[test]
+fn a_client_over_the_soft_output_limit_for_its_seconds_is_disconnected() {
+    const VALUE: usize = 4 * 1024 * 1024;
+    let proxy = proxy_with("client_output_buffer_soft_limit: {bytes: 262144, seconds: 2}\n");
+    let mut setup = Raw::connect(proxy.addr());
+    assert_eq!(
+        setup.call(&["SET", "limits:soft", &"s".repeat(VALUE)]),
+        "+OK\r\n"
+    );
+    let before = disconnects(&proxy);
+    let mut slow = TcpStream::connect(proxy.addr()).unwrap();
+    slow.write_all(&b"*2\r\n$3\r\nGET\r\n$11\r\nlimits:soft\r\n".repeat(4))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(
+        disconnects(&proxy),
+        before,
+        "closed before its seconds passed"
+    );
+    // Not read meanwhile (reading would drain it under the limit).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while disconnects(&proxy) == before {
+        assert!(
+            Instant::now() < deadline,
+            "the client over its soft limit was not disconnected"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(disconnects(&proxy), before + 1.0);
+    let (_, closed) = read_until_close(&mut slow, Duration::from_secs(5));
+    assert!(closed, "counted but not closed");
+    // Under the soft limit a client that reads slowly stays.
+    let mut reader = Raw::connect(proxy.addr());
+    reader
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(reader.call(&["GET", "limits:soft"]).len(), VALUE + 12);
+}
+
+fn disconnects(proxy: &Proxy) -> f64 {
+    let (status, body) = common::http_get(proxy.admin_addr(), "/metrics");
+    assert_eq!(status, 200);
+    body.lines()
+        .find_map(|line| line.strip_prefix("slotbridge_client_output_limit_disconnects_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 #[test]

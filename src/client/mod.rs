@@ -5,6 +5,7 @@
 //! PING, ...); [`registry`] lists the connected clients for CLIENT LIST; [`plain`] marks
 //! the commands the session routes without its own checks.
 
+mod flow;
 mod local;
 mod ordered;
 mod pause;

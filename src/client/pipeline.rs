@@ -25,6 +25,7 @@ use crate::dispatch::{Direct, Proxy};
 use crate::metrics::Outcome;
 use crate::protocol::Proto;
 
+use super::flow::{Owed, ReplyEstimate};
 use super::ordered::OrderedFutures;
 
 /// A request that is not a plain forward, or a forward that needs another attempt.
@@ -72,6 +73,13 @@ pub struct Pipeline {
     /// Sequence numbers of the first requests of the client's reads not yet written,
     /// ascending (see [`Pipeline::waits_for_its_read`]).
     read_starts: VecDeque<u64>,
+    /// Slots that hold their reply, and the bytes of those replies, and slots sent in a
+    /// batch and not answered (flow control).
+    ready: usize,
+    sent: usize,
+    ready_bytes: usize,
+    /// How large the client's replies are (flow control).
+    estimate: ReplyEstimate,
 }
 
 impl Default for Pipeline {
@@ -85,6 +93,10 @@ impl Default for Pipeline {
             staged: Batches::default(),
             muted: VecDeque::new(),
             read_starts: VecDeque::new(),
+            ready: 0,
+            sent: 0,
+            ready_bytes: 0,
+            estimate: ReplyEstimate::default(),
         }
     }
 }
@@ -121,9 +133,27 @@ impl Pipeline {
         self.running.shrink_to(USUAL_DEPTH);
     }
 
+    /// What the client owes, with `output` its unwritten replies (see `flow`).
+    pub fn owed(&self, output: usize) -> Owed {
+        Owed {
+            held: output + self.ready_bytes,
+            unanswered: self.slots.len() - self.ready,
+            direct: self.sent,
+            estimate: self.estimate,
+        }
+    }
+
     /// Queues a reply known already.
     pub fn push_ready(&mut self, reply: Bytes) {
+        self.note_ready(reply.len());
         self.slots.push_back(Slot::Ready(reply));
+    }
+
+    /// Counts a reply that took its slot.
+    fn note_ready(&mut self, len: usize) {
+        self.ready += 1;
+        self.ready_bytes += len;
+        self.estimate.note(len);
     }
 
     /// Stages a direct request; it leaves with its batch (see [`Pipeline::send_staged`]).
@@ -137,6 +167,7 @@ impl Pipeline {
     ) {
         let seq = self.next_seq();
         self.staged.push(&direct.conn, &request, seq);
+        self.sent += 1;
         self.slots.push_back(Slot::Sent(Sent {
             proxy,
             direct,
@@ -217,6 +248,9 @@ impl Pipeline {
             } else {
                 out.extend_from_slice(reply);
             }
+            // Saturating: the session may have replaced a reply in place (EXEC's).
+            self.ready_bytes = self.ready_bytes.saturating_sub(reply.len());
+            self.ready -= 1;
             self.slots.pop_front();
             self.first_seq += 1;
         }
@@ -226,6 +260,9 @@ impl Pipeline {
             .is_some_and(|&start| start < self.first_seq)
         {
             self.read_starts.pop_front();
+        }
+        if self.slots.is_empty() {
+            self.ready_bytes = 0;
         }
     }
 
@@ -258,11 +295,18 @@ impl Pipeline {
             return;
         }
         let (slots, first_seq) = (&mut self.slots, self.first_seq);
+        let (mut ready, mut ready_bytes, mut estimate) = (0, 0, self.estimate);
         self.running.poll_each(cx, |seq, reply| {
             if let Some(slot) = slot_of(slots, first_seq, seq) {
+                ready += 1;
+                ready_bytes += reply.len();
+                estimate.note(reply.len());
                 *slot = Slot::Ready(reply);
             }
         });
+        self.ready += ready;
+        self.ready_bytes += ready_bytes;
+        self.estimate = estimate;
     }
 
     /// Settles a direct request with its first answer.
@@ -284,11 +328,15 @@ impl Pipeline {
         let answer = match delivery.reply {
             Ok(reply) if direct.settles(&reply) => {
                 tally.add(proxy, direct.command, &reply, clock.since(started));
+                let len = reply.len();
                 *slot = Slot::Ready(reply);
+                self.sent -= 1;
+                self.note_ready(len);
                 return;
             }
             answer => answer,
         };
+        self.sent -= 1;
         // Polled after this turn's deliveries, with the woken futures, in request order.
         let future = proxy.follow_up(direct, request, proto, answer, started);
         self.running.push(delivery.seq, Box::pin(future));

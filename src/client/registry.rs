@@ -143,9 +143,15 @@ pub struct Registry {
     draining: AtomicBool,
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
     pause: ClientPause,
+    budget: super::flow::SharedBudget,
 }
 
 impl Registry {
+    /// What all clients owe together (flow control, `max_buffered_bytes`).
+    pub fn budget(&self) -> &super::flow::SharedBudget {
+        &self.budget
+    }
+
     /// CLIENT PAUSE, which holds every client's commands.
     pub fn pause(&self) -> &ClientPause {
         &self.pause

@@ -36,6 +36,7 @@ use crate::protocol::{FoldedName, Proto, RequestDecoder};
 use crate::reload::Live;
 use crate::reply;
 
+use super::flow::{ClientFlow, Gate};
 use super::local::{self, ConnState, ReplyMode};
 use super::pipeline::{Pipeline, Running};
 use super::pubsub::{Intercept, PubSub, Relay};
@@ -56,6 +57,9 @@ const HELD_INPUT: usize = 1024 * 1024;
 /// Replies waiting for the rest of their read leave anyway past this size: large replies
 /// gain little from sharing a write, and the session need not hold them.
 const HELD_OUTPUT: usize = 64 * 1024;
+/// How long a draining session goes on answering requests (with an error) before it
+/// closes, so a request sent just as the drain began gets a reply, not a silent close.
+const DRAIN_GRACE: Duration = Duration::from_millis(250);
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, idles past
 /// `timeout`, exceeds its output buffer limit, or the proxy drains.
@@ -102,9 +106,19 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     let mut input_resizer = Resizer::new(READ_BUFFER);
     let mut output_resizer = Resizer::new(READ_BUFFER);
     let mut in_flight = Pipeline::default();
+    // What the client owes, against its budget and the process's (see `flow`), and whether
+    // it may send its next request.
+    let mut flow = ClientFlow::new(registry.budget());
+    let mut gate = Gate::Open;
+    // Since when the client's held replies are over the soft output limit.
+    let mut over_soft_since = None;
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
+    // Set once the client closed its side: what it sent before is answered, then it closes.
+    let mut peer_closed = false;
     let mut draining = registry.is_draining();
+    // When a draining session closes (see `DRAIN_GRACE`).
+    let mut drain_until = draining.then(|| Instant::now() + DRAIN_GRACE);
     let signals = guard.signals();
     tokio::pin!(signals);
     // The last read from or write to the client: idle time counts from it, as in Redis.
@@ -139,8 +153,10 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
         }
         let ClientLimits {
             max_pipeline,
+            max_owed,
             idle_timeout,
             output_limit,
+            soft_limit,
         } = limits;
         // One clock read serves all requests of this pass: the read's, after a read.
         let mut pass_started = read_at.take();
@@ -148,6 +164,12 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
         while !closing && in_flight.len() < max_pipeline {
             if sequence_point && !in_flight.is_empty() {
                 break;
+            }
+            if held.is_some() || !input.is_empty() {
+                gate = flow.gate(in_flight.owed(output.len()), max_owed);
+                if gate != Gate::Open {
+                    break;
+                }
             }
             sequence_point = false;
             let was_held = held.is_some();
@@ -364,20 +386,48 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
         // Not held while waiting (see `Topology::routing_since_moves`).
         pass_routing = None;
         in_flight.send_staged();
+        if input.is_empty() && held.is_none() {
+            gate = Gate::Open;
+        }
+        flow.charge(in_flight.owed(output.len()), gate);
+        if gate != Gate::Open {
+            // A paused client may wait long: it keeps only what it has not read.
+            output_resizer.compact_if_spent(&mut output);
+        }
         in_flight.shrink_if_idle();
         input_resizer.shrink_if_idle(&mut input);
         output_resizer.shrink_if_idle(&mut output);
         let answered = in_flight.is_empty() && output.is_empty();
-        if answered && (closing || draining) {
+        if answered && peer_closed && held.is_none() && gate == Gate::Open {
+            // Every complete request it sent before closing is answered, as Redis does.
+            let _ = writer.shutdown().await;
+            break;
+        }
+        let drained = drain_until.is_some_and(|until| Instant::now() >= until);
+        if answered && (closing || drained) {
             // Boxed: its discard buffer would otherwise be part of every connected
             // client's session, most of which never get here before their peer closes.
             Box::pin(linger_close(reader, writer)).await;
             break;
         }
+        if let Some(soft) = soft_limit {
+            let held = in_flight.owed(output.len()).held;
+            over_soft_since =
+                (held > soft.bytes).then(|| over_soft_since.unwrap_or_else(Instant::now));
+            if over_soft_since.is_some_and(|since| since.elapsed() >= soft.seconds) {
+                tracing::info!(client = %peer, bytes = held, "closing client over its soft output buffer limit");
+                crate::metrics::client_output_limit_disconnect();
+                break;
+            }
+        }
+        // Past its budget, a client's input waits in TCP, not here (a little is still read,
+        // so a client that hangs up is noticed).
         let can_read = !closing
+            && !peer_closed
             && held.is_none()
             && in_flight.len() < max_pipeline
             && output.len() < OUTPUT_BACKPRESSURE
+            && (gate == Gate::Open || input.len() < READ_BUFFER)
             && !(sequence_point && input.len() >= HELD_INPUT);
         let subscribed = pubsub.is_used() && pubsub.is_subscribed();
         // As in Redis, a client waiting for a reply (a blocked one) or subscribed never
@@ -386,6 +436,18 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             .filter(|_| answered && paused_until.is_none())
             .filter(|_| !subscribed)
             .map(|timeout| last_active + timeout);
+        // The next moment a limit may close the client without any event of its own.
+        let soft_deadline = soft_limit
+            .zip(over_soft_since)
+            .map(|(soft, since)| since + soft.seconds);
+        let close_deadline = [
+            idle_deadline,
+            soft_deadline,
+            drain_until.filter(|_| answered),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let write_held = waits_for_its_read(&in_flight, &output);
         // Messages wait in the subscription's bounded buffer while the client is slow,
         // so `pubsub.max_buffer_bytes` is what limits a subscriber that does not read.
@@ -397,8 +459,11 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             let listening = subscribed || relaying;
             let mut pubsub_event =
                 pin!(listening.then(|| pubsub_event(&mut pubsub, subscribed, relaying)));
-            let timed = paused_until.is_some() || idle_deadline.is_some();
-            let mut timer = pin!(timed.then(|| timer(&registry, paused_until, idle_deadline)));
+            let timed = paused_until.is_some() || close_deadline.is_some();
+            let mut timer = pin!(timed.then(|| timer(&registry, paused_until, close_deadline)));
+            // Made before the budget is looked at, so a release after the look wakes it.
+            let budget = flow.shared();
+            let mut freed = pin!((gate == Gate::Shared).then(|| budget.freed()));
             poll_fn(|cx| {
                 // In this order: replies first, so they leave before more requests are
                 // read; input last but for the signals and timers.
@@ -429,6 +494,11 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 if let Poll::Ready(signal) = signals.as_mut().poll(cx) {
                     return Poll::Ready(Woken::Signal(signal));
                 }
+                if let Some(freed) = freed.as_mut().as_pin_mut() {
+                    if freed.poll(cx).is_ready() || budget.has_room() {
+                        return Poll::Ready(Woken::BudgetFreed);
+                    }
+                }
                 timer
                     .as_mut()
                     .as_pin_mut()
@@ -454,8 +524,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 // Everything answered, in order, leaves in the same write.
                 in_flight.write_ready(&mut output);
                 output_resizer.note(&output);
-                if output_limit > 0 && output.len() > output_limit {
-                    tracing::info!(client = %peer, bytes = output.len(), "closing client over its output buffer limit");
+                let held = in_flight.owed(output.len()).held;
+                if output_limit > 0 && held > output_limit {
+                    tracing::info!(client = %peer, bytes = held, "closing client over its output buffer limit");
                     crate::metrics::client_output_limit_disconnect();
                     break;
                 }
@@ -486,7 +557,13 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             },
             Woken::Read(read) => {
                 match read {
-                    Ok(0) | Err(_) => break,
+                    // As Redis, which frees a blocked client or a subscriber that hangs up.
+                    Ok(0) if blocked.current().is_some() || pubsub.is_used() => break,
+                    Ok(0) => {
+                        peer_closed = true;
+                        continue;
+                    }
+                    Err(_) => break,
                     Ok(n) => counted.received(n),
                 }
                 last_active = Instant::now();
@@ -504,12 +581,20 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             }
             // The limits are read again at the top of the loop.
             Woken::Signal(Signal::Nudge) => {}
-            Woken::Signal(Signal::Drain) => draining = true,
+            Woken::Signal(Signal::Drain) => {
+                draining = true;
+                drain_until = Some(Instant::now() + DRAIN_GRACE);
+            }
+            // The process budget has room again: the loop looks at the gate.
+            Woken::BudgetFreed => {}
             // The pause ended or changed: the held request looks again.
             Woken::PauseChanged => paused_until = None,
-            Woken::IdleTimeout => {
-                tracing::debug!(client = %peer, "closing idle client");
-                break;
+            // The top of the loop tells which deadline passed.
+            Woken::Deadline => {
+                if idle_deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                    tracing::debug!(client = %peer, "closing idle client");
+                    break;
+                }
             }
         }
     }
@@ -527,7 +612,10 @@ enum Woken {
     Signal(Signal),
     /// The CLIENT PAUSE holding a request ended or changed.
     PauseChanged,
-    IdleTimeout,
+    /// The process budget the client waited for has room again.
+    BudgetFreed,
+    /// The idle timeout, the soft output limit's time or the drain's grace passed.
+    Deadline,
 }
 
 /// The next event of a client's subscriptions: it overflowed (looked at only while
@@ -542,16 +630,16 @@ async fn pubsub_event(pubsub: &mut PubSub, subscribed: bool, relaying: bool) -> 
 }
 
 /// Waits for the end or a change of the pause ending at `paused_until`, or for
-/// `idle_deadline`, whichever comes first; never returns when both are `None`.
+/// `deadline`, whichever comes first; never returns when both are `None`.
 async fn timer(
     registry: &Registry,
     paused_until: Option<Instant>,
-    idle_deadline: Option<Instant>,
+    deadline: Option<Instant>,
 ) -> Woken {
     tokio::select! {
         biased;
         () = wait_pause(registry, paused_until), if paused_until.is_some() => Woken::PauseChanged,
-        () = sleep_until(idle_deadline), if idle_deadline.is_some() => Woken::IdleTimeout,
+        () = sleep_until(deadline), if deadline.is_some() => Woken::Deadline,
     }
 }
 
@@ -590,16 +678,32 @@ fn wrote(
 #[derive(Clone, Copy)]
 struct ClientLimits {
     max_pipeline: usize,
+    /// What the client may owe and still send requests (`limits.max_owed_bytes`).
+    max_owed: usize,
     idle_timeout: Option<Duration>,
     output_limit: usize,
+    soft_limit: Option<SoftLimit>,
+}
+
+/// Redis's soft output buffer limit: held replies over `bytes` for `seconds` close the client.
+#[derive(Clone, Copy)]
+struct SoftLimit {
+    bytes: usize,
+    seconds: Duration,
 }
 
 impl ClientLimits {
     fn of(config: &crate::config::Config) -> ClientLimits {
+        let soft = &config.client_output_buffer_soft_limit;
         ClientLimits {
             max_pipeline: config.limits.max_pipeline,
+            max_owed: config.limits.max_owed_bytes,
             idle_timeout: (config.timeout > 0).then(|| Duration::from_secs(config.timeout)),
             output_limit: config.client_output_buffer_limit_bytes,
+            soft_limit: (soft.bytes > 0).then(|| SoftLimit {
+                bytes: soft.bytes,
+                seconds: Duration::from_secs(soft.seconds),
+            }),
         }
     }
 }

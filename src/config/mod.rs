@@ -68,8 +68,17 @@ pub struct Config {
     pub maxclients: usize,
     /// Close a client idle this many seconds (0: never, as Redis's default).
     pub timeout: u64,
-    /// Disconnect a client whose unsent replies exceed this many bytes (0: no limit).
+    /// Disconnect a client whose unsent replies exceed this many bytes (0: no limit), as
+    /// the hard limit of Redis's `client-output-buffer-limit normal`.
     pub client_output_buffer_limit_bytes: usize,
+    /// The soft limit of Redis's `client-output-buffer-limit normal`: a client whose unsent
+    /// replies stay over `bytes` for `seconds` is disconnected (0 bytes: off, Redis's default).
+    pub client_output_buffer_soft_limit: SoftOutputLimit,
+    /// What all clients together may owe (replies held for them plus the estimate of those in
+    /// flight) before the proxy stops reading from those that owe more than a little
+    /// (0: no limit). Keeps a crowd of clients that do not read from filling the proxy, or
+    /// the masters' output buffers, with replies.
+    pub max_buffered_bytes: usize,
     /// TCP keepalive time on client sockets, seconds (0: off; Redis's default 300).
     pub tcp_keepalive: u64,
     /// How long a graceful shutdown waits for in-flight commands, milliseconds.
@@ -104,6 +113,8 @@ impl Default for Config {
             maxclients: 10_000,
             timeout: 0,
             client_output_buffer_limit_bytes: 64 * 1024 * 1024,
+            client_output_buffer_soft_limit: SoftOutputLimit::default(),
+            max_buffered_bytes: 64 * 1024 * 1024,
             tcp_keepalive: 300,
             shutdown_timeout_ms: 10_000,
             pidfile: None,
@@ -332,6 +343,19 @@ pub struct LimitsConfig {
     pub max_inline_len: usize,
     /// Most commands of one client in flight at once (pipelining depth).
     pub max_pipeline: usize,
+    /// What one client may owe (replies not yet read plus the estimate of those in flight)
+    /// and still have more requests forwarded; past it the proxy stops reading that client
+    /// until it reads (0: no limit but `max_pipeline`). A client that owes nothing may always
+    /// send one request.
+    pub max_owed_bytes: usize,
+}
+
+/// See [`Config::client_output_buffer_soft_limit`].
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SoftOutputLimit {
+    pub bytes: usize,
+    pub seconds: u64,
 }
 
 impl Default for LimitsConfig {
@@ -342,6 +366,7 @@ impl Default for LimitsConfig {
             max_multibulk_len: limits.max_multibulk_len,
             max_inline_len: limits.max_inline_len,
             max_pipeline: 1024,
+            max_owed_bytes: 1024 * 1024,
         }
     }
 }

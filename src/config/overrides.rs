@@ -31,6 +31,8 @@ pub const TOP_LEVEL_FIELDS: &[&str] = &[
     "maxclients",
     "timeout",
     "client_output_buffer_limit_bytes",
+    "client_output_buffer_soft_limit",
+    "max_buffered_bytes",
     "tcp_keepalive",
     "shutdown_timeout_ms",
     "pidfile",

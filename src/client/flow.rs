@@ -1,0 +1,484 @@
+//! Flow control: a client's requests are forwarded only while what it owes stays under its
+//! own budget, and what every client owes together stays under the process's.
+//!
+//! What a client owes is what it has asked for and not yet read: the replies the proxy holds
+//! for it (written to no socket yet, or waiting for earlier replies) plus an estimate of the
+//! replies of its requests still in flight, each counted as large as the client's recent
+//! replies ([`ReplyEstimate`]). Redis answers a pipelined GET of a 1 MB value with 1 MB, so a
+//! client that pipelines a hundred of them and never reads would otherwise have the master
+//! write 100 MB onto the connection every other client of that master shares, and those
+//! clients' replies would wait behind it.
+//!
+//! Invariants:
+//! - Backpressure goes to the client that causes it. A session whose gate is closed stops
+//!   decoding, and past one read buffer of input stops reading its socket, so TCP holds that
+//!   client back. A node connection never waits for a client: its reader hands every reply
+//!   on at once.
+//! - A client that owes nothing may always send one request, so a client that reads its
+//!   replies is never stalled by its own budget, however large its replies are.
+//! - A client whose replies are not known yet (a new connection) has one request in flight
+//!   until its first reply, and at most [`PROBATION`] such first requests are in flight for
+//!   the whole process: a thousand new clients each asking for a large value at once cannot
+//!   send a thousand large replies onto the shared connections.
+//! - Over the process budget, only clients that owe little ([`SMALL`]) and whose requests
+//!   are small go on; the others wait until the total falls below the budget
+//!   ([`SharedBudget::freed`]). The total is the sum of what each session last charged.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use metrics::Gauge;
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
+
+/// What a client may owe and still send requests while the process is over its budget:
+/// the small replies of an ordinary pipeline (16 KiB is a pipeline of a few hundred short
+/// replies), so a well-behaved client never waits for the clients that do not read.
+pub const SMALL: usize = 16 * 1024;
+
+/// First requests of new clients (whose reply sizes are unknown) in flight at once, for the
+/// whole process. Each is answered within a round trip, so new clients pass through quickly;
+/// a burst of new clients each asking for a large value sends at most this many at a time.
+pub const PROBATION: usize = 8;
+
+/// The part of the process budget that replies still due from the masters may take: a
+/// request sent now waits behind at most this much on its master's connection (plus the
+/// probation requests), whatever the other clients asked for.
+const IN_FLIGHT_SHARE: usize = 16;
+
+/// What every client owes together, against the process-wide `max_buffered_bytes`.
+pub struct SharedBudget {
+    owed: AtomicUsize,
+    /// The part of `owed` that is replies still due (estimated).
+    in_flight: AtomicUsize,
+    /// 0: no limit.
+    limit: AtomicUsize,
+    /// First requests of new clients in flight (see [`PROBATION`]).
+    unproven: AtomicUsize,
+    /// Clients whose gate is closed now.
+    paused: AtomicUsize,
+    freed: Notify,
+    owed_gauge: Gauge,
+    paused_gauge: Gauge,
+}
+
+impl std::fmt::Debug for SharedBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedBudget")
+            .field("owed", &self.owed())
+            .field("limit", &self.limit.load(Ordering::Relaxed))
+            .field("paused", &self.paused())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for SharedBudget {
+    fn default() -> Self {
+        SharedBudget {
+            owed: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            limit: AtomicUsize::new(0),
+            unproven: AtomicUsize::new(0),
+            paused: AtomicUsize::new(0),
+            freed: Notify::new(),
+            owed_gauge: crate::metrics::buffered_bytes(),
+            paused_gauge: crate::metrics::flow_paused_clients(),
+        }
+    }
+}
+
+impl SharedBudget {
+    /// Sets the budget (`max_buffered_bytes`; 0: none), at start and on reload.
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
+        self.freed.notify_waiters();
+    }
+
+    /// What every client owes now, in bytes.
+    pub fn owed(&self) -> usize {
+        self.owed.load(Ordering::Relaxed)
+    }
+
+    /// Clients whose gate is closed now.
+    pub fn paused(&self) -> usize {
+        self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Whether the clients together owe the whole budget, or the replies due take their
+    /// whole share of it.
+    fn is_spent(&self) -> bool {
+        let limit = self.limit.load(Ordering::Relaxed);
+        limit > 0
+            && (self.owed() >= limit
+                || self.in_flight.load(Ordering::Relaxed) >= limit / IN_FLIGHT_SHARE)
+    }
+
+    /// Whether a client waiting on [`SharedBudget::freed`] should look again.
+    pub fn has_room(&self) -> bool {
+        !self.is_spent() && self.unproven.load(Ordering::Relaxed) < PROBATION
+    }
+
+    /// Resolves once the total falls below the budget or a probation place frees (it
+    /// counts from its creation, so create it before looking at [`SharedBudget::has_room`]).
+    pub fn freed(&self) -> Notified<'_> {
+        self.freed.notified()
+    }
+
+    /// Moves a client's part from `from` to `to` (total owed, and the part of it in flight).
+    fn recharge(&self, from: (usize, usize), to: (usize, usize)) {
+        let was_spent = self.is_spent();
+        let owed = apply(&self.owed, from.0, to.0);
+        apply(&self.in_flight, from.1, to.1);
+        if from.0 != to.0 {
+            self.owed_gauge.set(owed as f64);
+        }
+        if was_spent && !self.is_spent() {
+            self.freed.notify_waiters();
+        }
+    }
+
+    fn take_probation(&self) {
+        self.unproven.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn probation_full(&self) -> bool {
+        self.unproven.load(Ordering::Relaxed) >= PROBATION
+    }
+
+    fn end_probation(&self) {
+        if self.unproven.fetch_sub(1, Ordering::Relaxed) == PROBATION {
+            self.freed.notify_waiters();
+        }
+    }
+
+    fn set_paused(&self, paused: bool) {
+        let count = if paused {
+            self.paused.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.paused.fetch_sub(1, Ordering::Relaxed) - 1
+        };
+        self.paused_gauge.set(count as f64);
+    }
+}
+
+/// Changes `counter` from `from` to `to`; returns its new value.
+fn apply(counter: &AtomicUsize, from: usize, to: usize) -> usize {
+    if to >= from {
+        counter.fetch_add(to - from, Ordering::Relaxed) + (to - from)
+    } else {
+        counter.fetch_sub(from - to, Ordering::Relaxed) - (from - to)
+    }
+}
+
+/// How large a client's next replies are expected to be: its first reply's size, then the
+/// largest of its recent replies, forgotten a little (1/32) with each smaller one (a GET of
+/// a large value followed by many small replies counts as small again after a hundred or
+/// so). Slowly, so that cheap replies interleaved with large requests (GET big, ECHO x, GET
+/// big...) cannot talk the estimate down within one pipeline. `None` until the first.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReplyEstimate(Option<usize>);
+
+impl ReplyEstimate {
+    /// Takes a reply of `len` bytes into account.
+    pub fn note(&mut self, len: usize) {
+        self.0 = Some(match self.0 {
+            Some(estimate) if estimate > len => estimate - (estimate - len) / 32,
+            _ => len,
+        });
+    }
+
+    /// The expected size of one reply, once one was seen.
+    pub fn bytes(self) -> Option<usize> {
+        self.0
+    }
+}
+
+/// What a client owes now, as its session sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Owed {
+    /// Replies held for it: unwritten output and answers waiting for earlier ones.
+    pub held: usize,
+    /// Its requests still unanswered.
+    pub unanswered: usize,
+    /// How many of those were sent on a master's shared connection as they came (the
+    /// others run as steps of their own: blocking commands on connections of their own).
+    pub direct: usize,
+    pub estimate: ReplyEstimate,
+}
+
+impl Owed {
+    /// Held replies plus the estimate of those in flight, in bytes.
+    fn bytes(&self) -> usize {
+        self.held.saturating_add(self.in_flight())
+    }
+
+    /// The estimate of the replies in flight, in bytes.
+    fn in_flight(&self) -> usize {
+        let each = self.estimate.bytes().unwrap_or(0);
+        self.unanswered.saturating_mul(each)
+    }
+}
+
+/// Whether a client may send its next request now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    Open,
+    /// It owes its own budget: it goes on as its replies are read.
+    Client,
+    /// The process owes its budget, or the probation places are taken: it goes on when
+    /// [`SharedBudget::freed`] fires.
+    Shared,
+}
+
+/// One client's part in the shared budget; gives it back when dropped.
+pub struct ClientFlow<'a> {
+    shared: &'a SharedBudget,
+    /// What this client added to the shared totals: owed, and the part of it in flight.
+    charged: (usize, usize),
+    /// Holds one of the probation places.
+    probing: bool,
+    paused: bool,
+}
+
+impl<'a> ClientFlow<'a> {
+    pub fn new(shared: &'a SharedBudget) -> Self {
+        ClientFlow {
+            shared,
+            charged: (0, 0),
+            probing: false,
+            paused: false,
+        }
+    }
+
+    /// Whether the client, owing `owed`, may send one more request, with `max_owed` its own
+    /// budget (`limits.max_owed_bytes`, 0: none).
+    pub fn gate(&mut self, owed: Owed, max_owed: usize) -> Gate {
+        let Some(each) = owed.estimate.bytes() else {
+            // Its first reply is not in: one request at a time, on probation.
+            if owed.unanswered > 0 {
+                return Gate::Client;
+            }
+            if !self.probing && self.shared.probation_full() {
+                return Gate::Shared;
+            }
+            return Gate::Open;
+        };
+        let bytes = owed.bytes();
+        let idle = bytes == 0 && owed.unanswered == 0;
+        let after = bytes.saturating_add(each);
+        if !idle && max_owed > 0 && after > max_owed {
+            return Gate::Client;
+        }
+        if after > SMALL && self.shared.is_spent() {
+            return Gate::Shared;
+        }
+        Gate::Open
+    }
+
+    /// Brings the shared total up to date with what the client owes now, and shows whether
+    /// its gate is closed (`gate`: the latest answer of [`ClientFlow::gate`]).
+    pub fn charge(&mut self, owed: Owed, gate: Gate) {
+        // On probation while its first request is on a shared connection, unanswered (a
+        // first BLPOP waits on a connection of its own and takes no place).
+        let probing = owed.estimate.bytes().is_none() && owed.direct > 0;
+        if probing != self.probing {
+            self.probing = probing;
+            if probing {
+                self.shared.take_probation();
+            } else {
+                self.shared.end_probation();
+            }
+        }
+        let now = (owed.bytes(), owed.in_flight());
+        if now != self.charged {
+            self.shared.recharge(self.charged, now);
+            self.charged = now;
+        }
+        let paused = gate != Gate::Open;
+        if paused != self.paused {
+            self.paused = paused;
+            self.shared.set_paused(paused);
+        }
+    }
+
+    /// The process-wide budget this client counts against.
+    pub fn shared(&self) -> &'a SharedBudget {
+        self.shared
+    }
+}
+
+impl Drop for ClientFlow<'_> {
+    fn drop(&mut self) {
+        if self.charged != (0, 0) {
+            self.shared.recharge(self.charged, (0, 0));
+        }
+        if self.probing {
+            self.shared.end_probation();
+        }
+        if self.paused {
+            self.shared.set_paused(false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owed(held: usize, unanswered: usize, estimate: Option<usize>) -> Owed {
+        owed_direct(held, unanswered, unanswered, estimate)
+    }
+
+    fn owed_direct(held: usize, unanswered: usize, direct: usize, estimate: Option<usize>) -> Owed {
+        let mut known = ReplyEstimate::default();
+        if let Some(bytes) = estimate {
+            known.note(bytes);
+        }
+        Owed {
+            held,
+            unanswered,
+            direct,
+            estimate: known,
+        }
+    }
+
+    #[test]
+    fn the_estimate_follows_a_large_reply_at_once_and_forgets_it_gradually() {
+        let mut estimate = ReplyEstimate::default();
+        assert_eq!(estimate.bytes(), None);
+        estimate.note(1_000_000);
+        assert_eq!(estimate.bytes(), Some(1_000_000));
+        estimate.note(5);
+        assert_eq!(estimate.bytes(), Some(968_751));
+        for _ in 0..400 {
+            estimate.note(5);
+        }
+        assert!(estimate.bytes().is_some_and(|bytes| bytes < 64));
+        estimate.note(2_000_000);
+        assert_eq!(estimate.bytes(), Some(2_000_000));
+    }
+
+    /// GET big, ECHO x, GET big...: the cheap replies do not let the large requests pile up.
+    #[test]
+    fn cheap_replies_between_large_ones_keep_the_window_small() {
+        let shared = SharedBudget::default();
+        let mut flow = ClientFlow::new(&shared);
+        let mut estimate = ReplyEstimate::default();
+        estimate.note(256 * 1024);
+        let mut sent = 1;
+        loop {
+            estimate.note(5);
+            let owed = Owed {
+                held: 0,
+                unanswered: sent,
+                direct: sent,
+                estimate,
+            };
+            if flow.gate(owed, 1 << 20) != Gate::Open {
+                break;
+            }
+            sent += 1;
+        }
+        assert!(
+            sent <= 5,
+            "{sent} large requests in flight on a 1 MiB budget"
+        );
+    }
+
+    #[test]
+    fn a_new_client_sends_one_request_until_its_first_reply() {
+        let shared = SharedBudget::default();
+        let mut flow = ClientFlow::new(&shared);
+        assert_eq!(flow.gate(owed(0, 0, None), 1 << 20), Gate::Open);
+        assert_eq!(flow.gate(owed(0, 1, None), 1 << 20), Gate::Client);
+        flow.charge(owed(0, 1, None), Gate::Client);
+        assert_eq!(shared.unproven.load(Ordering::Relaxed), 1);
+        // Its first reply is small: a deep pipeline goes on at once.
+        flow.charge(owed(0, 0, Some(5)), Gate::Open);
+        assert_eq!(shared.unproven.load(Ordering::Relaxed), 0);
+        assert_eq!(flow.gate(owed(0, 500, Some(5)), 1 << 20), Gate::Open);
+    }
+
+    #[test]
+    fn large_replies_keep_a_client_to_what_its_budget_holds_but_never_below_one() {
+        let shared = SharedBudget::default();
+        let mut flow = ClientFlow::new(&shared);
+        let mb = 1 << 20;
+        assert_eq!(flow.gate(owed(0, 3, Some(mb / 4)), mb), Gate::Open);
+        assert_eq!(flow.gate(owed(0, 4, Some(mb / 4)), mb), Gate::Client);
+        // Replies unread count as much as replies in flight.
+        assert_eq!(flow.gate(owed(mb / 2, 2, Some(mb / 4)), mb), Gate::Client);
+        // A reply larger than the whole budget: one at a time, once everything is read.
+        assert_eq!(flow.gate(owed(0, 0, Some(4 * mb)), mb), Gate::Open);
+        assert_eq!(flow.gate(owed(0, 1, Some(4 * mb)), mb), Gate::Client);
+        assert_eq!(flow.gate(owed(1, 0, Some(4 * mb)), mb), Gate::Client);
+        // No budget of its own: only max_pipeline limits it.
+        assert_eq!(flow.gate(owed(0, 1000, Some(4 * mb)), 0), Gate::Open);
+    }
+
+    #[test]
+    fn over_the_process_budget_only_clients_that_owe_little_go_on() {
+        let shared = SharedBudget::default();
+        shared.set_limit(10 * SMALL);
+        let mut big = ClientFlow::new(&shared);
+        let mut small = ClientFlow::new(&shared);
+        big.charge(owed(12 * SMALL, 0, Some(SMALL)), Gate::Open);
+        assert_eq!(shared.owed(), 12 * SMALL);
+        assert_eq!(big.gate(owed(0, 0, Some(2 * SMALL)), 0), Gate::Shared);
+        assert_eq!(small.gate(owed(100, 10, Some(50)), 0), Gate::Open);
+        assert_eq!(small.gate(owed(SMALL, 0, Some(50)), 0), Gate::Shared);
+        big.charge(owed(12 * SMALL, 0, Some(SMALL)), Gate::Shared);
+        assert_eq!(shared.paused(), 1);
+        // What it owes drops below the budget: the waiters are told.
+        let freed = shared.freed();
+        big.charge(owed(SMALL, 0, Some(SMALL)), Gate::Open);
+        assert!(shared.has_room());
+        assert_eq!(shared.paused(), 0);
+        let mut freed = std::pin::pin!(freed);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(freed.as_mut().poll(&mut cx).is_ready());
+        drop(big);
+        drop(small);
+        assert_eq!(shared.owed(), 0);
+    }
+
+    #[test]
+    fn at_most_probation_new_clients_have_a_first_request_in_flight() {
+        let shared = SharedBudget::default();
+        let mut clients: Vec<ClientFlow> = (0..PROBATION + 1)
+            .map(|_| ClientFlow::new(&shared))
+            .collect();
+        for flow in &mut clients[..PROBATION] {
+            assert_eq!(flow.gate(owed(0, 0, None), 0), Gate::Open);
+            flow.charge(owed(0, 1, None), Gate::Client);
+        }
+        assert_eq!(clients[PROBATION].gate(owed(0, 0, None), 0), Gate::Shared);
+        assert!(!shared.has_room());
+        // One is answered: a place frees.
+        clients[0].charge(owed(0, 0, Some(10)), Gate::Open);
+        assert!(shared.has_room());
+        assert_eq!(clients[PROBATION].gate(owed(0, 0, None), 0), Gate::Open);
+        drop(clients);
+        assert_eq!(shared.unproven.load(Ordering::Relaxed), 0);
+    }
+
+    /// A first request that waits on a connection of its own (BLPOP 0) takes no place: new
+    /// clients are not held up by workers that block.
+    #[test]
+    fn first_requests_off_the_shared_connections_take_no_probation_place() {
+        let shared = SharedBudget::default();
+        let mut workers: Vec<ClientFlow> = (0..2 * PROBATION)
+            .map(|_| ClientFlow::new(&shared))
+            .collect();
+        for flow in &mut workers {
+            assert_eq!(flow.gate(owed(0, 0, None), 0), Gate::Open);
+            flow.charge(owed_direct(0, 1, 0, None), Gate::Client);
+        }
+        let mut next = ClientFlow::new(&shared);
+        assert_eq!(next.gate(owed(0, 0, None), 0), Gate::Open);
+        // A client that sent half a request holds nothing either.
+        next.charge(owed(0, 0, None), Gate::Open);
+        assert!(shared.has_room());
+    }
+
+    use std::future::Future;
+}
