@@ -5,6 +5,9 @@
 # - Installs what the integration tests start for real: redis-server and redis-cli (packages
 #   redis-server and redis-tools), with apt-get, when redis-server or redis-cli is missing.
 #   `apt-get update` runs at most once. Root or passwordless sudo is needed only to install.
+# - Installs Prometheus (package prometheus, which ships prometheus and promtool) when either is
+#   missing: tests/observability.rs runs the shipped dashboard queries and alerting rules on a
+#   real Prometheus (a local process on a loopback port; the package's service is not used).
 # - Installs Node.js and npm (packages nodejs and npm) when missing, then the node-redis
 #   client the layout test runs, exactly as locked in tests/node/package-lock.json (npm ci).
 # - Installs python3 (with pip and venv) the same way when missing, and the Python client
@@ -37,6 +40,11 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
 fi
 
 redis-server --version
+
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  apt_install prometheus
+fi
+promtool --version 2>&1 | sed -n 1p
 
 # The layout test runs a node-redis client (tests/node): Node.js, npm and its locked packages.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

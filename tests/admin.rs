@@ -1,7 +1,7 @@
 //! The admin endpoint seen from outside: Prometheus metrics that move with real traffic
 //! (MOVED after a slot migration, TRYAGAIN during one, CROSSSLOT), a well-formed exposition,
 //! /healthz, /readyz against a cluster that loses a slot or a master, INFO's sections, and the
-//! deployment files.
+//! deployment files (compose, Prometheus with its alerting rules, Grafana provisioning).
 
 mod common;
 
@@ -756,7 +756,7 @@ fn deployment_files_are_consistent() {
     let names: Vec<&str> = services.keys().filter_map(Value::as_str).collect();
     let redis_nodes = names.iter().filter(|n| n.starts_with("redis-")).count();
     assert!(redis_nodes >= 3, "{names:?}");
-    for needed in ["cluster-create", "slotbridge", "prometheus"] {
+    for needed in ["cluster-create", "slotbridge", "prometheus", "grafana"] {
         assert!(names.contains(&needed), "{needed} missing from {names:?}");
     }
     let proxy = &compose["services"]["slotbridge"];
@@ -772,6 +772,7 @@ fn deployment_files_are_consistent() {
         serde_yaml_ng::from_str(&repo_file("deploy/prometheus.yml")).unwrap();
     let targets = &prometheus_config["scrape_configs"][0]["static_configs"][0]["targets"][0];
     assert_eq!(targets.as_str(), Some("slotbridge:9121"));
+    check_observability_mounts(&compose, &prometheus_config);
 
     let dockerfile = repo_file("Dockerfile");
     for needed in [
@@ -785,6 +786,83 @@ fn deployment_files_are_consistent() {
     ] {
         assert!(dockerfile.contains(needed), "Dockerfile lacks {needed:?}");
     }
+}
+
+/// `(host path, container path)` of each `./host:/container[:ro]` volume of `service`,
+/// after checking that the host path exists (relative to `deploy/`).
+fn compose_mounts(compose: &serde_yaml_ng::Value, service: &str) -> Vec<(String, String)> {
+    let volumes = compose["services"][service]["volumes"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("{service} has no volumes"));
+    volumes
+        .iter()
+        .map(|volume| {
+            let volume = volume.as_str().expect("short volume syntax");
+            let mut parts = volume.split(':');
+            let (host, container) = (parts.next().unwrap(), parts.next().unwrap_or_default());
+            let local = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("deploy")
+                .join(host);
+            assert!(
+                local.exists(),
+                "{service} mounts {host}, which does not exist"
+            );
+            (host.to_string(), container.to_string())
+        })
+        .collect()
+}
+
+/// Prometheus loads the alerting rules it mounts; Grafana mounts its provisioning, whose
+/// data source is the Prometheus service and whose dashboard provider reads the directory
+/// the dashboard is mounted in.
+fn check_observability_mounts(compose: &serde_yaml_ng::Value, prometheus: &serde_yaml_ng::Value) {
+    use serde_yaml_ng::Value;
+    let mounted_at = |service: &str, host: &str| {
+        compose_mounts(compose, service)
+            .into_iter()
+            .find(|(from, _)| from == host)
+            .unwrap_or_else(|| panic!("{service} does not mount {host}"))
+            .1
+    };
+    let alerts = mounted_at("prometheus", "./prometheus/alerts.yml");
+    let rule_files: Vec<&str> = prometheus["rule_files"]
+        .as_sequence()
+        .expect("rule_files")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(rule_files, [alerts.as_str()]);
+    assert_eq!(
+        mounted_at("prometheus", "./prometheus.yml"),
+        "/etc/prometheus/prometheus.yml"
+    );
+
+    assert_eq!(
+        mounted_at("grafana", "./grafana/provisioning"),
+        "/etc/grafana/provisioning"
+    );
+    let dashboard = mounted_at("grafana", "./grafana/slotbridge.json");
+    let provider: Value = serde_yaml_ng::from_str(&repo_file(
+        "deploy/grafana/provisioning/dashboards/slotbridge.yml",
+    ))
+    .unwrap();
+    let directory = provider["providers"][0]["options"]["path"]
+        .as_str()
+        .expect("path");
+    assert_eq!(
+        Path::new(&dashboard).parent(),
+        Some(Path::new(directory)),
+        "the provider reads {directory}, the dashboard is mounted at {dashboard}"
+    );
+    let datasources: Value = serde_yaml_ng::from_str(&repo_file(
+        "deploy/grafana/provisioning/datasources/prometheus.yml",
+    ))
+    .unwrap();
+    let source = &datasources["datasources"][0];
+    assert_eq!(source["type"].as_str(), Some("prometheus"));
+    assert_eq!(source["url"].as_str(), Some("http://prometheus:9090"));
+    let ports = compose["services"]["prometheus"]["ports"][0].as_str();
+    assert_eq!(ports, Some("9090:9090"));
 }
 
 /// A BLPOP of `key` through `proxy` on a connection of its own, waiting `seconds`.

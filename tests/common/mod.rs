@@ -20,6 +20,7 @@ mod layout;
 mod node;
 mod ports;
 mod process;
+mod prometheus;
 mod proxy;
 mod raw;
 mod standalone;
@@ -39,6 +40,7 @@ pub use node::{connect, query, redis_client, scan_all, try_connect};
 pub use ports::{free_cluster_port, free_port};
 pub use process::new_dir;
 pub use process::require_tool;
+pub use prometheus::{repo_path, require_prometheus_tool, url_encode, Prometheus};
 pub use proxy::Proxy;
 pub use raw::{
     exchange, exchange_on, read_replies, read_until_close, reply_complete, resp_lines, transcript,
