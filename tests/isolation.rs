@@ -19,6 +19,13 @@ use std::time::{Duration, Instant};
 use common::{http_get, read_until_close, shared_cluster, Cluster, Proxy, Raw};
 
 const VALUE: usize = 1024 * 1024;
+/// The tests of this file run one at a time: the latency the first one measures is the
+/// proxy's, not that of the other tests' clients sharing two cores with it.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 const GETS_EACH: usize = 100;
 /// What the master may grow by over its data while the non-readers push (the target).
 const MASTER_GROWTH: u64 = 64 * 1024 * 1024;
@@ -83,17 +90,22 @@ fn sample_memory(master: String, stop: Arc<AtomicBool>) -> std::thread::JoinHand
     })
 }
 
-/// A well-behaved client: GET `key` every 50 ms for `duration`; returns each latency.
+/// A well-behaved client, connected and served once already: GET `key` every 50 ms for
+/// `duration` once `start` fires; returns each latency. (A client that connects during such
+/// a flood waits for a probation place for its first request: see `client::flow`.)
 fn polite_client(
     addr: String,
     key: &'static str,
     expected: String,
     duration: Duration,
+    start: std::sync::mpsc::Receiver<()>,
 ) -> Vec<Duration> {
     let mut con = Raw::connect(&addr);
     con.stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
+    assert_eq!(con.call(&["GET", key]), expected);
+    start.recv().unwrap();
     let mut latencies = Vec::new();
     let end = Instant::now() + duration;
     while Instant::now() < end {
@@ -108,6 +120,7 @@ fn polite_client(
 
 #[test]
 fn clients_that_never_read_cannot_stall_others_or_fill_their_master() {
+    let _serial = one_at_a_time();
     let non_readers: usize = std::env::var("SLOTBRIDGE_NON_READERS")
         .ok()
         .and_then(|value| value.parse().ok())
@@ -127,14 +140,13 @@ fn clients_that_never_read_cannot_stall_others_or_fill_their_master() {
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = sample_memory(master.clone(), stop.clone());
     let addr = proxy.addr().to_string();
+    let (start, started) = std::sync::mpsc::channel();
     let polite = std::thread::spawn(move || {
-        polite_client(
-            addr,
-            "{b}small",
-            "$4\r\ntiny\r\n".into(),
-            Duration::from_secs(6),
-        )
+        let expected = "$4\r\ntiny\r\n".to_string();
+        polite_client(addr, "{b}small", expected, Duration::from_secs(6), started)
     });
+    std::thread::sleep(Duration::from_millis(200));
+    start.send(()).unwrap();
     let request = b"*2\r\n$3\r\nGET\r\n$6\r\n{b}big\r\n".repeat(GETS_EACH);
     let started = Instant::now();
     let mut greedy = Vec::new();
@@ -153,6 +165,8 @@ fn clients_that_never_read_cannot_stall_others_or_fill_their_master() {
     let rss_kb = rss_high_water_kb(proxy.pid());
     let gets = get_calls(&master) - gets_before;
 
+    let millis: Vec<u128> = latencies.iter().map(Duration::as_millis).collect();
+    eprintln!("the polite client's latencies, ms: {millis:?}");
     let mut sorted = latencies.clone();
     sorted.sort();
     let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
@@ -216,6 +230,7 @@ fn clients_that_never_read_cannot_stall_others_or_fill_their_master() {
 /// order: flow control holds requests back, it never drops them.
 #[test]
 fn a_paused_client_gets_every_reply_once_it_reads() {
+    let _serial = one_at_a_time();
     const GETS: usize = 400;
     const SIZE: usize = 256 * 1024;
     let cluster = shared_cluster();
@@ -262,6 +277,7 @@ fn a_paused_client_gets_every_reply_once_it_reads() {
 /// `printf 'SET a 1\r\n' | nc -N`: the request before the FIN is run and answered.
 #[test]
 fn requests_sent_before_a_half_close_are_answered_and_applied() {
+    let _serial = one_at_a_time();
     let cluster = shared_cluster();
     let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
     let half_closed = |input: &[u8]| {
@@ -307,6 +323,7 @@ fn requests_sent_before_a_half_close_are_answered_and_applied() {
 /// Clients that send a command just after SIGTERM get a reply, never a silent close.
 #[test]
 fn commands_sent_as_the_drain_begins_get_a_reply() {
+    let _serial = one_at_a_time();
     const CLIENTS: usize = 20;
     let cluster = shared_cluster();
     let mut proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);

@@ -38,12 +38,12 @@ pub const SMALL: usize = 16 * 1024;
 /// First requests of new clients (whose reply sizes are unknown) in flight at once, for the
 /// whole process. Each is answered within a round trip, so new clients pass through quickly;
 /// a burst of new clients each asking for a large value sends at most this many at a time.
-pub const PROBATION: usize = 8;
+pub const PROBATION: usize = 4;
 
 /// The part of the process budget that replies still due from the masters may take: a
 /// request sent now waits behind at most this much on its master's connection (plus the
 /// probation requests), whatever the other clients asked for.
-const IN_FLIGHT_SHARE: usize = 16;
+const IN_FLIGHT_SHARE: usize = 32;
 
 /// What every client owes together, against the process-wide `max_buffered_bytes`.
 pub struct SharedBudget {
@@ -119,6 +119,9 @@ impl SharedBudget {
 
     /// Resolves once the total falls below the budget or a probation place frees (it
     /// counts from its creation, so create it before looking at [`SharedBudget::has_room`]).
+    /// Waiters are woken one at a time, in turn: each passes the turn on once it has sent
+    /// what it could ([`ClientFlow::woken`]), so a budget that frees a little does not wake
+    /// a thousand paused clients to find it spent again.
     pub fn freed(&self) -> Notified<'_> {
         self.freed.notified()
     }
@@ -132,7 +135,7 @@ impl SharedBudget {
             self.owed_gauge.set(owed as f64);
         }
         if was_spent && !self.is_spent() {
-            self.freed.notify_waiters();
+            self.freed.notify_one();
         }
     }
 
@@ -146,7 +149,7 @@ impl SharedBudget {
 
     fn end_probation(&self) {
         if self.unproven.fetch_sub(1, Ordering::Relaxed) == PROBATION {
-            self.freed.notify_waiters();
+            self.freed.notify_one();
         }
     }
 
@@ -236,6 +239,8 @@ pub struct ClientFlow<'a> {
     charged: (usize, usize),
     /// Holds one of the probation places.
     probing: bool,
+    /// Woken by [`SharedBudget::freed`], and not yet passed the turn on.
+    woken: bool,
     paused: bool,
 }
 
@@ -245,6 +250,7 @@ impl<'a> ClientFlow<'a> {
             shared,
             charged: (0, 0),
             probing: false,
+            woken: false,
             paused: false,
         }
     }
@@ -293,11 +299,20 @@ impl<'a> ClientFlow<'a> {
             self.shared.recharge(self.charged, now);
             self.charged = now;
         }
+        if std::mem::take(&mut self.woken) && self.shared.has_room() {
+            self.shared.freed.notify_one();
+        }
         let paused = gate != Gate::Open;
         if paused != self.paused {
             self.paused = paused;
             self.shared.set_paused(paused);
         }
+    }
+
+    /// Notes that the client was woken by [`SharedBudget::freed`]: after its next charge,
+    /// the next waiter is woken if room is left.
+    pub fn woken(&mut self) {
+        self.woken = true;
     }
 
     /// The process-wide budget this client counts against.

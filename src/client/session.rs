@@ -586,7 +586,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                 drain_until = Some(Instant::now() + DRAIN_GRACE);
             }
             // The process budget has room again: the loop looks at the gate.
-            Woken::BudgetFreed => {}
+            Woken::BudgetFreed => flow.woken(),
             // The pause ended or changed: the held request looks again.
             Woken::PauseChanged => paused_until = None,
             // The top of the loop tells which deadline passed.
