@@ -196,6 +196,23 @@ pub struct UserConfig {
     pub commands: Vec<String>,
     /// Key patterns on the names clients send (`~app:*`, `allkeys`); none: no key access.
     pub keys: Vec<String>,
+    /// Pub/Sub channel rules on the names clients send (`&news:*`, `allchannels`,
+    /// `resetchannels`); none: no channel, as Redis 7's `acl-pubsub-default resetchannels`.
+    pub channels: Vec<String>,
+    /// Whether the user's scripts and functions run (EVAL, FCALL, FUNCTION LOAD...). They
+    /// run as the proxy's backend user, where this user's rules do not hold; default:
+    /// trusted only for a user with every command, key and channel.
+    pub scripts: Option<ScriptTrust>,
+}
+
+/// Whether a user's scripts and functions may run (see [`UserConfig::scripts`]).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ScriptTrust {
+    /// They run, with whatever keys and commands they reach.
+    Trusted,
+    /// EVAL, FCALL, FUNCTION LOAD and the like are refused with `-NOPERM`.
+    Refused,
 }
 
 impl UserConfig {
