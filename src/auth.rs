@@ -6,17 +6,25 @@
 //!   the secret nor its length leaks through timing; an unknown user costs a comparison too.
 //! - Command rules apply in order, as Redis's: for one command the last rule that matches it
 //!   decides, and a command no rule matches is denied.
-//! - Key patterns match the names the client sends (the legacy layout), with Redis's glob.
+//! - Key patterns match the names the client sends (the legacy layout), with Redis's glob;
+//!   channel rules match channel names the same way, and a PSUBSCRIBE pattern only when a
+//!   rule is that very pattern (Redis 7's `ACLCheckChannelAgainstList`). A user entry
+//!   without channel rules has no channel, as Redis 7's `acl-pubsub-default resetchannels`.
+//! - Scripts and functions run as the proxy's backend user, which no proxy user's rules
+//!   bind, so a user whose rules leave out any command, key or channel may not run or
+//!   define code unless its entry says `scripts: trusted` ([`SCRIPT_COMMANDS`]).
 //! - With no `requirepass` and no users the `default` user is open (`nopass`), as in Redis;
 //!   once any user is configured, `default` is closed unless it is configured too.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use sha2::{Digest, Sha256};
+use smallvec::SmallVec;
 use subtle::ConstantTimeEq;
 
-use crate::command::{acl_category_bit, CommandSpec, NameMap};
-use crate::config::{Config, UserConfig};
+use crate::command::{acl_category_bit, CommandSpec, KeyList, NameMap};
+use crate::config::{Config, ScriptTrust, UserConfig};
 use crate::rewrite::glob::glob_match;
 
 /// `-WRONGPASS` text, as Redis 7.
@@ -29,9 +37,66 @@ pub const NOAUTH_HELLO: &str = "NOAUTH HELLO must be called with the client alre
 pub const NOPERM_KEYS: &str =
     "NOPERM this user has no permissions to access one of the keys used as arguments";
 
+/// Channel ACL denial text, as Redis 7.
+pub const NOPERM_CHANNELS: &str =
+    "NOPERM this user has no permissions to access one of the channels used as arguments";
+
 /// The command ACL denial text for `name` (`get`, `config|set`), as Redis 7.
 pub fn noperm_command(name: &str) -> String {
     format!("NOPERM this user has no permissions to run the '{name}' command")
+}
+
+/// The denial of a script command `name` to a user whose scripts are not trusted: Redis's
+/// command denial, then why and the setting that allows it.
+pub fn noperm_script(name: &str) -> String {
+    format!(
+        "{}: scripts and functions run as the proxy's backend user, where this user's command, key and channel rules do not hold (allow them with 'scripts: trusted' in the user's entry)",
+        noperm_command(name)
+    )
+}
+
+/// Commands that run code on the upstream, or change the code other users' FCALL runs.
+/// The code runs as the proxy's backend user, so none of a proxy user's rules hold inside
+/// it: they need [`ScriptTrust::Trusted`]. FUNCTION DELETE and FLUSH are here because the
+/// libraries are every user's: an untrusted user must not take away the code a trusted
+/// one calls.
+pub const SCRIPT_COMMANDS: &[&str] = &[
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+    "fcall",
+    "fcall_ro",
+    "function|load",
+    "function|restore",
+    "function|delete",
+    "function|flush",
+    "script|load",
+];
+
+/// Why a user may not run a command; checked in this order, Redis's for the first three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denial {
+    /// No command rule allows the command.
+    Command,
+    /// A key the command names is outside the user's key patterns.
+    Keys,
+    /// A channel (or PSUBSCRIBE pattern) is outside the user's channel rules.
+    Channels,
+    /// A script command ([`SCRIPT_COMMANDS`]) from a user whose scripts are not trusted.
+    Scripts,
+}
+
+impl Denial {
+    /// The error text refusing the command named `command` (`eval`, `function|load`).
+    pub fn text(self, command: &str) -> String {
+        match self {
+            Denial::Command => noperm_command(command),
+            Denial::Keys => NOPERM_KEYS.into(),
+            Denial::Channels => NOPERM_CHANNELS.into(),
+            Denial::Scripts => noperm_script(command),
+        }
+    }
 }
 
 /// What one command rule names.
@@ -59,7 +124,7 @@ impl Selector {
     }
 }
 
-/// One proxy user: credentials, command rules, key patterns.
+/// One proxy user: credentials, command rules, key patterns, channel rules, script trust.
 #[derive(Clone)]
 pub struct User {
     /// The user name (`ACL WHOAMI`).
@@ -72,7 +137,11 @@ pub struct User {
     rules: Vec<(bool, Selector)>,
     /// `None`: every key.
     key_patterns: Option<Vec<Vec<u8>>>,
-    /// Fast path: every command and every key.
+    /// `None`: every channel.
+    channel_patterns: Option<Vec<Vec<u8>>>,
+    /// May run [`SCRIPT_COMMANDS`] (which its command rules must still allow).
+    scripts_trusted: bool,
+    /// Fast path: every command, key and channel, and scripts trusted.
     unrestricted: bool,
 }
 
@@ -97,6 +166,8 @@ impl User {
             digests,
             rules: vec![(true, Selector::All)],
             key_patterns: None,
+            channel_patterns: None,
+            scripts_trusted: true,
             unrestricted: true,
         }
     }
@@ -123,33 +194,103 @@ impl User {
         for rule in &config.commands {
             rules.push(parse_rule(rule).map_err(|e| context(&e))?);
         }
-        let mut key_patterns = Some(Vec::new());
-        for pattern in &config.keys {
-            match pattern.as_str() {
-                "allkeys" | "~*" => key_patterns = None,
-                "resetkeys" => key_patterns = Some(Vec::new()),
-                p if p.starts_with('~') => {
-                    if let Some(patterns) = &mut key_patterns {
-                        patterns.push(p.as_bytes()[1..].to_vec());
-                    }
-                }
-                p => {
-                    return Err(context(&format!(
-                        "key pattern '{p}' must start with '~' (or be 'allkeys')"
-                    )))
-                }
-            }
-        }
+        let key_patterns = parse_patterns(&config.keys, KEY_RULES).map_err(|e| context(&e))?;
+        let channel_patterns =
+            parse_patterns(&config.channels, CHANNEL_RULES).map_err(|e| context(&e))?;
         let all_commands = rules.last() == Some(&(true, Selector::All));
+        let everything = all_commands && key_patterns.is_none() && channel_patterns.is_none();
+        let scripts_trusted = match config.scripts {
+            Some(ScriptTrust::Trusted) => true,
+            Some(ScriptTrust::Refused) => false,
+            None => everything,
+        };
         Ok(User {
             name: name.into(),
             enabled: config.is_enabled(),
             nopass: false,
             digests,
-            unrestricted: all_commands && key_patterns.is_none(),
+            unrestricted: everything && scripts_trusted,
             rules,
             key_patterns,
+            channel_patterns,
+            scripts_trusted,
         })
+    }
+
+    /// Why this user may not run `spec` with `args` (`None`: it may): its command rules,
+    /// its key patterns on the keys the client named, its channel rules, its script trust.
+    pub fn denial(&self, spec: &CommandSpec, args: &[Bytes]) -> Option<Denial> {
+        if self.unrestricted {
+            return None;
+        }
+        if !self.may_run(spec) {
+            return Some(Denial::Command);
+        }
+        if self.key_patterns.is_some() {
+            let mut keys: KeyList = SmallVec::new();
+            spec.keys(args, &mut keys);
+            if !keys.iter().all(|k| self.may_access(&args[k.index])) {
+                return Some(Denial::Keys);
+            }
+        }
+        self.channel_or_script_denial(spec, args)
+    }
+
+    /// [`User::denial`] without the key patterns, which the dispatcher checks: what the
+    /// session checks before the commands it answers itself, subscriptions among them.
+    pub fn denial_before_keys(&self, spec: &CommandSpec, args: &[Bytes]) -> Option<Denial> {
+        if self.unrestricted {
+            return None;
+        }
+        if !self.may_run(spec) {
+            return Some(Denial::Command);
+        }
+        self.channel_or_script_denial(spec, args)
+    }
+
+    fn channel_or_script_denial(&self, spec: &CommandSpec, args: &[Bytes]) -> Option<Denial> {
+        if !self.may_use_channels(spec, args) {
+            return Some(Denial::Channels);
+        }
+        if !self.scripts_trusted && SCRIPT_COMMANDS.contains(&spec.name.as_str()) {
+            return Some(Denial::Scripts);
+        }
+        None
+    }
+
+    /// Whether the channels `args` publish or subscribe to are all within this user's
+    /// channel rules, as Redis 7 checks them: PUBLISH, SPUBLISH, SUBSCRIBE and SSUBSCRIBE
+    /// match each channel against the rules' globs; PSUBSCRIBE needs each pattern to be one
+    /// of the rules, literally. Unsubscribing is always allowed.
+    fn may_use_channels(&self, spec: &CommandSpec, args: &[Bytes]) -> bool {
+        let Some(rules) = &self.channel_patterns else {
+            return true;
+        };
+        // A wrong arity is Redis's first answer; the caller gives it.
+        if !spec.arity_ok(args.len()) {
+            return true;
+        }
+        let (channels, literal) = match spec.name.as_str() {
+            "publish" | "spublish" => (args.get(1..2), false),
+            "subscribe" | "ssubscribe" => (args.get(1..), false),
+            "psubscribe" => (args.get(1..), true),
+            _ => return true,
+        };
+        channels.unwrap_or_default().iter().all(|channel| {
+            rules.iter().any(|rule| {
+                if literal {
+                    rule[..] == channel[..]
+                } else {
+                    glob_match(rule, channel)
+                }
+            })
+        })
+    }
+
+    /// Whether this user may use every key (`allkeys`): SORT's BY and GET patterns, which
+    /// name keys no check can see beforehand, are refused otherwise, as in Redis.
+    pub fn may_access_every_key(&self) -> bool {
+        self.key_patterns.is_none()
     }
 
     /// Whether this user may run the command `spec` (whatever its keys).
@@ -172,7 +313,8 @@ impl User {
         }
     }
 
-    /// Whether every command and key is allowed (no per-command check needed).
+    /// Whether every command, key and channel is allowed and scripts are trusted (no
+    /// per-command check needed).
     pub fn is_unrestricted(&self) -> bool {
         self.unrestricted
     }
@@ -283,6 +425,63 @@ fn parse_hex_digest(hex: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// How one kind of pattern list is spelled: `~`/`allkeys`/`resetkeys` for keys, `&`/
+/// `allchannels`/`resetchannels` for channels.
+struct PatternRules {
+    what: &'static str,
+    prefix: char,
+    all: &'static str,
+    reset: &'static str,
+    /// The other kind's prefix and the field it belongs in, for a rule in the wrong list.
+    other: (char, &'static str),
+}
+
+const KEY_RULES: PatternRules = PatternRules {
+    what: "key pattern",
+    prefix: '~',
+    all: "allkeys",
+    reset: "resetkeys",
+    other: ('&', "channels"),
+};
+
+const CHANNEL_RULES: PatternRules = PatternRules {
+    what: "channel rule",
+    prefix: '&',
+    all: "allchannels",
+    reset: "resetchannels",
+    other: ('~', "keys"),
+};
+
+/// Patterns in Redis's ACL words, applied in order (`None`: everything). As in Redis, the
+/// prefix followed by `*` means everything, and a pattern after it adds nothing.
+fn parse_patterns(list: &[String], rules: PatternRules) -> Result<Option<Vec<Vec<u8>>>, String> {
+    let mut patterns = Some(Vec::new());
+    for entry in list {
+        let entry = entry.trim();
+        let pattern = entry.strip_prefix(rules.prefix);
+        if entry == rules.all || pattern == Some("*") {
+            patterns = None;
+        } else if entry == rules.reset {
+            patterns = Some(Vec::new());
+        } else if let Some(pattern) = pattern {
+            if let Some(patterns) = &mut patterns {
+                patterns.push(pattern.as_bytes().to_vec());
+            }
+        } else if entry.starts_with(rules.other.0) {
+            return Err(format!(
+                "'{entry}' is not a {}: list it under {}",
+                rules.what, rules.other.1
+            ));
+        } else {
+            return Err(format!(
+                "{} '{entry}' must start with '{}' (or be '{}' or '{}')",
+                rules.what, rules.prefix, rules.all, rules.reset
+            ));
+        }
+    }
+    Ok(patterns)
+}
+
 fn parse_rule(rule: &str) -> Result<(bool, Selector), String> {
     let rule = rule.trim();
     match rule {
@@ -368,6 +567,152 @@ mod tests {
         assert!(!u.may_access(b"other:1"));
         assert!(!user(&["+@all"], &[]).may_access(b"k"));
         assert!(user(&["+@all"], &["allkeys"]).may_access(b"k"));
+    }
+
+    fn user_with(
+        commands: &[&str],
+        keys: &[&str],
+        channels: &[&str],
+        scripts: Option<ScriptTrust>,
+    ) -> Result<User, String> {
+        User::from_config(&UserConfig {
+            name: "bot".into(),
+            password: Some(Secret("pw".into())),
+            commands: commands.iter().map(|s| s.to_string()).collect(),
+            keys: keys.iter().map(|s| s.to_string()).collect(),
+            channels: channels.iter().map(|s| s.to_string()).collect(),
+            scripts,
+            ..UserConfig::default()
+        })
+    }
+
+    fn denial(table: &CommandTable, user: &User, line: &str) -> Option<Denial> {
+        let args: Vec<Bytes> = line
+            .split(' ')
+            .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+            .collect();
+        user.denial(table.lookup(&args).unwrap(), &args)
+    }
+
+    #[test]
+    fn channel_rules_match_as_redis_7() {
+        let table = CommandTable::builtin();
+        let u = user_with(&["+@all"], &["allkeys"], &["&news:*", "&exact"], None).unwrap();
+        for allowed in [
+            "PUBLISH news:1 m",
+            "SPUBLISH exact m",
+            "SUBSCRIBE news:1 exact",
+            "SSUBSCRIBE news:2",
+            "PSUBSCRIBE news:*",
+            "UNSUBSCRIBE other",
+            "PUNSUBSCRIBE o*",
+            "PUBSUB NUMSUB other",
+        ] {
+            assert_eq!(denial(&table, &u, allowed), None, "{allowed}");
+        }
+        for refused in [
+            "PUBLISH other m",
+            "SPUBLISH other m",
+            "SUBSCRIBE news:1 other",
+            "SSUBSCRIBE other",
+            "SUBSCRIBE __keyspace@0__:news:1",
+            // A pattern must be one of the rules, literally, even one a rule covers.
+            "PSUBSCRIBE news:1",
+            "PSUBSCRIBE news:a*",
+            "PSUBSCRIBE *",
+        ] {
+            assert_eq!(
+                denial(&table, &u, refused),
+                Some(Denial::Channels),
+                "{refused}"
+            );
+        }
+        // No channel rule: no channel (acl-pubsub-default resetchannels).
+        let none = user_with(&["+@all"], &["allkeys"], &[], None).unwrap();
+        assert_eq!(
+            denial(&table, &none, "PUBLISH any m"),
+            Some(Denial::Channels)
+        );
+        let all = user_with(&["+@all"], &["allkeys"], &["allchannels"], None).unwrap();
+        assert!(all.is_unrestricted());
+        let star = user_with(&["+@all"], &["~*"], &["&*"], None).unwrap();
+        assert!(star.is_unrestricted());
+        let reset = user_with(&["+@all"], &["allkeys"], &["&*", "resetchannels"], None).unwrap();
+        assert_eq!(
+            denial(&table, &reset, "PSUBSCRIBE *"),
+            Some(Denial::Channels)
+        );
+    }
+
+    #[test]
+    fn scripts_need_trust_unless_the_user_may_do_everything() {
+        let table = CommandTable::builtin();
+        let restricted = user_with(&["+@all", "-@dangerous"], &["~didi:*"], &[], None).unwrap();
+        for line in [
+            "EVAL x 1 didi:1",
+            "EVALSHA x 0",
+            "EVAL_RO x 0",
+            "EVALSHA_RO x 0",
+            "FCALL f 0",
+            "FCALL_RO f 0",
+            "FUNCTION LOAD x",
+            "FUNCTION RESTORE x",
+            "FUNCTION DELETE lib",
+            "FUNCTION FLUSH",
+            "SCRIPT LOAD x",
+        ] {
+            assert_eq!(
+                denial(&table, &restricted, line),
+                Some(Denial::Scripts),
+                "{line}"
+            );
+        }
+        // Keys are checked first, as Redis checks them before running anything.
+        assert_eq!(
+            denial(&table, &restricted, "EVAL x 1 secret:1"),
+            Some(Denial::Keys)
+        );
+        for line in ["SCRIPT EXISTS x", "FUNCTION LIST", "GET didi:1"] {
+            assert_eq!(denial(&table, &restricted, line), None, "{line}");
+        }
+        // The command rules still decide first.
+        let no_eval = user_with(&["+@read"], &["~didi:*"], &[], None).unwrap();
+        assert_eq!(denial(&table, &no_eval, "EVAL x 0"), Some(Denial::Command));
+        let trusted = user_with(&["+@all"], &["~didi:*"], &[], Some(ScriptTrust::Trusted));
+        assert_eq!(denial(&table, &trusted.unwrap(), "EVAL x 0"), None);
+        // Every key and command but no channel: a script's PUBLISH would escape the rules.
+        let no_channels = user_with(&["+@all"], &["allkeys"], &[], None).unwrap();
+        assert_eq!(
+            denial(&table, &no_channels, "FCALL f 0"),
+            Some(Denial::Scripts)
+        );
+        let everything = user_with(&["+@all"], &["allkeys"], &["allchannels"], None).unwrap();
+        assert_eq!(denial(&table, &everything, "EVAL x 0"), None);
+        let refused = user_with(
+            &["+@all"],
+            &["allkeys"],
+            &["allchannels"],
+            Some(ScriptTrust::Refused),
+        )
+        .unwrap();
+        assert!(!refused.is_unrestricted());
+        assert_eq!(denial(&table, &refused, "EVAL x 0"), Some(Denial::Scripts));
+        assert_eq!(denial(&table, &refused, "GET k"), None);
+        let text = Denial::Scripts.text("eval");
+        assert!(
+            text.starts_with(&noperm_command("eval")) && text.contains("scripts: trusted"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn key_and_channel_rules_in_the_wrong_list_are_config_errors() {
+        let error = user_with(&["+@all"], &["&news"], &[], None).unwrap_err();
+        assert!(error.contains("list it under channels"), "{error}");
+        let error = user_with(&["+@all"], &[], &["~k"], None).unwrap_err();
+        assert!(error.contains("list it under keys"), "{error}");
+        let error = user_with(&["+@all"], &[], &["news"], None).unwrap_err();
+        assert!(error.contains("must start with '&'"), "{error}");
     }
 
     #[test]

@@ -15,8 +15,10 @@ use serde::Deserialize;
 use crate::protocol::Limits;
 
 mod overrides;
+mod users;
 
 pub use overrides::{Override, TOP_LEVEL_FIELDS};
+pub use users::{ScriptTrust, UserConfig};
 
 /// The whole proxy configuration.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -162,57 +164,6 @@ pub struct Secret(pub String);
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("\"<redacted>\"")
-    }
-}
-
-/// An `on`/`off` switch; YAML `true`/`false` work too.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(untagged)]
-enum OnOff {
-    Bool(bool),
-    Word(Switch),
-}
-
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-enum Switch {
-    On,
-    Off,
-}
-
-fn on_off<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
-    Ok(Option::<OnOff>::deserialize(d)?.map(|v| match v {
-        OnOff::Bool(b) => b,
-        OnOff::Word(w) => w == Switch::On,
-    }))
-}
-
-/// One proxy-side ACL user, checked by the proxy before anything reaches the upstream.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
-#[serde(default, deny_unknown_fields)]
-pub struct UserConfig {
-    /// User name (`default` is the user of `AUTH password`).
-    pub name: String,
-    /// Clear-text password.
-    pub password: Option<Secret>,
-    /// SHA-256 of the password, 64 hex digits (instead of `password`).
-    pub password_sha256: Option<Secret>,
-    /// `on`/`off` (default on).
-    #[serde(deserialize_with = "on_off")]
-    pub enabled: Option<bool>,
-    /// Same as `enabled`, in Redis's words (`on`/`off`).
-    #[serde(deserialize_with = "on_off")]
-    pub state: Option<bool>,
-    /// Redis ACL command rules, applied in order: `+@all`, `-@dangerous`, `+get`, `-config|set`.
-    pub commands: Vec<String>,
-    /// Key patterns on the names clients send (`~app:*`, `allkeys`); none: no key access.
-    pub keys: Vec<String>,
-}
-
-impl UserConfig {
-    /// Whether the user may log in (`enabled`/`state`, default on).
-    pub fn is_enabled(&self) -> bool {
-        self.enabled.or(self.state).unwrap_or(true)
     }
 }
 

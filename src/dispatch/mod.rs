@@ -273,7 +273,7 @@ impl Proxy {
     }
 
     /// The refusal for a command `user`'s ACL does not allow (`None`: allowed, or no user
-    /// restrictions). ACL key patterns see the names the client sent.
+    /// restrictions). ACL key patterns and channel rules see the names the client sent.
     fn user_refusal(
         spec: &CommandSpec,
         request: &Request,
@@ -281,13 +281,15 @@ impl Proxy {
     ) -> Option<Bytes> {
         let args = &request.args;
         let user = user.filter(|user| !user.is_unrestricted())?;
-        if !user.may_run(spec) {
-            return Some(reply::error(&crate::auth::noperm_command(&spec.name)));
+        if let Some(denial) = user.denial(spec, args) {
+            return Some(reply::error(&denial.text(&spec.name)));
         }
-        let mut keys: KeyList = SmallVec::new();
-        spec.keys(args, &mut keys);
-        if !keys.iter().all(|k| user.may_access(&args[k.index])) {
-            return Some(reply::error(crate::auth::NOPERM_KEYS));
+        if !user.may_access_every_key() {
+            // The keys SORT's patterns form are known only once it runs, so Redis refuses
+            // the patterns themselves to a user without every key.
+            if let Some(text) = sort::pattern_denial(&spec.name, args) {
+                return Some(reply::error(text));
+            }
         }
         None
     }

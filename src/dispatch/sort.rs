@@ -48,6 +48,91 @@ pub struct SortRequest {
     store: Option<Bytes>,
 }
 
+/// Redis's refusal of SORT's patterns to a user without every key (`sortCommandGeneric`):
+/// the text for the first BY pattern with `*` or GET, in argument order, or `None` when
+/// there is none or an argument before it is wrong (the planner answers that error, as
+/// Redis answers the first problem it meets). `name` is the command's (`sort`, `sort_ro`).
+pub fn pattern_denial(name: &str, args: &[Bytes]) -> Option<&'static str> {
+    let readonly = match name {
+        "sort" => false,
+        "sort_ro" => true,
+        _ => return None,
+    };
+    for option in SortOptions::new(args, readonly) {
+        match option.ok()? {
+            SortOption::By(by) if by.contains(&b'*') => return Some(reply::text::SORT_BY_DENIED),
+            SortOption::Get(_) => return Some(reply::text::SORT_GET_DENIED),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// One option of a SORT, as `sortCommandGeneric` reads them.
+enum SortOption<'a> {
+    Asc,
+    Desc,
+    Alpha,
+    Limit(&'a Bytes, &'a Bytes),
+    Store(&'a Bytes),
+    By(&'a Bytes),
+    Get(&'a Bytes),
+}
+
+/// The options after SORT's key, in order; an `Err` (Redis's error) ends them.
+struct SortOptions<'a> {
+    args: &'a [Bytes],
+    readonly: bool,
+    next: usize,
+}
+
+impl<'a> SortOptions<'a> {
+    fn new(args: &'a [Bytes], readonly: bool) -> Self {
+        SortOptions {
+            args,
+            readonly,
+            next: 2,
+        }
+    }
+}
+
+impl<'a> Iterator for SortOptions<'a> {
+    type Item = Result<SortOption<'a>, Bytes>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let args = self.args;
+        let j = self.next;
+        if j >= args.len() {
+            return None;
+        }
+        let left = args.len() - j - 1;
+        let option = args[j].to_ascii_lowercase();
+        let (option, taken) = match option.as_slice() {
+            b"asc" => (SortOption::Asc, 0),
+            b"desc" => (SortOption::Desc, 0),
+            b"alpha" => (SortOption::Alpha, 0),
+            b"limit" if left >= 2 => {
+                if parse_i64(&args[j + 1]).is_none() || parse_i64(&args[j + 2]).is_none() {
+                    self.next = args.len();
+                    return Some(Err(reply::error(
+                        "ERR value is not an integer or out of range",
+                    )));
+                }
+                (SortOption::Limit(&args[j + 1], &args[j + 2]), 2)
+            }
+            b"store" if !self.readonly && left >= 1 => (SortOption::Store(&args[j + 1]), 1),
+            b"by" if left >= 1 => (SortOption::By(&args[j + 1]), 1),
+            b"get" if left >= 1 => (SortOption::Get(&args[j + 1]), 1),
+            _ => {
+                self.next = args.len();
+                return Some(Err(reply::error(reply::text::SYNTAX)));
+            }
+        };
+        self.next = j + 1 + taken;
+        Some(Ok(option))
+    }
+}
+
 /// What to look up for one element under a pattern.
 enum Lookup {
     /// `#`: the element itself.
@@ -90,36 +175,18 @@ impl SortRequest {
             alpha: false,
             store: None,
         };
-        let mut j = 2;
-        while j < args.len() {
-            let left = args.len() - j - 1;
-            let option = args[j].to_ascii_lowercase();
-            match option.as_slice() {
-                b"asc" => sort.desc = false,
-                b"desc" => sort.desc = true,
-                b"alpha" => sort.alpha = true,
-                b"limit" if left >= 2 => {
-                    if parse_i64(&args[j + 1]).is_none() || parse_i64(&args[j + 2]).is_none() {
-                        return Err(reply::error("ERR value is not an integer or out of range"));
-                    }
-                    sort.limit = Some((args[j + 1].clone(), args[j + 2].clone()));
-                    j += 2;
+        for option in SortOptions::new(args, readonly) {
+            match option? {
+                SortOption::Asc => sort.desc = false,
+                SortOption::Desc => sort.desc = true,
+                SortOption::Alpha => sort.alpha = true,
+                SortOption::Limit(offset, count) => {
+                    sort.limit = Some((offset.clone(), count.clone()));
                 }
-                b"store" if !readonly && left >= 1 => {
-                    sort.store = Some(args[j + 1].clone());
-                    j += 1;
-                }
-                b"by" if left >= 1 => {
-                    sort.by = Some(args[j + 1].clone());
-                    j += 1;
-                }
-                b"get" if left >= 1 => {
-                    sort.gets.push(args[j + 1].clone());
-                    j += 1;
-                }
-                _ => return Err(reply::error(reply::text::SYNTAX)),
+                SortOption::Store(store) => sort.store = Some(store.clone()),
+                SortOption::By(by) => sort.by = Some(by.clone()),
+                SortOption::Get(get) => sort.gets.push(get.clone()),
             }
-            j += 1;
         }
         Ok(sort)
     }
@@ -524,6 +591,33 @@ mod tests {
             "SORT_RO l GET #",
         ] {
             assert!(matches!(classify(line), Some(Ok(_))), "{line}");
+        }
+    }
+
+    #[test]
+    fn patterns_are_denied_where_redis_meets_them() {
+        let denial = |line: &str| {
+            let args = args(line);
+            let name = String::from_utf8(args[0].to_ascii_lowercase()).unwrap();
+            pattern_denial(&name, &args)
+        };
+        let by = Some(reply::text::SORT_BY_DENIED);
+        let get = Some(reply::text::SORT_GET_DENIED);
+        // What redis-server 7.0 answers a user with `~u:*` (each checked by hand).
+        assert_eq!(denial("SORT l BY w_*"), by);
+        assert_eq!(denial("SORT l GET #"), get);
+        assert_eq!(denial("sort l by nosort get x"), get);
+        assert_eq!(denial("SORT l BY w_* GET x"), by);
+        assert_eq!(denial("SORT_RO l LIMIT 0 1 GET x"), get);
+        for line in [
+            "SORT l",
+            "SORT l BY nosort",
+            "SORT l BLAH BY w_*",
+            "SORT l LIMIT a b BY w_*",
+            "SORT_RO l STORE d GET x",
+            "GET l",
+        ] {
+            assert_eq!(denial(line), None, "{line}");
         }
     }
 

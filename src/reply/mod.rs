@@ -22,6 +22,12 @@ pub mod text {
     pub const SHUTTING_DOWN: &str = "ERR proxy: shutting down, no new commands accepted";
     /// Arguments that do not fit the command's syntax.
     pub const SYNTAX: &str = "ERR syntax error";
+    /// SORT ... BY pattern from a user without access to every key, as Redis 7.
+    pub const SORT_BY_DENIED: &str =
+        "ERR BY option of SORT denied due to insufficient ACL permissions.";
+    /// SORT ... GET pattern from a user without access to every key, as Redis 7.
+    pub const SORT_GET_DENIED: &str =
+        "ERR GET option of SORT denied due to insufficient ACL permissions.";
 }
 
 /// A complete error frame `-<text>\r\n` (the text carries its own prefix, e.g. `ERR `).

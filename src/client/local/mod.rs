@@ -84,17 +84,19 @@ pub fn allowed_before_auth(request: &Request) -> bool {
 
 /// The NOPERM reply when `user`'s ACL does not allow `request`. Checked before anything
 /// else looks at the request: the commands answered in this module, transactions and
-/// subscriptions never reach the dispatcher's own check. As in Redis, QUIT and the
-/// commands flagged `no_auth` (AUTH, HELLO, RESET) are open to every user.
+/// subscriptions never reach the dispatcher's own check (which adds the key patterns).
+/// As in Redis, QUIT and the commands flagged `no_auth` (AUTH, HELLO, RESET) are open to
+/// every user.
 pub fn acl_refusal(commands: &CommandTable, user: &User, request: &Request) -> Option<Bytes> {
     if user.is_unrestricted() || request.name().eq_ignore_ascii_case(b"quit") {
         return None;
     }
     let spec = commands.lookup(&request.args)?;
-    if spec.flags.has(CommandFlags::NO_AUTH) || user.may_run(spec) {
+    if spec.flags.has(CommandFlags::NO_AUTH) {
         return None;
     }
-    Some(reply::error(&crate::auth::noperm_command(&spec.name)))
+    let denial = user.denial_before_keys(spec, &request.args)?;
+    Some(reply::error(&denial.text(&spec.name)))
 }
 
 /// A locally answered command: the reply, and whether the connection closes after it.
