@@ -211,7 +211,6 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                         routed_moves = snapshot.topology.moves();
                     }
                     let muted = state.replies.mutes() && !local::sets_reply_mode(&request);
-                    // Subscription confirmations escape CLIENT REPLY (see `confirms_unmuted`).
                     if muted && (transaction.in_multi() || !pubsub::confirms_unmuted(&request)) {
                         in_flight.mute_next();
                     }
