@@ -426,6 +426,24 @@ mod tests {
         assert_eq!(nesting, Ok(100_000));
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any chain of aggregate kinds, of any length, is one frame as deep as the chain,
+        /// wherever the stream is cut.
+        #[test]
+        fn arbitrary_deep_chains_split_anywhere(
+            kinds in prop::collection::vec(0..LEVELS.len(), 1..3000),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut frame: Vec<u8> = kinds.iter().flat_map(|&kind| LEVELS[kind].to_vec()).collect();
+            frame.extend_from_slice(b"$3\r\nend\r\n");
+            let split = cut.index(frame.len() + 1);
+            prop_assert_eq!(feed_in_two(&frame, split), vec![frame.len()]);
+            prop_assert_eq!(reply_nesting(&frame), Ok(kinds.len()));
+        }
+    }
+
     #[test]
     fn nesting_is_measured_per_frame() {
         assert_eq!(reply_nesting(b"+OK\r\n"), Ok(0));

@@ -448,3 +448,67 @@ type Background = FuturesUnordered<BoxFuture<'static, Result<(), String>>>;
 fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
     inner.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(args: &[&str]) -> Request {
+        Request {
+            raw: Bytes::new(),
+            args: args
+                .iter()
+                .map(|arg| Bytes::copy_from_slice(arg.as_bytes()))
+                .collect(),
+        }
+    }
+
+    fn answered(intercept: Intercept) -> Option<Bytes> {
+        match intercept {
+            Intercept::Reply(reply) => Some(reply),
+            Intercept::Pending(reply) => reply.now_or_never(),
+            Intercept::Pass => None,
+        }
+    }
+
+    #[test]
+    fn only_the_subscription_commands_escape_client_reply() {
+        for name in [
+            "subscribe",
+            "UNSUBSCRIBE",
+            "PSubscribe",
+            "punsubscribe",
+            "ssubscribe",
+            "sunsubscribe",
+        ] {
+            assert!(confirms_unmuted(&request(&[name, "ch"])), "{name}");
+        }
+        for name in ["publish", "ping", "pubsub", "client", "reset", "subscriber"] {
+            assert!(!confirms_unmuted(&request(&[name, "ch"])), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_muted_subscription_answer_loses_its_error_only() {
+        let confirmations = frames::confirmation(Proto::Resp3, "subscribe", Some(b"ch"), 1);
+        let error = reply::error(reply::text::SLOT_UNSERVED);
+        for (answer, kept) in [
+            (
+                Intercept::Reply(confirmations.clone()),
+                confirmations.clone(),
+            ),
+            (Intercept::Reply(error.clone()), Bytes::new()),
+            (
+                Intercept::Pending(futures_util::future::ready(confirmations.clone()).boxed()),
+                confirmations.clone(),
+            ),
+            (
+                Intercept::Pending(futures_util::future::ready(error).boxed()),
+                Bytes::new(),
+            ),
+        ] {
+            assert_eq!(answered(answer.errors_muted()), Some(kept));
+        }
+        assert!(matches!(Intercept::Pass.errors_muted(), Intercept::Pass));
+    }
+}
