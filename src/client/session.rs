@@ -39,7 +39,7 @@ use crate::reply;
 use super::flow::{ClientFlow, Gate};
 use super::local::{self, ConnState, ReplyMode};
 use super::pipeline::{Pipeline, Running};
-use super::pubsub::{Intercept, PubSub, Relay};
+use super::pubsub::{self, Intercept, PubSub, Relay};
 use super::registry::{ClientGuard, Registry, Signal, Subscriptions};
 use super::transaction::{splice_local_answers, LocalCommands, Step, Transaction};
 
@@ -232,7 +232,8 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                     if in_flight.is_empty() {
                         routed_moves = snapshot.topology.moves();
                     }
-                    if state.replies.mutes() && !local::sets_reply_mode(&request) {
+                    let muted = state.replies.mutes() && !local::sets_reply_mode(&request);
+                    if muted && (transaction.in_multi() || !pubsub::confirms_unmuted(&request)) {
                         in_flight.mute_next();
                     }
                     if draining {
@@ -292,7 +293,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
                             }
                             Step::Pass => {}
                         }
-                        match pubsub.intercept(&request, &name, state.proto, proxy) {
+                        match pubsub.intercept(&request, &name, state.proto, muted, proxy) {
                             Intercept::Reply(reply) => {
                                 note_command(&guard, command);
                                 subscriptions.update(&pubsub);

@@ -4,13 +4,13 @@
 //! refuses sets whose members are aggregates ("to_set: Invalid hash key"), and Redis 7
 //! sends exactly that in RESP3 `COMMAND` replies (key specs are a set of maps), so such
 //! frames are read by [`read_frame`], a small reader that keeps sets as lists.
-//! Invariants: the whole input must be one frame; nesting is bounded; no input panics.
+//! Invariants: the whole input must be one frame; nesting is bounded (both readers
+//! recurse, so a deeper frame is measured and refused first); no input panics.
 
 use redis_protocol::resp3::decode::complete::decode;
 use redis_protocol::resp3::types::OwnedFrame;
 
-/// Deepest nesting accepted (a `COMMAND` reply nests 6 levels).
-const MAX_DEPTH: usize = 32;
+use crate::protocol::{reply_nesting, MAX_PARSED_NESTING as MAX_DEPTH};
 
 /// A decoded reply element, the same for RESP2 and RESP3.
 pub(crate) enum Value {
@@ -76,6 +76,9 @@ impl Value {
 
 /// Decodes `frame`, which must be exactly one complete RESP2 or RESP3 frame.
 pub(crate) fn decode_reply(frame: &[u8]) -> Result<Value, String> {
+    if reply_nesting(frame).map_err(|error| error.0)? > MAX_DEPTH {
+        return Err(format!("frame nests deeper than {MAX_DEPTH} levels"));
+    }
     match decode(frame) {
         Ok(Some((decoded, used))) => {
             if used != frame.len() {
@@ -272,5 +275,30 @@ mod tests {
         }
         let deep = "~1\r\n".repeat(MAX_DEPTH + 2) + "%0\r\n";
         assert!(decode_reply(deep.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn any_depth_is_refused_or_read_without_overflow() {
+        // Both readers recurse: the deepest frame they are given must fit a small stack,
+        // and a deeper one (as a Lua script can make Redis send) is refused unread.
+        let outcome = std::thread::Builder::new()
+            .stack_size(1024 * 1024)
+            .spawn(|| {
+                let frame = |depth: usize, level: &str| level.repeat(depth) + ":1\r\n";
+                let deepest = [
+                    frame(MAX_DEPTH, "*1\r\n"),
+                    frame(MAX_DEPTH / 2, "%1\r\n+k\r\n~1\r\n"),
+                ];
+                let read = deepest.iter().all(|f| decode_reply(f.as_bytes()).is_ok());
+                let lua = frame(100_000, "*1\r\n");
+                (read, decode_reply(lua.as_bytes()).err())
+            })
+            .expect("spawn")
+            .join()
+            .expect("no overflow");
+        assert_eq!(
+            outcome,
+            (true, Some("frame nests deeper than 32 levels".to_owned()))
+        );
     }
 }

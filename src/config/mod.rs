@@ -329,7 +329,6 @@ impl LimitsConfig {
             max_bulk_len: self.proto_max_bulk_len,
             max_multibulk_len: self.max_multibulk_len,
             max_inline_len: self.max_inline_len,
-            ..Limits::default()
         }
     }
 }

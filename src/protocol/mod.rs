@@ -20,7 +20,7 @@ mod request;
 
 pub use frame::{parse_frame, BytesFrame};
 pub(crate) use number::parse_i64;
-pub use reply_scan::ReplyScanner;
+pub use reply_scan::{reply_nesting, ReplyScanner};
 pub use request::{FoldedName, Request, RequestDecoder};
 
 /// Size limits on client input. Defaults are Redis's own.
@@ -33,9 +33,14 @@ pub struct Limits {
     pub max_multibulk_len: usize,
     /// Longest inline command line (Redis: `PROTO_INLINE_MAX_SIZE`, 64 KiB).
     pub max_inline_len: usize,
-    /// Deepest nesting of aggregate reply frames accepted from a backend.
-    pub max_nesting: usize,
 }
+
+/// Deepest reply handed to a reader that recurses once per level (redis-protocol's
+/// decoders, the value readers of `command` and `route`): far more than any reply they are
+/// for (a `COMMAND` reply nests 6), far less than overflows a thread's stack (a level can
+/// take 20 KiB of it in a debug build). A deeper reply is refused before it is read;
+/// replies that are only forwarded or split into elements have no such limit.
+pub const MAX_PARSED_NESTING: usize = 32;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -43,7 +48,6 @@ impl Default for Limits {
             max_bulk_len: 512 * 1024 * 1024,
             max_multibulk_len: 1024 * 1024,
             max_inline_len: 64 * 1024,
-            max_nesting: 128,
         }
     }
 }

@@ -5,6 +5,12 @@
 //! replies can be forwarded without being parsed into values. Its position is kept
 //! between calls, so a large reply arriving in small reads is walked once.
 //!
+//! Nesting has no limit of its own, as Redis has none on what it writes (a Lua script
+//! returning a table that holds itself nests thousands deep): the stack of open aggregates
+//! is a vector, never the call stack, and its length is bounded by the bytes buffered
+//! (each level takes at least 4). [`reply_nesting`] measures a whole frame the same way,
+//! for the readers that recurse to refuse what they could not read.
+//!
 //! Frames: RESP2 `+ - : $ *` (with the nulls `$-1` and `*-1`) and RESP3 `_ , # ! = ( % ~ >`
 //! and `|`. An attribute (`|`) is not a frame of its own: it is measured together with the
 //! frame it annotates, at whatever depth it appears. Streamed RESP3 strings and
@@ -39,10 +45,16 @@ pub struct ReplyScanner {
     blob_end: Option<usize>,
     /// Aggregates opened and not yet complete, innermost last.
     open: Vec<OpenAggregate>,
+    /// The most aggregates open at once in the current frame.
+    deepest: usize,
 }
 
+/// Open aggregates a scanner keeps room for between frames; a deeper frame's stack is
+/// given back once it is measured, so one odd reply does not hold memory for good.
+const KEPT_NESTING: usize = 64;
+
 impl ReplyScanner {
-    /// A scanner enforcing `limits.max_nesting` and `limits.max_bulk_len`.
+    /// A scanner enforcing `limits.max_bulk_len`.
     pub fn new(limits: Limits) -> Self {
         ReplyScanner {
             limits,
@@ -77,6 +89,8 @@ impl ReplyScanner {
         self.searched = 0;
         self.blob_end = None;
         self.open.clear();
+        self.open.shrink_to(KEPT_NESTING);
+        self.deepest = 0;
     }
 
     fn scan(&mut self, buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
@@ -144,13 +158,11 @@ impl ReplyScanner {
                         }
                         continue;
                     }
-                    if self.open.len() >= self.limits.max_nesting {
-                        return Err(error("reply nesting too deep"));
-                    }
                     self.open.push(OpenAggregate {
                         remaining,
                         is_attribute,
                     });
+                    self.deepest = self.deepest.max(self.open.len());
                 }
                 other => {
                     return Err(ProtocolError(format!(
@@ -198,6 +210,18 @@ impl ReplyScanner {
             }
         }
         true
+    }
+}
+
+/// How many aggregates of `frame`, which must be exactly one complete reply frame, nest
+/// inside each other at the deepest point: 0 for a simple frame, 1 for an array of simple
+/// frames (an attribute counts as a level too). Measured without recursion, at any depth.
+pub fn reply_nesting(frame: &[u8]) -> Result<usize, ProtocolError> {
+    let mut scanner = ReplyScanner::default();
+    match scanner.scan(frame)? {
+        Some(len) if len == frame.len() => Ok(scanner.deepest),
+        Some(_) => Err(error("bytes after the reply frame")),
+        None => Err(error("incomplete reply frame")),
     }
 }
 
@@ -324,19 +348,120 @@ mod tests {
         lens
     }
 
+    /// One level of each aggregate kind Redis can nest, each holding the next level
+    /// (a map as its value, an attribute as the frame it annotates), innermost `leaf`.
+    fn nested(levels: &[&[u8]], depth: usize, leaf: &[u8]) -> Vec<u8> {
+        let mut frame = Vec::new();
+        for level in 0..depth {
+            frame.extend_from_slice(levels[level % levels.len()]);
+        }
+        frame.extend_from_slice(leaf);
+        frame
+    }
+
+    /// Every aggregate kind: array, map (value), set, push, attribute (annotated frame).
+    const LEVELS: &[&[u8]] = &[
+        b"*1\r\n",
+        b"%1\r\n+key\r\n",
+        b"~1\r\n",
+        b">2\r\n:1\r\n",
+        b"|1\r\n+ttl\r\n:3600\r\n*1\r\n",
+        b"*2\r\n$-1\r\n",
+    ];
+
     #[test]
-    fn nesting_beyond_the_limit_is_refused() {
-        let limits = Limits {
-            max_nesting: 3,
-            ..Limits::default()
-        };
-        let ok = b"*1\r\n*1\r\n*1\r\n:1\r\n";
+    fn nesting_has_no_limit_of_its_own() {
+        // As Redis answers `EVAL "local a = {}; local b = {a}; a[1] = b; return a" 0`.
+        let lua = nested(&[b"*1\r\n"], 7995, b"-ERR reached lua stack limit\r\n");
+        let mut stream = lua.clone();
+        stream.extend_from_slice(b"+PONG\r\n");
         assert_eq!(
-            frame_lens(&mut ReplyScanner::new(limits), ok),
-            Ok(vec![ok.len()])
+            frame_lens(&mut ReplyScanner::default(), &stream),
+            Ok(vec![lua.len(), 7])
         );
-        let deep = b"*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n";
-        assert!(frame_lens(&mut ReplyScanner::new(limits), deep).is_err());
+        assert_eq!(reply_nesting(&lua), Ok(7995));
+        let mixed = nested(LEVELS, 3000, b"_\r\n");
+        assert_eq!(
+            frame_lens(&mut ReplyScanner::default(), &mixed),
+            Ok(vec![mixed.len()])
+        );
+    }
+
+    #[test]
+    fn deep_nesting_split_at_every_byte() {
+        for levels in LEVELS.iter().map(std::slice::from_ref).chain([LEVELS]) {
+            let mut stream = nested(levels, 300, b":7\r\n");
+            let first = stream.len();
+            stream.extend_from_slice(&nested(levels, 2, b"$2\r\nhi\r\n"));
+            let expected = vec![first, stream.len() - first];
+            for split in 0..=stream.len() {
+                assert_eq!(feed_in_two(&stream, split), expected, "split at {split}");
+            }
+        }
+    }
+
+    #[test]
+    fn depth_of_100_000_fits_a_small_stack() {
+        // No recursion: a 256 KiB stack would overflow long before 100,000 frames of it.
+        let outcome = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(|| {
+                let frame = nested(LEVELS, 100_000, b"+deepest\r\n");
+                let mut scanner = ReplyScanner::default();
+                let mut buf = BytesMut::new();
+                let mut lens = Vec::new();
+                for chunk in frame.chunks(4096) {
+                    buf.extend_from_slice(chunk);
+                    if let Some(len) = scanner.next_frame_len(&buf).unwrap() {
+                        lens.push(len);
+                    }
+                }
+                (lens, frame.len(), reply_nesting(&frame))
+            })
+            .expect("spawn")
+            .join()
+            .expect("no overflow");
+        let (lens, len, nesting) = outcome;
+        assert_eq!(lens, vec![len]);
+        assert_eq!(nesting, Ok(100_000));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any chain of aggregate kinds, of any length, is one frame as deep as the chain,
+        /// wherever the stream is cut.
+        #[test]
+        fn arbitrary_deep_chains_split_anywhere(
+            kinds in prop::collection::vec(0..LEVELS.len(), 1..3000),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut frame: Vec<u8> = kinds.iter().flat_map(|&kind| LEVELS[kind].to_vec()).collect();
+            frame.extend_from_slice(b"$3\r\nend\r\n");
+            let split = cut.index(frame.len() + 1);
+            prop_assert_eq!(feed_in_two(&frame, split), vec![frame.len()]);
+            prop_assert_eq!(reply_nesting(&frame), Ok(kinds.len()));
+        }
+    }
+
+    #[test]
+    fn nesting_is_measured_per_frame() {
+        assert_eq!(reply_nesting(b"+OK\r\n"), Ok(0));
+        assert_eq!(reply_nesting(b"*0\r\n"), Ok(0));
+        assert_eq!(reply_nesting(b"*2\r\n:1\r\n*1\r\n:2\r\n"), Ok(2));
+        assert_eq!(reply_nesting(b"|1\r\n+a\r\n:1\r\n*1\r\n:2\r\n"), Ok(1));
+        assert_eq!(
+            reply_nesting(b"*1\r\n|1\r\n+a\r\n*1\r\n:1\r\n:2\r\n"),
+            Ok(3)
+        );
+        assert!(reply_nesting(b"*2\r\n:1\r\n").is_err());
+        assert!(reply_nesting(b"+OK\r\n+OK\r\n").is_err());
+        // A scanner that measured a deep frame measures the next one afresh.
+        let mut scanner = ReplyScanner::default();
+        let deep = nested(&[b"*1\r\n"], 10_000, b":1\r\n");
+        assert_eq!(frame_lens(&mut scanner, &deep), Ok(vec![deep.len()]));
+        assert!(scanner.open.capacity() <= KEPT_NESTING);
+        assert_eq!(scanner.deepest, 0);
     }
 
     #[test]

@@ -356,8 +356,13 @@ enum Value {
 }
 
 /// Decodes a RESP3 reply, or a RESP2 one: RESP3 has no `$-1`/`*-1` nulls, so a RESP2
-/// reply holding one only parses as RESP2.
+/// reply holding one only parses as RESP2. Both decoders recurse: a reply nesting deeper
+/// than any slot map does is refused unread.
 fn decode_reply(frame: &[u8]) -> Result<Value, String> {
+    let nesting = crate::protocol::reply_nesting(frame).map_err(|error| error.0)?;
+    if nesting > crate::protocol::MAX_PARSED_NESTING {
+        return Err(format!("reply nests {nesting} levels deep"));
+    }
     let value = match redis_protocol::resp3::decode::complete::decode(frame) {
         Ok(Some((frame, _))) => Value::from_frame(frame),
         Ok(None) => return Err("incomplete reply".to_string()),

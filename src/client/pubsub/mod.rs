@@ -59,6 +59,45 @@ pub enum Intercept {
     Pending(BoxFuture<'static, Bytes>),
 }
 
+impl Intercept {
+    /// The same answer with an error left out (an empty reply writes nothing), for a
+    /// subscription command under CLIENT REPLY OFF or SKIP: Redis mutes its errors as any
+    /// other reply, but not its confirmations (see [`confirms_unmuted`]).
+    fn errors_muted(self) -> Intercept {
+        fn mute_error(reply: Bytes) -> Bytes {
+            if reply.first() == Some(&b'-') {
+                Bytes::new()
+            } else {
+                reply
+            }
+        }
+        match self {
+            Intercept::Reply(reply) => Intercept::Reply(mute_error(reply)),
+            Intercept::Pending(reply) => Intercept::Pending(reply.map(mute_error).boxed()),
+            Intercept::Pass => Intercept::Pass,
+        }
+    }
+}
+
+/// Whether `request` is a subscription command ((P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE), whose
+/// confirmations Redis 7.0 sends whatever CLIENT REPLY says (it writes them as pushes, in
+/// RESP2 too, and OFF and SKIP do not silence pushes): the session leaves their reply
+/// unmuted, and [`PubSub::intercept`] leaves out what Redis does mute, an error. Messages
+/// are never muted either: they are no command's reply.
+pub fn confirms_unmuted(request: &Request) -> bool {
+    let name = request.name();
+    [
+        &b"subscribe"[..],
+        b"unsubscribe",
+        b"psubscribe",
+        b"punsubscribe",
+        b"ssubscribe",
+        b"sunsubscribe",
+    ]
+    .iter()
+    .any(|command| name.eq_ignore_ascii_case(command))
+}
+
 /// What [`PubSub::next_event`] has for the session.
 pub enum Relay {
     /// A message to queue behind the replies already waiting.
@@ -172,12 +211,14 @@ impl PubSub {
 
     /// Looks at `request` before anything else does (see [`Intercept`]). `current` is the
     /// live snapshot: new subscriptions use its upstream, and after a reload that switched
-    /// the upstream the client's subscriptions move there too.
+    /// the upstream the client's subscriptions move there too. `muted`: CLIENT REPLY mutes
+    /// this request's reply, which for a subscription command leaves out only an error.
     pub fn intercept(
         &mut self,
         request: &Request,
         name: &FoldedName,
         proto: Proto,
+        muted: bool,
         current: &Arc<Proxy>,
     ) -> Intercept {
         let args = &request.args;
@@ -237,13 +278,19 @@ impl PubSub {
             if self.masters.is_none() {
                 self.masters = Some(proxy.topology.watch_masters());
             }
-            if let Some(spec) = proxy.commands.lookup(args) {
-                if !spec.arity_ok(args.len()) {
-                    return Intercept::Reply(reply::wrong_arity(&spec.name));
+            let arity_error = proxy
+                .commands
+                .lookup(args)
+                .filter(|spec| !spec.arity_ok(args.len()))
+                .map(|spec| reply::wrong_arity(&spec.name));
+            let answer = match arity_error {
+                Some(error) => Intercept::Reply(error),
+                None => {
+                    let subscribe = matches!(name, b"subscribe" | b"psubscribe" | b"ssubscribe");
+                    self.subscription(request, proto, family, subscribe)
                 }
-            }
-            let subscribe = matches!(name, b"subscribe" | b"psubscribe" | b"ssubscribe");
-            return self.subscription(request, proto, family, subscribe);
+            };
+            return if muted { answer.errors_muted() } else { answer };
         }
         match name {
             b"reset" => {
@@ -400,4 +447,68 @@ type Background = FuturesUnordered<BoxFuture<'static, Result<(), String>>>;
 
 fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
     inner.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(args: &[&str]) -> Request {
+        Request {
+            raw: Bytes::new(),
+            args: args
+                .iter()
+                .map(|arg| Bytes::copy_from_slice(arg.as_bytes()))
+                .collect(),
+        }
+    }
+
+    fn answered(intercept: Intercept) -> Option<Bytes> {
+        match intercept {
+            Intercept::Reply(reply) => Some(reply),
+            Intercept::Pending(reply) => reply.now_or_never(),
+            Intercept::Pass => None,
+        }
+    }
+
+    #[test]
+    fn only_the_subscription_commands_escape_client_reply() {
+        for name in [
+            "subscribe",
+            "UNSUBSCRIBE",
+            "PSubscribe",
+            "punsubscribe",
+            "ssubscribe",
+            "sunsubscribe",
+        ] {
+            assert!(confirms_unmuted(&request(&[name, "ch"])), "{name}");
+        }
+        for name in ["publish", "ping", "pubsub", "client", "reset", "subscriber"] {
+            assert!(!confirms_unmuted(&request(&[name, "ch"])), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_muted_subscription_answer_loses_its_error_only() {
+        let confirmations = frames::confirmation(Proto::Resp3, "subscribe", Some(b"ch"), 1);
+        let error = reply::error(reply::text::SLOT_UNSERVED);
+        for (answer, kept) in [
+            (
+                Intercept::Reply(confirmations.clone()),
+                confirmations.clone(),
+            ),
+            (Intercept::Reply(error.clone()), Bytes::new()),
+            (
+                Intercept::Pending(futures_util::future::ready(confirmations.clone()).boxed()),
+                confirmations.clone(),
+            ),
+            (
+                Intercept::Pending(futures_util::future::ready(error).boxed()),
+                Bytes::new(),
+            ),
+        ] {
+            assert_eq!(answered(answer.errors_muted()), Some(kept));
+        }
+        assert!(matches!(Intercept::Pass.errors_muted(), Intercept::Pass));
+    }
 }

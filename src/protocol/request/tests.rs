@@ -101,7 +101,6 @@ fn limits_are_applied_as_redis_applies_them() {
         max_bulk_len: 10,
         max_multibulk_len: 3,
         max_inline_len: 16,
-        max_nesting: 4,
     };
     assert_eq!(error_of(b"*4\r\n", small), INVALID_MULTIBULK_LEN);
     assert_eq!(error_of(b"*1\r\n$11\r\n", small), INVALID_BULK_LEN);

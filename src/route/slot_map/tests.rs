@@ -292,3 +292,21 @@ fn remap_addr_canonicalises() {
     assert_eq!(&*SlotMap::remap_addr("::2:7000", &remap), "[::2]:7000");
     assert_eq!(&*SlotMap::remap_addr("h:7001", &remap), "h:7001");
 }
+
+#[test]
+fn a_reply_nesting_deeper_than_any_slot_map_is_refused_unread() {
+    // The decoders recurse: this would overflow the stack if they were handed it.
+    let deep = "*1\r\n".repeat(100_000) + ":1\r\n";
+    let refused = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let slots = SlotMap::from_cluster_slots(deep.as_bytes(), FROM, &no_remap());
+            let shards = SlotMap::from_cluster_shards(deep.as_bytes(), &no_remap());
+            [slots.err(), shards.err()]
+        })
+        .expect("spawn")
+        .join()
+        .expect("no overflow");
+    let expected = Some("reply nests 100000 levels deep".to_owned());
+    assert_eq!(refused, [expected.clone(), expected]);
+}
