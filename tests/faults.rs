@@ -19,9 +19,10 @@
 //! reshard and scale-out; only around the fault otherwise, each of the kind the fault
 //! explains (see each test). Every wait is bounded and fails saying what did not happen.
 //!
-//! The short versions always run (about 15 s each). `SLOTBRIDGE_LONG_FAULTS=1` runs the
+//! The short versions always run (about 70 s for the six, most of it cluster start-up and
+//! redis-cli's rebalance). `SLOTBRIDGE_LONG_FAULTS=1 cargo test --test faults` runs the
 //! longer ones: 50 clients without pauses, 5 s of load before and after, each fault three
-//! times.
+//! times (a killed master is restarted, as a replica, before the next kill).
 
 mod common;
 #[path = "faults/workload.rs"]
