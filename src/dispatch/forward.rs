@@ -11,6 +11,7 @@ use bytes::{Bytes, BytesMut};
 
 use futures_util::future::join_all;
 use smallvec::SmallVec;
+use tokio::sync::watch;
 
 use crate::backend::{BackendError, Batch, NodeConn, ReplySink};
 use crate::metrics::{self, RetryReason};
@@ -206,6 +207,7 @@ impl Proxy {
         let mut attempts = 0;
         // The node a redirect names, and whether it was an ASK (send ASKING first).
         let mut redirected: Option<(NodeConn, bool)> = None;
+        let mut masters: Option<watch::Receiver<()>> = None;
         loop {
             let (conn, answer) = match answered.take() {
                 Some(first) => first,
@@ -226,9 +228,8 @@ impl Proxy {
                         if attempts >= retry.attempts {
                             return reply::error(reply::text::SLOT_UNSERVED);
                         }
-                        metrics::retry(RetryReason::Unreachable);
-                        tokio::time::sleep(retry.backoff(attempts)).await;
-                        attempts += 1;
+                        let reason = Some(RetryReason::Unreachable);
+                        self.retry_after(reason, &mut attempts, &mut masters).await;
                         continue;
                     };
                     let answer = conn.call(request.clone(), asking).await;
@@ -246,9 +247,8 @@ impl Proxy {
                     if attempts >= retry.attempts {
                         return reply::unavailable(conn.addr(), &detail);
                     }
-                    metrics::retry(RetryReason::Unreachable);
-                    tokio::time::sleep(retry.backoff(attempts)).await;
-                    attempts += 1;
+                    let reason = Some(RetryReason::Unreachable);
+                    self.retry_after(reason, &mut attempts, &mut masters).await;
                     continue;
                 }
             };
@@ -264,8 +264,7 @@ impl Proxy {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
                     self.topology.request_refresh();
-                    tokio::time::sleep(retry.backoff(attempts)).await;
-                    attempts += 1;
+                    self.retry_after(None, &mut attempts, &mut masters).await;
                     redirects = 0;
                     continue;
                 }
@@ -290,14 +289,33 @@ impl Proxy {
                     if attempts >= retry.attempts {
                         return frame;
                     }
-                    if let Some(reason) = RetryReason::from_label(retryable.retry_reason()) {
-                        metrics::retry(reason);
-                    }
-                    tokio::time::sleep(retry.backoff(attempts)).await;
-                    attempts += 1;
+                    let reason = RetryReason::from_label(retryable.retry_reason());
+                    self.retry_after(reason, &mut attempts, &mut masters).await;
                 }
             }
         }
+    }
+
+    /// Counts a retry (for `reason`, if it has a metric) and waits out the backoff before
+    /// attempt `attempts + 1`, or less: once the slot map names another set of masters (a
+    /// replica took over from an unreachable master, a master was added), the retry goes at
+    /// once instead of sleeping through a backoff grown to its cap.
+    async fn retry_after(
+        &self,
+        reason: Option<RetryReason>,
+        attempts: &mut u32,
+        masters: &mut Option<watch::Receiver<()>>,
+    ) {
+        if let Some(reason) = reason {
+            metrics::retry(reason);
+        }
+        let masters = masters.get_or_insert_with(|| self.topology.watch_masters());
+        tokio::select! {
+            () = tokio::time::sleep(self.config.retry.backoff(*attempts)) => {}
+            // An error (the topology is gone) only disables this branch.
+            Ok(()) = masters.changed() => {}
+        }
+        *attempts += 1;
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::layout::{layout_of, parse_cluster_nodes, ClusterLayout, Role, SLOT_COUNT};
-use super::node::{query, NodeMode, RedisNode};
+use super::node::{query, NodeMode, RedisNode, CLUSTER_NODE_TIMEOUT_MS};
 use super::process::{new_dir, remove_dir, require_tool, ManagedProcess};
 
 /// Bound on every wait for the cluster to settle; generous because the machine may be busy.
@@ -29,22 +29,38 @@ const MIGRATE_TIMEOUT_MS: u64 = 10_000;
 /// A running Redis Cluster; see the module docs.
 pub struct Cluster {
     nodes: Mutex<Vec<RedisNode>>,
+    /// `cluster-node-timeout` of every node, also of nodes added later.
+    node_timeout_ms: u64,
 }
 
 impl Cluster {
     /// Starts `masters` masters with `replicas_per_master` replicas each, all slots assigned
     /// evenly, and waits until the cluster is stable.
     pub fn start(masters: usize, replicas_per_master: usize) -> Cluster {
+        Cluster::start_with_node_timeout(
+            masters,
+            replicas_per_master,
+            Duration::from_millis(CLUSTER_NODE_TIMEOUT_MS),
+        )
+    }
+
+    /// Like [`Cluster::start`], with `node_timeout` as every node's `cluster-node-timeout`:
+    /// shorter for a quicker failover after a kill, longer to stop a node for seconds
+    /// without its replica taking over.
+    pub fn start_with_node_timeout(
+        masters: usize,
+        replicas_per_master: usize,
+        node_timeout: Duration,
+    ) -> Cluster {
         assert!(masters >= 1, "a cluster needs at least one master");
         require_tool("redis-server");
         require_tool("redis-cli");
+        let node_timeout_ms = u64::try_from(node_timeout.as_millis()).unwrap_or(u64::MAX);
+        let mode = NodeMode::Cluster { node_timeout_ms };
         let total = masters * (1 + replicas_per_master);
         let cluster = Cluster {
-            nodes: Mutex::new(
-                (0..total)
-                    .map(|_| RedisNode::start(NodeMode::Cluster))
-                    .collect(),
-            ),
+            nodes: Mutex::new((0..total).map(|_| RedisNode::start(mode)).collect()),
+            node_timeout_ms,
         };
         let addrs = cluster.seeds();
         if masters >= 3 {
@@ -71,6 +87,11 @@ impl Cluster {
             },
         );
         cluster
+    }
+
+    /// Every node's `cluster-node-timeout`.
+    pub fn node_timeout(&self) -> Duration {
+        Duration::from_millis(self.node_timeout_ms)
     }
 
     /// Every node's address ("127.0.0.1:port"), live or not, in start order.
@@ -145,7 +166,7 @@ impl Cluster {
     /// MEET`, as `redis-cli --cluster add-node` does); waits until every node agrees on it.
     /// Returns its address.
     pub fn add_master(&self) -> String {
-        let node = RedisNode::start(NodeMode::Cluster);
+        let node = RedisNode::start(self.node_mode());
         let addr = node.addr().to_string();
         let seed = self.any_live_node();
         let (host, port) = seed
@@ -162,6 +183,22 @@ impl Cluster {
             },
         );
         addr
+    }
+
+    /// Starts a cluster-mode node that is not part of the cluster yet (for `redis-cli
+    /// --cluster add-node`); it is the cluster's to stop. Returns its address. Until it has
+    /// joined, [`Cluster::wait_stable`] waits for it.
+    pub fn start_spare_node(&self) -> String {
+        let node = RedisNode::start(self.node_mode());
+        let addr = node.addr().to_string();
+        self.lock().push(node);
+        addr
+    }
+
+    fn node_mode(&self) -> NodeMode {
+        NodeMode::Cluster {
+            node_timeout_ms: self.node_timeout_ms,
+        }
     }
 
     /// Moves `slot` with its keys to the master at `to_addr`, the way an operator does by hand.
@@ -418,7 +455,19 @@ fn describe(cmd: &redis::Cmd) -> String {
 }
 
 fn create_with_redis_cli(addrs: &[String], replicas_per_master: usize) {
-    let dir = new_dir("cluster-create");
+    let mut args = vec!["--cluster", "create"];
+    args.extend(addrs.iter().map(String::as_str));
+    let replicas = replicas_per_master.to_string();
+    args.extend(["--cluster-replicas", &replicas, "--cluster-yes"]);
+    if let Err(e) = run_redis_cli(&args, SETTLE_TIMEOUT) {
+        panic!("{e}");
+    }
+}
+
+/// Runs `redis-cli args...` and returns what it printed (stdout and stderr), or an error
+/// saying how it failed (exit status, or still running after `timeout`) with that output.
+pub fn run_redis_cli(args: &[&str], timeout: Duration) -> Result<String, String> {
+    let dir = new_dir("redis-cli");
     let output_path = dir.join("output.log");
     let output = fs::File::create(&output_path)
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", output_path.display()));
@@ -427,22 +476,22 @@ fn create_with_redis_cli(addrs: &[String], replicas_per_master: usize) {
         .unwrap_or_else(|e| panic!("cannot clone file handle: {e}"));
     let mut command = Command::new("redis-cli");
     command
-        .args(["--cluster", "create"])
-        .args(addrs)
-        .args(["--cluster-replicas", &replicas_per_master.to_string()])
-        .arg("--cluster-yes")
+        .args(args)
         .stdout(Stdio::from(output))
         .stderr(Stdio::from(stderr));
     let mut process = ManagedProcess::spawn(&mut command, &dir)
         .unwrap_or_else(|e| panic!("cannot run redis-cli: {e}"));
-    let status = process.wait_exit(SETTLE_TIMEOUT);
+    let status = process.wait_exit(timeout);
     process.kill();
     let log = fs::read_to_string(&output_path).unwrap_or_default();
     remove_dir(&dir);
+    let shown = args.join(" ");
     match status {
-        Some(status) if status.success() => {}
-        Some(status) => panic!("redis-cli --cluster create failed ({status}):\n{log}"),
-        None => panic!("redis-cli --cluster create did not finish in {SETTLE_TIMEOUT:?}:\n{log}"),
+        Some(status) if status.success() => Ok(log),
+        Some(status) => Err(format!("redis-cli {shown} failed ({status}):\n{log}")),
+        None => Err(format!(
+            "redis-cli {shown} did not finish in {timeout:?}:\n{log}"
+        )),
     }
 }
 

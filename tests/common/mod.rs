@@ -27,7 +27,7 @@ mod standalone;
 
 use std::sync::OnceLock;
 
-pub use cluster::Cluster;
+pub use cluster::{run_redis_cli, Cluster};
 pub use fixtures::{
     bucket, keys_on, migrate, migrate_ok, migrate_to_cluster, slotbridge, to_cluster_args, url,
     write_plain,

@@ -18,7 +18,8 @@ use super::process::{new_dir, remove_dir, require_tool, ManagedProcess};
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// How many fresh ports to try when another process grabbed the probed one first.
 const START_ATTEMPTS: usize = 5;
-/// Cluster node timeout: small, so failure detection and failover take seconds.
+/// Cluster node timeout unless a test asks for another: small, so failure detection and
+/// failover take seconds.
 pub const CLUSTER_NODE_TIMEOUT_MS: u64 = 2000;
 /// Read/write timeout of the harness's own connections.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -72,8 +73,9 @@ pub fn scan_all(con: &mut redis::Connection, pattern: &str) -> Vec<String> {
 /// Which kind of server a node is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeMode {
-    /// `--cluster-enabled yes`, with a cluster bus on port + 10000.
-    Cluster,
+    /// `--cluster-enabled yes`, with a cluster bus on port + 10000 and this
+    /// `cluster-node-timeout`.
+    Cluster { node_timeout_ms: u64 },
     /// A plain server.
     Standalone,
 }
@@ -94,7 +96,7 @@ impl RedisNode {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let port = match mode {
-                NodeMode::Cluster => free_cluster_port(),
+                NodeMode::Cluster { .. } => free_cluster_port(),
                 NodeMode::Standalone => free_port(),
             };
             let dir = new_dir(&format!("redis-{port}"));
@@ -186,14 +188,11 @@ fn spawn_server(
         .args(["--repl-diskless-sync-delay", "0"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    if mode == NodeMode::Cluster {
+    if let NodeMode::Cluster { node_timeout_ms } = mode {
         command
             .args(["--cluster-enabled", "yes"])
             .args(["--cluster-config-file", "nodes.conf"])
-            .args([
-                "--cluster-node-timeout",
-                &CLUSTER_NODE_TIMEOUT_MS.to_string(),
-            ])
+            .args(["--cluster-node-timeout", &node_timeout_ms.to_string()])
             // A replica may always take over: tests kill masters right after writes.
             .args(["--cluster-replica-validity-factor", "0"]);
     }

@@ -52,9 +52,24 @@ impl Proxy {
     /// Like [`Proxy::start_with_env`] with another program in the proxy's place: it gets the
     /// same `--listen <addr> --admin-listen <addr>` first arguments. For testing the harness.
     pub fn start_program(program: &str, args: &[&str], env: &[(&str, &str)]) -> Proxy {
+        Proxy::start_listening(program, None, args, env)
+    }
+
+    /// Like [`Proxy::start`] with the client listen address `addr` instead of a free port:
+    /// a new proxy in the place of one that exited, for clients that reconnect to it.
+    pub fn start_on(addr: &str, args: &[&str]) -> Proxy {
+        Proxy::start_listening(env!("CARGO_BIN_EXE_slotbridge"), Some(addr), args, &[])
+    }
+
+    fn start_listening(
+        program: &str,
+        listen: Option<&str>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Proxy {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
-            let mut proxy = Proxy::spawn(program, args, env);
+            let mut proxy = Proxy::spawn(program, listen, args, env);
             match proxy.wait_ready() {
                 Ok(()) => return proxy,
                 Err(e) => {
@@ -74,8 +89,11 @@ impl Proxy {
         );
     }
 
-    fn spawn(program: &str, args: &[&str], env: &[(&str, &str)]) -> Proxy {
-        let addr = format!("127.0.0.1:{}", free_port());
+    fn spawn(program: &str, listen: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> Proxy {
+        let addr = match listen {
+            Some(addr) => addr.to_string(),
+            None => format!("127.0.0.1:{}", free_port()),
+        };
         let admin_addr = format!("127.0.0.1:{}", free_port());
         let dir = new_dir("proxy");
         let open = |name: &str| {
