@@ -29,11 +29,15 @@
 //!   run wrapped in the upkeep script inside the block (the script is loaded on the
 //!   block's connection first), and EXEC's reply elements are reverse-rewritten as the
 //!   single command's reply would be.
+//! - A command queued for a master that may be busy with a client's script waits for
+//!   that master's answer to a probe, and gets its `-BUSY` (flagging the transaction)
+//!   as on Redis; so does the EXEC of a flagged transaction (see `busy`).
 //! - EXEC and WATCH are sequence points: the session runs them only once every earlier
 //!   reply is in, and runs nothing later until they are answered, because they use a
 //!   different backend connection than the client's other commands.
 
 mod admit;
+mod busy;
 mod exec;
 
 use std::sync::{Arc, Mutex};
@@ -129,6 +133,8 @@ struct Queue {
     slot: Option<(u16, Bytes)>,
     /// Whether a command was refused: EXEC will answer EXECABORT.
     failed: bool,
+    /// Whether a command was refused `-BUSY` (known once its answer is in).
+    busy: busy::BusyRefused,
     /// Whether a queued command writes or may replicate (CLIENT PAUSE WRITE holds EXEC).
     writes: bool,
 }
@@ -236,7 +242,7 @@ impl Transaction {
                 Step::Pass
             }
             (b"quit", _) => Step::Pass,
-            (_, true) => Step::Reply(self.queue(proxy, proto, request, user)),
+            (_, true) => self.queue(proxy, proto, request, user),
             (b"wait", false) => match self.last_write_slot {
                 Some(slot) => {
                     let proxy = proxy.clone();
@@ -291,27 +297,37 @@ impl Transaction {
         proto: Proto,
         request: &Request,
         user: Option<&User>,
-    ) -> Bytes {
-        match self.admit(proxy, proto, request, user) {
-            Ok(admitted) => {
-                if let Some(queue) = &mut self.multi {
-                    match admitted {
-                        Admitted::Block { queued, writes } => {
-                            queue.writes |= writes;
-                            queue.commands.push(queued);
-                        }
-                        Admitted::Local => {
-                            let place = queue.commands.len() + queue.locals.len();
-                            queue.locals.push((place, request.clone()));
-                        }
-                    }
-                }
-                Bytes::from_static(QUEUED)
-            }
+    ) -> Step {
+        let admitted = match self.admit(proxy, proto, request, user) {
+            Ok(admitted) => admitted,
             Err(error) => {
                 self.flag();
-                error
+                return Step::Reply(error);
             }
+        };
+        let Some(queue) = &mut self.multi else {
+            return Step::Reply(Bytes::from_static(QUEUED));
+        };
+        let slot = match admitted {
+            Admitted::Block { queued, writes } => {
+                queue.writes |= writes;
+                let slot = queued.slot;
+                queue.commands.push(queued);
+                slot
+            }
+            Admitted::Local => {
+                let place = queue.commands.len() + queue.locals.len();
+                queue.locals.push((place, request.clone()));
+                None
+            }
+        };
+        // The transaction's slot: its first key's, or the watched one.
+        let slot = slot
+            .or(queue.slot.as_ref().map(|(slot, _)| *slot))
+            .or(self.watch.as_ref().map(|watch| watch.slot));
+        match busy::queued_or_busy(proxy, request, slot, &queue.busy) {
+            Some(answer) => Step::Run(answer),
+            None => Step::Reply(Bytes::from_static(QUEUED)),
         }
     }
 
@@ -398,8 +414,13 @@ impl Transaction {
         let queue = self.multi.take().unwrap_or_default();
         // EXEC always ends the WATCH, whatever its outcome.
         let watch = self.watch.take();
-        if queue.failed {
-            return Step::Reply(reply::error(EXECABORT));
+        if queue.failed || queue.busy.happened() {
+            let slot = (queue.slot.as_ref().map(|(slot, _)| *slot))
+                .or(watch.as_ref().map(|watch| watch.slot));
+            return match busy::exec_abort(proxy, slot) {
+                Some(abort) => Step::Run(abort),
+                None => Step::Reply(reply::error(EXECABORT)),
+            };
         }
         let (pin, broken) = match &watch {
             Some(watch) => {

@@ -332,6 +332,28 @@ impl Proxy {
         self.script_reply_of(target, request, reply, proto).await
     }
 
+    /// What the master of `slot` answers now to a command that Redis refuses while a
+    /// script runs (`PING`, sent on the shared connection): its `-BUSY` error, or `None`.
+    /// `None` at once, with no future, while no client's script runs there through this
+    /// proxy (see `topology::ScriptConns`); otherwise the answer comes when the node's
+    /// would, after `busy-reply-threshold` if the script is younger than that.
+    pub fn busy_probe(
+        &self,
+        slot: u16,
+    ) -> Option<impl std::future::Future<Output = Option<Bytes>> + Send + 'static> {
+        let node = self.node_for(Target::Slot(slot))?;
+        if self.topology.scripts_running_on(&node) == 0 {
+            return None;
+        }
+        let conn = self.topology.node(&node, Proto::Resp2);
+        Some(async move {
+            match conn.call(Bytes::from_static(PING), false).await {
+                Ok(reply) if reply.starts_with(b"-BUSY") => Some(reply),
+                _ => None,
+            }
+        })
+    }
+
     /// `reply` to the script call `request`, made final: on `-NOSCRIPT` with a remembered
     /// body, the body is loaded on every master and the call sent once more; a script's
     /// error about a key outside its slot gets [`SCRIPT_KEY_HINT`].
@@ -360,6 +382,8 @@ impl Proxy {
         with_key_slot_hint(reply)
     }
 }
+
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 
 /// What a cluster node says when a script touches a key outside the slot (or node) of its
 /// declared keys, e.g. "Script attempted to access a non local key in a cluster node".
