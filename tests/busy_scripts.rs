@@ -146,6 +146,14 @@ fn script_connections_are_reused_and_a_client_keeps_its_order() {
         list.lines().count()
     };
     let mut client = Raw::connect(proxy.addr());
+    assert_eq!(client.call(&["SET", &key, "0"]), "+OK\r\n");
+    let plain = connected();
+    // Plain commands keep to the shared connection: no connection of their own.
+    for _ in 0..100 {
+        assert_eq!(client.call(&["SET", &key, "1"]), "+OK\r\n");
+        assert_eq!(client.call(&["GET", &key]), "$1\r\n1\r\n");
+    }
+    assert_eq!(connected(), plain, "GET and SET opened connections");
     assert_eq!(client.call(&["EVAL", "return 1", "1", &key]), ":1\r\n");
     let before = connected();
     for _ in 0..20 {
