@@ -228,6 +228,12 @@ impl Topology {
         self.scripts.running_on(addr)
     }
 
+    /// `addr` answered a command a busy node refuses: no client's script runs there now
+    /// (see [`ScriptConns::settled`]).
+    pub fn scripts_settled(&self, addr: &NodeAddr) {
+        self.scripts.settled(addr);
+    }
+
     /// How a connection for one client's exclusive use connects: the backend credentials
     /// and limits, no prelude, no read timeout (it may carry a blocking command).
     pub fn conn_options(&self, proto: Proto) -> ConnOptions {

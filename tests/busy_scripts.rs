@@ -276,6 +276,23 @@ fn exec_while_busy(addr: &str) -> Vec<String> {
     replies
 }
 
+/// The script's client goes away while the script runs on (the node does not stop it):
+/// MULTI, INCR (refused), SCRIPT KILL from another client, INCR, EXEC.
+fn spinner_gone(addr: &str) -> Vec<String> {
+    drop(spinner(addr, &["EVAL", SPIN, "1", "{tx}spin"]));
+    std::thread::sleep(Duration::from_millis(100));
+    let mut client = Raw::connect(addr);
+    let mut replies = vec![client.call(&["MULTI"]), timed_busy(&mut client)];
+    replies.push(Raw::connect(addr).call(&["SCRIPT", "KILL"]));
+    // The script stops at its next instruction check, shortly after KILL's `+OK`; no
+    // client of its own reads the error that would say so.
+    std::thread::sleep(Duration::from_millis(100));
+    replies.push(client.call(&["INCR", "{tx}xx"]));
+    replies.push(client.call(&["EXEC"]));
+    replies.push(client.call(&["GET", "{tx}xx"]));
+    replies
+}
+
 /// INCR of `{tx}xx` while the master is busy: its reply, checked to come within [`BOUND`].
 fn timed_busy(client: &mut Raw) -> String {
     let (reply, took) = timed(client, &["INCR", "{tx}xx"]);
@@ -293,7 +310,7 @@ fn a_transaction_against_a_busy_master_ends_as_on_one_redis() {
         "-EXECABORT Transaction discarded because of: {}",
         &EVAL_BUSY[1..]
     );
-    let cases: [(&str, Scenario, Vec<&str>); 3] = [
+    let cases: [(&str, Scenario, Vec<&str>); 4] = [
         (
             "refused, then killed",
             refused_then_killed,
@@ -302,6 +319,18 @@ fn a_transaction_against_a_busy_master_ends_as_on_one_redis() {
                 EVAL_BUSY,
                 "+OK\r\n",
                 "",
+                "+QUEUED\r\n",
+                "-EXECABORT Transaction discarded because of previous errors.\r\n",
+                "$-1\r\n",
+            ],
+        ),
+        (
+            "the script's client gone",
+            spinner_gone,
+            vec![
+                "+OK\r\n",
+                EVAL_BUSY,
+                "+OK\r\n",
                 "+QUEUED\r\n",
                 "-EXECABORT Transaction discarded because of previous errors.\r\n",
                 "$-1\r\n",

@@ -330,6 +330,8 @@ impl Proxy {
                     return reply::outcome_unknown(&node, &detail);
                 }
                 Err(BackendError::NotSent(detail)) => {
+                    // Never written: no script of this call runs there.
+                    lease.answered();
                     self.topology.request_refresh();
                     if !budget.wait_for_retry().await {
                         return reply::unavailable(&node, &detail);
@@ -394,7 +396,7 @@ impl Lease {
         }
     }
 
-    /// The call was answered: a pooled connection may serve the next script.
+    /// Nothing is outstanding on the connection: a pooled one may serve the next script.
     fn answered(&mut self) {
         if let Lease::Pooled(lease) = self {
             lease.answered();

@@ -346,10 +346,15 @@ impl Proxy {
             return None;
         }
         let conn = self.topology.node(&node, Proto::Resp2);
+        let topology = self.topology.clone();
         Some(async move {
             match conn.call(Bytes::from_static(PING), false).await {
                 Ok(reply) if reply.starts_with(b"-BUSY") => Some(reply),
-                _ => None,
+                Ok(_) => {
+                    topology.scripts_settled(&node);
+                    None
+                }
+                Err(_) => None,
             }
         })
     }

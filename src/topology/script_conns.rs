@@ -15,9 +15,11 @@
 //! At most [`IDLE_PER_NODE`] idle connections are kept per node and protocol. The pool
 //! counts the scripts it has out per node ([`ScriptConns::running_on`]): a transaction
 //! asks whether the node may be busy before its queue-time check (see
-//! `client::transaction`).
+//! `client::transaction`). A call whose caller went away before its reply (the client
+//! disconnected; the node runs the script on regardless) keeps its node counted until
+//! that check finds it not busy ([`ScriptConns::settled`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::backend::NodeConn;
@@ -38,6 +40,8 @@ pub struct ScriptConns {
 struct Pool {
     idle: HashMap<(NodeAddr, Proto), Vec<NodeConn>>,
     running: HashMap<NodeAddr, usize>,
+    /// Nodes where a script's call ended unanswered: it may still run there.
+    unsettled: HashSet<NodeAddr>,
 }
 
 impl ScriptConns {
@@ -69,9 +73,16 @@ impl ScriptConns {
         }
     }
 
-    /// How many script calls have a connection to `addr` now.
+    /// How many script calls have a connection to `addr` now, plus one while a call to it
+    /// ended unanswered and the node was not found idle since.
     pub fn running_on(&self, addr: &NodeAddr) -> usize {
-        self.lock().running.get(addr).copied().unwrap_or(0)
+        let pool = self.lock();
+        pool.running.get(addr).copied().unwrap_or(0) + usize::from(pool.unsettled.contains(addr))
+    }
+
+    /// `addr` answered a command a busy node refuses: no script runs there now.
+    pub fn settled(&self, addr: &NodeAddr) {
+        self.lock().unsettled.remove(addr);
     }
 
     fn lock(&self) -> MutexGuard<'_, Pool> {
@@ -110,7 +121,11 @@ impl Drop for ScriptLease {
                 pool.running.remove(&addr);
             }
         }
-        if self.answered && self.conn.is_connected() {
+        if !self.answered {
+            pool.unsettled.insert(addr);
+            return;
+        }
+        if self.conn.is_connected() {
             let idle = pool.idle.entry((addr, self.proto)).or_default();
             if idle.len() < IDLE_PER_NODE {
                 idle.push(self.conn.clone());

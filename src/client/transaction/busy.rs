@@ -7,7 +7,8 @@
 //! itself, so to see that refusal it asks the transaction's master at queue time, with a
 //! command the node refuses the same way (`Proxy::busy_probe`), but only while one of its
 //! clients' scripts runs there: the proxy knows those, as they hold a connection of the
-//! script pool. A script some other client started on the node directly is not seen at
+//! script pool (or held one and went away before the script's end, until a probe finds
+//! the node idle). A script some other client started on the node directly is not seen at
 //! queue time; the node's own answer to the block at EXEC (EXECABORT while busy) still
 //! comes through.
 
