@@ -388,6 +388,8 @@ impl Proxy {
     }
 }
 
+/// The probe of [`Proxy::busy_probe`]: harmless, and refused like any command that is
+/// not `allow_busy` while a script runs.
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 
 /// What a cluster node says when a script touches a key outside the slot (or node) of its
