@@ -21,6 +21,10 @@ use crate::config::{Config, Upstream};
 use crate::protocol::Proto;
 use crate::route::{NodeAddr, SlotMap};
 
+mod script_conns;
+
+pub use script_conns::{ScriptConns, ScriptLease, IDLE_PER_NODE};
+
 /// Every client's channels and patterns are subscribed on the master of this slot (see
 /// `client::pubsub`), and PUBLISH and PUBSUB CHANNELS/NUMSUB/NUMPAT run there: a cluster
 /// node counts only its own subscribers, and on one node those are all of the proxy's, as
@@ -95,6 +99,8 @@ pub struct Topology {
     round_robin: AtomicUsize,
     /// How many snapshots moved a slot to another master (see [`Topology::moves`]).
     moves: AtomicU64,
+    /// Connections for clients' scripts (see [`Topology::script_conn`]).
+    scripts: Arc<ScriptConns>,
 }
 
 impl Topology {
@@ -134,6 +140,7 @@ impl Topology {
             last_refresh: Mutex::new(None),
             round_robin: AtomicUsize::new(0),
             moves: AtomicU64::new(0),
+            scripts: Arc::default(),
         };
         if topology.standalone {
             let addr: NodeAddr = topology.remapped(&topology.seeds[0]);
@@ -206,6 +213,25 @@ impl Topology {
             ..self.conn_options(proto)
         };
         NodeConn::spawn(addr.clone(), opts)
+    }
+
+    /// A connection to `addr` for one client's script call, from a pool of such
+    /// connections (see [`ScriptConns`]): a script never holds a shared connection.
+    pub fn script_conn(&self, addr: &NodeAddr, proto: Proto) -> ScriptLease {
+        self.scripts
+            .lease(addr, proto, || self.dedicated(addr, proto))
+    }
+
+    /// How many clients' scripts run on `addr` now, through this proxy: while none does,
+    /// the node is not busy with one of them.
+    pub fn scripts_running_on(&self, addr: &NodeAddr) -> usize {
+        self.scripts.running_on(addr)
+    }
+
+    /// `addr` answered a command a busy node refuses: no client's script runs there now
+    /// (see [`ScriptConns::settled`]).
+    pub fn scripts_settled(&self, addr: &NodeAddr) {
+        self.scripts.settled(addr);
     }
 
     /// How a connection for one client's exclusive use connects: the backend credentials

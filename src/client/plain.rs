@@ -8,7 +8,8 @@ use crate::command::{CommandSet, CommandTable};
 /// before routing: the connection's commands it answers itself (`local::answer`,
 /// `local::sets_reply_mode`), transactions and WAIT (`Transaction::handle`,
 /// `Transaction::is_sequence_point`), subscriptions (`PubSub::intercept`) and those that
-/// run alone (the session's `runs_alone`, which also takes every command that may block).
+/// run alone (the session's `runs_alone`, which also takes every command that may block
+/// and every client's script).
 /// A name one of them comes to act on joins this list, or its command skips that check.
 const CHECKED_NAMES: &[&str] = &[
     "ping",
@@ -37,6 +38,12 @@ const CHECKED_NAMES: &[&str] = &[
     "sunsubscribe",
     "sort",
     "sort_ro",
+    "eval",
+    "eval_ro",
+    "evalsha",
+    "evalsha_ro",
+    "fcall",
+    "fcall_ro",
 ];
 
 /// The commands of `table` none of the session's own checks concern (see
@@ -70,8 +77,6 @@ mod tests {
             "set",
             "mset",
             "mget",
-            "eval",
-            "evalsha",
             "zadd",
             "xadd",
             "xrange",
@@ -118,6 +123,12 @@ mod tests {
             "sunsubscribe",
             "sort",
             "sort_ro",
+            "eval",
+            "EVALSHA",
+            "eval_ro",
+            "evalsha_ro",
+            "fcall",
+            "fcall_ro",
             "blpop",
             "brpoplpush",
             "bzpopmin",

@@ -10,8 +10,8 @@
 //! replies drain.
 //!
 //! Sequence points run alone: EXEC, WATCH and WAIT (see `Transaction::is_sequence_point`),
-//! commands that may block (BLPOP, XREAD BLOCK...), which run on connections of their
-//! own, SORT with patterns (several steps over several masters), and HELLO and RESET (after
+//! commands that may block (BLPOP, XREAD BLOCK...) and clients' scripts (EVAL, FCALL...),
+//! which run on connections of their own, SORT with patterns (several steps over several masters), and HELLO and RESET (after
 //! a protocol switch requests go to the other protocol's connections). Each waits for every
 //! earlier reply, and nothing after it starts until it is answered, so a pipeline takes
 //! effect in order, as on one Redis, where a blocked client's next command waits for it.
@@ -762,7 +762,8 @@ fn runs_alone(
     match name.as_bytes() {
         b"hello" | b"reset" => true,
         b"sort" | b"sort_ro" => crate::dispatch::sort_runs_in_steps(&request.args),
-        _ => spec.is_some_and(|spec| spec.blocks(&request.args)),
+        _ => spec
+            .is_some_and(|spec| spec.blocks(&request.args) || crate::dispatch::runs_a_script(spec)),
     }
 }
 

@@ -29,10 +29,15 @@
 //!   run wrapped in the upkeep script inside the block (the script is loaded on the
 //!   block's connection first), and EXEC's reply elements are reverse-rewritten as the
 //!   single command's reply would be.
+//! - A command queued for a master that may be busy with a client's script waits for
+//!   that master's answer to a probe, and gets its `-BUSY` (flagging the transaction)
+//!   as on Redis; so does the EXEC of a flagged transaction (see `busy`).
 //! - EXEC and WATCH are sequence points: the session runs them only once every earlier
 //!   reply is in, and runs nothing later until they are answered, because they use a
 //!   different backend connection than the client's other commands.
 
+mod admit;
+mod busy;
 mod exec;
 
 use std::sync::{Arc, Mutex};
@@ -44,8 +49,7 @@ use smallvec::SmallVec;
 
 use crate::auth::User;
 use crate::backend::NodeConn;
-use crate::command::{CommandFlags, CommandSpec, KeyList};
-use crate::config::CrossSlotTransactions;
+use crate::command::KeyList;
 use crate::dispatch::{Proxy, Target, WatchPin};
 use crate::protocol::{encode, FoldedName, Proto, Request};
 use crate::reply;
@@ -129,6 +133,8 @@ struct Queue {
     slot: Option<(u16, Bytes)>,
     /// Whether a command was refused: EXEC will answer EXECABORT.
     failed: bool,
+    /// Whether a command was refused `-BUSY` (known once its answer is in).
+    busy: busy::BusyRefused,
     /// Whether a queued command writes or may replicate (CLIENT PAUSE WRITE holds EXEC).
     writes: bool,
 }
@@ -236,7 +242,7 @@ impl Transaction {
                 Step::Pass
             }
             (b"quit", _) => Step::Pass,
-            (_, true) => Step::Reply(self.queue(proxy, proto, request, user)),
+            (_, true) => self.queue(proxy, proto, request, user),
             (b"wait", false) => match self.last_write_slot {
                 Some(slot) => {
                     let proxy = proxy.clone();
@@ -291,163 +297,38 @@ impl Transaction {
         proto: Proto,
         request: &Request,
         user: Option<&User>,
-    ) -> Bytes {
-        match self.admit(proxy, proto, request, user) {
-            Ok(admitted) => {
-                if let Some(queue) = &mut self.multi {
-                    match admitted {
-                        Admitted::Block { queued, writes } => {
-                            queue.writes |= writes;
-                            queue.commands.push(queued);
-                        }
-                        Admitted::Local => {
-                            let place = queue.commands.len() + queue.locals.len();
-                            queue.locals.push((place, request.clone()));
-                        }
-                    }
-                }
-                Bytes::from_static(QUEUED)
-            }
+    ) -> Step {
+        let admitted = match self.admit(proxy, proto, request, user) {
+            Ok(admitted) => admitted,
             Err(error) => {
                 self.flag();
-                error
-            }
-        }
-    }
-
-    /// The command as it will be queued, if it may join the transaction.
-    fn admit(
-        &mut self,
-        proxy: &Proxy,
-        proto: Proto,
-        request: &Request,
-        user: Option<&User>,
-    ) -> Result<Admitted, Bytes> {
-        let spec = proxy
-            .commands
-            .lookup(&request.args)
-            .ok_or_else(|| reply::unknown_command(&request.args))?;
-        if !spec.arity_ok(request.args.len()) {
-            return Err(reply::wrong_arity(&spec.name));
-        }
-        if let Some(refusal) = proxy.admit(request, user) {
-            return Err(refusal);
-        }
-        if spec.flags.has(CommandFlags::NO_MULTI) {
-            return Err(reply::error(NOT_IN_MULTI));
-        }
-        let base = spec.name.split('|').next().unwrap_or_default();
-        let name = spec.name.as_str();
-        if (ANSWERED_AT_EXEC.contains(&base) || ANSWERED_AT_EXEC.contains(&name))
-            && !CLIENT_NOT_QUEUED.contains(&name)
-        {
-            return Ok(Admitted::Local);
-        }
-        if LOCAL_ONLY.contains(&base) {
-            return Err(reply::error(&format!(
-                "ERR proxy: '{}' is not supported inside MULTI",
-                spec.name
-            )));
-        }
-        if crate::dispatch::changes_its_connection(spec) {
-            return Err(reply::error(&format!(
-                "ERR proxy: '{}' is not supported inside MULTI",
-                spec.name
-            )));
-        }
-        if Proxy::spans_masters(spec) {
-            return Err(reply::error(&format!(
-                "ERR proxy: '{}' is not supported inside MULTI: it runs on every master, which one transaction cannot span",
-                spec.name
-            )));
-        }
-        if crate::dispatch::sort_runs_in_steps(&request.args) {
-            return Err(reply::error(&format!(
-                "ERR proxy: '{}' with BY or GET patterns is not supported inside MULTI: its pattern keys live on other masters, which one transaction cannot span",
-                spec.name
-            )));
-        }
-        let (args, queued) = match proxy.layout.as_deref() {
-            Some(active) => {
-                let rewritten = active.rewrite_request(spec, request.clone())?;
-                let under = active.queued_requests(spec, &rewritten, proto);
-                let queued = Queued {
-                    requests: under.requests,
-                    slot: None,
-                    reverse: Some(spec.name.clone()),
-                    needs_script: under.needs_script,
-                };
-                (rewritten.request.args, queued)
-            }
-            None => {
-                let queued = Queued {
-                    requests: SmallVec::from_elem(request.raw.clone(), 1),
-                    slot: None,
-                    reverse: None,
-                    needs_script: false,
-                };
-                (request.args.clone(), queued)
+                return Step::Reply(error);
             }
         };
-        let slot = self.bind_slot(proxy, spec, &args)?;
-        Ok(Admitted::Block {
-            queued: Queued { slot, ..queued },
-            writes: spec.is_write_or_may_replicate(),
-        })
-    }
-
-    /// Checks that the keys of `args` (cluster names) fit the transaction's slot, binding
-    /// it on the first keyed command; the command's slot (`None`: keyless).
-    fn bind_slot(
-        &mut self,
-        proxy: &Proxy,
-        spec: &CommandSpec,
-        args: &[Bytes],
-    ) -> Result<Option<u16>, Bytes> {
-        let mut keys: KeyList = SmallVec::new();
-        spec.keys(args, &mut keys);
-        let named: Vec<(&[u8], u16)> = keys
-            .iter()
-            .map(|k| (&args[k.index][..], key_slot(&args[k.index])))
-            .collect();
-        let Some(&(first_key, slot)) = named.first() else {
-            return Ok(None);
+        let Some(queue) = &mut self.multi else {
+            return Step::Reply(Bytes::from_static(QUEUED));
         };
-        if named.iter().any(|&(_, s)| s != slot) {
-            return Err(reply::cross_slot(&named));
-        }
-        // The slot the transaction is bound to: the watched one first.
-        let bound = match (
-            &self.watch,
-            self.multi.as_ref().and_then(|q| q.slot.as_ref()),
-        ) {
-            (Some(watch), _) => Some((watch.slot, watch.first_key.clone(), true)),
-            (None, Some((s, key))) => Some((*s, key.clone(), false)),
-            (None, None) => None,
+        let slot = match admitted {
+            Admitted::Block { queued, writes } => {
+                queue.writes |= writes;
+                let slot = queued.slot;
+                queue.commands.push(queued);
+                slot
+            }
+            Admitted::Local => {
+                let place = queue.commands.len() + queue.locals.len();
+                queue.locals.push((place, request.clone()));
+                None
+            }
         };
-        match bound {
-            Some((bound_slot, _, _)) if bound_slot == slot => {}
-            Some((bound_slot, bound_key, watched)) => {
-                let split = proxy.config.cross_slot_transactions == CrossSlotTransactions::Split;
-                if watched && split {
-                    return Err(reply::error(SPLIT_WITH_WATCH));
-                }
-                if !split {
-                    let mut all = vec![(&bound_key[..], bound_slot)];
-                    all.extend(named.iter().copied());
-                    return Err(reply::cross_slot(&all));
-                }
-            }
-            None => {
-                if let Some(queue) = &mut self.multi {
-                    queue.slot = Some((slot, Bytes::copy_from_slice(first_key)));
-                }
-            }
+        // The transaction's slot: its first key's, or the watched one.
+        let slot = slot
+            .or(queue.slot.as_ref().map(|(slot, _)| *slot))
+            .or(self.watch.as_ref().map(|watch| watch.slot));
+        match busy::queued_or_busy(proxy, request, slot, &queue.busy) {
+            Some(answer) => Step::Run(answer),
+            None => Step::Reply(Bytes::from_static(QUEUED)),
         }
-        if spec.is_write() {
-            self.last_write_slot = Some(slot);
-        }
-        Ok(Some(slot))
     }
 
     /// WATCH outside MULTI: every key in one slot, the same slot as earlier WATCHes.
@@ -533,8 +414,13 @@ impl Transaction {
         let queue = self.multi.take().unwrap_or_default();
         // EXEC always ends the WATCH, whatever its outcome.
         let watch = self.watch.take();
-        if queue.failed {
-            return Step::Reply(reply::error(EXECABORT));
+        if queue.failed || queue.busy.happened() {
+            let slot = (queue.slot.as_ref().map(|(slot, _)| *slot))
+                .or(watch.as_ref().map(|watch| watch.slot));
+            return match busy::exec_abort(proxy, slot) {
+                Some(abort) => Step::Run(abort),
+                None => Step::Reply(reply::error(EXECABORT)),
+            };
         }
         let (pin, broken) = match &watch {
             Some(watch) => {

@@ -13,11 +13,12 @@ use crate::command::{CommandTable, KeyList};
 use crate::protocol::{Proto, Request};
 use crate::topology::Routing;
 
-use super::{common_slot, forwards_as_is, is_final, layout, scripts, Plan, Proxy, Target};
+use super::{common_slot, forwards_as_is, is_final, layout, Plan, Proxy, Target};
 
 /// A request the client session may send straight to the master of its slot, batched
 /// with its neighbours: a known command, allowed, whose keys share one slot, and whose plan
-/// is a plain forward (no split, block or emulation) or a client's script; under a layout
+/// is a plain forward (no split, block, emulation or script: a client's script runs on a
+/// connection of its own, see `scripts`); under a layout
 /// prefix, one that needs no more than its keys renamed or the upkeep script around it
 /// (see [`layout::DirectRewrite`]).
 pub struct Direct {
@@ -41,9 +42,6 @@ pub enum DirectKind {
     /// A command inside an EVALSHA of the layout's upkeep script (see
     /// [`layout::DirectRewrite::upkeep`]): `-NOSCRIPT` means "again, by the script's body".
     Upkeep,
-    /// EVAL or EVALSHA of the client's own: an error may need the script loaded again
-    /// (`-NOSCRIPT`) or a hint added (see [`scripts`]).
-    Script,
 }
 
 impl Direct {
@@ -54,7 +52,6 @@ impl Direct {
             && match self.kind {
                 DirectKind::Plain => true,
                 DirectKind::Upkeep => !reply.starts_with(b"-NOSCRIPT"),
-                DirectKind::Script => reply.first() != Some(&b'-'),
             }
     }
 }
@@ -69,8 +66,8 @@ pub enum Route {
 }
 
 /// Per command-table index: whether the planner forwards a single-slot request of that
-/// command as is (no emulation, fan-out, script handling, blocking or special route), or
-/// runs it as a client's script (EVAL, EVALSHA), and the command policy allows it, so
+/// command as is (no emulation, fan-out, script handling, blocking or special route) and
+/// the command policy allows it, so
 /// [`Proxy::direct`] skips the planner's name checks and the policy's name lookup for the
 /// common commands.
 pub struct Forwardable(Box<[Batchable]>);
@@ -80,7 +77,6 @@ pub struct Forwardable(Box<[Batchable]>);
 pub(super) enum Batchable {
     No,
     AsIs,
-    Script,
 }
 
 impl Forwardable {
@@ -93,13 +89,6 @@ impl Forwardable {
                 .map(|spec| match spec {
                     spec if policy.refuses(&spec.name) => Batchable::No,
                     spec if forwards_as_is(spec) => Batchable::AsIs,
-                    spec if matches!(
-                        scripts::Run::of(spec),
-                        Some(scripts::Run::Eval | scripts::Run::EvalSha)
-                    ) =>
-                    {
-                        Batchable::Script
-                    }
                     _ => Batchable::No,
                 })
                 .collect(),
@@ -157,10 +146,10 @@ impl Proxy {
         let (slot, rewrite, kind) = match &self.layout {
             Some(active) if concerns_layout => {
                 let rewrite = active.direct_rewrite(spec, args, &keys, proto)?;
-                let kind = match batchable {
-                    Batchable::Script => DirectKind::Script,
-                    _ if rewrite.upkeep => DirectKind::Upkeep,
-                    _ => DirectKind::Plain,
+                let kind = if rewrite.upkeep {
+                    DirectKind::Upkeep
+                } else {
+                    DirectKind::Plain
                 };
                 (rewrite.slot, Some((active, rewrite)), kind)
             }
@@ -168,16 +157,11 @@ impl Proxy {
                 let Ok(Some(slot)) = common_slot(args, &keys) else {
                     return None;
                 };
-                let kind = if batchable == Batchable::Script {
-                    DirectKind::Script
-                } else {
-                    DirectKind::Plain
-                };
+                let kind = DirectKind::Plain;
                 debug_assert!(
                     matches!(
-                        (kind, self.plan(Some(spec), request)),
-                        (DirectKind::Plain, Plan::Forward(Target::Slot(s)))
-                            | (DirectKind::Script, Plan::Script(_, Target::Slot(s))) if s == slot
+                        self.plan(Some(spec), request),
+                        Plan::Forward(Target::Slot(s)) if s == slot
                     ),
                     "{} is flagged forwardable but the planner does otherwise",
                     spec.name
@@ -192,9 +176,6 @@ impl Proxy {
             active.count_direct(&rewrite);
             rewrite.frame
         });
-        if kind == DirectKind::Script && scripts::Run::of(spec) == Some(scripts::Run::Eval) {
-            self.scripts.remember(&args[1]);
-        }
         let direct = Direct {
             command,
             slot,
@@ -206,8 +187,8 @@ impl Proxy {
     }
 
     /// Finishes a [`Direct`] request whose first answer was not final (a redirect, a
-    /// retryable error, a connection failure, `-NOSCRIPT` for the upkeep script, an error
-    /// of a client's script), as [`Proxy::forward`] and the script path would have, and
+    /// retryable error, a connection failure, `-NOSCRIPT` for the upkeep script), as
+    /// [`Proxy::forward`] and the upkeep path would have, and
     /// records it in the command metrics.
     pub async fn follow_up(
         self: Arc<Self>,
@@ -228,9 +209,6 @@ impl Proxy {
                 if let Some(eval) = layout::upkeep_as_eval(&sent) {
                     reply = self.forward(target, eval, proto).await;
                 }
-            }
-            (DirectKind::Script, Some(sent)) => {
-                reply = self.script_reply(target, sent, reply, proto).await;
             }
             _ => {}
         }
@@ -258,23 +236,21 @@ mod tests {
     }
 
     #[test]
-    fn client_scripts_are_batched_unless_the_policy_refuses_them() {
+    fn client_scripts_are_never_batched_on_a_shared_connection() {
         let table = CommandTable::builtin();
         let flags = Forwardable::of(&table, &crate::policy::Policy::default());
-        for name in ["eval", "evalsha", "eval_ro", "evalsha_ro"] {
-            assert_eq!(batchable(&table, &flags, name), Batchable::Script, "{name}");
-        }
-        for name in ["fcall", "script load", "script kill"] {
+        for name in [
+            "eval",
+            "evalsha",
+            "eval_ro",
+            "evalsha_ro",
+            "fcall",
+            "fcall_ro",
+            "script load",
+            "script kill",
+        ] {
             assert_eq!(batchable(&table, &flags, name), Batchable::No, "{name}");
         }
-        let policy = crate::policy::Policy::from_config(&crate::config::CommandsConfig {
-            allow: vec![],
-            deny: vec!["evalsha".to_string()],
-        })
-        .unwrap();
-        let flags = Forwardable::of(&table, &policy);
-        assert_eq!(batchable(&table, &flags, "evalsha"), Batchable::No);
-        assert_eq!(batchable(&table, &flags, "eval"), Batchable::Script);
     }
 
     #[test]

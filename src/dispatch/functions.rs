@@ -28,13 +28,16 @@ impl Proxy {
         request: &Request,
         proto: Proto,
     ) -> Bytes {
-        let reply = self.forward(target, request.raw.clone(), proto).await;
+        let reply = self
+            .run_script_alone(target, request.raw.clone(), proto)
+            .await;
         if !reply.starts_with(NOT_FOUND) {
             return reply;
         }
         match request.args.get(1) {
             Some(name) if self.copy_function_everywhere(name).await => {
-                self.forward(target, request.raw.clone(), proto).await
+                self.run_script_alone(target, request.raw.clone(), proto)
+                    .await
             }
             _ => reply,
         }

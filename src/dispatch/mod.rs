@@ -74,6 +74,13 @@ pub struct Proxy {
     pub policy: crate::policy::Policy,
 }
 
+/// Whether `spec` runs a client's script (EVAL, EVALSHA, FCALL and their `_RO` forms):
+/// it runs on a connection of its own (see `Proxy::run_script_alone`), so the session runs
+/// it alone, as a sequence point, to keep the client's order.
+pub fn runs_a_script(spec: &CommandSpec) -> bool {
+    scripts::Run::of(spec).is_some()
+}
+
 /// Whether `args` is a SORT or SORT_RO the proxy runs in several steps (BY or GET
 /// patterns, STORE into another slot): the session runs it alone, as a sequence point.
 pub fn sort_runs_in_steps(args: &[Bytes]) -> bool {

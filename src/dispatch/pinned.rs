@@ -1,5 +1,6 @@
 //! Running a client's commands on a backend connection of its own: MULTI/EXEC blocks
-//! (optionally after a WATCH on the same connection) and blocking commands.
+//! (optionally after a WATCH on the same connection), blocking commands, and scripts
+//! (on a connection of the script pool, see `topology::ScriptConns`).
 //!
 //! Invariants: a MULTI block is written as `[ASKING] MULTI, commands..., EXEC` in order
 //! on one connection and only EXEC's reply reaches the client; the backend's `+QUEUED`
@@ -7,7 +8,7 @@
 //! anything ran (a redirect or TRYAGAIN at queue time makes the backend discard it) and
 //! never after WATCH, whose keys were watched on the node that no longer owns them. A
 //! blocking command never falls back to a shared connection, where it would stall
-//! every other client of that node.
+//! every other client of that node; nor does a client's script.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -19,6 +20,7 @@ use crate::config::RetryConfig;
 use crate::protocol::{encode, Proto};
 use crate::reply;
 use crate::route::{NodeAddr, Redirect};
+use crate::topology::ScriptLease;
 
 use super::{Proxy, Target};
 
@@ -278,6 +280,25 @@ impl Proxy {
     /// went away) drops the connection, which ends the command on the server too.
     pub async fn run_blocking(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
         let _blocked = crate::metrics::BlockedClient::enter();
+        self.run_alone(target, request, proto, Alone::Blocking)
+            .await
+    }
+
+    /// Runs a client's script call (EVAL, EVALSHA, FCALL and their `_RO` forms) on a
+    /// connection of its own from the script pool (see `topology::ScriptConns`), following
+    /// MOVED/ASK and retrying as [`Proxy::forward`] does: a script that runs long holds
+    /// only its own connection, and the other clients' commands to that master get the
+    /// node's `-BUSY` as on one Redis. `-NOSCRIPT` is the caller's to handle.
+    pub(super) async fn run_script_alone(
+        &self,
+        target: Target,
+        request: Bytes,
+        proto: Proto,
+    ) -> Bytes {
+        self.run_alone(target, request, proto, Alone::Script).await
+    }
+
+    async fn run_alone(&self, target: Target, request: Bytes, proto: Proto, alone: Alone) -> Bytes {
         let mut budget = RetryBudget::new(&self.config.retry);
         let mut redirected: Option<(NodeAddr, bool)> = None;
         loop {
@@ -294,15 +315,23 @@ impl Proxy {
                     }
                 },
             };
-            let conn = self.topology.dedicated(&node, proto);
-            let _shown = ShownBlocked::record(&conn);
-            let frame = match conn.call(request.clone(), asking).await {
-                Ok(frame) => frame,
+            let mut lease = match alone {
+                Alone::Blocking => Lease::Own(self.topology.dedicated(&node, proto)),
+                Alone::Script => Lease::Pooled(self.topology.script_conn(&node, proto)),
+            };
+            let _shown = (alone == Alone::Blocking).then(|| ShownBlocked::record(lease.conn()));
+            let frame = match lease.conn().call(request.clone(), asking).await {
+                Ok(frame) => {
+                    lease.answered();
+                    frame
+                }
                 Err(BackendError::Lost(detail)) => {
                     self.topology.request_refresh();
                     return reply::outcome_unknown(&node, &detail);
                 }
                 Err(BackendError::NotSent(detail)) => {
+                    // Never written: no script of this call runs there.
+                    lease.answered();
                     self.topology.request_refresh();
                     if !budget.wait_for_retry().await {
                         return reply::unavailable(&node, &detail);
@@ -340,6 +369,37 @@ impl Proxy {
                     }
                 }
             }
+        }
+    }
+}
+
+/// What runs on a connection of its own in [`Proxy::run_alone`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Alone {
+    /// A blocking command: a new connection, shown in the session's [`BlockedOn`].
+    Blocking,
+    /// A client's script: a connection of the script pool.
+    Script,
+}
+
+/// The connection one attempt of [`Proxy::run_alone`] runs on.
+enum Lease {
+    Own(NodeConn),
+    Pooled(ScriptLease),
+}
+
+impl Lease {
+    fn conn(&self) -> &NodeConn {
+        match self {
+            Lease::Own(conn) => conn,
+            Lease::Pooled(lease) => lease.conn(),
+        }
+    }
+
+    /// Nothing is outstanding on the connection: a pooled one may serve the next script.
+    fn answered(&mut self) {
+        if let Lease::Pooled(lease) = self {
+            lease.answered();
         }
     }
 }

@@ -8,6 +8,11 @@
 //! proxy loads the body on every master and retries once (loading is idempotent, and the
 //! master that answered may have been reached through a redirect).
 //!
+//! A client's script runs on a connection of its own, never on the shared connection to
+//! its master (see `Proxy::run_script_alone`): a node reads nothing more from the
+//! connection of a script that runs, so a long one would hold every other client's
+//! requests there, where a single Redis answers them `-BUSY`.
+//!
 //! SCRIPT EXISTS answers, per SHA, 1 when the proxy remembers the body (EVALSHA will work
 //! wherever it lands) or every master has it; 0 otherwise.
 //!
@@ -21,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 
 use crate::command::CommandSpec;
-use crate::protocol::{encode, Limits, Proto, Request, RequestDecoder};
+use crate::protocol::{encode, Proto, Request};
 use crate::reply::{self, merge};
 
 use super::{Proxy, Target};
@@ -299,6 +304,7 @@ impl Proxy {
         }
     }
 
+    /// A client's script call, on a connection of its own (see `Proxy::run_script_alone`).
     pub(super) async fn run_script(
         &self,
         run: Run,
@@ -315,27 +321,42 @@ impl Proxy {
             if let Some(body) = script {
                 self.scripts.remember(body);
             }
-            let reply = self.forward(target, request.raw.clone(), proto).await;
+            let reply = self
+                .run_script_alone(target, request.raw.clone(), proto)
+                .await;
             return with_key_slot_hint(reply);
         }
-        let reply = self.forward(target, request.raw.clone(), proto).await;
+        let reply = self
+            .run_script_alone(target, request.raw.clone(), proto)
+            .await;
         self.script_reply_of(target, request, reply, proto).await
     }
 
-    /// The final reply of a script call `frame` (EVAL or EVALSHA) sent in a client's batch
-    /// (see [`super::DirectKind::Script`]), whose answer so far is `reply`.
-    pub(super) async fn script_reply(
+    /// What the master of `slot` answers now to a command that Redis refuses while a
+    /// script runs (`PING`, sent on the shared connection): its `-BUSY` error, or `None`.
+    /// `None` at once, with no future, while no client's script runs there through this
+    /// proxy (see `topology::ScriptConns`); otherwise the answer comes when the node's
+    /// would, after `busy-reply-threshold` if the script is younger than that.
+    pub fn busy_probe(
         &self,
-        target: Target,
-        frame: Bytes,
-        reply: Bytes,
-        proto: Proto,
-    ) -> Bytes {
-        let mut buf = BytesMut::from(&frame[..]);
-        match RequestDecoder::new(Limits::default()).decode(&mut buf) {
-            Ok(Some(request)) => self.script_reply_of(target, &request, reply, proto).await,
-            _ => with_key_slot_hint(reply),
+        slot: u16,
+    ) -> Option<impl std::future::Future<Output = Option<Bytes>> + Send + 'static> {
+        let node = self.node_for(Target::Slot(slot))?;
+        if self.topology.scripts_running_on(&node) == 0 {
+            return None;
         }
+        let conn = self.topology.node(&node, Proto::Resp2);
+        let topology = self.topology.clone();
+        Some(async move {
+            match conn.call(Bytes::from_static(PING), false).await {
+                Ok(reply) if reply.starts_with(b"-BUSY") => Some(reply),
+                Ok(_) => {
+                    topology.scripts_settled(&node);
+                    None
+                }
+                Err(_) => None,
+            }
+        })
     }
 
     /// `reply` to the script call `request`, made final: on `-NOSCRIPT` with a remembered
@@ -360,10 +381,16 @@ impl Proxy {
             // Loading failed somewhere: the original answer explains more than this does.
             return reply;
         }
-        let reply = self.forward(target, request.raw.clone(), proto).await;
+        let reply = self
+            .run_script_alone(target, request.raw.clone(), proto)
+            .await;
         with_key_slot_hint(reply)
     }
 }
+
+/// The probe of [`Proxy::busy_probe`]: harmless, and refused like any command that is
+/// not `allow_busy` while a script runs.
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 
 /// What a cluster node says when a script touches a key outside the slot (or node) of its
 /// declared keys, e.g. "Script attempted to access a non local key in a cluster node".

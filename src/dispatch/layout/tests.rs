@@ -436,19 +436,13 @@ fn the_batched_frame_is_the_layout_paths_for_every_forwardable_command() {
     let mut batched = 0;
     for index in 0..table.len() {
         let spec = table.spec(index).unwrap();
-        let script = match flags.get(index) {
-            _ if spec.name.contains('|') => continue,
-            crate::dispatch::direct::Batchable::AsIs => false,
-            crate::dispatch::direct::Batchable::Script => true,
-            crate::dispatch::direct::Batchable::No => continue,
-        };
+        if spec.name.contains('|') || flags.get(index) != crate::dispatch::direct::Batchable::AsIs {
+            continue;
+        }
         for first in keys {
             for second in keys {
                 for extra in [&[][..], &["1"][..], &["1", "2"][..], &["f", "v", "1"][..]] {
                     let mut args = vec![spec.name.as_str()];
-                    if script {
-                        args.extend(["return 1", "2"]);
-                    }
                     args.extend([first, second]);
                     args.extend_from_slice(extra);
                     let request = request(&args);

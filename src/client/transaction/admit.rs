@@ -1,0 +1,157 @@
+//! The queue-time checks of a command between MULTI and EXEC, as Redis makes them
+//! (existence, arity, policy and ACL, `no_multi`), plus the proxy's own: commands it
+//! answers itself, commands that span masters, and the transaction's one slot.
+
+use bytes::Bytes;
+use smallvec::SmallVec;
+
+use crate::auth::User;
+use crate::command::{CommandFlags, CommandSpec, KeyList};
+use crate::config::CrossSlotTransactions;
+use crate::dispatch::Proxy;
+use crate::protocol::{Proto, Request};
+use crate::reply;
+use crate::route::key_slot;
+
+use super::exec::Queued;
+use super::{
+    Admitted, Transaction, ANSWERED_AT_EXEC, CLIENT_NOT_QUEUED, LOCAL_ONLY, NOT_IN_MULTI,
+    SPLIT_WITH_WATCH,
+};
+
+impl Transaction {
+    /// The command as it will be queued, if it may join the transaction.
+    pub(super) fn admit(
+        &mut self,
+        proxy: &Proxy,
+        proto: Proto,
+        request: &Request,
+        user: Option<&User>,
+    ) -> Result<Admitted, Bytes> {
+        let spec = proxy
+            .commands
+            .lookup(&request.args)
+            .ok_or_else(|| reply::unknown_command(&request.args))?;
+        if !spec.arity_ok(request.args.len()) {
+            return Err(reply::wrong_arity(&spec.name));
+        }
+        if let Some(refusal) = proxy.admit(request, user) {
+            return Err(refusal);
+        }
+        if spec.flags.has(CommandFlags::NO_MULTI) {
+            return Err(reply::error(NOT_IN_MULTI));
+        }
+        let base = spec.name.split('|').next().unwrap_or_default();
+        let name = spec.name.as_str();
+        if (ANSWERED_AT_EXEC.contains(&base) || ANSWERED_AT_EXEC.contains(&name))
+            && !CLIENT_NOT_QUEUED.contains(&name)
+        {
+            return Ok(Admitted::Local);
+        }
+        if LOCAL_ONLY.contains(&base) {
+            return Err(reply::error(&format!(
+                "ERR proxy: '{}' is not supported inside MULTI",
+                spec.name
+            )));
+        }
+        if crate::dispatch::changes_its_connection(spec) {
+            return Err(reply::error(&format!(
+                "ERR proxy: '{}' is not supported inside MULTI",
+                spec.name
+            )));
+        }
+        if Proxy::spans_masters(spec) {
+            return Err(reply::error(&format!(
+                "ERR proxy: '{}' is not supported inside MULTI: it runs on every master, which one transaction cannot span",
+                spec.name
+            )));
+        }
+        if crate::dispatch::sort_runs_in_steps(&request.args) {
+            return Err(reply::error(&format!(
+                "ERR proxy: '{}' with BY or GET patterns is not supported inside MULTI: its pattern keys live on other masters, which one transaction cannot span",
+                spec.name
+            )));
+        }
+        let (args, queued) = match proxy.layout.as_deref() {
+            Some(active) => {
+                let rewritten = active.rewrite_request(spec, request.clone())?;
+                let under = active.queued_requests(spec, &rewritten, proto);
+                let queued = Queued {
+                    requests: under.requests,
+                    slot: None,
+                    reverse: Some(spec.name.clone()),
+                    needs_script: under.needs_script,
+                };
+                (rewritten.request.args, queued)
+            }
+            None => {
+                let queued = Queued {
+                    requests: SmallVec::from_elem(request.raw.clone(), 1),
+                    slot: None,
+                    reverse: None,
+                    needs_script: false,
+                };
+                (request.args.clone(), queued)
+            }
+        };
+        let slot = self.bind_slot(proxy, spec, &args)?;
+        Ok(Admitted::Block {
+            queued: Queued { slot, ..queued },
+            writes: spec.is_write_or_may_replicate(),
+        })
+    }
+
+    /// Checks that the keys of `args` (cluster names) fit the transaction's slot, binding
+    /// it on the first keyed command; the command's slot (`None`: keyless).
+    fn bind_slot(
+        &mut self,
+        proxy: &Proxy,
+        spec: &CommandSpec,
+        args: &[Bytes],
+    ) -> Result<Option<u16>, Bytes> {
+        let mut keys: KeyList = SmallVec::new();
+        spec.keys(args, &mut keys);
+        let named: Vec<(&[u8], u16)> = keys
+            .iter()
+            .map(|k| (&args[k.index][..], key_slot(&args[k.index])))
+            .collect();
+        let Some(&(first_key, slot)) = named.first() else {
+            return Ok(None);
+        };
+        if named.iter().any(|&(_, s)| s != slot) {
+            return Err(reply::cross_slot(&named));
+        }
+        // The slot the transaction is bound to: the watched one first.
+        let bound = match (
+            &self.watch,
+            self.multi.as_ref().and_then(|q| q.slot.as_ref()),
+        ) {
+            (Some(watch), _) => Some((watch.slot, watch.first_key.clone(), true)),
+            (None, Some((s, key))) => Some((*s, key.clone(), false)),
+            (None, None) => None,
+        };
+        match bound {
+            Some((bound_slot, _, _)) if bound_slot == slot => {}
+            Some((bound_slot, bound_key, watched)) => {
+                let split = proxy.config.cross_slot_transactions == CrossSlotTransactions::Split;
+                if watched && split {
+                    return Err(reply::error(SPLIT_WITH_WATCH));
+                }
+                if !split {
+                    let mut all = vec![(&bound_key[..], bound_slot)];
+                    all.extend(named.iter().copied());
+                    return Err(reply::cross_slot(&all));
+                }
+            }
+            None => {
+                if let Some(queue) = &mut self.multi {
+                    queue.slot = Some((slot, Bytes::copy_from_slice(first_key)));
+                }
+            }
+        }
+        if spec.is_write() {
+            self.last_write_slot = Some(slot);
+        }
+        Ok(Some(slot))
+    }
+}
