@@ -11,7 +11,8 @@
 # - Installs Node.js and npm (packages nodejs and npm) when missing, then the node-redis
 #   client the layout test runs, exactly as locked in tests/node/package-lock.json (npm ci).
 # - Installs python3 (with pip and venv) the same way when missing, and the Python client
-#   tests' packages (tests/python/requirements.txt) into the virtualenv .venv-tests.
+#   tests' packages (tests/python/requirements.txt) into the virtualenv .venv-tests, among them
+#   kubernetes-validate, the schema validator tests/deploy_kubernetes.rs runs on deploy/kubernetes.
 # - Then runs `cargo test --all-targets` (extra arguments are passed on to it).
 #
 # The tests start their own servers on free loopback ports and kill them when they finish;
@@ -66,5 +67,6 @@ fi
 .venv-tests/bin/python -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 export SLOTBRIDGE_PYTHON="$PWD/.venv-tests/bin/python"
 "$SLOTBRIDGE_PYTHON" -c 'import redis, pytest; print("redis-py", redis.__version__, "pytest", pytest.__version__)'
+"$SLOTBRIDGE_PYTHON" -m kubernetes_validate --version
 
 cargo test --all-targets "$@"
