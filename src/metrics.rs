@@ -48,6 +48,8 @@ pub const CLIENT_OUTPUT_LIMIT_DISCONNECTS: &str =
 /// Bytes every client owes together: replies held for them and the estimate of those in
 /// flight (flow control, against `max_buffered_bytes`).
 pub const BUFFERED_BYTES: &str = "slotbridge_buffered_bytes";
+/// The process budget those bytes count against (`max_buffered_bytes`; 0: none).
+pub const MAX_BUFFERED_BYTES: &str = "slotbridge_max_buffered_bytes";
 /// Clients whose requests wait because they owe their budget or the process's.
 pub const FLOW_PAUSED_CLIENTS: &str = "slotbridge_flow_paused_clients";
 /// Open backend connections per node.
@@ -139,6 +141,11 @@ fn describe() {
         BUFFERED_BYTES,
         Unit::Bytes,
         "Replies held for clients plus the estimate of those in flight, all clients together (max_buffered_bytes)"
+    );
+    describe_gauge!(
+        MAX_BUFFERED_BYTES,
+        Unit::Bytes,
+        "The budget of slotbridge_buffered_bytes, max_buffered_bytes (0: none)"
     );
     describe_gauge!(
         FLOW_PAUSED_CLIENTS,
@@ -370,6 +377,11 @@ pub fn client_rejected() {
 /// The gauge of what all clients owe (flow control).
 pub fn buffered_bytes() -> metrics::Gauge {
     gauge!(BUFFERED_BYTES)
+}
+
+/// The process budget for what all clients owe (`max_buffered_bytes`).
+pub fn max_buffered_bytes(limit: usize) {
+    gauge!(MAX_BUFFERED_BYTES).set(limit as f64);
 }
 
 /// The gauge of clients paused by flow control.

@@ -121,6 +121,7 @@ fn alert_rules_pass_promtool() {
         "SlotbridgeOutputLimitDisconnects",
         "SlotbridgeReloadFailed",
         "SlotbridgeLayoutUnmatchedKeys",
+        "SlotbridgeBufferedBytesNearBudget",
     ] {
         assert!(
             alert_rules().iter().any(|(name, _)| name == needed),

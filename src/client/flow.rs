@@ -90,6 +90,7 @@ impl SharedBudget {
     /// Sets the budget (`max_buffered_bytes`; 0: none), at start and on reload.
     pub fn set_limit(&self, limit: usize) {
         self.limit.store(limit, Ordering::Relaxed);
+        crate::metrics::max_buffered_bytes(limit);
         self.freed.notify_waiters();
     }
 
