@@ -22,7 +22,8 @@
 //!   send a thousand large replies onto the shared connections.
 //! - Over the process budget, only clients that owe little ([`SMALL`]) and whose requests
 //!   are small go on; the others wait until the total falls below the budget
-//!   ([`SharedBudget::freed`]). The total is the sum of what each session last charged.
+//!   ([`SharedBudget::freed`]). The total is the sum of what each session last charged;
+//!   a client that owes no more than [`SMALL`] charges nothing.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -295,7 +296,15 @@ impl<'a> ClientFlow<'a> {
                 self.shared.end_probation();
             }
         }
-        let now = (owed.bytes(), owed.in_flight());
+        // A client that owes little is let through whatever the total (see `gate`), so it is
+        // not counted in it either: the request path of ordinary clients touches no shared
+        // counter.
+        let bytes = owed.bytes();
+        let now = if bytes > SMALL {
+            (bytes, owed.in_flight())
+        } else {
+            (0, 0)
+        };
         if now != self.charged {
             self.shared.recharge(self.charged, now);
             self.charged = now;
@@ -442,6 +451,9 @@ mod tests {
         assert_eq!(big.gate(owed(0, 0, Some(2 * SMALL)), 0), Gate::Shared);
         assert_eq!(small.gate(owed(100, 10, Some(50)), 0), Gate::Open);
         assert_eq!(small.gate(owed(SMALL, 0, Some(50)), 0), Gate::Shared);
+        // What a client that owes little owes is not counted.
+        small.charge(owed(100, 10, Some(50)), Gate::Open);
+        assert_eq!(shared.owed(), 12 * SMALL);
         big.charge(owed(12 * SMALL, 0, Some(SMALL)), Gate::Shared);
         assert_eq!(shared.paused(), 1);
         // What it owes drops below the budget: the waiters are told.
