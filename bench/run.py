@@ -475,11 +475,15 @@ def instructions_per_request():
         value = "x" * VALUE_SIZE
         print("| case | target | requests | proxy instructions per request |")
         print("|---|---|---|---|")
-        for target, extra in [("proxy", []), ("proxy + layout", layout_args)]:
+        targets = [("proxy", PROXY, []), ("proxy + layout", PROXY, layout_args)]
+        if BASELINE:
+            # The same counts of the earlier build, for an A/B of a change.
+            targets += [("baseline", BASELINE, []), ("baseline + layout", BASELINE, layout_args)]
+        for target, binary, extra in targets:
             port, admin = free_port(), free_port()
             out = os.path.join(procs.dir, f"callgrind-{port}.out")
             proxy = procs.start(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                                 PROXY, "--listen", f"127.0.0.1:{port}", "--admin-listen",
+                                 binary, "--listen", f"127.0.0.1:{port}", "--admin-listen",
                                  f"127.0.0.1:{admin}", "--cluster", ",".join(seeds), *extra],
                                 f"callgrind-{port}")
             wait_port(port, timeout=120)

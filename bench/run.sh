@@ -17,7 +17,8 @@
 # build, for an A/B of a change in one series). `--syscalls` instead counts the proxy's syscalls per request
 # (`perf stat` on the syscall tracepoints; strace where perf is missing); `--instructions`
 # the proxy's user-space instructions per request under valgrind's callgrind (a count that
-# repeats from run to run, unlike time on shared cores).
+# repeats from run to run, unlike time on shared cores; with `--baseline`, the earlier build's
+# counts too).
 # A second table splits the CPU per request between the servers, redis-benchmark
 # and the proxy (with the proxy's kernel time apart), and gives the size of the batches the
 # servers read (commands per read, from INFO stats) and how often they went to sleep for
