@@ -157,6 +157,11 @@ fn describe() {
         Unit::Count,
         "Open connections to each cluster node"
     );
+    describe_backend_and_layout();
+}
+
+/// The second half of [`describe`].
+fn describe_backend_and_layout() {
     describe_counter!(
         BACKEND_CONNECT_ERRORS,
         Unit::Count,

@@ -6,6 +6,7 @@
 //! the commands the session routes without its own checks.
 
 mod flow;
+mod limits;
 mod local;
 mod ordered;
 mod pause;

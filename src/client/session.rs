@@ -37,6 +37,7 @@ use crate::reload::Live;
 use crate::reply;
 
 use super::flow::{ClientFlow, Gate};
+use super::limits::{ClientLimits, SoftWatch};
 use super::local::{self, ConnState, ReplyMode};
 use super::pipeline::{Pipeline, Running};
 use super::pubsub::{self, Intercept, PubSub, Relay};
@@ -110,8 +111,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     // it may send its next request.
     let mut flow = ClientFlow::new(registry.budget());
     let mut gate = Gate::Open;
-    // Since when the client's held replies are over the soft output limit.
-    let mut over_soft_since = None;
+    let mut soft_watch = SoftWatch::default();
     // Set once the connection must end after the replies already queued (QUIT, bad input).
     let mut closing = false;
     // Set once the client closed its side: what it sent before is answered, then it closes.
@@ -411,11 +411,9 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             Box::pin(linger_close(reader, writer)).await;
             break;
         }
-        if let Some(soft) = soft_limit {
+        if let Some(limit) = soft_limit {
             let held = in_flight.owed(output.len()).held;
-            over_soft_since =
-                (held > soft.bytes).then(|| over_soft_since.unwrap_or_else(Instant::now));
-            if over_soft_since.is_some_and(|since| since.elapsed() >= soft.seconds) {
+            if soft_watch.exceeded(limit, held, Instant::now()) {
                 tracing::info!(client = %peer, bytes = held, "closing client over its soft output buffer limit");
                 crate::metrics::client_output_limit_disconnect();
                 break;
@@ -438,9 +436,7 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
             .filter(|_| !subscribed)
             .map(|timeout| last_active + timeout);
         // The next moment a limit may close the client without any event of its own.
-        let soft_deadline = soft_limit
-            .zip(over_soft_since)
-            .map(|(soft, since)| since + soft.seconds);
+        let soft_deadline = soft_watch.deadline(soft_limit);
         let close_deadline = [
             idle_deadline,
             soft_deadline,
@@ -673,40 +669,6 @@ fn wrote(
     let now = Instant::now();
     guard.active_at(now.into_std());
     now
-}
-
-/// The limits of one client that a reload changes for connected clients too.
-#[derive(Clone, Copy)]
-struct ClientLimits {
-    max_pipeline: usize,
-    /// What the client may owe and still send requests (`limits.max_owed_bytes`).
-    max_owed: usize,
-    idle_timeout: Option<Duration>,
-    output_limit: usize,
-    soft_limit: Option<SoftLimit>,
-}
-
-/// Redis's soft output buffer limit: held replies over `bytes` for `seconds` close the client.
-#[derive(Clone, Copy)]
-struct SoftLimit {
-    bytes: usize,
-    seconds: Duration,
-}
-
-impl ClientLimits {
-    fn of(config: &crate::config::Config) -> ClientLimits {
-        let soft = &config.client_output_buffer_soft_limit;
-        ClientLimits {
-            max_pipeline: config.limits.max_pipeline,
-            max_owed: config.limits.max_owed_bytes,
-            idle_timeout: (config.timeout > 0).then(|| Duration::from_secs(config.timeout)),
-            output_limit: config.client_output_buffer_limit_bytes,
-            soft_limit: (soft.bytes > 0).then(|| SoftLimit {
-                bytes: soft.bytes,
-                seconds: Duration::from_secs(soft.seconds),
-            }),
-        }
-    }
 }
 
 /// Records `command` (a table index, `None` for an unknown one) as the client's latest
