@@ -25,6 +25,10 @@
 // `skippedBeforeCutover`), and a session or lock check that fails for an operation that
 // spans the move (sent before the second signal, seen failing after the first) is counted in
 // `crossedCutover`, not surfaced: its first half reached the old node, its second the new one.
+// Pub/sub: every message published must reach the subscriber (`missedMessages`), except those
+// published from the first signal to 500 ms after the second (`missedDuringCutover`): the
+// proxy subscribes a subscriber again on the new upstream only once the reload is done, so a
+// message published there in between is not delivered.
 //
 // Usage: node ioredis_bot.js --host H --port P [--username U] [--password W] --seconds N
 //                            --prefix K [--cluster]
@@ -72,6 +76,8 @@ const state = {
   groupRecreated: 0,
   published: 0,
   received: 0,
+  publishedMessages: [],
+  receivedMessages: new Set(),
   scans: 0,
   scannedKeysMax: 0,
   nodesSeen: new Set(),
@@ -263,16 +269,41 @@ async function streamConsumer(redis, blocking) {
 
 async function pubsub(redis, subscriber) {
   const channel = `${P}:events`;
-  subscriber.on('message', (ch) => {
-    if (ch === channel) state.received += 1;
+  subscriber.on('message', (ch, message) => {
+    if (ch !== channel) return;
+    state.received += 1;
+    state.receivedMessages.add(message);
   });
   await op('subscribe', subscriber.subscribe(channel));
+  let seq = 0;
   while (running()) {
-    if ((await op('publish', redis.publish(channel, `m${state.published}`))) !== null) {
+    const message = `m${(seq += 1)}`;
+    const sentAt = Date.now();
+    if ((await op('publish', redis.publish(channel, message))) !== null) {
       state.published += 1;
+      state.publishedMessages.push({ message, sentAt });
     }
     await sleep(10);
   }
+}
+
+/// How long after a cutover the subscriber may still be moving to the new upstream.
+const RESUBSCRIBE_GRACE_MS = 500;
+
+/// Published messages the subscriber never got: [outside a cutover, during one].
+function missedMessages() {
+  let outside = 0;
+  let during = 0;
+  for (const { message, sentAt } of state.publishedMessages) {
+    if (state.receivedMessages.has(message)) continue;
+    const inCutover =
+      state.cutoverStartAt !== null &&
+      sentAt >= state.cutoverStartAt &&
+      (state.cutoverAt === null || sentAt <= state.cutoverAt + RESUBSCRIBE_GRACE_MS);
+    if (inCutover) during += 1;
+    else outside += 1;
+  }
+  return [outside, during];
 }
 
 function scanOnce(node) {
@@ -403,6 +434,7 @@ async function main() {
   // Let the last published messages arrive.
   await sleep(300);
   const crossed = judgeAnomalies();
+  const [missed, missedDuring] = missedMessages();
   const { lost, verified, skipped } = await verify();
   await Promise.all([redis, blocking, subscriber, multi].filter(Boolean).map((c) => c.quit()));
   const summary = {
@@ -424,6 +456,8 @@ async function main() {
     groupRecreated: state.groupRecreated,
     published: state.published,
     received: state.received,
+    missedMessages: missed,
+    missedDuringCutover: missedDuring,
     scans: state.scans,
     scannedKeysMax: state.scannedKeysMax,
     verified,
