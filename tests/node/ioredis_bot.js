@@ -292,7 +292,7 @@ const RESUBSCRIBE_GRACE_MS = 500;
 
 /// Published messages the subscriber never got: [outside a cutover, during one].
 function missedMessages() {
-  let outside = 0;
+  const outside = [];
   let during = 0;
   for (const { message, sentAt } of state.publishedMessages) {
     if (state.receivedMessages.has(message)) continue;
@@ -301,7 +301,7 @@ function missedMessages() {
       sentAt >= state.cutoverStartAt &&
       (state.cutoverAt === null || sentAt <= state.cutoverAt + RESUBSCRIBE_GRACE_MS);
     if (inCutover) during += 1;
-    else outside += 1;
+    else outside.push(`${message} published at ${sentAt}`);
   }
   return [outside, during];
 }
@@ -440,6 +440,7 @@ async function main() {
   const summary = {
     startedAt: state.startedAt,
     endedAt: Date.now(),
+    cutoverStartAt: state.cutoverStartAt,
     cutoverAt: state.cutoverAt,
     ops: state.ops,
     counts: state.counts,
@@ -456,7 +457,8 @@ async function main() {
     groupRecreated: state.groupRecreated,
     published: state.published,
     received: state.received,
-    missedMessages: missed,
+    missedMessages: missed.length,
+    missed: missed.slice(0, SURFACED_SHOWN),
     missedDuringCutover: missedDuring,
     scans: state.scans,
     scannedKeysMax: state.scannedKeysMax,
