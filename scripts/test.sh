@@ -8,8 +8,8 @@
 # - Installs Prometheus (package prometheus, which ships prometheus and promtool) when either is
 #   missing: tests/observability.rs runs the shipped dashboard queries and alerting rules on a
 #   real Prometheus (a local process on a loopback port; the package's service is not used).
-# - Installs Node.js and npm (packages nodejs and npm) when missing, then the node-redis
-#   client the layout test runs, exactly as locked in tests/node/package-lock.json (npm ci).
+# - Installs Node.js and npm (packages nodejs and npm) when missing, then the node-redis and
+#   ioredis clients the node tests run, exactly as locked in tests/node/package-lock.json (npm ci).
 # - Installs python3 (with pip and venv) the same way when missing, and the Python client
 #   tests' packages (tests/python/requirements.txt) into the virtualenv .venv-tests, among them
 #   kubernetes-validate, the schema validator tests/deploy_kubernetes.rs runs on deploy/kubernetes.
@@ -47,7 +47,7 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
 fi
 promtool --version 2>&1 | sed -n 1p
 
-# The layout test runs a node-redis client (tests/node): Node.js, npm and its locked packages.
+# The node tests run node-redis and ioredis (tests/node): Node.js, npm and its locked packages.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   apt_install nodejs npm
 fi

@@ -1,7 +1,8 @@
 //! Blocking commands through the proxy against real clusters: timeouts as in Redis, no
 //! stall for other clients while one blocks, wake-up by another client, the backend
-//! connection released when the client goes away, CROSSSLOT, MOVED followed, WAIT, and the
-//! client's own later requests held until the blocking one is answered.
+//! connection released when the client goes away, CROSSSLOT, MOVED followed, a failover
+//! waited through, WAIT, and the client's own later requests held until the blocking one is
+//! answered.
 
 mod common;
 
@@ -458,4 +459,34 @@ fn client_unblock_ends_a_blocked_command_on_a_renamed_key() {
     assert_eq!(blocked.read_reply(), "*-1\r\n");
     assert!(!shows_blocked(&mut other), "still blocked");
     assert_eq!(blocked.call(&["PING"]), "+PONG\r\n");
+}
+
+/// A master failover while a client waits in BLPOP: Redis ends the wait on the demoted
+/// master with `-UNBLOCKED ... instance state changed`, and nothing was popped, so the
+/// proxy blocks again on the new master instead of passing the error on (as it does for
+/// READONLY); the client gets the value pushed after the failover.
+#[test]
+fn a_blocked_command_waits_again_on_the_new_master_after_a_failover() {
+    let cluster = Cluster::start(1, 1);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let key = "block7:failover";
+    let master = cluster.masters()[0].clone();
+    let replica = cluster.replicas()[0].clone();
+    let mut blocked = Raw::connect(proxy.addr());
+    blocked.send(&["BLPOP", key, "20"]);
+    wait_until("BLPOP to block", Duration::from_secs(5), || {
+        connections_running(&master, "blpop") == 1
+    });
+    cluster.failover(&replica);
+    wait_until(
+        "BLPOP to block on the new master",
+        Duration::from_secs(10),
+        || connections_running(&replica, "blpop") == 1,
+    );
+    let mut pusher = Raw::connect(proxy.addr());
+    assert_eq!(pusher.call(&["RPUSH", key, "after"]), ":1\r\n");
+    assert_eq!(
+        blocked.read_reply(),
+        format!("*2\r\n${}\r\n{key}\r\n$5\r\nafter\r\n", key.len())
+    );
 }

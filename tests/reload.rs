@@ -2,7 +2,8 @@
 //! while redis-benchmark runs without an error; a broken file changes nothing; new
 //! passwords apply to new logins; a newly denied command, and a user's narrowed ACL, are
 //! refused on open connections; an upstream switch from a standalone server to the cluster
-//! is seen by the next command of an already connected client.
+//! is seen by the next command of an already connected client, and by a subscriber that only
+//! listens.
 
 mod common;
 
@@ -248,5 +249,37 @@ fn switching_from_standalone_to_cluster_keeps_clients_connected() {
     wait_log(&proxy, "configuration reloaded", 1);
     assert_eq!(client.call(&["GET", key]), "$7\r\ncluster\r\n");
     let info = client.call(&["INFO", "proxy"]);
+    assert!(info.contains("proxy_upstream:cluster"), "{info}");
+}
+
+/// A subscriber that sends nothing after SUBSCRIBE moves with the upstream: the reload wakes
+/// its session, which subscribes it again on the cluster, where messages are now published.
+#[test]
+fn a_listening_subscriber_follows_a_switch_from_standalone_to_cluster() {
+    let standalone = Standalone::start();
+    let path = config_file(&format!("standalone: \"{}\"\n", standalone.addr()));
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    let mut subscriber = Raw::connect(proxy.addr());
+    let confirmed = subscriber.call(&["SUBSCRIBE", "reload:news"]);
+    assert!(confirmed.contains("reload:news"), "{confirmed}");
+    let mut publisher = Raw::connect(proxy.addr());
+    assert_eq!(
+        publisher.call(&["PUBLISH", "reload:news", "before"]),
+        ":1\r\n"
+    );
+    assert!(subscriber.read_reply().contains("before"));
+
+    std::fs::write(&path, cluster_yaml()).unwrap();
+    proxy.send_signal("HUP");
+    wait_log(&proxy, "configuration reloaded", 1);
+    // The move is asynchronous: publish until the subscriber is counted on the cluster.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while publisher.call(&["PUBLISH", "reload:news", "after"]) != ":1\r\n" {
+        assert!(Instant::now() < deadline, "no subscriber on the cluster");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let message = subscriber.read_reply();
+    assert!(message.contains("after"), "{message}");
+    let info = publisher.call(&["INFO", "proxy"]);
     assert!(info.contains("proxy_upstream:cluster"), "{info}");
 }

@@ -147,6 +147,8 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
         if live.reloads() != limits_of_reload {
             limits_of_reload = live.reloads();
             snapshot = live.proxy();
+            // A subscriber that only listens still moves to a new upstream.
+            pubsub.follow(&snapshot);
             snapshot_user = None;
             limits = ClientLimits::of(&snapshot.config);
             decoder.set_limits(snapshot.config.limits.protocol());

@@ -6,6 +6,12 @@
 use super::slot_map::{join_host_port, split_host_port, NodeAddr};
 use super::SLOT_COUNT;
 
+/// How Redis 7 ends a blocking command whose master turns into a replica, after `UNBLOCKED `
+/// (`-UNBLOCKED force unblock from blocking operation, instance state changed (master ->
+/// replica?)`).
+const DEMOTED_WHILE_BLOCKED: &[u8] =
+    b"force unblock from blocking operation, instance state changed";
+
 /// What an error reply from a cluster node asks the proxy to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Redirect {
@@ -32,6 +38,8 @@ pub enum Redirect {
     /// `-MASTERDOWN`: a replica lost its master; retry later (a failover may follow).
     MasterDown,
     /// `-READONLY`: a write reached a replica (usually just after a failover); retry later.
+    /// Also a blocking command's `-UNBLOCKED force unblock ... instance state changed`: its
+    /// node became a replica while it waited, and nothing was served.
     ReadOnly,
     /// `-NOSCRIPT`: EVALSHA of a script this node has not loaded.
     NoScript,
@@ -61,6 +69,9 @@ impl Redirect {
             b"LOADING" => Some(Redirect::Loading),
             b"MASTERDOWN" => Some(Redirect::MasterDown),
             b"READONLY" => Some(Redirect::ReadOnly),
+            // Only the demotion: CLIENT UNBLOCK ... ERROR also answers -UNBLOCKED, and that
+            // one is the client's to see.
+            b"UNBLOCKED" if rest.starts_with(DEMOTED_WHILE_BLOCKED) => Some(Redirect::ReadOnly),
             b"NOSCRIPT" => Some(Redirect::NoScript),
             _ => None,
         }
@@ -188,7 +199,7 @@ mod tests {
 
     #[test]
     fn retryable_answers_use_redis_texts() {
-        let cases: [(&[u8], Redirect, &str); 6] = [
+        let cases: [(&[u8], Redirect, &str); 7] = [
             (
                 b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
                 Redirect::TryAgain,
@@ -219,6 +230,11 @@ mod tests {
                 Redirect::ReadOnly,
                 "readonly",
             ),
+            (
+                b"-UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)\r\n",
+                Redirect::ReadOnly,
+                "readonly",
+            ),
         ];
         for (reply, expected, reason) in cases {
             let got = Redirect::classify(reply, FROM).unwrap();
@@ -231,6 +247,9 @@ mod tests {
         assert_eq!(noscript, Some(Redirect::NoScript));
         assert!(!Redirect::NoScript.is_retry_later());
         assert!(!moved(1, "h:1").unwrap().is_retry_later());
+        // CLIENT UNBLOCK id ERROR: the client asked for it, it is not retried.
+        let unblock = b"-UNBLOCKED client unblocked via CLIENT UNBLOCK\r\n";
+        assert_eq!(Redirect::classify(unblock, FROM), None);
     }
 
     #[test]

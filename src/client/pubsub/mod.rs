@@ -209,6 +209,55 @@ impl PubSub {
         }
     }
 
+    /// Moves the client to the live snapshot `current`: after a reload that switched the
+    /// upstream, its subscriptions are subscribed again there. The session calls it when a
+    /// reload wakes it, so a subscriber that only listens moves too, and [`PubSub::intercept`]
+    /// before each request.
+    pub fn follow(&mut self, current: &Arc<Proxy>) {
+        if !self.used {
+            return;
+        }
+        let mut inner = lock(&self.inner);
+        if Arc::ptr_eq(&inner.proxy, current) {
+            return;
+        }
+        let switched = !Arc::ptr_eq(&inner.proxy.topology, &current.topology);
+        inner.proxy = current.clone();
+        if !switched {
+            return;
+        }
+        self.masters = Some(current.topology.watch_masters());
+        // Old links point at the old upstream: subscribe everything again on the new one
+        // (the restores are idempotent with new subscriptions).
+        inner.regular = None;
+        inner.shard_links.clear();
+        inner.keyspace_links.clear();
+        // Sent before any later request's command on the same new link, so the backend's
+        // subscription counts include what moved.
+        let (channels, patterns) = inner.regular_names();
+        let link = if channels.is_empty() && patterns.is_empty() {
+            None
+        } else {
+            let proto = inner.proto;
+            inner.regular_link(proto)
+        };
+        for (command, kind, names) in subscribe_commands(&channels, &patterns) {
+            let call = match &link {
+                Some(link) => resubscribe(link, command, kind, names).boxed(),
+                None => {
+                    futures_util::future::ready(Err(reply::text::SLOT_UNSERVED.to_string())).boxed()
+                }
+            };
+            self.background.push(call);
+        }
+        if !inner.shard.is_empty() {
+            Restore::Shard.start(&mut inner, &self.inner, &mut self.background);
+        }
+        if !inner.keyspace.is_empty() {
+            Restore::Keyspace.start(&mut inner, &self.inner, &mut self.background);
+        }
+    }
+
     /// Looks at `request` before anything else does (see [`Intercept`]). `current` is the
     /// live snapshot: new subscriptions use its upstream, and after a reload that switched
     /// the upstream the client's subscriptions move there too. `muted`: CLIENT REPLY mutes
@@ -234,45 +283,9 @@ impl PubSub {
         }
         self.used = true;
         let proxy = {
-            let mut inner = lock(&self.inner);
-            inner.proto = proto;
-            if !Arc::ptr_eq(&inner.proxy, current) {
-                let switched = !Arc::ptr_eq(&inner.proxy.topology, &current.topology);
-                inner.proxy = current.clone();
-                if switched {
-                    self.masters = Some(current.topology.watch_masters());
-                    // Old links point at the old upstream: subscribe everything again on
-                    // the new one (the restores are idempotent with new subscriptions).
-                    inner.regular = None;
-                    inner.shard_links.clear();
-                    inner.keyspace_links.clear();
-                    // Sent before this request's own command on the same new link, so
-                    // the backend's subscription counts include what moved.
-                    let (channels, patterns) = inner.regular_names();
-                    let link = if channels.is_empty() && patterns.is_empty() {
-                        None
-                    } else {
-                        inner.regular_link(proto)
-                    };
-                    for (command, kind, names) in subscribe_commands(&channels, &patterns) {
-                        let call = match &link {
-                            Some(link) => resubscribe(link, command, kind, names).boxed(),
-                            None => futures_util::future::ready(Err(
-                                reply::text::SLOT_UNSERVED.to_string()
-                            ))
-                            .boxed(),
-                        };
-                        self.background.push(call);
-                    }
-                    if !inner.shard.is_empty() {
-                        Restore::Shard.start(&mut inner, &self.inner, &mut self.background);
-                    }
-                    if !inner.keyspace.is_empty() {
-                        Restore::Keyspace.start(&mut inner, &self.inner, &mut self.background);
-                    }
-                }
-            }
-            inner.proxy.clone()
+            lock(&self.inner).proto = proto;
+            self.follow(current);
+            lock(&self.inner).proxy.clone()
         };
         if let Some(family) = family {
             if self.masters.is_none() {
