@@ -337,6 +337,25 @@ fn slotbridge_errors_are_worded_as_redis_words_its_own() {
     assert!(raw
         .call(&["SLOTBRIDGE", "HELP"])
         .starts_with("*5\r\n+SLOTBRIDGE <subcommand>"));
+    assert_eq!(raw.call(&["MULTI"]), "+OK\r\n");
+    let queued = raw.call(&["SLOTBRIDGE", "EXPLAIN", "GET", "k"]);
+    assert_eq!(raw.call(&["DISCARD"]), "+OK\r\n");
+    // Not a command a transaction can queue (README says so).
+    assert_eq!(
+        queued,
+        "-ERR unknown command 'SLOTBRIDGE', with args beginning with: 'EXPLAIN' 'GET' 'k' \r\n"
+    );
+    // The policy can turn it off.
+    let denied = Proxy::start(&[
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--set",
+        "commands.deny=[slotbridge]",
+    ]);
+    assert_eq!(
+        Raw::connect(denied.addr()).call(&["SLOTBRIDGE", "EXPLAIN", "GET", "k"]),
+        "-ERR proxy: 'slotbridge|explain' is disabled by the proxy's command policy (allow it with commands.allow: [slotbridge|explain])\r\n"
+    );
 }
 
 #[test]

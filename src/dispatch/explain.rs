@@ -381,3 +381,53 @@ fn request_of(args: &[Bytes]) -> Request {
         args: args.iter().cloned().collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn explanation() -> Explanation {
+        let mut out = Explanation::default();
+        out.push("command", "mset");
+        out.push("key", "a slot 1 master n1");
+        out.push("key", "b slot 2 master n2");
+        out
+    }
+
+    #[test]
+    fn resp2_is_a_flat_array_of_field_value_lines() {
+        assert_eq!(
+            &explanation().frame(Proto::Resp2)[..],
+            b"*3\r\n$13\r\ncommand: mset\r\n$23\r\nkey: a slot 1 master n1\r\n$23\r\nkey: b slot 2 master n2\r\n"
+        );
+    }
+
+    #[test]
+    fn resp3_maps_each_field_once_to_its_values_in_order() {
+        assert_eq!(
+            &explanation().frame(Proto::Resp3)[..],
+            b"%2\r\n$7\r\ncommand\r\n*1\r\n$4\r\nmset\r\n$3\r\nkey\r\n*2\r\n$18\r\na slot 1 master n1\r\n$18\r\nb slot 2 master n2\r\n"
+        );
+    }
+
+    #[test]
+    fn error_text_drops_the_frame_marks_only() {
+        assert_eq!(error_text(b"-ERR no\r\n"), "ERR no");
+        assert_eq!(error_text(b"-NOPERM x - y\r\n"), "NOPERM x - y");
+    }
+
+    #[test]
+    fn every_field_has_a_place_in_the_order() {
+        let mut out = explanation();
+        out.push("reply", "ERR x");
+        out.push("shape", "split");
+        out.lines
+            .sort_by_key(|(field, _)| FIELDS.iter().position(|f| f == field));
+        let fields: Vec<&str> = out.lines.iter().map(|(field, _)| *field).collect();
+        assert_eq!(fields, ["command", "shape", "key", "key", "reply"]);
+        assert_eq!(
+            out.values("key"),
+            ["a slot 1 master n1", "b slot 2 master n2"]
+        );
+    }
+}

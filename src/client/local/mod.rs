@@ -341,3 +341,44 @@ fn set_name(state: &mut ConnState, registry: &Registry, name: Bytes) {
 fn ok() -> Bytes {
     Bytes::from_static(b"+OK\r\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<Bytes> {
+        words
+            .iter()
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn answered_here_follows_the_guards_of_answer() {
+        for words in [
+            &["ping"][..],
+            &["echo", "x"],
+            &["client", "setname", "x"],
+            &["acl", "WHOAMI"],
+            &["reset"],
+            &["slotbridge", "explain", "get", "k"],
+        ] {
+            assert!(
+                answered_here(words[0].as_bytes(), &args(words)),
+                "{words:?}"
+            );
+        }
+        for words in [
+            &["get", "k"][..],
+            &["acl", "cat"],
+            &["client"],
+            &["readonly", "x"],
+            &["reset", "x"],
+        ] {
+            assert!(
+                !answered_here(words[0].as_bytes(), &args(words)),
+                "{words:?}"
+            );
+        }
+    }
+}
