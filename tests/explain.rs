@@ -69,7 +69,7 @@ fn one(lines: &[String], field: &str) -> String {
 /// The master owning `slot`, from `CLUSTER SLOTS` read on the first node directly.
 fn slot_owner(slot: u16) -> String {
     let node = &shared_cluster().masters()[0];
-    let ranges: Vec<redis::Value> = query(node, &redis::cmd("CLUSTER").arg("SLOTS")).unwrap();
+    let ranges: Vec<redis::Value> = query(node, redis::cmd("CLUSTER").arg("SLOTS")).unwrap();
     for range in ranges {
         let redis::Value::Array(range) = range else {
             panic!("CLUSTER SLOTS: {range:?}");
@@ -424,6 +424,13 @@ fn the_layout_shows_rule_family_cluster_name_and_upkeep() {
             "plain:key outside every prefix slot {slot} master {}",
             slot_owner(slot)
         )
+    );
+    let lines = explain(&mut con, &["KEYS", "xbot:chat:*"]);
+    assert_eq!(one(&lines, "shape"), "fanout");
+    assert!(
+        one(&lines, "route")
+            .ends_with("; under the layout: index reads and SCAN by pattern, legacy names back"),
+        "{lines:#?}"
     );
     let lines = explain(&mut con, &["GET", "xbot:nothing:here"]);
     assert!(

@@ -303,6 +303,14 @@ impl Proxy {
                 "in steps: the sort, pattern reads and STORE by slot".into(),
             ),
         };
+        // Under a layout, KEYS and SCAN list through the layout (see `execute_layout`).
+        let listing = self.layout.is_some()
+            && spec.is_some_and(|spec| matches!(spec.name.as_str(), "keys" | "scan"));
+        let route = if listing {
+            format!("{route}; under the layout: index reads and SCAN by pattern, legacy names back")
+        } else {
+            route
+        };
         out.push(("shape", shape.into()));
         out.push(("route", route));
     }
