@@ -12,8 +12,13 @@ use slotbridge::protocol::encode::encode_request;
 /// Flags of `explain`.
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// The proxy's client address.
-    #[arg(long, default_value = "127.0.0.1:6380", value_name = "HOST:PORT")]
+    /// The proxy's client address (its `listen`).
+    #[arg(
+        long,
+        env = "SLOTBRIDGE_LISTEN",
+        default_value = "127.0.0.1:6380",
+        value_name = "HOST:PORT"
+    )]
     pub addr: String,
     /// The proxy user to authenticate as (with `--password`).
     #[arg(long, env = "REDIS_USERNAME")]
