@@ -409,13 +409,20 @@ fn the_layout_shows_rule_family_cluster_name_and_upkeep() {
     );
     assert_eq!(
         one(&lines, "route"),
-        format!("as is to the master of slot {slot} ({})", slot_owner(slot))
+        format!(
+            "with its index upkeep to the master of slot {slot} ({})",
+            slot_owner(slot)
+        )
     );
     let exists: i64 = query(&slot_owner(slot), redis::cmd("EXISTS").arg(cluster_key)).unwrap();
     assert_eq!(exists, 0);
     // A read keeps no index; a key outside the prefix passes through.
     let lines = explain(&mut con, &["GET", "xbot:chat:chat-1"]);
     assert!(values(&lines, "upkeep").is_empty(), "{lines:#?}");
+    assert_eq!(
+        one(&lines, "route"),
+        format!("as is to the master of slot {slot} ({})", slot_owner(slot))
+    );
     let lines = explain(&mut con, &["GET", "plain:key"]);
     let slot = slot_of("plain:key");
     assert_eq!(

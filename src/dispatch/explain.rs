@@ -137,6 +137,16 @@ impl Proxy {
             }
             (None, None) => self.explain_plan(spec, &routed, &mut shape),
         }
+        // A write that keeps an index is not sent as is (see the `layout` line for how).
+        if !out.values("upkeep").is_empty() {
+            for (field, value) in &mut shape {
+                if *field == "route" {
+                    if let Some(rest) = value.strip_prefix("as is to ") {
+                        *value = format!("with its index upkeep to {rest}");
+                    }
+                }
+            }
+        }
         out.lines.extend(shape);
         self.explain_admission(spec, &request, user, &mut out);
         // Stable: lines of one field keep their order.
