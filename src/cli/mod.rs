@@ -5,6 +5,7 @@
 //! `run` merges flags over the YAML file in one place ([`run`]); the one-shot tools live in
 //! [`tools`], and `migrate` / `inspect` in [`migrate`].
 
+mod explain;
 mod migrate;
 mod run;
 mod tools;
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use slotbridge::config::{LogFormat, Override};
 
+use explain::ExplainArgs;
 use migrate::{InspectArgs, MigrateArgs};
 
 /// A Redis-protocol proxy for Redis Cluster that rewrites legacy key layouts on the fly.
@@ -58,6 +60,9 @@ pub enum Command {
         #[arg(long = "prefix", value_name = "NAME")]
         prefixes: Vec<String>,
     },
+    /// Ask a running proxy how it would carry out a command (`SLOTBRIDGE EXPLAIN`),
+    /// without running it, and print the answer.
+    Explain(ExplainArgs),
     /// Copy a keyspace between the legacy layout and cluster:v1 (bots stopped).
     Migrate(MigrateArgs),
     /// Count a keyspace's keys per layout and family, show the marker and live coordinators.
@@ -168,6 +173,7 @@ pub fn dispatch(cli: Cli) -> ExitCode {
             layout,
             prefixes,
         } => tools::explain_key(&key, &layout, &prefixes),
+        Command::Explain(args) => explain::explain(args),
         Command::Migrate(args) => migrate::migrate(args),
         Command::Inspect(args) => migrate::inspect(args),
         Command::Healthcheck { admin_listen } => tools::healthcheck(&admin_listen),

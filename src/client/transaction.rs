@@ -165,6 +165,14 @@ pub struct Transaction {
 }
 
 impl Transaction {
+    /// Whether [`Transaction::handle`] answers a command of this name itself outside MULTI
+    /// (SLOTBRIDGE EXPLAIN's "transaction" shape).
+    pub fn handles(name: &[u8]) -> bool {
+        [&b"multi"[..], b"exec", b"discard", b"watch", b"unwatch"]
+            .iter()
+            .any(|handled| name.eq_ignore_ascii_case(handled))
+    }
+
     /// Whether the request must wait until every earlier reply of the client is in (and
     /// later requests until its own reply is in). Cheap: looks at the name only.
     pub fn is_sequence_point(name: &FoldedName) -> bool {

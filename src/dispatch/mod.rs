@@ -7,6 +7,7 @@
 
 mod direct;
 mod emulate;
+mod explain;
 mod fanout;
 mod forward;
 mod functions;
@@ -36,6 +37,7 @@ use crate::topology::Topology;
 
 pub use crate::topology::PUBSUB_HOME_SLOT;
 pub use direct::{Direct, DirectKind, Forwardable, Route};
+pub use explain::{Explanation, SessionShape, FIELDS as EXPLAIN_FIELDS};
 pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
 pub use forward::{is_final, Target};
 pub use pinned::{watch_failed, BlockedOn, WatchPin, BLOCKED_ON};

@@ -38,7 +38,7 @@ impl Kind {
     }
 
     /// Arguments per key: a key, or a key and its value.
-    fn stride(self) -> usize {
+    pub(super) fn stride(self) -> usize {
         match self {
             Kind::Mset => 2,
             Kind::Mget | Kind::Count => 1,

@@ -507,6 +507,15 @@ impl Layout {
         conflicts
     }
 
+    /// The rule `key` falls under (the one [`Layout::forward`] applies), `None` when the
+    /// key is outside every prefix or no rule under its prefix matches.
+    pub fn rule_of(&self, key: &[u8]) -> Option<&RuleInfo> {
+        match self.find(key) {
+            Found::Rule { rule, .. } => self.infos.get(rule),
+            Found::Outside | Found::Unmatched(_) => None,
+        }
+    }
+
     /// A human-readable account of how `key` translates: prefix, rule, cluster key, hash
     /// slot, index entry.
     pub fn explain(&self, key: &[u8]) -> String {

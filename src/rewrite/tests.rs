@@ -308,6 +308,22 @@ fn explain_names_rule_cluster_key_slot_and_index() {
     assert!(layout.explain(b"other:chat:1").contains("outside"));
 }
 
+#[test]
+fn rule_of_names_the_rule_forward_applies() {
+    let layout = botmesh();
+    let rule = layout.rule_of(b"mybot:chat:chat-1").expect("a rule");
+    assert_eq!(
+        (rule.family.as_str(), rule.legacy.as_str()),
+        ("chat", "<p>:chat:<id...>")
+    );
+    let Forward::Rewritten(rewritten) = layout.forward(b"mybot:chat:chat-1") else {
+        panic!("not rewritten");
+    };
+    assert_eq!(layout.family_name(rewritten.family), rule.family);
+    assert_eq!(layout.rule_of(b"other:chat:1"), None);
+    assert_eq!(layout.rule_of(b"mybot:nothing:here"), None);
+}
+
 fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();

@@ -3,6 +3,7 @@
 //! connection subcommands. Everything else goes to the dispatcher.
 
 mod client;
+mod slotbridge;
 
 use std::sync::Arc;
 
@@ -120,6 +121,20 @@ impl Answer {
     }
 }
 
+/// Whether [`answer`] answers a request of these `args` (command name `name`, folded to
+/// lower case): [`answer`] sends everything else on, and SLOTBRIDGE EXPLAIN reads its
+/// "answered by the proxy" shape here.
+pub fn answered_here(name: &[u8], args: &[Bytes]) -> bool {
+    match name {
+        b"ping" | b"echo" | b"quit" | b"select" | b"asking" | b"auth" | b"hello" => true,
+        b"slotbridge" => true,
+        b"readonly" | b"readwrite" | b"reset" => args.len() == 1,
+        b"acl" => args.len() == 2 && args[1].eq_ignore_ascii_case(b"whoami"),
+        b"client" => args.len() >= 2,
+        _ => false,
+    }
+}
+
 /// Answers `request` if it is about the connection; `None` sends it on to the dispatcher.
 pub fn answer(
     state: &mut ConnState,
@@ -130,6 +145,9 @@ pub fn answer(
 ) -> Option<Answer> {
     let auth = &proxy.auth;
     let args = &request.args;
+    if !answered_here(name.as_bytes(), args) {
+        return None;
+    }
     match name.as_bytes() {
         b"ping" => match args.len() {
             1 => Answer::reply(Bytes::from_static(b"+PONG\r\n")),
@@ -182,6 +200,7 @@ pub fn answer(
             Answer::reply(Bytes::from_static(b"+RESET\r\n"))
         }
         b"client" if args.len() >= 2 => client::answer(state, registry, proxy, args),
+        b"slotbridge" => Answer::reply(slotbridge::answer(state, proxy, args)),
         _ => None,
     }
 }
@@ -321,4 +340,45 @@ fn set_name(state: &mut ConnState, registry: &Registry, name: Bytes) {
 
 fn ok() -> Bytes {
     Bytes::from_static(b"+OK\r\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<Bytes> {
+        words
+            .iter()
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn answered_here_follows_the_guards_of_answer() {
+        for words in [
+            &["ping"][..],
+            &["echo", "x"],
+            &["client", "setname", "x"],
+            &["acl", "WHOAMI"],
+            &["reset"],
+            &["slotbridge", "explain", "get", "k"],
+        ] {
+            assert!(
+                answered_here(words[0].as_bytes(), &args(words)),
+                "{words:?}"
+            );
+        }
+        for words in [
+            &["get", "k"][..],
+            &["acl", "cat"],
+            &["client"],
+            &["readonly", "x"],
+            &["reset", "x"],
+        ] {
+            assert!(
+                !answered_here(words[0].as_bytes(), &args(words)),
+                "{words:?}"
+            );
+        }
+    }
 }

@@ -176,6 +176,20 @@ impl ActiveLayout {
     }
 }
 
+/// Whether `spec` writing `key` (of an index-backed family) triggers index upkeep. Scripts
+/// declare keys they may write whatever the key spec flags say.
+pub(in crate::dispatch) fn upkeeps(spec: &CommandSpec, key: &KeyPos) -> bool {
+    is_script_call(spec) || key.flags.writes()
+}
+
+/// Whether the index upkeep of a `spec` request runs inside the upkeep script together
+/// with the command (otherwise: MULTI/EXEC with a refresh, or the command then a refresh).
+pub(in crate::dispatch) fn upkeep_in_script(spec: &CommandSpec, args: &[Bytes]) -> bool {
+    !is_script_call(spec)
+        && !spec.blocks(args)
+        && !spec.flags.has(crate::command::CommandFlags::NOSCRIPT)
+}
+
 fn is_script_call(spec: &CommandSpec) -> bool {
     matches!(spec.name.as_str(), "eval" | "evalsha" | "fcall")
 }

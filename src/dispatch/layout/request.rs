@@ -183,8 +183,6 @@ impl ActiveLayout {
     ) -> Result<RewrittenRequest, Bytes> {
         let mut keys: KeyList = SmallVec::new();
         spec.keys(&request.args, &mut keys);
-        // Scripts declare keys they may write whatever the key spec flags say.
-        let script = is_script_call(spec);
         let mut replaced: SmallVec<[(usize, Bytes); 4]> = SmallVec::new();
         let mut indexed: SmallVec<[IndexedKey; 2]> = SmallVec::new();
         for key in &keys {
@@ -212,7 +210,7 @@ impl ActiveLayout {
                         }
                     }
                     if let Some(entry) = rewritten.index {
-                        if script || key.flags.writes() {
+                        if super::upkeeps(spec, key) {
                             indexed.push(IndexedKey {
                                 arg: key.index,
                                 record: rewritten.key.clone(),

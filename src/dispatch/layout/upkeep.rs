@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
 use crate::backend::{BackendError, Batch, ReplySink};
-use crate::command::{CommandFlags, CommandSpec};
+use crate::command::CommandSpec;
 use crate::protocol::encode::encode_request;
 use crate::protocol::{Proto, Request};
 use crate::reply;
@@ -44,9 +44,8 @@ impl Proxy {
             _ => {}
         }
         let name = spec.name.clone();
-        let script = is_script_call(spec);
         let blocks = spec.blocks(&request.args);
-        let in_script = !script && !blocks && !spec.flags.has(CommandFlags::NOSCRIPT);
+        let in_script = super::upkeep_in_script(spec, &request.args);
         let split = Kind::of(spec);
         let rewritten = match active.rewrite_request(spec, request) {
             Ok(rewritten) => rewritten,
@@ -391,8 +390,7 @@ impl ActiveLayout {
             None => (b"EVAL", UPKEEP_SCRIPT.as_bytes()),
         };
         let args = &rewritten.request.args;
-        let in_script =
-            !is_script_call(spec) && !spec.blocks(args) && !spec.flags.has(CommandFlags::NOSCRIPT);
+        let in_script = super::upkeep_in_script(spec, args);
         if in_script {
             let keys: SmallVec<[Bytes; 4]> = rewritten
                 .keys
