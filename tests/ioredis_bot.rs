@@ -62,11 +62,14 @@ fn now_ms() -> u64 {
 }
 
 /// A proxy config file: `upstream` (a `cluster:` or `standalone:` line), the fleet's ACL user
-/// (keys under `prefix` only) and a `default` password for legacy `AUTH password`.
+/// (keys and channels under `prefix` only; its own Lua scripts trusted, as an operator must
+/// say for a user whose rules are restricted) and a `default` password for legacy `AUTH
+/// password`.
 fn write_config(path: &Path, upstream: &str, prefix: &str) {
     let text = format!(
         "{upstream}\nrequirepass: {LEGACY_PASSWORD}\nusers:\n  - name: {FLEET_USER}\n    \
-         password: {FLEET_PASSWORD}\n    commands: [\"+@all\"]\n    keys: [\"~{prefix}:*\"]\n"
+         password: {FLEET_PASSWORD}\n    commands: [\"+@all\"]\n    keys: [\"~{prefix}:*\"]\n    \
+         channels: [\"&{prefix}:*\"]\n    scripts: trusted\n"
     );
     std::fs::write(path, text).expect("write the proxy config");
 }

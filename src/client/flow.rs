@@ -39,12 +39,12 @@ pub const SMALL: usize = 16 * 1024;
 /// First requests of new clients (whose reply sizes are unknown) in flight at once, for the
 /// whole process. Each is answered within a round trip, so new clients pass through quickly;
 /// a burst of new clients each asking for a large value sends at most this many at a time.
-pub const PROBATION: usize = 4;
+pub const PROBATION: usize = 2;
 
 /// The part of the process budget that replies still due from the masters may take: a
 /// request sent now waits behind at most this much on its master's connection (plus the
 /// probation requests), whatever the other clients asked for.
-const IN_FLIGHT_SHARE: usize = 32;
+const IN_FLIGHT_SHARE: usize = 64;
 
 /// What every client owes together, against the process-wide `max_buffered_bytes`.
 pub struct SharedBudget {
