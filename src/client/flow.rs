@@ -284,10 +284,24 @@ impl<'a> ClientFlow<'a> {
 
     /// Brings the shared total up to date with what the client owes now, and shows whether
     /// its gate is closed (`gate`: the latest answer of [`ClientFlow::gate`]).
+    #[inline]
     pub fn charge(&mut self, owed: Owed, gate: Gate) {
         // On probation while its first request is on a shared connection, unanswered (a
         // first BLPOP waits on a connection of its own and takes no place).
         let probing = owed.estimate.bytes().is_none() && owed.direct > 0;
+        // The usual case, twice per request of an ordinary client: nothing to change.
+        let settled = probing == self.probing
+            && self.charged == (0, 0)
+            && !self.woken
+            && self.paused == (gate != Gate::Open);
+        if settled && owed.bytes() <= SMALL {
+            return;
+        }
+        self.recharge(owed, gate, probing);
+    }
+
+    /// The rest of [`ClientFlow::charge`], off its usual path.
+    fn recharge(&mut self, owed: Owed, gate: Gate, probing: bool) {
         if probing != self.probing {
             self.probing = probing;
             if probing {
