@@ -29,6 +29,15 @@ rm -rf "$2"
 
 /// Panics unless `tool` is on PATH, naming the Debian packages that provide it.
 pub fn require_tool(tool: &str) {
+    require_tool_for(
+        tool,
+        "the integration tests need a real Redis",
+        "sudo apt-get install -y redis-server redis-tools",
+    );
+}
+
+/// Panics unless `tool` answers `--version`, saying `why` it is needed and how to `install` it.
+pub fn require_tool_for(tool: &str, why: &str, install: &str) {
     let found = Command::new(tool)
         .arg("--version")
         .stdin(Stdio::null())
@@ -38,8 +47,7 @@ pub fn require_tool(tool: &str) {
         .is_ok_and(|status| status.success());
     assert!(
         found,
-        "`{tool}` was not found on PATH; the integration tests need a real Redis. \
-         Install it with: sudo apt-get install -y redis-server redis-tools"
+        "`{tool}` was not found on PATH; {why}. Install it with: {install}"
     );
 }
 

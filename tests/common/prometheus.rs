@@ -25,17 +25,10 @@ const START_ATTEMPTS: usize = 3;
 
 /// Panics unless `tool` (`prometheus` or `promtool`) runs, naming the package to install.
 pub fn require_prometheus_tool(tool: &str) {
-    let found = Command::new(tool)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    assert!(
-        found,
-        "`{tool}` was not found on PATH; the observability tests run a real Prometheus. \
-         Install it with: sudo apt-get install -y --no-install-recommends prometheus"
+    super::process::require_tool_for(
+        tool,
+        "the observability tests run a real Prometheus",
+        "sudo apt-get install -y --no-install-recommends prometheus",
     );
 }
 
