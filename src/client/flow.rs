@@ -17,9 +17,13 @@
 //! - A client that owes nothing may always send one request, so a client that reads its
 //!   replies is never stalled by its own budget, however large its replies are.
 //! - A client whose replies are not known yet (a new connection) has one request in flight
-//!   until its first reply, and at most [`PROBATION`] such first requests are in flight for
-//!   the whole process: a thousand new clients each asking for a large value at once cannot
-//!   send a thousand large replies onto the shared connections.
+//!   until its first reply, and the whole process has a window of such first requests in
+//!   flight: [`PROBATION`] to begin with, one more each time a first reply comes back small
+//!   (so it doubles every round trip while new clients ask for small values, as TCP's slow
+//!   start), back to [`PROBATION`] at the first large one, and never more than the in-flight
+//!   share of the budget counted at [`SMALL`] each. A thousand new clients each asking for a
+//!   large value at once cannot send a thousand large replies onto the shared connections,
+//!   and a fleet of thousands of bots that connect at once passes within a few round trips.
 //! - Over the process budget, only clients that owe little ([`SMALL`]) and whose requests
 //!   are small go on; the others wait until the total falls below the budget
 //!   ([`SharedBudget::freed`]). The total is the sum of what each session last charged;
@@ -37,9 +41,13 @@ use tokio::sync::Notify;
 pub const SMALL: usize = 16 * 1024;
 
 /// First requests of new clients (whose reply sizes are unknown) in flight at once, for the
-/// whole process. Each is answered within a round trip, so new clients pass through quickly;
-/// a burst of new clients each asking for a large value sends at most this many at a time.
+/// whole process, to begin with and after a first reply came back large: a burst of new
+/// clients each asking for a large value sends at most this many at a time.
 pub const PROBATION: usize = 2;
+
+/// The widest the probation window opens without a process budget (`max_buffered_bytes: 0`);
+/// with one, the window is its in-flight share counted at [`SMALL`] per first request.
+const MAX_PROBATION: usize = 4096;
 
 /// The part of the process budget that replies still due from the masters may take: a
 /// request sent now waits behind at most this much on its master's connection (plus the
@@ -55,6 +63,8 @@ pub struct SharedBudget {
     limit: AtomicUsize,
     /// First requests of new clients in flight (see [`PROBATION`]).
     unproven: AtomicUsize,
+    /// How many of those may be in flight now: the probation window.
+    places: AtomicUsize,
     /// Clients whose gate is closed now.
     paused: AtomicUsize,
     freed: Notify,
@@ -79,6 +89,7 @@ impl Default for SharedBudget {
             in_flight: AtomicUsize::new(0),
             limit: AtomicUsize::new(0),
             unproven: AtomicUsize::new(0),
+            places: AtomicUsize::new(PROBATION),
             paused: AtomicUsize::new(0),
             freed: Notify::new(),
             owed_gauge: crate::metrics::buffered_bytes(),
@@ -116,7 +127,20 @@ impl SharedBudget {
 
     /// Whether a client waiting on [`SharedBudget::freed`] should look again.
     pub fn has_room(&self) -> bool {
-        !self.is_spent() && self.unproven.load(Ordering::Relaxed) < PROBATION
+        !self.is_spent() && !self.probation_full()
+    }
+
+    /// How many first requests of new clients may be in flight now (see [`PROBATION`]).
+    pub fn probation_places(&self) -> usize {
+        self.places.load(Ordering::Relaxed)
+    }
+
+    /// The widest the probation window may open under the current budget.
+    fn widest_window(&self) -> usize {
+        match self.limit.load(Ordering::Relaxed) {
+            0 => MAX_PROBATION,
+            limit => (limit / IN_FLIGHT_SHARE / SMALL).clamp(PROBATION, MAX_PROBATION),
+        }
     }
 
     /// Resolves once the total falls below the budget or a probation place frees (it
@@ -146,11 +170,29 @@ impl SharedBudget {
     }
 
     fn probation_full(&self) -> bool {
-        self.unproven.load(Ordering::Relaxed) >= PROBATION
+        self.unproven.load(Ordering::Relaxed) >= self.probation_places()
     }
 
-    fn end_probation(&self) {
-        if self.unproven.fetch_sub(1, Ordering::Relaxed) == PROBATION {
+    /// A first request is done: answered with `first_reply` bytes, or abandoned (`None`,
+    /// the client left). A small first reply opens the window by one, a large one closes it
+    /// to [`PROBATION`].
+    fn end_probation(&self, first_reply: Option<usize>) {
+        let was_full = self.probation_full();
+        self.unproven.fetch_sub(1, Ordering::Relaxed);
+        match first_reply {
+            Some(len) if len <= SMALL => {
+                let widest = self.widest_window();
+                let _ = self
+                    .places
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |places| {
+                        (places < widest).then_some(places + 1)
+                    });
+            }
+            Some(_) => self.places.store(PROBATION, Ordering::Relaxed),
+            None => {}
+        }
+        // One waiter is enough: each woken client passes the turn on while room is left.
+        if was_full && !self.probation_full() {
             self.freed.notify_one();
         }
     }
@@ -307,7 +349,7 @@ impl<'a> ClientFlow<'a> {
             if probing {
                 self.shared.take_probation();
             } else {
-                self.shared.end_probation();
+                self.shared.end_probation(owed.estimate.bytes());
             }
         }
         // A client that owes little is let through whatever the total (see `gate`), so it is
@@ -351,7 +393,7 @@ impl Drop for ClientFlow<'_> {
             self.shared.recharge(self.charged, (0, 0));
         }
         if self.probing {
-            self.shared.end_probation();
+            self.shared.end_probation(None);
         }
         if self.paused {
             self.shared.set_paused(false);
@@ -495,12 +537,57 @@ mod tests {
         }
         assert_eq!(clients[PROBATION].gate(owed(0, 0, None), 0), Gate::Shared);
         assert!(!shared.has_room());
-        // One is answered: a place frees.
-        clients[0].charge(owed(0, 0, Some(10)), Gate::Open);
+        // One is answered, large: a place frees, and the window stays as narrow.
+        clients[0].charge(owed(0, 0, Some(SMALL + 1)), Gate::Open);
         assert!(shared.has_room());
+        assert_eq!(shared.probation_places(), PROBATION);
         assert_eq!(clients[PROBATION].gate(owed(0, 0, None), 0), Gate::Open);
         drop(clients);
         assert_eq!(shared.unproven.load(Ordering::Relaxed), 0);
+    }
+
+    /// Start one new client's first request; answer it with `reply` bytes.
+    fn first_request(shared: &SharedBudget, reply: usize) {
+        let mut flow = ClientFlow::new(shared);
+        assert_eq!(flow.gate(owed(0, 0, None), 0), Gate::Open);
+        flow.charge(owed(0, 1, None), Gate::Client);
+        flow.charge(owed(0, 0, Some(reply)), Gate::Open);
+    }
+
+    /// A fleet asking for small values opens the window one place per first reply (doubling
+    /// each round trip), up to the in-flight share of the budget at `SMALL` each; the first
+    /// large reply closes it again.
+    #[test]
+    fn the_probation_window_opens_on_small_first_replies_and_closes_on_a_large_one() {
+        let shared = SharedBudget::default();
+        shared.set_limit(64 << 20);
+        for _ in 0..10 {
+            first_request(&shared, 100);
+        }
+        assert_eq!(shared.probation_places(), PROBATION + 10);
+        for _ in 0..1000 {
+            first_request(&shared, 100);
+        }
+        let widest = (64 << 20) / IN_FLIGHT_SHARE / SMALL;
+        assert_eq!(shared.probation_places(), widest);
+        // That many first requests go at once, no more.
+        let mut clients: Vec<ClientFlow> = (0..=widest).map(|_| ClientFlow::new(&shared)).collect();
+        for flow in &mut clients[..widest] {
+            assert_eq!(flow.gate(owed(0, 0, None), 0), Gate::Open);
+            flow.charge(owed(0, 1, None), Gate::Client);
+        }
+        assert_eq!(clients[widest].gate(owed(0, 0, None), 0), Gate::Shared);
+        // One comes back large: the window is back to its narrowest.
+        clients[0].charge(owed(0, 0, Some(1 << 20)), Gate::Open);
+        assert_eq!(shared.probation_places(), PROBATION);
+        assert_eq!(clients[widest].gate(owed(0, 0, None), 0), Gate::Shared);
+        drop(clients);
+        // Without a process budget the window may open further.
+        let unbounded = SharedBudget::default();
+        for _ in 0..(2 * widest) {
+            first_request(&unbounded, 100);
+        }
+        assert_eq!(unbounded.probation_places(), PROBATION + 2 * widest);
     }
 
     /// A first request that waits on a connection of its own (BLPOP 0) takes no place: new
