@@ -522,6 +522,147 @@ def instructions_per_request():
         procs.stop()
 
 
+# `--fleet`: the client counts of a bot fleet. Each count runs SET then GET against every
+# target in turn (direct, the proxy, and `--baseline` / `--predixy` when given), with the
+# target's peak RSS (targets start afresh for each client count), its CPU per request, and redis-benchmark's p50 / p99.
+FLEET_CASES = [(1, 1), (50, 1), (1000, 1), (5000, 1), (10000, 1), (1000, 16)]
+FLEET_REQUESTS = {1: 20000, 50: 200000, 1000: 300000, 5000: 400000, 10000: 500000}
+if QUICK:
+    FLEET_REQUESTS = {clients: n // 10 for clients, n in FLEET_REQUESTS.items()}
+# Idle connections held open to measure what one costs the proxy (and predixy).
+FLEET_IDLE = [1000, 5000, 10000]
+
+
+def fds_allow(clients):
+    """Whether this process, and so redis-benchmark and the targets it starts, may open one
+    descriptor per client with room to spare; raised to the hard limit first."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    return clients + 1000 <= soft
+
+
+def peak_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def held_connections_rss(port, pid, count):
+    """(RSS with `count` idle connections held open, each having sent one PING, RSS after
+    they closed) in MB: the difference over `count` is what an idle connection costs."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sockets.append(socket.create_connection(("127.0.0.1", port)))
+        for s in sockets:
+            s.sendall(b"PING\r\n")
+        for s in sockets:
+            s.recv(16)
+        time.sleep(1.0)
+        held = rss_mb(pid)
+    finally:
+        for s in sockets:
+            s.close()
+    time.sleep(1.0)
+    return held, rss_mb(pid)
+
+
+def fleet_targets(procs, seeds, ports):
+    """Fresh targets, so each one's peak RSS belongs to the case measured (a process rarely
+    gives memory back to the system once it has grown)."""
+    proxy, proxy_port = start_proxy(procs, seeds, [], "proxy")
+    targets = [("direct --cluster", ports[0], True, None), ("proxy", proxy_port, False, proxy)]
+    if BASELINE:
+        baseline, baseline_port = start_proxy(
+            procs, seeds, [], "proxy-baseline", os.path.abspath(BASELINE))
+        targets.append(("proxy, baseline build", baseline_port, False, baseline))
+    if PREDIXY:
+        predixy, predixy_port = start_predixy(procs, seeds)
+        targets.append(("predixy (peer, 1 thread)", predixy_port, False, predixy))
+    return targets
+
+
+def stop_targets(targets):
+    for _, _, _, proc in targets:
+        if proc:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+
+
+def fleet_idle(procs, seeds, ports):
+    print("| target | idle connections | RSS before MB | RSS held MB | bytes per connection |"
+          " RSS after close MB |")
+    print("|---|---|---|---|---|---|")
+    for count in FLEET_IDLE:
+        if not fds_allow(count):
+            print(f"| - | {count:,} | file-descriptor limit too low | | | |")
+            continue
+        targets = fleet_targets(procs, seeds, ports)
+        for target, port, _, proc in targets[1:]:
+            before = rss_mb(proc.pid)
+            held, after = held_connections_rss(port, proc.pid, count)
+            per = (held - before) * 1024 * 1024 / count
+            print(f"| {target} | {count:,} | {before:.1f} | {held:.1f} | {per:,.0f} |"
+                  f" {after:.1f} |")
+        stop_targets(targets)
+    print()
+
+
+def fleet():
+    procs = Processes()
+    try:
+        ports = start_cluster(procs)
+        for port in ports:
+            subprocess.run(["redis-cli", "-p", str(port), "config", "set", "maxclients", "15000"],
+                           check=True, capture_output=True)
+        seeds = [f"127.0.0.1:{p}" for p in ports]
+        fleet_idle(procs, seeds, ports)
+        results = {}
+        labels = []
+        for rep in range(REPS):
+            for clients, pipeline in FLEET_CASES:
+                if not fds_allow(clients):
+                    continue
+                targets = fleet_targets(procs, seeds, ports)
+                labels = [t[0] for t in targets]
+                n = FLEET_REQUESTS[clients] * (8 if pipeline > 1 else 1)
+                for test in ("set", "get"):
+                    for target, port, cluster, proc in targets:
+                        runs = n * DIRECT_SCALE if cluster else n
+                        cpu_before = cpu_seconds(proc.pid) if proc else 0
+                        r = benchmark(port, test, pipeline, runs, cluster=cluster,
+                                      clients=clients)
+                        r["cpu_us"] = ((cpu_seconds(proc.pid) - cpu_before) / runs * 1e6
+                                       if proc else None)
+                        # The high-water mark since the target started: this case's SETs,
+                        # then its SETs and GETs.
+                        r["peak"] = peak_rss_mb(proc.pid) if proc else None
+                        key = (f"{test.upper()} -c {clients} -P {pipeline}", target)
+                        results.setdefault(key, []).append(r)
+                stop_targets(targets)
+        print(f"| case | target | req/s (median of {REPS}) | ratio to direct | ratio to predixy |"
+              " p50 ms | p99 ms | target CPU us/req | peak RSS MB |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        peer_label = "predixy (peer, 1 thread)"
+        for (label, target), rows in results.items():
+            rps = median(rows, "rps")
+            direct = median(results[(label, labels[0])], "rps")
+            peer = results.get((label, peer_label))
+            to_peer = (f"{rps / median(peer, 'rps'):.2f}"
+                       if peer and target not in (labels[0], peer_label) else "-")
+            cpu = f"{median(rows, 'cpu_us'):.1f}" if rows[0]["cpu_us"] is not None else "-"
+            peak = (f"{max(r['peak'] for r in rows):.1f}" if rows[0]["peak"] is not None
+                    else "-")
+            print(f"| {label} | {target} | {rps:,.0f} | {rps / direct:.2f} | {to_peer} | "
+                  f"{median(rows, 'p50'):.3f} | {median(rows, 'p99'):.3f} | {cpu} | {peak} |")
+    finally:
+        procs.stop()
+
+
 def idle_clients_rss(port, pid):
     sockets = []
     try:
@@ -613,5 +754,7 @@ if __name__ == "__main__":
         syscalls_per_request()
     elif "--instructions" in sys.argv:
         instructions_per_request()
+    elif "--fleet" in sys.argv:
+        fleet()
     else:
         main()

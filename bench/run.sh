@@ -2,7 +2,7 @@
 # Throughput and latency of slotbridge against a direct cluster-aware client, same run.
 #
 #   bench/run.sh [--quick] [--reps N] [--syscalls] [--instructions] [--predixy PATH]
-#                [--baseline PATH]
+#                [--baseline PATH] [--fleet]
 #
 # Builds the release proxy, starts a 3-master cluster on free loopback ports, and runs
 # redis-benchmark interleaved against (a) the cluster directly (--cluster), (b) the proxy,
@@ -23,6 +23,10 @@
 # and the proxy (with the proxy's kernel time apart), and gives the size of the batches the
 # servers read (commands per read, from INFO stats) and how often they went to sleep for
 # want of input (voluntary context switches, from /proc). Stops everything it started.
+# `--fleet` instead measures client counts of a bot fleet (1, 50, 1,000, 5,000 and, where the
+# file-descriptor limit allows, 10,000 clients at -P 1; 1,000 at -P 16) against direct and
+# every target, with p50/p99, CPU per request and peak RSS per run, and the RSS an idle
+# connection costs at 1,000 / 5,000 / 10,000 held connections.
 # Loopback only; every run is bounded by its request count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
