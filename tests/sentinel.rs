@@ -14,8 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    data_connect, http_get, new_dir, GroupOptions, Proxy, Raw, Sentinel, SentinelGroup,
-    Standalone,
+    data_connect, http_get, new_dir, GroupOptions, Proxy, Raw, Sentinel, SentinelGroup, Standalone,
 };
 
 /// Writers during the failover.
@@ -126,9 +125,11 @@ fn a_manual_failover_under_load_loses_no_acknowledged_write_and_drops_no_client(
     let failover_at = start.elapsed();
     group.failover();
     let new_master = format!("proxy_upstream_master:{}", group.replica_addr());
-    wait_until("the proxy to name the new master", Duration::from_secs(20), || {
-        info_proxy(&proxy).contains(&new_master)
-    });
+    wait_until(
+        "the proxy to name the new master",
+        Duration::from_secs(20),
+        || info_proxy(&proxy).contains(&new_master),
+    );
     let switched_at = start.elapsed();
     // Writes go on for a while on the new master.
     std::thread::sleep(Duration::from_secs(1));
@@ -194,7 +195,10 @@ fn a_manual_failover_under_load_loses_no_acknowledged_write_and_drops_no_client(
             group.master_addr()
         ),
     ] {
-        assert!(metrics.lines().any(|l| l == line), "no {line:?} in\n{metrics}");
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in\n{metrics}"
+        );
     }
     let (status, body) = http_get(proxy.admin_addr(), "/readyz");
     assert_eq!(status, 200, "{body}");
@@ -296,10 +300,8 @@ fn the_sentinel_password_and_the_master_password_are_separate() {
     assert_eq!(status, 200, "{body}");
 
     // The master's password is not the Sentinels': with it alone no master is found.
-    let without = start_proxy_with_env(
-        &sentinel_args(&group),
-        &[("REDIS_PASSWORD", "data-secret")],
-    );
+    let without =
+        start_proxy_with_env(&sentinel_args(&group), &[("REDIS_PASSWORD", "data-secret")]);
     let (status, body) = http_get(without.admin_addr(), "/readyz");
     assert_eq!(status, 503, "{body}");
     assert!(
@@ -323,7 +325,9 @@ fn a_reload_moves_a_connected_client_from_standalone_to_the_sentinel_group() {
     let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
     let mut client = Raw::connect(proxy.addr());
     assert_eq!(client.call(&["SET", "where", "standalone"]), "+OK\r\n");
-    assert!(client.call(&["INFO", "proxy"]).contains("proxy_upstream:standalone"));
+    assert!(client
+        .call(&["INFO", "proxy"])
+        .contains("proxy_upstream:standalone"));
 
     let sentinels: Vec<String> = group
         .sentinel_addrs()
@@ -353,7 +357,10 @@ fn a_reload_moves_a_connected_client_from_standalone_to_the_sentinel_group() {
         .arg("where")
         .query(&mut standalone.connect())
         .unwrap();
-    assert_eq!(on_standalone, "standalone", "the old upstream is left alone");
+    assert_eq!(
+        on_standalone, "standalone",
+        "the old upstream is left alone"
+    );
     let info = client.call(&["INFO", "proxy"]);
     assert!(info.contains("proxy_upstream:sentinel"), "{info}");
 }

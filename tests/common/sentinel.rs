@@ -156,7 +156,10 @@ impl SentinelGroup {
             if info.lines().any(|l| l.trim() == format!("role:{role}")) {
                 return;
             }
-            assert!(Instant::now() < deadline, "{addr} never became {role}: {info}");
+            assert!(
+                Instant::now() < deadline,
+                "{addr} never became {role}: {info}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -236,7 +239,10 @@ impl Sentinel {
                 }
             }
         }
-        panic!("redis-server --sentinel did not start:\n{}", failures.join("\n"));
+        panic!(
+            "redis-server --sentinel did not start:\n{}",
+            failures.join("\n")
+        );
     }
 
     /// "127.0.0.1:port".
