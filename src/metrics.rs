@@ -11,6 +11,7 @@
 //! the few process totals INFO reports, which are plain atomics.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use metrics::{counter, describe_counter, describe_gauge, gauge, Counter, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -477,15 +478,26 @@ pub fn upstream_kind(kind: &'static str) {
     for each in ["cluster", "standalone", "sentinel"] {
         gauge!(UPSTREAM_INFO, "kind" => each).set(if each == kind { 1.0 } else { 0.0 });
     }
+    if kind == "sentinel" {
+        // Shown from the start, so an alert on its increase has a series to watch.
+        counter!(UPSTREAM_SWITCHES).increment(0);
+    }
 }
 
-/// A single-node upstream's master is now `current` (none known: `None`); `previous` was.
-pub fn upstream_master(previous: Option<&str>, current: Option<&str>) {
-    if let Some(previous) = previous.filter(|p| Some(*p) != current) {
-        gauge!(UPSTREAM_MASTER_INFO, "address" => previous.to_string()).set(0.0);
+/// The upstream's single master is now `current` (`None`: none known, or a cluster); the
+/// one shown before, whichever upstream it belonged to, drops to 0.
+pub fn upstream_master(current: Option<&str>) {
+    static SHOWN: Mutex<Option<String>> = Mutex::new(None);
+    let mut shown = SHOWN.lock().unwrap_or_else(PoisonError::into_inner);
+    if shown.as_deref() == current {
+        return;
+    }
+    if let Some(previous) = shown.take() {
+        gauge!(UPSTREAM_MASTER_INFO, "address" => previous).set(0.0);
     }
     if let Some(current) = current {
         gauge!(UPSTREAM_MASTER_INFO, "address" => current.to_string()).set(1.0);
+        *shown = Some(current.to_string());
     }
 }
 

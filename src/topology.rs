@@ -449,9 +449,7 @@ impl Topology {
     /// topology starts to serve, so it also sets the upstream metrics.
     pub async fn run_refresher(self: Arc<Self>) {
         crate::metrics::upstream_kind(self.upstream_kind().label());
-        if let Some(master) = self.upstream_master() {
-            crate::metrics::upstream_master(None, Some(&master));
-        }
+        crate::metrics::upstream_master(self.upstream_master().as_deref());
         match &self.sentinel {
             Some(sentinel) => {
                 tokio::join!(self.refresh_periodically(), sentinel.follow_all(&self));

@@ -363,4 +363,23 @@ fn a_reload_moves_a_connected_client_from_standalone_to_the_sentinel_group() {
     );
     let info = client.call(&["INFO", "proxy"]);
     assert!(info.contains("proxy_upstream:sentinel"), "{info}");
+    let (_, metrics) = http_get(proxy.admin_addr(), "/metrics");
+    for line in [
+        "slotbridge_upstream_info{kind=\"standalone\"} 0".to_string(),
+        "slotbridge_upstream_info{kind=\"sentinel\"} 1".to_string(),
+        format!(
+            "slotbridge_upstream_master_info{{address=\"{}\"}} 0",
+            standalone.addr()
+        ),
+        format!(
+            "slotbridge_upstream_master_info{{address=\"{}\"}} 1",
+            group.master_addr()
+        ),
+        "slotbridge_upstream_switches_total 0".to_string(),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no {line:?} in\n{metrics}"
+        );
+    }
 }

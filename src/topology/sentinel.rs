@@ -45,13 +45,14 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// The events followed. The leader of a failover publishes the promotion's start; every
 /// Sentinel publishes `+switch-master` once it knows the new master.
-const CHANNELS: [&str; 6] = [
+const CHANNELS: [&str; 7] = [
     "+switch-master",
     "+failover-state-send-slaveof-noone",
     "+failover-end",
     "+failover-end-for-timeout",
     "-failover-abort-not-elected",
     "-failover-abort-no-good-slave",
+    "-failover-abort-slave-timeout",
 ];
 
 /// What the proxy knows of a Sentinel group and the master it names.
@@ -180,7 +181,7 @@ impl SentinelWatch {
             None => SlotMap::empty(),
         };
         topology.install(map);
-        crate::metrics::upstream_master(current.as_deref(), master.as_deref());
+        crate::metrics::upstream_master(master.as_deref());
         let Some(master) = master else {
             return;
         };
