@@ -3,8 +3,9 @@
 //! the proxy loses no acknowledged write, stalls writes for less than 5 s and drops no
 //! client; INFO and the metrics show the switch. Also: discovery with the first Sentinel
 //! down; a named master whose `ROLE` says `slave` is refused (and `/readyz` says so) until
-//! it is promoted; the Sentinels' password and the master's are separate settings; a reload
-//! moves a connected client from a standalone upstream to the Sentinel group.
+//! it is promoted; the Sentinels' password and the master's are separate settings; reloads
+//! move a connected client from a standalone upstream to the Sentinel group, then to a
+//! cluster.
 
 mod common;
 
@@ -14,7 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    data_connect, http_get, new_dir, GroupOptions, Proxy, Raw, Sentinel, SentinelGroup, Standalone,
+    data_connect, http_get, new_dir, shared_cluster, GroupOptions, Proxy, Raw, Sentinel,
+    SentinelGroup, Standalone,
 };
 
 /// Writers during the failover.
@@ -318,7 +320,7 @@ fn config_file(text: &str) -> PathBuf {
 }
 
 #[test]
-fn a_reload_moves_a_connected_client_from_standalone_to_the_sentinel_group() {
+fn a_reload_moves_a_connected_client_from_standalone_to_the_sentinel_group_then_a_cluster() {
     let standalone = Standalone::start();
     let group = SentinelGroup::start(GroupOptions::default());
     let path = config_file(&format!("standalone: \"{}\"\n", standalone.addr()));
@@ -382,4 +384,28 @@ fn a_reload_moves_a_connected_client_from_standalone_to_the_sentinel_group() {
             "no {line:?} in\n{metrics}"
         );
     }
+
+    // And on to a cluster, the same client still connected.
+    let cluster = shared_cluster();
+    let seeds: Vec<String> = cluster.seeds().iter().map(|s| format!("\"{s}\"")).collect();
+    std::fs::write(&path, format!("cluster: [{}]\n", seeds.join(", "))).unwrap();
+    proxy.send_signal("HUP");
+    wait_until("the second reload", Duration::from_secs(10), || {
+        proxy.stderr().matches("configuration reloaded").count() == 2
+    });
+    assert_eq!(client.call(&["SET", "where", "cluster"]), "+OK\r\n");
+    let on_cluster: String = redis::cmd("GET")
+        .arg("where")
+        .query(&mut common::connect(
+            &cluster.node_for_slot(cluster.keyslot("where")),
+        ))
+        .unwrap();
+    assert_eq!(on_cluster, "cluster");
+    let on_master: String = redis::cmd("GET")
+        .arg("where")
+        .query(&mut data_connect(group.master_addr(), None))
+        .unwrap();
+    assert_eq!(on_master, "sentinel", "the Sentinel group is left alone");
+    let info = client.call(&["INFO", "proxy"]);
+    assert!(info.contains("proxy_upstream:cluster"), "{info}");
 }
