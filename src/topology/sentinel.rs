@@ -117,7 +117,10 @@ impl SentinelWatch {
         let mut errors = Vec::new();
         for sentinel in &self.addresses {
             match self.ask_master(sentinel).await {
-                Ok(addr) => return self.check_and_install(topology, &addr, sentinel).await,
+                Ok(addr) => {
+                    let source = format!("Sentinel {sentinel}");
+                    return self.check_and_install(topology, &addr, &source).await;
+                }
                 Err(e) => errors.push(format!("Sentinel {sentinel}: {e}")),
             }
         }
@@ -142,20 +145,20 @@ impl SentinelWatch {
         }
     }
 
-    /// Installs `addr` as the master if its `ROLE` says `master`; one that says otherwise is
-    /// not a master to send writes to, and no master is known until one is.
+    /// Installs `addr`, named by `source`, as the master if its `ROLE` says `master`; one that
+    /// says otherwise is not a master to send writes to, and no master is known until one is.
     async fn check_and_install(
         &self,
         topology: &Topology,
         addr: &str,
-        sentinel: &str,
+        source: &str,
     ) -> Result<(), String> {
         let addr = topology.remapped(addr);
         let conn = topology.node(&addr, Proto::Resp2);
         let call = conn.call(Bytes::from_static(b"*1\r\n$4\r\nROLE\r\n"), false);
         let role = match tokio::time::timeout(ASK_TIMEOUT, call).await {
             Ok(Ok(reply)) => role_of(&reply)?,
-            Ok(Err(e)) => return Err(format!("master {addr} (named by Sentinel {sentinel}): {e}")),
+            Ok(Err(e)) => return Err(format!("master {addr} (named by {source}): {e}")),
             Err(_) => return Err(format!("master {addr} did not answer ROLE in time")),
         };
         if role == "master" {
@@ -164,7 +167,7 @@ impl SentinelWatch {
         }
         self.install(topology, None);
         Err(format!(
-            "{addr}, the master Sentinel {sentinel} names for '{}', says its role is '{role}': \
+            "{addr}, the master {source} names for '{}', says its role is '{role}': \
              not used until it is a master",
             self.master_name
         ))
@@ -246,7 +249,10 @@ impl SentinelWatch {
                 };
                 let _one_at_a_time = self.deciding.lock().await;
                 self.set_hold(None);
-                if let Err(error) = self.check_and_install(topology, &addr, "event").await {
+                if let Err(error) = self
+                    .check_and_install(topology, &addr, "+switch-master")
+                    .await
+                {
                     tracing::warn!(%error, "new master from +switch-master not usable yet");
                     topology.request_refresh();
                 }
