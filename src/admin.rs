@@ -95,6 +95,9 @@ impl AdminState {
             .live_proxy()
             .map(|proxy| proxy.topology.clone())
             .unwrap_or_else(|| self.topology.clone());
+        if let Some(reason) = topology.master_unknown() {
+            return Err(reason);
+        }
         let routing = arc_swap::Guard::into_inner(topology.routing());
         let covered = routing.map.slots_covered();
         if covered < SLOT_COUNT {

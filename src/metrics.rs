@@ -11,6 +11,7 @@
 //! the few process totals INFO reports, which are plain atomics.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use metrics::{counter, describe_counter, describe_gauge, gauge, Counter, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -80,6 +81,12 @@ pub const SPLIT_TRANSACTIONS: &str = "slotbridge_split_transactions_total";
 pub const AUTH_FAILURES: &str = "slotbridge_auth_failures_total";
 /// Configuration reloads by result.
 pub const CONFIG_RELOADS: &str = "slotbridge_config_reloads_total";
+/// The kind of upstream in force: 1 for it, 0 for the others.
+pub const UPSTREAM_INFO: &str = "slotbridge_upstream_info";
+/// A single-node upstream's master: 1 for the current one, 0 for those before it.
+pub const UPSTREAM_MASTER_INFO: &str = "slotbridge_upstream_master_info";
+/// Times a Sentinel-managed upstream's master changed.
+pub const UPSTREAM_SWITCHES: &str = "slotbridge_upstream_switches_total";
 
 /// Help text of [`COMMAND_DURATION`], a histogram [`CommandMetrics`] keeps and renders
 /// itself (buckets: `histogram::BUCKETS`, 100 µs to 1 s).
@@ -219,6 +226,21 @@ fn describe_backend_and_layout() {
         Unit::Count,
         "Configuration reloads, by result (ok, error)"
     );
+    describe_gauge!(
+        UPSTREAM_INFO,
+        Unit::Count,
+        "The upstream in force, by kind (cluster, standalone, sentinel): 1 for it, 0 for the others"
+    );
+    describe_gauge!(
+        UPSTREAM_MASTER_INFO,
+        Unit::Count,
+        "A standalone or Sentinel upstream's master, by address: 1 for the current one, 0 for earlier ones"
+    );
+    describe_counter!(
+        UPSTREAM_SWITCHES,
+        Unit::Count,
+        "Times the Sentinels' master changed and the proxy moved new commands to the new one"
+    );
 }
 
 /// Process totals that INFO's `# Proxy` section reports; kept as atomics because the
@@ -233,6 +255,7 @@ struct Totals {
     retries: AtomicU64,
     refreshes_ok: AtomicU64,
     refreshes_error: AtomicU64,
+    upstream_switches: AtomicU64,
 }
 
 static TOTALS: Totals = Totals {
@@ -245,6 +268,7 @@ static TOTALS: Totals = Totals {
     retries: AtomicU64::new(0),
     refreshes_ok: AtomicU64::new(0),
     refreshes_error: AtomicU64::new(0),
+    upstream_switches: AtomicU64::new(0),
 };
 
 /// A snapshot of the process totals, for INFO.
@@ -268,6 +292,8 @@ pub struct ProxyTotals {
     pub refreshes_ok: u64,
     /// Failed slot map refreshes.
     pub refreshes_error: u64,
+    /// Master switches of a Sentinel-managed upstream.
+    pub upstream_switches: u64,
 }
 
 /// The process totals now.
@@ -282,6 +308,7 @@ pub fn totals() -> ProxyTotals {
         retries: TOTALS.retries.load(Ordering::Relaxed),
         refreshes_ok: TOTALS.refreshes_ok.load(Ordering::Relaxed),
         refreshes_error: TOTALS.refreshes_error.load(Ordering::Relaxed),
+        upstream_switches: TOTALS.upstream_switches.load(Ordering::Relaxed),
     }
 }
 
@@ -446,6 +473,40 @@ pub fn config_reload(ok: bool) {
     counter!(CONFIG_RELOADS, "result" => result).increment(1);
 }
 
+/// `kind` (`cluster`, `standalone`, `sentinel`) is the upstream in force now.
+pub fn upstream_kind(kind: &'static str) {
+    for each in ["cluster", "standalone", "sentinel"] {
+        gauge!(UPSTREAM_INFO, "kind" => each).set(if each == kind { 1.0 } else { 0.0 });
+    }
+    if kind == "sentinel" {
+        // Shown from the start, so an alert on its increase has a series to watch.
+        counter!(UPSTREAM_SWITCHES).increment(0);
+    }
+}
+
+/// The upstream's single master is now `current` (`None`: none known, or a cluster); the
+/// one shown before, whichever upstream it belonged to, drops to 0.
+pub fn upstream_master(current: Option<&str>) {
+    static SHOWN: Mutex<Option<String>> = Mutex::new(None);
+    let mut shown = SHOWN.lock().unwrap_or_else(PoisonError::into_inner);
+    if shown.as_deref() == current {
+        return;
+    }
+    if let Some(previous) = shown.take() {
+        gauge!(UPSTREAM_MASTER_INFO, "address" => previous).set(0.0);
+    }
+    if let Some(current) = current {
+        gauge!(UPSTREAM_MASTER_INFO, "address" => current.to_string()).set(1.0);
+        *shown = Some(current.to_string());
+    }
+}
+
+/// A Sentinel-managed upstream's master changed.
+pub fn upstream_switch() {
+    TOTALS.upstream_switches.fetch_add(1, Ordering::Relaxed);
+    counter!(UPSTREAM_SWITCHES).increment(1);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,6 +553,9 @@ mod tests {
             SPLIT_TRANSACTIONS,
             AUTH_FAILURES,
             CONFIG_RELOADS,
+            UPSTREAM_INFO,
+            UPSTREAM_MASTER_INFO,
+            UPSTREAM_SWITCHES,
         ];
         for name in names {
             let rest = name.strip_prefix("slotbridge_").unwrap_or("");

@@ -276,6 +276,7 @@ fn keep_startup_settings(running: &Config, next: &mut Config) {
 fn upstream_changed(running: &Config, next: &Config) -> bool {
     running.cluster != next.cluster
         || running.standalone != next.standalone
+        || running.sentinel != next.sentinel
         || running.backend != next.backend
         || running.address_map != next.address_map
         || running.topology != next.topology

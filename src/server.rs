@@ -181,7 +181,7 @@ pub async fn serve_live(
             listen = %proxy.listen_addr,
             slots_covered = routing.map.slots_covered(),
             masters = routing.map.masters().len(),
-            upstream = if proxy.topology.is_standalone() { "standalone" } else { "cluster" },
+            upstream = proxy.topology.upstream_kind().label(),
             "slotbridge ready"
         );
     }

@@ -6,6 +6,9 @@
 //! `min_refresh_interval`, so a reshard's burst of MOVED replies can't cause a storm.
 //! Whoever holds per-master state (keyspace subscriptions) or state on the pub/sub home
 //! (channels and patterns) watches for changes through [`Topology::watch_masters`].
+//! A single-node upstream has a map of one master for every slot: a fixed address
+//! (`standalone`), or the master a Sentinel group names (see `sentinel`), whose refresh
+//! asks the Sentinels rather than reading a slot map.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -22,8 +25,32 @@ use crate::protocol::Proto;
 use crate::route::{NodeAddr, SlotMap};
 
 mod script_conns;
+mod sentinel;
 
 pub use script_conns::{ScriptConns, ScriptLease, IDLE_PER_NODE};
+pub use sentinel::FAILOVER_HOLD;
+
+/// What kind of upstream the proxy sends commands to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamKind {
+    /// A Redis Cluster.
+    Cluster,
+    /// One node at a fixed address.
+    Standalone,
+    /// The master a Sentinel group names.
+    Sentinel,
+}
+
+impl UpstreamKind {
+    /// The name INFO and the metrics use: `cluster`, `standalone`, `sentinel`.
+    pub fn label(self) -> &'static str {
+        match self {
+            UpstreamKind::Cluster => "cluster",
+            UpstreamKind::Standalone => "standalone",
+            UpstreamKind::Sentinel => "sentinel",
+        }
+    }
+}
 
 /// Every client's channels and patterns are subscribed on the master of this slot (see
 /// `client::pubsub`), and PUBLISH and PUBSUB CHANNELS/NUMSUB/NUMPAT run there: a cluster
@@ -87,7 +114,10 @@ pub struct Topology {
     routing: ArcSwap<Routing>,
     pool: Mutex<HashMap<NodeAddr, NodeConns>>,
     seeds: Vec<String>,
+    /// A single-node upstream (standalone or Sentinel): no slot map to read.
     standalone: bool,
+    /// For a Sentinel-managed upstream, what finds and follows its master.
+    sentinel: Option<sentinel::SentinelWatch>,
     remap: HashMap<String, String>,
     settings: ConnSettings,
     refresh_wanted: Notify,
@@ -110,9 +140,17 @@ impl Topology {
     /// dedicated ones need not).
     pub fn new(config: &Config, prelude: Option<Prelude>) -> Result<Arc<Topology>, String> {
         let upstream = config.upstream().map_err(|e| e.to_string())?;
-        let (seeds, standalone) = match upstream {
-            Upstream::Cluster(seeds) => (seeds, false),
-            Upstream::Standalone(addr) => (vec![addr], true),
+        let (seeds, standalone, sentinel) = match upstream {
+            Upstream::Cluster(seeds) => (seeds, false, None),
+            Upstream::Standalone(addr) => (vec![addr], true, None),
+            Upstream::Sentinel {
+                addresses,
+                master_name,
+            } => (
+                Vec::new(),
+                true,
+                Some(sentinel::SentinelWatch::new(config, addresses, master_name)),
+            ),
         };
         let settings = ConnSettings {
             username: config.backend.username.clone().filter(|u| !u.is_empty()),
@@ -131,6 +169,7 @@ impl Topology {
             pool: Mutex::new(HashMap::new()),
             seeds,
             standalone,
+            sentinel,
             remap: config.address_map.clone(),
             settings,
             refresh_wanted: Notify::new(),
@@ -142,8 +181,8 @@ impl Topology {
             moves: AtomicU64::new(0),
             scripts: Arc::default(),
         };
-        if topology.standalone {
-            let addr: NodeAddr = topology.remapped(&topology.seeds[0]);
+        if let Some(seed) = topology.seeds.first().filter(|_| topology.standalone) {
+            let addr: NodeAddr = topology.remapped(seed);
             topology.install(SlotMap::single(addr));
         }
         Ok(Arc::new(topology))
@@ -170,9 +209,41 @@ impl Topology {
         self.masters_changed.subscribe()
     }
 
-    /// Whether the upstream is a single non-cluster node.
+    /// Whether the upstream is a single non-cluster node (at a fixed address, or the
+    /// master a Sentinel group names).
     pub fn is_standalone(&self) -> bool {
         self.standalone
+    }
+
+    /// The kind of upstream.
+    pub fn upstream_kind(&self) -> UpstreamKind {
+        match (&self.sentinel, self.standalone) {
+            (Some(_), _) => UpstreamKind::Sentinel,
+            (None, true) => UpstreamKind::Standalone,
+            (None, false) => UpstreamKind::Cluster,
+        }
+    }
+
+    /// A single-node upstream's master now, if one is known.
+    pub fn upstream_master(&self) -> Option<NodeAddr> {
+        let routing = self.routing.load();
+        self.standalone
+            .then(|| routing.map.masters().first().cloned())
+            .flatten()
+    }
+
+    /// Why a Sentinel-managed upstream has no master to serve now, if it has none.
+    pub fn master_unknown(&self) -> Option<String> {
+        let sentinel = self.sentinel.as_ref()?;
+        let name = sentinel.master_name();
+        if sentinel.holding() {
+            return Some(format!(
+                "sentinel: failover of '{name}' under way, new commands wait"
+            ));
+        }
+        self.upstream_master().is_none().then(|| {
+            format!("sentinel: no master known for '{name}' (none named, or it is not a master)")
+        })
     }
 
     /// The connection to the master of `slot`, if covered.
@@ -321,17 +392,23 @@ impl Topology {
 
     /// Asks the refresher for a new slot map soon (rate-limited by the refresher).
     pub fn request_refresh(&self) {
-        if !self.standalone {
+        if !self.standalone || self.sentinel.is_some() {
             self.refresh_wanted.notify_one();
         }
     }
 
     /// Reads the slot map from the first known node that answers and installs it.
+    /// For a Sentinel-managed upstream: asks the Sentinels which node is the master.
     pub async fn refresh(&self) -> Result<(), String> {
-        if self.standalone {
+        if self.standalone && self.sentinel.is_none() {
             return Ok(());
         }
         *self.last_refresh.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        if let Some(sentinel) = &self.sentinel {
+            let outcome = sentinel.discover(self).await;
+            crate::metrics::topology_refresh(outcome.is_ok());
+            return outcome;
+        }
         let mut candidates: Vec<NodeAddr> = self.routing.load().map.nodes().to_vec();
         for seed in &self.seeds {
             let seed = self.remapped(seed);
@@ -367,11 +444,22 @@ impl Topology {
         SlotMap::from_cluster_slots(&slots, addr, &self.remap)
     }
 
-    /// Runs forever: refreshes periodically and whenever asked, rate-limited.
+    /// Runs forever: refreshes periodically and whenever asked, rate-limited; for a
+    /// Sentinel-managed upstream, also follows the Sentinels' events. Started when this
+    /// topology starts to serve, so it also sets the upstream metrics.
     pub async fn run_refresher(self: Arc<Self>) {
-        if self.standalone {
-            return;
+        crate::metrics::upstream_kind(self.upstream_kind().label());
+        crate::metrics::upstream_master(self.upstream_master().as_deref());
+        match &self.sentinel {
+            Some(sentinel) => {
+                tokio::join!(self.refresh_periodically(), sentinel.follow_all(&self));
+            }
+            None if self.standalone => {}
+            None => self.refresh_periodically().await,
         }
+    }
+
+    async fn refresh_periodically(&self) {
         loop {
             let _ =
                 tokio::time::timeout(self.refresh_interval, self.refresh_wanted.notified()).await;

@@ -112,6 +112,18 @@ pub struct RunArgs {
         value_name = "HOST:PORT"
     )]
     pub standalone: Option<String>,
+    /// Redis Sentinels that name the upstream master, comma-separated (with --master-name).
+    #[arg(
+        long,
+        env = "SLOTBRIDGE_SENTINEL",
+        value_delimiter = ',',
+        conflicts_with_all = ["cluster", "standalone"],
+        value_name = "HOST:PORT,..."
+    )]
+    pub sentinel: Vec<String>,
+    /// The master name the Sentinels monitor (`sentinel.master_name`).
+    #[arg(long, env = "SLOTBRIDGE_MASTER_NAME", value_name = "NAME")]
+    pub master_name: Option<String>,
     /// Admin HTTP address (metrics and health).
     #[arg(long, env = "SLOTBRIDGE_ADMIN_LISTEN", value_name = "HOST:PORT")]
     pub admin_listen: Option<String>,
@@ -151,6 +163,9 @@ const FLAG_VARIABLES: &[&str] = &[
     "SLOTBRIDGE_LISTEN",
     "SLOTBRIDGE_CLUSTER",
     "SLOTBRIDGE_STANDALONE",
+    // Also the name of the `sentinel` section's variable: the flag's reading wins.
+    "SLOTBRIDGE_SENTINEL",
+    "SLOTBRIDGE_MASTER_NAME",
     "SLOTBRIDGE_ADMIN_LISTEN",
     "SLOTBRIDGE_THREADS",
     "SLOTBRIDGE_LOG_FORMAT",

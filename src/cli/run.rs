@@ -23,13 +23,24 @@ impl RunArgs {
         if let Some(listen) = &self.listen {
             config.listen = listen.clone();
         }
+        // A flag that names an upstream replaces the file's, whichever kind that was.
         if !self.cluster.is_empty() {
             config.cluster = self.cluster.clone();
             config.standalone = None;
+            config.sentinel.addresses.clear();
         }
         if let Some(standalone) = &self.standalone {
             config.standalone = Some(standalone.clone());
             config.cluster.clear();
+            config.sentinel.addresses.clear();
+        }
+        if !self.sentinel.is_empty() {
+            config.sentinel.addresses = self.sentinel.clone();
+            config.cluster.clear();
+            config.standalone = None;
+        }
+        if let Some(name) = &self.master_name {
+            config.sentinel.master_name = name.clone();
         }
         if let Some(admin) = &self.admin_listen {
             config.admin_listen = admin.clone();

@@ -15,9 +15,11 @@ use serde::Deserialize;
 use crate::protocol::Limits;
 
 mod overrides;
+mod sentinel;
 mod users;
 
 pub use overrides::{Override, TOP_LEVEL_FIELDS};
+pub use sentinel::SentinelConfig;
 pub use users::{ScriptTrust, UserConfig};
 
 /// The whole proxy configuration.
@@ -34,6 +36,8 @@ pub struct Config {
     pub cluster: Vec<String>,
     /// A single non-cluster upstream (one node or an HA virtual IP), `host:port`.
     pub standalone: Option<String>,
+    /// A master found through Redis Sentinel (see [`SentinelConfig`]).
+    pub sentinel: SentinelConfig,
     /// Credentials and timeouts for connections to the upstream.
     pub backend: BackendConfig,
     /// Announced node address -> reachable address, for clusters behind NAT or Docker.
@@ -97,6 +101,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             cluster: Vec::new(),
             standalone: None,
+            sentinel: SentinelConfig::default(),
             backend: BackendConfig::default(),
             address_map: HashMap::new(),
             retry: RetryConfig::default(),
@@ -382,6 +387,13 @@ pub enum Upstream {
     Cluster(Vec<String>),
     /// One standalone Redis server at this address.
     Standalone(String),
+    /// The master a Sentinel group names, followed through its failovers.
+    Sentinel {
+        /// The Sentinels, `host:port` each.
+        addresses: Vec<String>,
+        /// The name they monitor the master under.
+        master_name: String,
+    },
 }
 
 /// A configuration problem, with the file it came from when there is one.
@@ -458,20 +470,39 @@ impl Config {
 
     /// The upstream, once validated.
     pub fn upstream(&self) -> Result<Upstream, ConfigError> {
-        match (&self.standalone, self.cluster.is_empty()) {
-            (Some(_), false) => Err(ConfigError::Invalid(
-                "set either cluster seeds or a standalone upstream, not both".into(),
-            )),
-            (Some(addr), true) => Ok(Upstream::Standalone(addr.clone())),
-            (None, false) => Ok(Upstream::Cluster(self.cluster.clone())),
-            (None, true) => Err(ConfigError::Invalid(
-                "no upstream: give --cluster HOST:PORT[,...] or --standalone HOST:PORT".into(),
-            )),
+        let sentinel = &self.sentinel;
+        let given = usize::from(!self.cluster.is_empty())
+            + usize::from(self.standalone.is_some())
+            + usize::from(sentinel.is_set());
+        if given > 1 {
+            return Err(ConfigError::Invalid(
+                "set one upstream: cluster seeds, a standalone upstream or a Sentinel group, \
+                 not both"
+                    .into(),
+            ));
         }
+        if let Some(addr) = &self.standalone {
+            return Ok(Upstream::Standalone(addr.clone()));
+        }
+        if sentinel.is_set() {
+            return Ok(Upstream::Sentinel {
+                addresses: sentinel.addresses.clone(),
+                master_name: sentinel.master_name.clone(),
+            });
+        }
+        if self.cluster.is_empty() {
+            return Err(ConfigError::Invalid(
+                "no upstream: give --cluster HOST:PORT[,...], --standalone HOST:PORT or \
+                 --sentinel HOST:PORT[,...] --master-name NAME"
+                    .into(),
+            ));
+        }
+        Ok(Upstream::Cluster(self.cluster.clone()))
     }
 
     /// Checks everything that can be checked without network access.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.sentinel.validate()?;
         self.upstream()?;
         let addresses = [
             ("listen", &self.listen),

@@ -13,6 +13,7 @@ pub const TOP_LEVEL_FIELDS: &[&str] = &[
     "admin",
     "cluster",
     "standalone",
+    "sentinel",
     "backend",
     "address_map",
     "retry",

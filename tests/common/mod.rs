@@ -23,6 +23,7 @@ mod process;
 mod prometheus;
 mod proxy;
 mod raw;
+mod sentinel;
 mod standalone;
 
 use std::sync::OnceLock;
@@ -46,6 +47,7 @@ pub use raw::{
     exchange, exchange_on, read_replies, read_until_close, reply_complete, resp_lines, transcript,
     Raw,
 };
+pub use sentinel::{data_connect, GroupOptions, Sentinel, SentinelGroup};
 pub use standalone::Standalone;
 
 /// A 3-master cluster without replicas, started on first use and shared by every test of this

@@ -85,14 +85,12 @@ impl Proxy {
                 "proxy_uptime_in_seconds:{}",
                 self.started.elapsed().as_secs()
             ),
+            format!("proxy_upstream:{}", self.topology.upstream_kind().label()),
             format!(
-                "proxy_upstream:{}",
-                if self.topology.is_standalone() {
-                    "standalone"
-                } else {
-                    "cluster"
-                }
+                "proxy_upstream_master:{}",
+                self.topology.upstream_master().as_deref().unwrap_or("")
             ),
+            format!("proxy_upstream_switches:{}", totals.upstream_switches),
             format!("proxy_connected_clients:{}", totals.clients.max(0)),
             format!("proxy_masters:{}", routing.map.masters().len()),
             format!("proxy_slots_covered:{}", routing.map.slots_covered()),
