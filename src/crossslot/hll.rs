@@ -67,7 +67,10 @@ fn merge_into(max: &mut [u8; REGISTERS], value: &[u8], encoding: u8) -> Result<(
             let run = usize::from(op & 0x3) + 1;
             let value = ((op >> 2) & 0x1f) + 1;
             if index + run > REGISTERS {
-                break;
+                // Redis 7.0.15 as shipped with the fix for CVE-2025-32023 refuses this; the
+                // original release stopped reading here and took the value if the count was
+                // exact by then.
+                return Err(text::CORRUPT_HLL);
             }
             for slot in &mut max[index..index + run] {
                 *slot = (*slot).max(value);
@@ -192,17 +195,22 @@ fn union(
 
 /// PFCOUNT.
 pub(super) fn count(request: &Request, values: &[Value], limits: &Limits) -> Outcome {
-    match union(request, values, limits) {
-        Ok((_, Some(header), _)) if values.len() == 1 && header.card[7] & 0x80 == 0 => {
-            // One key: Redis replies its cached cardinality while that is valid.
-            let cached = u64::from_le_bytes(header.card);
-            Outcome::reply(encode::integer_frame(
-                i64::try_from(cached).unwrap_or(i64::MAX),
-            ))
+    if let [Value::Text(text)] = values {
+        // One key: Redis replies its cached cardinality while that is valid, unread.
+        match header(text) {
+            Err(error) => return Outcome::error(error),
+            Ok(header) if header.card[7] & 0x80 == 0 => {
+                let cached = i64::try_from(u64::from_le_bytes(header.card)).unwrap_or(i64::MAX);
+                return Outcome::reply(encode::integer_frame(cached));
+            }
+            Ok(_) => {}
         }
-        Ok((max, _, _)) => Outcome::reply(encode::integer_frame(
-            i64::try_from(estimate(&max)).unwrap_or(i64::MAX),
-        )),
+    }
+    match union(request, values, limits) {
+        Ok((max, _, _)) => {
+            let estimate = i64::try_from(estimate(&max)).unwrap_or(i64::MAX);
+            Outcome::reply(encode::integer_frame(estimate))
+        }
         Err(outcome) => outcome,
     }
 }
