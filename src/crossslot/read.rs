@@ -71,7 +71,7 @@ impl Read {
     pub fn value(&self, replies: &[Bytes]) -> Result<Value, Bytes> {
         let frames = replies
             .iter()
-            .map(|reply| Reply::of(reply))
+            .map(Reply::of)
             .collect::<Result<Vec<_>, _>>()?;
         let unexpected = || crate::reply::error("ERR proxy: unexpected reply to a cross-slot read");
         match (self.kind, frames.as_slice()) {
@@ -98,9 +98,10 @@ enum Reply {
 
 impl Reply {
     fn of(reply: &Bytes) -> Result<Reply, Bytes> {
-        if reply.starts_with(b"-WRONGTYPE")
-            || reply.starts_with(b"!") && reply.windows(9).any(|w| w == b"WRONGTYPE")
-        {
+        // RESP3 may carry the error as a blob error: `!<len>\r\nWRONGTYPE ...`.
+        let blob_wrongtype =
+            reply.starts_with(b"!") && reply.windows(9).any(|window| window == b"WRONGTYPE");
+        if reply.starts_with(b"-WRONGTYPE") || blob_wrongtype {
             return Ok(Reply::WrongType);
         }
         if reply.starts_with(b"-") || reply.starts_with(b"!") {
