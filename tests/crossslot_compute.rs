@@ -494,6 +494,7 @@ fn dump(conn: &mut Conn, key: &str) -> (Bytes, Vec<Vec<u8>>, bool) {
 
 /// Gives DEST and MINE the same prior value (they may be inputs too).
 fn prior_destination(conn: &mut Conn, rng: &mut Rng) {
+    conn.ok(&["DEL", DEST, MINE]);
     match rng.below(4) {
         0 => {}
         1 => conn.ok(&["SET", DEST, "old"]),
@@ -601,4 +602,46 @@ fn lcs_and_bitop_equal_redis() {
 #[test]
 fn hyperloglog_count_and_merge_equal_redis() {
     run_family(Family::HyperLogLogs, "hyperloglogs", 300);
+}
+
+#[test]
+fn large_results_are_stored_in_chunks_inside_one_transaction() {
+    let server = common::Standalone::start();
+    let mut conns = Server {
+        resp2: Conn::open(server.addr(), Proto::Resp2),
+        resp3: Conn::open(server.addr(), Proto::Resp3),
+    };
+    let mut rng = Rng(42);
+    for (index, offset) in [(0, 0), (2, 1500)] {
+        let mut sadd = vec!["SADD".to_owned(), key(index)];
+        sadd.extend((offset..offset + 2500).map(|n| format!("m{n}")));
+        conns.resp2.ok(&sadd);
+    }
+    let mut zadd = vec!["ZADD".to_owned(), key(1)];
+    for n in 0..2500 {
+        zadd.push(format!("{}", f64::from(n) / 7.0 - 100.0));
+        zadd.push(format!("m{n}"));
+    }
+    conns.resp2.ok(&zadd);
+    let (k0, k1, k2) = (key(0), key(1), key(2));
+    let commands: [&[&str]; 4] = [
+        &["SUNIONSTORE", DEST, &k0, &k2],
+        &["SDIFFSTORE", DEST, &k2, &k0],
+        &["ZUNIONSTORE", DEST, "2", &k1, &k2, "WEIGHTS", "0.5", "3"],
+        &["ZINTERSTORE", DEST, "3", &k1, &k0, &k1, "AGGREGATE", "MAX"],
+    ];
+    for command in commands {
+        let args: Vec<String> = command.iter().map(|arg| (*arg).to_owned()).collect();
+        let bytes: Vec<Bytes> = args.iter().map(|arg| Bytes::from(arg.clone())).collect();
+        let request = parse(&bytes).expect("parses");
+        let [outcome, _] = run_ours(&mut conns.resp2, &request);
+        // MULTI, DEL, at least two chunks, EXEC.
+        assert!(
+            outcome.writes.len() >= 5,
+            "{args:?}: {} writes",
+            outcome.writes.len()
+        );
+        assert_eq!(&outcome.writes[0][0][..], b"MULTI");
+        assert!(store_case(&mut conns, &mut rng, &args, 0), "{args:?}");
+    }
 }

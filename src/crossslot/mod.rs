@@ -19,12 +19,16 @@
 //!    (and `EXEC`'s is not null); otherwise reply that error.
 //!
 //! Limits: [`Limits`] bounds what is computed in memory; above it the reply is an error
-//! naming the limit and nothing is written. Known differences from Redis: the members of a
-//! SUNION/SINTER/SDIFF reply come in byte order unless Redis's own order is fixed (a result
-//! of at most 512 integers, which Redis sends in numeric order, and so does this module);
-//! Redis's other orders depend on its hash seed. PFMERGE always stores the dense encoding
-//! (Redis keeps a sparse destination sparse when no input is dense): the registers, and so
-//! every PFCOUNT, are the same.
+//! naming the limit and nothing is written. The planner should also bound what it reads
+//! (`SCARD`/`ZCARD`/`STRLEN` first) so that an oversized key is never fetched whole.
+//!
+//! Known differences from Redis: the members of a SUNION/SINTER/SDIFF reply come in byte
+//! order, except a result of at most 512 integers, which comes in numeric order as Redis's
+//! intset does; Redis's other orders follow its per-process hash seed, so no client can
+//! rely on them. PFMERGE always stores the dense encoding (Redis keeps a sparse destination
+//! sparse when no input is dense): the registers, the header and so every PFCOUNT are the
+//! same, only the size differs. A STORE's result is written with its scores as `%.17g`,
+//! which reads back to the same double, so the stored sorted set equals Redis's own.
 
 mod bitop;
 mod hll;
