@@ -376,10 +376,12 @@ fn fill_strings(conn: &mut Conn, rng: &mut Rng) {
     for index in 0..KEYS {
         let name = key(index).into_bytes();
         let roll = rng.below(100);
-        let len = rng.below(26);
+        // Past 32 bytes Redis's BITOP takes its word-at-a-time path.
         let value: Vec<u8> = if roll < 50 {
+            let len = rng.below(26);
             (0..len).map(|_| b"abc "[rng.below(4)]).collect()
         } else {
+            let len = rng.below(80);
             (0..len).map(|_| rng.next() as u8).collect()
         };
         if roll < 10 {
