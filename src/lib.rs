@@ -21,6 +21,7 @@
 //! - [`route`]: hash slots, the slot map snapshot, redirect classification. Pure.
 //! - [`rewrite`]: the legacy -> cluster:v1 key layout rules, both directions. Pure.
 //! - [`reply`]: client-visible error texts and reply builders. Pure.
+//! - [`crossslot`]: the replies and writes of cross-slot commands computed from each key's value. Pure.
 //! - [`backend`]: pipelined connections to Redis nodes (IO).
 //! - [`topology`]: keeps the slot map fresh and owns the node connections (IO).
 //! - [`dispatch`]: the only place the stages meet: one request in, one reply out.
@@ -40,6 +41,7 @@ mod buffer;
 pub mod client;
 pub mod command;
 pub mod config;
+pub mod crossslot;
 pub mod dispatch;
 pub mod metrics;
 pub mod migrate;

@@ -1,6 +1,7 @@
 //! Replies the proxy writes itself: every client-visible error text lives here, worded like
 //! Redis's own, so clients and their error matching see familiar messages.
 
+pub mod crossslot;
 pub mod merge;
 
 use bytes::{BufMut, Bytes, BytesMut};

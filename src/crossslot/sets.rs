@@ -1,0 +1,134 @@
+//! SUNION, SINTER, SDIFF, their STORE forms and SINTERCARD, as `t_set.c` computes them.
+
+use std::collections::HashSet;
+
+use bytes::{Bytes, BytesMut};
+
+use super::{write, Limits, Outcome, Request, SetOp, Value};
+use crate::protocol::{encode, parse_i64, Proto};
+use crate::reply::crossslot as text;
+
+/// Redis's `set-max-intset-entries` default: a result of at most this many integers is an
+/// intset, which Redis replies in numeric order.
+const INTSET_MAX_ENTRIES: usize = 512;
+
+/// The members of each key, after the type and size checks; `Err` is the reply.
+fn inputs<'a>(
+    request: &Request,
+    values: &'a [Value],
+    limits: &Limits,
+) -> Result<Vec<&'a [Bytes]>, Outcome> {
+    let mut inputs = Vec::with_capacity(values.len());
+    let mut total = 0u64;
+    for value in values {
+        inputs.push(match value {
+            Value::Members(members) => members.as_slice(),
+            Value::Missing => &[][..],
+            _ => return Err(Outcome::error(text::WRONGTYPE)),
+        });
+        total += inputs.last().map_or(0, |members| members.len() as u64);
+    }
+    if total > limits.max_members {
+        return Err(request.too_large("members", total, limits.max_members));
+    }
+    Ok(inputs)
+}
+
+/// The algebra over the inputs, each member once.
+fn algebra<'a>(op: SetOp, inputs: &[&'a [Bytes]]) -> Vec<&'a Bytes> {
+    let Some((first, rest)) = inputs.split_first() else {
+        return Vec::new();
+    };
+    match op {
+        SetOp::Union => {
+            let mut seen = HashSet::new();
+            inputs
+                .iter()
+                .flat_map(|members| members.iter())
+                .filter(|member| seen.insert(*member))
+                .collect()
+        }
+        SetOp::Inter => {
+            let others: Vec<HashSet<&Bytes>> = rest
+                .iter()
+                .map(|members| members.iter().collect())
+                .collect();
+            first
+                .iter()
+                .filter(|member| others.iter().all(|set| set.contains(member)))
+                .collect()
+        }
+        SetOp::Diff => {
+            let others: HashSet<&Bytes> = rest.iter().flat_map(|members| members.iter()).collect();
+            first
+                .iter()
+                .filter(|member| !others.contains(member))
+                .collect()
+        }
+    }
+}
+
+/// Orders a result as Redis replies it where its order is fixed: a small all-integer
+/// result is an intset, in numeric order; otherwise (Redis's hash order) in byte order.
+fn order(members: &mut [&Bytes]) {
+    let numbers: Option<Vec<i64>> = members.iter().map(|member| parse_i64(member)).collect();
+    match numbers {
+        Some(numbers) if members.len() <= INTSET_MAX_ENTRIES => {
+            let mut pairs: Vec<(i64, &Bytes)> =
+                numbers.into_iter().zip(members.iter().copied()).collect();
+            pairs.sort_unstable_by_key(|(number, _)| *number);
+            for (slot, (_, member)) in members.iter_mut().zip(pairs) {
+                *slot = member;
+            }
+        }
+        _ => members.sort_unstable(),
+    }
+}
+
+/// SUNION, SINTER, SDIFF and their STORE forms.
+pub(super) fn compute(
+    request: &Request,
+    op: SetOp,
+    values: &[Value],
+    proto: Proto,
+    limits: &Limits,
+) -> Outcome {
+    let inputs = match inputs(request, values, limits) {
+        Ok(inputs) => inputs,
+        Err(outcome) => return outcome,
+    };
+    let mut result = algebra(op, &inputs);
+    order(&mut result);
+    if let Some(destination) = &request.destination {
+        let members: Vec<Bytes> = result.into_iter().cloned().collect();
+        let chunks: Vec<&[Bytes]> = members.chunks(write::CHUNK_ARGS).collect();
+        return Outcome {
+            reply: encode::integer_frame(members.len() as i64),
+            writes: write::replace(destination, b"SADD", &chunks),
+        };
+    }
+    let mut out = BytesMut::new();
+    encode::set_header(&mut out, proto, result.len());
+    for member in result {
+        encode::bulk(&mut out, member);
+    }
+    Outcome::reply(out.freeze())
+}
+
+/// SINTERCARD.
+pub(super) fn inter_card(
+    request: &Request,
+    limit: u64,
+    values: &[Value],
+    limits: &Limits,
+) -> Outcome {
+    let inputs = match inputs(request, values, limits) {
+        Ok(inputs) => inputs,
+        Err(outcome) => return outcome,
+    };
+    let count = algebra(SetOp::Inter, &inputs).len() as u64;
+    let count = if limit > 0 { count.min(limit) } else { count };
+    Outcome::reply(encode::integer_frame(
+        i64::try_from(count).unwrap_or(i64::MAX),
+    ))
+}
