@@ -31,6 +31,8 @@ pub enum Answer {
     Hold,
     /// Closes the connection without answering.
     Close,
+    /// Writes these bytes, then closes the connection.
+    ReplyAndClose(Vec<u8>),
 }
 
 impl Answer {
@@ -270,6 +272,11 @@ async fn serve(mut stream: TcpStream, conn: usize, shared: Arc<Shared>) {
                 }
                 Answer::Hold => holding = true,
                 Answer::Close => {
+                    let _ = flush(&mut stream, &mut out).await;
+                    return;
+                }
+                Answer::ReplyAndClose(bytes) => {
+                    out.extend_from_slice(&bytes);
                     let _ = flush(&mut stream, &mut out).await;
                     return;
                 }
