@@ -699,7 +699,11 @@ fn kill_scenario(addr: &str) -> Vec<String> {
 
     // A client blocked in BLPOP is closed at once, not after its command.
     victim.send(&["BLPOP", "killtest:never", "0"]);
-    std::thread::sleep(Duration::from_millis(100));
+    common::wait_until("the victim's BLPOP running", Duration::from_secs(5), || {
+        admin
+            .call(&["CLIENT", "LIST", "ID", &victim_id])
+            .contains(" cmd=blpop ")
+    });
     facts.push(format!(
         "kill by id: {}",
         admin.call(&["CLIENT", "KILL", "ID", &victim_id]).trim()
