@@ -278,11 +278,11 @@ fn a_listening_subscriber_follows_a_switch_from_standalone_to_cluster() {
     proxy.send_signal("HUP");
     wait_log(&proxy, "configuration reloaded", 1);
     // The move is asynchronous: publish until the subscriber is counted on the cluster.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while publisher.call(&["PUBLISH", "reload:news", "after"]) != ":1\r\n" {
-        assert!(Instant::now() < deadline, "no subscriber on the cluster");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        "a subscriber on the cluster",
+        Duration::from_secs(5),
+        || publisher.call(&["PUBLISH", "reload:news", "after"]) == ":1\r\n",
+    );
     let message = subscriber.read_reply();
     assert!(message.contains("after"), "{message}");
     let info = publisher.call(&["INFO", "proxy"]);
