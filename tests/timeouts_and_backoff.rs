@@ -99,6 +99,8 @@ fn default_backoffs(n: u32) -> Duration {
         .sum()
 }
 
+/// Sound: TRYAGAIN asks for no slot map refresh, so while the GET is retried the only timers
+/// due before the periodic refresh (10 s) are the backoff sleeps.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn tryagain_waits_the_doubling_capped_backoff_between_attempts() {
     let node = FakeNode::cluster_alone(|request| {
@@ -123,6 +125,8 @@ async fn tryagain_waits_the_doubling_capped_backoff_between_attempts() {
     );
 }
 
+/// Sound as the test above: the ten backoff sleeps (2.63 s in all) are the only timers due
+/// before the periodic refresh.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn tryagain_past_the_attempts_is_passed_on_after_every_backoff() {
     let node = FakeNode::cluster_alone(|_| {
@@ -153,8 +157,9 @@ async fn clusterdown_is_retried_after_the_backoff() {
             Answer::text("$5\r\nvalue\r\n")
         }
     });
-    // CLUSTERDOWN also asks for a slot map refresh; the refresh finds the same master, so
-    // the backoff is not cut short by a change of masters.
+    // Sound: CLUSTERDOWN also asks for a slot map refresh, which waits out the 200 ms
+    // minimum interval, past the 30 ms of backoff; and it finds the same master, so no change
+    // of masters cuts a backoff short.
     let proxy = start_proxy(&node, "").await;
     let mut client = client(&proxy).await;
     let started = Instant::now();
@@ -170,6 +175,7 @@ async fn clusterdown_is_retried_after_the_backoff() {
 
 /// Two nodes that send each other's ASK for ever: ASK leaves the slot map alone, so no
 /// change of masters cuts a wait short, and the rounds are timed by the backoff alone.
+/// Sound: the refreshes each round asks for run beside the loop and find the same master.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_redirect_loop_waits_the_backoff_between_rounds() {
     let owner = SlotOwner::new();
@@ -206,7 +212,9 @@ fn node_addr(node: &FakeNode) -> NodeAddr {
 }
 
 /// The watchdog looks every half timeout and fails what is due after three looks in a row
-/// found nothing read: between the timeout and one and a half times it.
+/// found nothing read: between the timeout and one and a half times it. Sound: the node
+/// writes nothing while the requests are due, so only the watchdog's ticks can move the
+/// clock and wake the reader.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_node_connection_fails_what_is_due_after_the_read_timeout() {
     let node = FakeNode::start(|request| match (request.conn, request.n) {
@@ -259,6 +267,7 @@ async fn a_node_connection_fails_what_is_due_after_the_read_timeout() {
     assert_eq!(node.seen().connections(), 2);
 }
 
+/// Sound: nothing answers and no timer fails the request, so the clock jumps to the hour.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn without_a_read_timeout_a_hung_node_is_waited_for() {
     let node = FakeNode::start(|_| Answer::Hold);
@@ -271,6 +280,9 @@ async fn without_a_read_timeout_a_hung_node_is_waited_for() {
     assert_eq!(node.seen().closed_by_peer, 0);
 }
 
+/// Sound: the GET is answered at the instant the proxy read it (the node runs on this
+/// thread), so the quiet starts then; the idle deadline is the only timer before the
+/// periodic refresh.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn an_idle_client_is_closed_after_timeout_seconds_of_quiet() {
     let node = FakeNode::cluster_alone(|_| Answer::text("$1\r\nv\r\n"));
@@ -291,7 +303,9 @@ async fn an_idle_client_is_closed_after_timeout_seconds_of_quiet() {
 
 /// A client closed by the proxy (here after a protocol error) keeps its connection, and so
 /// its `maxclients` place, for the close linger (500 ms) while the proxy discards what it
-/// still sends, unless it closes first.
+/// still sends, unless it closes first. Sound: the linger starts at the instant the error
+/// is written, and the only timers before the periodic refresh are the linger and the
+/// test's own sleeps.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_closed_client_lingers_half_a_second_before_its_place_is_free() {
     let node = FakeNode::cluster_alone(|_| Answer::text("$1\r\nv\r\n"));

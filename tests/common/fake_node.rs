@@ -180,6 +180,7 @@ impl FakeNode {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port
     }
