@@ -1209,7 +1209,6 @@ fn pause_scenario(addr: &str) -> Vec<String> {
     );
     let started = std::time::Instant::now();
     client.send(&["SET", "pause:k", "4"]);
-    std::thread::sleep(Duration::from_millis(200));
     // CLIENT LIST shows the held client blocked, on the held command.
     let shown = |admin: &mut common::Raw| {
         let list = admin.call(&["CLIENT", "LIST"]);
@@ -1226,6 +1225,9 @@ fn pause_scenario(addr: &str) -> Vec<String> {
         };
         format!("flags={} cmd={}", field("flags"), field("cmd"))
     };
+    common::wait_until("the SET held", Duration::from_secs(5), || {
+        shown(&mut admin).ends_with(" cmd=set")
+    });
     seen.push(format!("held client: {}", shown(&mut admin)));
     seen.push(timed(&mut admin, &["CLIENT", "UNPAUSE"]));
     let reply = client.read_reply();
