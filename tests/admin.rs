@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{http_get, http_raw, new_dir, query, Cluster, Proxy};
+use common::{http_get, http_raw, new_dir, query, wait_until, Cluster, Proxy};
 
 /// A Prometheus text exposition: every sample by its full series name (`name{labels}`).
 struct Exposition {
@@ -289,14 +289,11 @@ fn metrics_move_with_traffic_redirects_retries_and_crossslot() {
     assert!(after.value("slotbridge_command_duration_seconds_sum{command=\"set\"}") > 0.0);
     // A MOVED asks for a refresh, which runs in the background (rate-limited): wait for it.
     let refreshes = "slotbridge_topology_refreshes_total{result=\"ok\"}";
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while scrape(&proxy).value(refreshes) <= before.value(refreshes) {
-        assert!(
-            Instant::now() < deadline,
-            "no topology refresh after a MOVED"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        "a topology refresh after a MOVED",
+        Duration::from_secs(5),
+        || scrape(&proxy).value(refreshes) > before.value(refreshes),
+    );
     assert!(after.value("slotbridge_client_connections") >= 1.0);
     assert!(delta("slotbridge_client_bytes_received_total") > 0.0);
     assert!(delta("slotbridge_client_bytes_sent_total") > 0.0);
@@ -588,11 +585,11 @@ fn info_memory_is_the_clusters_and_info_clients_the_proxys() {
     assert_eq!(field(&before, "cluster_connections"), Some("0"));
     assert_eq!(field(&before, "blocked_clients"), Some("0"));
     let blocked = blpop_in_background(&proxy, "info:blocked", 5);
-    let deadline = Instant::now() + Duration::from_secs(4);
-    while field(&clients(&mut con), "blocked_clients") != Some("1") {
-        assert!(Instant::now() < deadline, "BLPOP never counted as blocked");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        "the BLPOP counted as blocked",
+        Duration::from_secs(4),
+        || field(&clients(&mut con), "blocked_clients") == Some("1"),
+    );
     assert_eq!(field(&clients(&mut con), "connected_clients"), Some("2"));
     let _: i64 = redis::cmd("RPUSH")
         .arg("info:blocked")

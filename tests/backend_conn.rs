@@ -1,12 +1,15 @@
 //! `NodeConn` against real `redis-server` processes on loopback and against scripted fake
 //! nodes for the cases a real server cannot be made to produce on demand.
 
+mod common;
+
 use std::net::TcpListener as StdListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::{wait_until_async, Answer, FakeNode};
 use futures_util::future::join_all;
 use slotbridge::backend::{BackendError, BatchBuilder, ConnOptions, NodeConn, ReplySink};
 use slotbridge::protocol::Proto;
@@ -322,8 +325,9 @@ async fn asking_reaches_an_importing_cluster_node() {
     assert_eq!(replies[3], bulk("bar"));
 }
 
-/// A fake node: accepts on a free loopback port, runs `script` per accepted connection.
-async fn fake_node() -> (TcpListener, NodeAddr) {
+/// A bare listener for the one test that scripts the socket itself (a node that does not
+/// read for a while, so the proxy's socket buffer fills), which a [`FakeNode`] never does.
+async fn silent_listener() -> (TcpListener, NodeAddr) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = NodeAddr::from(listener.local_addr().expect("addr").to_string());
     (listener, addr)
@@ -335,33 +339,29 @@ async fn read_exactly(stream: &mut tokio::net::TcpStream, len: usize) -> Vec<u8>
     buf
 }
 
+fn node_addr(node: &FakeNode) -> NodeAddr {
+    NodeAddr::from(node.addr())
+}
+
 #[tokio::test]
 async fn lost_reply_is_reported_and_never_resent() {
-    let (listener, addr) = fake_node().await;
-    let conn = NodeConn::spawn(addr, ConnOptions::default());
+    // First connection: takes the request, closes without answering. Second: answers.
+    let node = FakeNode::start(|request| match request.conn {
+        1 => Answer::Close,
+        _ => Answer::text("+PONG\r\n"),
+    });
+    let conn = NodeConn::spawn(node_addr(&node), ConnOptions::default());
     let request = command(&["INCR", "counter"]);
     let ping = command(&["PING"]);
-    let expected_len = request.len();
-    let fake = tokio::spawn(async move {
-        // First connection: take the request, close without answering.
-        let (mut first, _) = listener.accept().await.expect("accept");
-        let seen = read_exactly(&mut first, expected_len).await;
-        drop(first);
-        // Second connection: the first bytes must be the next request, not a resend.
-        let (mut second, _) = listener.accept().await.expect("accept");
-        let next = read_exactly(&mut second, command(&["PING"]).len()).await;
-        second.write_all(b"+PONG\r\n").await.expect("fake write");
-        (seen, next)
-    });
     let result = conn.call(request.clone(), false).await;
     assert!(matches!(result, Err(BackendError::Lost(_))), "{result:?}");
     assert_eq!(
         conn.call(ping.clone(), false).await.unwrap(),
         Bytes::from_static(b"+PONG\r\n")
     );
-    let (seen, next) = fake.await.expect("fake");
-    assert_eq!(seen, request.to_vec());
-    assert_eq!(next, ping.to_vec());
+    assert_eq!(node.bytes(1), request.to_vec());
+    // The first bytes on the new connection are the next request, not a resend.
+    assert_eq!(node.bytes(2), ping.to_vec());
 }
 
 /// The first `count` deliveries to `sink`, as (sequence number, reply); panics after `within`.
@@ -387,25 +387,20 @@ async fn deliveries(
 /// the requests still unanswered are reported `Lost`, each exactly once.
 #[tokio::test]
 async fn batch_replies_arrive_tagged_and_unanswered_ones_are_lost() {
-    let (listener, addr) = fake_node().await;
-    let conn = NodeConn::spawn(addr, ConnOptions::default());
+    // The second reply is cut in two writes 50 ms apart, so it reaches the proxy in two
+    // reads; the third request is never answered.
+    let node = FakeNode::start(|request| match request.n {
+        1 => Answer::text(":1\r\n:"),
+        2 => Answer::Later(Duration::from_millis(50), b"2\r\n".to_vec()),
+        _ => Answer::Close,
+    });
+    let conn = NodeConn::spawn(node_addr(&node), ConnOptions::default());
     let requests = [
         command(&["INCR", "a"]),
         command(&["INCR", "b"]),
         command(&["INCR", "c"]),
     ];
     let written: Vec<u8> = requests.iter().flat_map(|r| r.to_vec()).collect();
-    let expected_len = written.len();
-    let fake = tokio::spawn(async move {
-        let (mut stream, _) = listener.accept().await.expect("accept");
-        let seen = read_exactly(&mut stream, expected_len).await;
-        // The second reply is cut in two writes, so it reaches the proxy in two reads.
-        stream.write_all(b":1\r\n:").await.expect("fake write");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        stream.write_all(b"2\r\n").await.expect("fake write");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        seen
-    });
     let sink = ReplySink::new();
     let mut batch = BatchBuilder::default();
     for (seq, request) in [7u64, 8, 12].into_iter().zip(&requests) {
@@ -413,7 +408,7 @@ async fn batch_replies_arrive_tagged_and_unanswered_ones_are_lost() {
     }
     conn.send_batch(batch.finish(sink.clone()));
     let got = deliveries(&sink, 3, Duration::from_secs(5)).await;
-    assert_eq!(fake.await.expect("fake"), written, "one write, in order");
+    assert_eq!(node.bytes(1), written, "one write, in order");
     assert_eq!(got[0], (7, Ok(Bytes::from_static(b":1\r\n"))));
     assert_eq!(got[1], (8, Ok(Bytes::from_static(b":2\r\n"))));
     assert!(
@@ -426,7 +421,8 @@ async fn batch_replies_arrive_tagged_and_unanswered_ones_are_lost() {
 /// Short requests gather in one write made by the writer task after the callers that are
 /// ready have queued theirs; the request that fills the outbox to 64 is written by its caller
 /// at once. The test blocks the runtime's only thread while it looks, so the writer task
-/// cannot run then: what reaches the node was written by the caller.
+/// cannot run then: what reaches the node was written by the caller. (So the node runs on a
+/// thread of its own, not as a [`FakeNode`] on this runtime.)
 #[tokio::test(flavor = "current_thread")]
 async fn the_request_that_fills_the_outbox_is_written_by_its_caller() {
     const FULL: usize = 64;
@@ -494,7 +490,7 @@ async fn the_request_that_fills_the_outbox_is_written_by_its_caller() {
 #[tokio::test]
 async fn requests_past_the_socket_buffers_arrive_whole_and_in_order() {
     const REQUESTS: usize = 2000;
-    let (listener, addr) = fake_node().await;
+    let (listener, addr) = silent_listener().await;
     let conn = NodeConn::spawn(addr, ConnOptions::default());
     let value = "x".repeat(9 * 1024);
     let requests: Vec<Bytes> = (0..REQUESTS)
@@ -548,33 +544,30 @@ async fn requests_past_the_socket_buffers_arrive_whole_and_in_order() {
 
 #[tokio::test]
 async fn asking_is_written_before_the_request_and_its_ok_swallowed() {
-    let (listener, addr) = fake_node().await;
-    let conn = NodeConn::spawn(addr, ConnOptions::default());
+    // The OK to ASKING, then a RESP3 push between replies (it belongs to nobody), then the
+    // reply to the GET.
+    let node = FakeNode::start(|request| {
+        if request.is("ASKING") {
+            Answer::text("+OK\r\n")
+        } else {
+            Answer::text(">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n$1\r\nv\r\n")
+        }
+    });
+    let conn = NodeConn::spawn(node_addr(&node), ConnOptions::default());
     let request = command(&["GET", "k"]);
     let mut expected = b"*1\r\n$6\r\nASKING\r\n".to_vec();
     expected.extend_from_slice(&request);
-    let expected_len = expected.len();
-    let fake = tokio::spawn(async move {
-        let (mut stream, _) = listener.accept().await.expect("accept");
-        let seen = read_exactly(&mut stream, expected_len).await;
-        // A RESP3 push between replies belongs to nobody.
-        stream
-            .write_all(b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n$1\r\nv\r\n")
-            .await
-            .expect("fake write");
-        let mut rest = Vec::new();
-        let _ = stream.read_to_end(&mut rest).await;
-        seen
-    });
     let reply = conn.call(request, true).await.unwrap();
     assert_eq!(reply, bulk("v"));
     drop(conn);
-    // Dropping the last handle closes the connection (the fake sees EOF).
-    let seen = tokio::time::timeout(Duration::from_secs(5), fake)
-        .await
-        .expect("connection not closed after the last handle was dropped")
-        .expect("fake");
-    assert_eq!(seen, expected);
+    // Dropping the last handle closes the connection (the node sees EOF).
+    wait_until_async(
+        "the close after the last handle was dropped",
+        Duration::from_secs(5),
+        || node.seen().closed_by_peer == 1,
+    )
+    .await;
+    assert_eq!(node.bytes(1), expected);
 }
 
 #[tokio::test]
@@ -603,13 +596,7 @@ async fn reconnects_after_backoff_when_the_node_comes_up() {
         matches!(refused, Err(BackendError::NotSent(_))),
         "{refused:?}"
     );
-    let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind");
-    let fake = tokio::spawn(async move {
-        let (mut stream, _) = listener.accept().await.expect("accept");
-        let _ = read_exactly(&mut stream, command(&["PING"]).len()).await;
-        stream.write_all(b"+PONG\r\n").await.expect("fake write");
-        stream
-    });
+    let node = FakeNode::start_on(port, |_| Answer::text("+PONG\r\n"));
     // The first retry window is short; keep asking within a bounded time.
     let deadline = Instant::now() + Duration::from_secs(3);
     let reply = loop {
@@ -623,38 +610,27 @@ async fn reconnects_after_backoff_when_the_node_comes_up() {
     };
     assert_eq!(reply, Bytes::from_static(b"+PONG\r\n"));
     assert!(conn.is_connected());
-    drop(fake.await.expect("fake"));
+    assert_eq!(node.seen().connections(), 1);
 }
 
 #[tokio::test]
 async fn without_reconnect_a_lost_connection_is_not_replaced() {
-    let (listener, addr) = fake_node().await;
+    let node = FakeNode::start(|_| Answer::ReplyAndClose(b"+PONG\r\n".to_vec()));
     let opts = ConnOptions {
         reconnect: false,
         ..ConnOptions::default()
     };
-    let conn = NodeConn::spawn(addr, opts);
+    let conn = NodeConn::spawn(node_addr(&node), opts);
     let ping = command(&["PING"]);
-    let ping_len = ping.len();
-    let fake = tokio::spawn(async move {
-        let (mut stream, _) = listener.accept().await.expect("accept");
-        let _ = read_exactly(&mut stream, ping_len).await;
-        stream.write_all(b"+PONG\r\n").await.expect("fake write");
-        drop(stream);
-        // A second connection would be accepted here; none may come.
-        tokio::time::timeout(Duration::from_millis(500), listener.accept())
-            .await
-            .is_ok()
-    });
     assert_eq!(
         conn.call(ping.clone(), false).await.unwrap(),
         Bytes::from_static(b"+PONG\r\n")
     );
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while conn.is_connected() {
-        assert!(Instant::now() < deadline, "the close was never noticed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until_async("the close noticed", Duration::from_secs(3), || {
+        !conn.is_connected()
+    })
+    .await;
+    // Refused at once, without a new connection: each call would have made one.
     for _ in 0..2 {
         let result = conn.call(ping.clone(), false).await;
         assert!(
@@ -662,40 +638,35 @@ async fn without_reconnect_a_lost_connection_is_not_replaced() {
             "{result:?}"
         );
     }
-    assert!(!fake.await.expect("fake"), "a second connection was opened");
+    assert_eq!(
+        node.seen().connections(),
+        1,
+        "a second connection was opened"
+    );
 }
 
 #[tokio::test]
 async fn prelude_requests_go_first_and_their_replies_reach_no_caller() {
-    let (listener, addr) = fake_node().await;
+    // Even an error to the prelude is no caller's reply.
+    let node = FakeNode::start(|request| match request.n {
+        1 => Answer::text("-ERR prelude refused\r\n"),
+        _ => Answer::text("+PONG\r\n"),
+    });
     let load = command(&["SCRIPT", "LOAD", "return 1"]);
     let prelude_request = load.clone();
     let opts = ConnOptions {
         prelude: Some(Arc::new(move || vec![prelude_request.clone()])),
         ..ConnOptions::default()
     };
-    let conn = NodeConn::spawn(addr, opts);
+    let conn = NodeConn::spawn(node_addr(&node), opts);
     let ping = command(&["PING"]);
-    let (load_len, ping_len) = (load.len(), ping.len());
-    let fake = tokio::spawn(async move {
-        let (mut stream, _) = listener.accept().await.expect("accept");
-        let first = read_exactly(&mut stream, load_len).await;
-        // Even an error to the prelude is no caller's reply.
-        stream
-            .write_all(b"-ERR prelude refused\r\n")
-            .await
-            .expect("fake write");
-        let second = read_exactly(&mut stream, ping_len).await;
-        stream.write_all(b"+PONG\r\n").await.expect("fake write");
-        (first, second)
-    });
     assert_eq!(
         conn.call(ping.clone(), false).await.unwrap(),
         Bytes::from_static(b"+PONG\r\n")
     );
-    let (first, second) = fake.await.expect("fake");
-    assert_eq!(first, load.to_vec());
-    assert_eq!(second, ping.to_vec());
+    let mut expected = load.to_vec();
+    expected.extend_from_slice(&ping);
+    assert_eq!(node.bytes(1), expected);
 }
 
 #[tokio::test]
@@ -742,31 +713,23 @@ async fn a_node_that_stops_answering_fails_what_is_due_after_the_read_timeout() 
 /// node replaces it: a hung node is not left holding a half-open connection.
 #[tokio::test]
 async fn a_read_timeout_closes_the_connection_at_once() {
-    let (listener, addr) = fake_node().await;
+    // Never answers; reads until the other side hangs up.
+    let node = FakeNode::start(|_| Answer::Hold);
     let opts = ConnOptions {
         read_timeout: Some(Duration::from_millis(200)),
         ..ConnOptions::default()
     };
-    let conn = NodeConn::spawn(addr, opts);
+    let conn = NodeConn::spawn(node_addr(&node), opts);
     let request = command(&["GET", "k"]);
-    let expected_len = request.len();
-    let fake = tokio::spawn(async move {
-        let (mut stream, _) = listener.accept().await.expect("accept");
-        let seen = read_exactly(&mut stream, expected_len).await;
-        // Never answers; waits for the other side to hang up.
-        let mut rest = Vec::new();
-        let closed =
-            tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut rest)).await;
-        (seen, closed.map(|read| read.map(|_| rest)))
-    });
     let reply = conn.call(request.clone(), false).await;
     assert!(matches!(reply, Err(BackendError::Lost(_))), "{reply:?}");
-    let (seen, closed) = fake.await.expect("fake");
-    assert_eq!(seen, request.to_vec());
-    match closed {
-        Ok(Ok(rest)) => assert!(rest.is_empty(), "more was written: {rest:?}"),
-        other => panic!("the connection was still open 3 s after the read timeout: {other:?}"),
-    }
+    wait_until_async(
+        "the close of the connection after the read timeout",
+        Duration::from_secs(3),
+        || node.seen().closed_by_peer == 1,
+    )
+    .await;
+    assert_eq!(node.bytes(1), request.to_vec(), "nothing more was written");
     assert!(!conn.is_connected());
 }
 

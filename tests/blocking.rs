@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{async_connect, query, resp_lines, shared_cluster, Cluster, Proxy, Raw};
+use common::{async_connect, query, resp_lines, shared_cluster, wait_until, Cluster, Proxy, Raw};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
@@ -24,14 +24,6 @@ fn connections_running(node: &str, command: &str) -> usize {
     list.lines()
         .filter(|line| line.contains(&format!(" cmd={command} ")))
         .count()
-}
-
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

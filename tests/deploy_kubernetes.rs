@@ -265,11 +265,9 @@ fn probes_and_scrape_hit_what_the_proxy_serves() {
         &["--config", path.to_str().unwrap(), "--cluster", &seeds],
         &[("SLOTBRIDGE_REQUIREPASS", "k8s-test-pass")],
     );
-    let wait_ready = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while http_get(proxy.admin_addr(), "/readyz").0 != 200 {
-        assert!(std::time::Instant::now() < wait_ready, "/readyz never 200");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    common::wait_until("/readyz 200", std::time::Duration::from_secs(10), || {
+        http_get(proxy.admin_addr(), "/readyz").0 == 200
+    });
     for path in [
         text(c, "readinessProbe.httpGet.path"),
         text(c, "livenessProbe.httpGet.path"),

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{shared_cluster, Proxy};
+use common::{shared_cluster, wait_until, Proxy};
 
 const CLIENTS: usize = 50;
 
@@ -114,9 +114,20 @@ fn a_blocked_command_finishes_and_later_commands_are_refused() {
     // Blocks for 2 s on the server: in flight when the drain starts.
     con.write_all(b"*3\r\n$5\r\nBLPOP\r\n$13\r\ndrain:nothing\r\n$1\r\n2\r\n")
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(
+        "the BLPOP blocked on its master",
+        Duration::from_secs(5),
+        || {
+            shared_cluster().masters().iter().any(|master| {
+                let list: String = common::query(master, redis::cmd("CLIENT").arg("LIST")).unwrap();
+                list.contains(" cmd=blpop ")
+            })
+        },
+    );
     proxy.send_signal("TERM");
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until("the drain to start", Duration::from_secs(5), || {
+        proxy.stderr().contains("draining")
+    });
     con.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
     let mut replies = Vec::new();
     con.read_to_end(&mut replies).unwrap();

@@ -27,8 +27,8 @@ fn proxy_with(config: &str) -> Proxy {
 #[test]
 fn maxclients_refuses_the_next_client() {
     let proxy = proxy_with("maxclients: 2\n");
-    // The harness's readiness probe may still hold a slot for a moment.
-    std::thread::sleep(Duration::from_millis(300));
+    // The harness's readiness probe may still hold a place for a moment.
+    proxy.wait_no_clients();
     let mut first = Raw::connect(proxy.addr());
     let mut second = Raw::connect(proxy.addr());
     assert_eq!(first.call(&["PING"]), "+PONG\r\n");
@@ -272,7 +272,7 @@ fn options_set_by_variable_and_by_flag_apply() {
         &[("SLOTBRIDGE_MAXCLIENTS", "2")],
     );
     // The harness's readiness probe may still hold a place for a moment.
-    std::thread::sleep(Duration::from_millis(300));
+    proxy.wait_no_clients();
     let mut idle = Raw::connect(proxy.addr());
     let mut busy = Raw::connect(proxy.addr());
     assert_eq!(idle.call(&["PING"]), "+PONG\r\n");

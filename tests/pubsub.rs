@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{query, shared_cluster, Cluster, Proxy, Standalone};
+use common::{query, shared_cluster, wait_until, Cluster, Proxy, Standalone};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
@@ -421,14 +421,11 @@ fn channel_subscriptions_follow_slot_0_to_its_new_master() {
         .expect("a key of slot 0");
     let mut con = proxy.connect();
     let _: Option<String> = redis::cmd("GET").arg(&slot_0_key).query(&mut con).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while numsub(&new_home) != 1 {
-        assert!(
-            Instant::now() < deadline,
-            "the subscription never moved to {new_home}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        &format!("the subscription moved to {new_home}"),
+        Duration::from_secs(10),
+        || numsub(&new_home) == 1,
+    );
     assert_eq!(numsub(&old_home), 0, "left {old_home}");
     let receivers: i64 = redis::cmd("PUBLISH")
         .arg("ps:home:moving")

@@ -3,15 +3,20 @@
 //! passwords apply to new logins; a newly denied command, and a user's narrowed ACL, are
 //! refused on open connections; an upstream switch from a standalone server to the cluster
 //! is seen by the next command of an already connected client, and by a subscriber that only
-//! listens.
+//! listens; after such a switch, readiness looks at the cluster and a subscriber's old and
+//! new channels are subscribed there.
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{new_dir, shared_cluster, Proxy, Raw, Standalone};
+use common::{
+    http_get, new_dir, query, resp_lines, shared_cluster, wait_until, Proxy, Raw, Standalone,
+};
 
 fn config_file(text: &str) -> PathBuf {
     let path = new_dir("reload-config").join("slotbridge.yaml");
@@ -273,13 +278,96 @@ fn a_listening_subscriber_follows_a_switch_from_standalone_to_cluster() {
     proxy.send_signal("HUP");
     wait_log(&proxy, "configuration reloaded", 1);
     // The move is asynchronous: publish until the subscriber is counted on the cluster.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while publisher.call(&["PUBLISH", "reload:news", "after"]) != ":1\r\n" {
-        assert!(Instant::now() < deadline, "no subscriber on the cluster");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        "a subscriber on the cluster",
+        Duration::from_secs(5),
+        || publisher.call(&["PUBLISH", "reload:news", "after"]) == ":1\r\n",
+    );
     let message = subscriber.read_reply();
     assert!(message.contains("after"), "{message}");
     let info = publisher.call(&["INFO", "proxy"]);
     assert!(info.contains("proxy_upstream:cluster"), "{info}");
+}
+
+/// Reads from `stream` until `needle` shows up (or panics after a few seconds).
+fn read_until_seen(stream: &mut TcpStream, needle: &str) -> String {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&out).contains(needle) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {needle:?} in {:?}",
+            String::from_utf8_lossy(&out)
+        );
+        if let Ok(n) = stream.read(&mut buf) {
+            out.extend_from_slice(&buf[..n]);
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Subscribers of `channel` over every cluster master (each node counts its own clients).
+fn cluster_subscribers(channel: &str) -> i64 {
+    shared_cluster()
+        .masters()
+        .iter()
+        .map(|master| {
+            let (_, count): (String, i64) =
+                query(master, redis::cmd("PUBSUB").arg("NUMSUB").arg(channel)).unwrap();
+            count
+        })
+        .sum()
+}
+
+#[test]
+fn a_reload_to_the_cluster_moves_readiness_and_subscriptions_there() {
+    let mut standalone = Standalone::start();
+    let path = new_dir("gaps-reload").join("slotbridge.yaml");
+    std::fs::write(&path, format!("standalone: \"{}\"\n", standalone.addr())).unwrap();
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    assert_eq!(http_get(proxy.admin_addr(), "/readyz").0, 200);
+
+    // A subscriber from before the reload.
+    let mut subscriber = TcpStream::connect(proxy.addr()).unwrap();
+    subscriber
+        .write_all(&resp_lines(&["SUBSCRIBE gaps:before"]))
+        .unwrap();
+    read_until_seen(&mut subscriber, "gaps:before\r\n:1\r\n");
+
+    let seeds: Vec<String> = shared_cluster()
+        .seeds()
+        .iter()
+        .map(|s| format!("\"{s}\""))
+        .collect();
+    std::fs::write(&path, format!("cluster: [{}]\n", seeds.join(", "))).unwrap();
+    proxy.send_signal("HUP");
+    wait_log(&proxy, "configuration reloaded", 1);
+    // The old upstream goes away: readiness must look at the cluster now.
+    standalone.kill();
+    let (status, body) = http_get(proxy.admin_addr(), "/readyz");
+    assert_eq!(
+        status, 200,
+        "/readyz checks the cluster after the switch: {body}"
+    );
+
+    // A new subscription of the same client reaches the cluster, and so does the old one.
+    subscriber
+        .write_all(&resp_lines(&["SUBSCRIBE gaps:after"]))
+        .unwrap();
+    read_until_seen(&mut subscriber, "gaps:after\r\n:2\r\n");
+    wait_until("cluster subscribers", Duration::from_secs(10), || {
+        cluster_subscribers("gaps:after") > 0 && cluster_subscribers("gaps:before") > 0
+    });
+    let master = shared_cluster().masters()[0].clone();
+    let _: i64 = query(&master, redis::cmd("PUBLISH").arg("gaps:after").arg("new")).unwrap();
+    let _: i64 = query(&master, redis::cmd("PUBLISH").arg("gaps:before").arg("old")).unwrap();
+    let seen = read_until_seen(&mut subscriber, "$3\r\nold\r\n");
+    assert!(
+        seen.contains("$10\r\ngaps:after\r\n$3\r\nnew\r\n"),
+        "{seen:?}"
+    );
 }

@@ -198,15 +198,9 @@ fn a_node_gets_the_scripts_back_when_the_proxy_reconnects() {
     assert!(killed >= 1, "the proxy's connections to {node} are gone");
     assert!(!script_exists(&node, &sha));
     // The first request may meet the closed connection; the proxy then opens a new one.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while redis::cmd("GET")
-        .arg(key)
-        .query::<String>(&mut con)
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the proxy never reconnected");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_until("the proxy to reconnect", Duration::from_secs(5), || {
+        redis::cmd("GET").arg(key).query::<String>(&mut con).is_ok()
+    });
     assert!(
         script_exists(&node, &sha),
         "loaded again on the new connection"

@@ -7,10 +7,11 @@ mod common;
 
 use std::net::TcpStream;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{
-    exchange_on, new_dir, query, resp_lines, shared_cluster, transcript, Proxy, Standalone,
+    exchange_on, new_dir, query, resp_lines, shared_cluster, transcript, wait_until, Proxy,
+    Standalone,
 };
 
 fn proxy() -> &'static Proxy {
@@ -471,11 +472,11 @@ fn unwatch_discard_and_reset_release_the_pinned_connection() {
             Duration::from_millis(300),
         );
         assert!(answer.starts_with(b"+"), "{release}: {answer:?}");
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while connections_running(&node, "watch") > before {
-            assert!(Instant::now() < deadline, "{release} kept the pin");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(
+            &format!("{release} to release the pin"),
+            Duration::from_secs(3),
+            || connections_running(&node, "watch") <= before,
+        );
     }
 }
 

@@ -239,7 +239,8 @@ fn client_names(list: &str) -> BTreeSet<String> {
 fn client_list_and_maxclients_are_per_proxy() {
     let (a, b) = two_proxies(shared_cluster(), &["--set", "maxclients=2"]);
     // The harness's readiness probe may still hold a place for a moment.
-    std::thread::sleep(Duration::from_millis(300));
+    a.wait_no_clients();
+    b.wait_no_clients();
     let mut a1 = Raw::connect(a.addr());
     let mut a2 = Raw::connect(a.addr());
     let mut b1 = Raw::connect(b.addr());

@@ -7,6 +7,8 @@
 //! ports, never fixed ones, so tests and test binaries can run at the same time. A missing
 //! `redis-server` or `redis-cli` fails the test with the install command; nothing is skipped.
 //!
+//! Faults a real server cannot be made to produce on demand are scripted with a [`FakeNode`].
+//!
 //! Tests that move slots, fail over or kill nodes start their own [`Cluster`]; the rest can
 //! share one per test binary through [`shared_cluster`].
 
@@ -14,6 +16,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod cluster;
+mod fake_node;
 mod fixtures;
 mod http;
 mod layout;
@@ -25,10 +28,12 @@ mod proxy;
 mod raw;
 mod sentinel;
 mod standalone;
+mod wait;
 
 use std::sync::OnceLock;
 
 pub use cluster::{run_redis_cli, Cluster};
+pub use fake_node::{Answer, FakeNode, Request, Seen, SlotOwner};
 pub use fixtures::{
     bucket, keys_on, migrate, migrate_ok, migrate_to_cluster, slotbridge, to_cluster_args, url,
     write_plain,
@@ -49,6 +54,7 @@ pub use raw::{
 };
 pub use sentinel::{data_connect, GroupOptions, Sentinel, SentinelGroup};
 pub use standalone::Standalone;
+pub use wait::{wait_until, wait_until_async};
 
 /// A 3-master cluster without replicas, started on first use and shared by every test of this
 /// binary. Do not move slots, fail over or kill nodes on it; start a [`Cluster`] for that.

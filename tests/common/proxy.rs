@@ -12,9 +12,11 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use super::http::http_get;
 use super::node::{connect, redis_client};
 use super::ports::free_port;
 use super::process::{new_dir, remove_dir, ManagedProcess};
+use super::wait::wait_until;
 
 /// How long the proxy may take to start serving (it reads the slot map first).
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -138,6 +140,21 @@ impl Proxy {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Waits until the proxy counts no open client connection (its
+    /// `slotbridge_client_connections` gauge), such as the start-up probe's, which may hold
+    /// a `maxclients` place for a moment after [`Proxy::start`] returned. Needs the metrics on.
+    pub fn wait_no_clients(&self) {
+        wait_until("no open client connection", Duration::from_secs(5), || {
+            let (status, body) = http_get(&self.admin_addr, "/metrics");
+            status == 200
+                && body.lines().any(|line| {
+                    line.strip_prefix("slotbridge_client_connections ")
+                        .and_then(|value| value.trim().parse::<f64>().ok())
+                        == Some(0.0)
+                })
+        });
     }
 
     /// The client listen address, "127.0.0.1:port".

@@ -1,25 +1,18 @@
-//! Where features meet, against a real 3-master cluster: the key layout inside MULTI/EXEC
-//! and WATCH, the command policy and ACL at queue time, keyspace notifications under a
-//! layout, and a hot reload that switches the upstream (readiness, new subscriptions).
+//! Transactions where they meet other features, against a real 3-master cluster: the key
+//! layout inside MULTI/EXEC and WATCH, and the command policy and ACL at queue time.
 //! Expected cluster names and index entries come from LAYOUT.md's worked examples;
 //! expected error transcripts come from a real redis-server.
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
-use common::{
-    http_get, new_dir, query, resp_lines, shared_cluster, transcript, Cluster, Proxy, Standalone,
-};
+use common::{new_dir, query, shared_cluster, transcript, Cluster, Proxy, Standalone};
 
 const PROFILE: &str = "config/botmesh-cluster-v1.yaml";
 
 /// A proxy over the shared cluster with the botmesh layout for `prefix` and `yaml` as
 /// its configuration file.
 fn layout_proxy(prefix: &str, yaml: &str) -> Proxy {
-    let path = new_dir("gaps-config").join("slotbridge.yaml");
+    let path = new_dir("tx-layout-config").join("slotbridge.yaml");
     std::fs::write(&path, yaml).unwrap();
     Proxy::start(&[
         "--cluster",
@@ -249,106 +242,4 @@ fn policy_refusal_at_queue_time_aborts_the_transaction() {
         "-EXECABORT Transaction discarded because of previous errors."
     );
     assert_eq!(&lines[4..6], &["$4", "kept"], "nothing was flushed: {out}");
-}
-
-/// A GET on the admin endpoint: status and body.
-/// Reads from `stream` until `needle` shows up (or panics after a few seconds).
-fn read_until(stream: &mut TcpStream, needle: &str) -> String {
-    stream
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&out).contains(needle) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no {needle:?} in {:?}",
-            String::from_utf8_lossy(&out)
-        );
-        if let Ok(n) = stream.read(&mut buf) {
-            out.extend_from_slice(&buf[..n]);
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Waits until the proxy has logged `needle` at least once.
-fn wait_log(proxy: &Proxy, needle: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !proxy.stderr().contains(needle) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no {needle:?} in the log:\n{}",
-            proxy.output()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Subscribers of `channel` over every cluster master (each node counts its own clients).
-fn cluster_subscribers(channel: &str) -> i64 {
-    shared_cluster()
-        .masters()
-        .iter()
-        .map(|master| {
-            let (_, count): (String, i64) =
-                query(master, redis::cmd("PUBSUB").arg("NUMSUB").arg(channel)).unwrap();
-            count
-        })
-        .sum()
-}
-
-#[test]
-fn a_reload_to_the_cluster_moves_readiness_and_subscriptions_there() {
-    let mut standalone = Standalone::start();
-    let path = new_dir("gaps-reload").join("slotbridge.yaml");
-    std::fs::write(&path, format!("standalone: \"{}\"\n", standalone.addr())).unwrap();
-    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
-    assert_eq!(http_get(proxy.admin_addr(), "/readyz").0, 200);
-
-    // A subscriber from before the reload.
-    let mut subscriber = TcpStream::connect(proxy.addr()).unwrap();
-    subscriber
-        .write_all(&resp_lines(&["SUBSCRIBE gaps:before"]))
-        .unwrap();
-    read_until(&mut subscriber, "gaps:before\r\n:1\r\n");
-
-    let seeds: Vec<String> = shared_cluster()
-        .seeds()
-        .iter()
-        .map(|s| format!("\"{s}\""))
-        .collect();
-    std::fs::write(&path, format!("cluster: [{}]\n", seeds.join(", "))).unwrap();
-    proxy.send_signal("HUP");
-    wait_log(&proxy, "configuration reloaded");
-    // The old upstream goes away: readiness must look at the cluster now.
-    standalone.kill();
-    let (status, body) = http_get(proxy.admin_addr(), "/readyz");
-    assert_eq!(
-        status, 200,
-        "/readyz checks the cluster after the switch: {body}"
-    );
-
-    // A new subscription of the same client reaches the cluster, and so does the old one.
-    subscriber
-        .write_all(&resp_lines(&["SUBSCRIBE gaps:after"]))
-        .unwrap();
-    read_until(&mut subscriber, "gaps:after\r\n:2\r\n");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while cluster_subscribers("gaps:after") == 0 || cluster_subscribers("gaps:before") == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no cluster subscriber appeared"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let master = shared_cluster().masters()[0].clone();
-    let _: i64 = query(&master, redis::cmd("PUBLISH").arg("gaps:after").arg("new")).unwrap();
-    let _: i64 = query(&master, redis::cmd("PUBLISH").arg("gaps:before").arg("old")).unwrap();
-    let seen = read_until(&mut subscriber, "$3\r\nold\r\n");
-    assert!(
-        seen.contains("$10\r\ngaps:after\r\n$3\r\nnew\r\n"),
-        "{seen:?}"
-    );
 }

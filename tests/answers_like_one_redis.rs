@@ -699,7 +699,11 @@ fn kill_scenario(addr: &str) -> Vec<String> {
 
     // A client blocked in BLPOP is closed at once, not after its command.
     victim.send(&["BLPOP", "killtest:never", "0"]);
-    std::thread::sleep(Duration::from_millis(100));
+    common::wait_until("the victim's BLPOP running", Duration::from_secs(5), || {
+        admin
+            .call(&["CLIENT", "LIST", "ID", &victim_id])
+            .contains(" cmd=blpop ")
+    });
     facts.push(format!(
         "kill by id: {}",
         admin.call(&["CLIENT", "KILL", "ID", &victim_id]).trim()
@@ -1205,7 +1209,6 @@ fn pause_scenario(addr: &str) -> Vec<String> {
     );
     let started = std::time::Instant::now();
     client.send(&["SET", "pause:k", "4"]);
-    std::thread::sleep(Duration::from_millis(200));
     // CLIENT LIST shows the held client blocked, on the held command.
     let shown = |admin: &mut common::Raw| {
         let list = admin.call(&["CLIENT", "LIST"]);
@@ -1222,6 +1225,9 @@ fn pause_scenario(addr: &str) -> Vec<String> {
         };
         format!("flags={} cmd={}", field("flags"), field("cmd"))
     };
+    common::wait_until("the SET held", Duration::from_secs(5), || {
+        shown(&mut admin).ends_with(" cmd=set")
+    });
     seen.push(format!("held client: {}", shown(&mut admin)));
     seen.push(timed(&mut admin, &["CLIENT", "UNPAUSE"]));
     let reply = client.read_reply();
