@@ -6,22 +6,15 @@
 //! Connection-level state (protocol version, client name, transactions) is the client
 //! session's; everything here is shared by all clients and read-only after start-up.
 
+mod compose;
 mod direct;
-mod emulate;
 mod explain;
-mod fanout;
 mod forward;
 mod functions;
-mod info;
 pub mod layout;
-mod listing;
-mod memory_stats;
-mod monitors;
 mod multikey;
 mod pinned;
-mod replication;
 mod scripts;
-mod sort;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,6 +33,7 @@ use crate::route::{key_slot, SLOT_COUNT};
 use crate::topology::Topology;
 
 pub use crate::topology::PUBSUB_HOME_SLOT;
+use compose::{fanout, sort};
 pub use direct::{Direct, DirectKind, Forwardable, Route};
 pub use explain::{Explanation, SessionShape, FIELDS as EXPLAIN_FIELDS};
 pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};

@@ -24,7 +24,7 @@ use crate::protocol::{encode, parse_i64, Proto};
 use crate::reply;
 use crate::route::key_slot;
 
-use super::{Proxy, Target};
+use crate::dispatch::{Proxy, Target};
 
 /// Stores a list in one step: `KEYS[1]` deleted, then the arguments pushed in chunks (Lua's
 /// `unpack` takes a bounded number of values); answers the length.
@@ -235,7 +235,7 @@ impl SortRequest {
 
 impl Proxy {
     /// Runs `sort` (see the module documentation).
-    pub(super) async fn sort(&self, sort: &SortRequest, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn sort(&self, sort: &SortRequest, proto: Proto) -> Bytes {
         let key_target = Target::Slot(key_slot(&sort.key));
         // As Redis: a constant BY on a set sorts ALPHA when storing, so what is stored
         // does not depend on the set's internal order.

@@ -37,11 +37,11 @@ use crate::reply::merge;
 use crate::rewrite::{Forward, ListingPlan};
 use crate::route::key_slot;
 
-use super::layout::ActiveLayout;
-use super::{Proxy, Target};
+use crate::dispatch::layout::ActiveLayout;
+use crate::dispatch::{Proxy, Target};
 
 /// The index read script (see its header).
-pub const LIST_SCRIPT: &str = include_str!("../../lua/index_list.lua");
+pub const LIST_SCRIPT: &str = include_str!("../../../lua/index_list.lua");
 
 const PHASE_BITS: u32 = 12;
 const PHASE_MASK: u64 = (1 << PHASE_BITS) - 1;
@@ -239,7 +239,7 @@ impl Proxy {
     }
 
     /// KEYS `pattern` with legacy names.
-    pub(super) async fn layout_keys(
+    pub(in crate::dispatch) async fn layout_keys(
         &self,
         active: &ActiveLayout,
         pattern: &Bytes,
@@ -300,7 +300,7 @@ impl Proxy {
     }
 
     /// SCAN `cursor` [MATCH] [COUNT] [TYPE] with legacy names (cursor: see the module doc).
-    pub(super) async fn layout_scan(
+    pub(in crate::dispatch) async fn layout_scan(
         &self,
         active: &ActiveLayout,
         args: &[Bytes],

@@ -15,11 +15,11 @@ use futures_util::future::join_all;
 use crate::protocol::{encode, Proto, Request};
 
 use super::emulate::verbatim;
-use super::{Proxy, Target};
+use crate::dispatch::{Proxy, Target};
 
 impl Proxy {
     /// INFO as one Redis would answer it (see the module's summary).
-    pub(super) async fn info(&self, request: &Request, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn info(&self, request: &Request, proto: Proto) -> Bytes {
         let wanted = InfoSections::of(&request.args[1..]);
         let upstream = self
             .forward(Target::AnyMaster, request.raw.clone(), proto)
@@ -498,7 +498,7 @@ struct OwnClients {
 }
 
 /// The text of a bulk (`$`) or verbatim (`=`, after its `txt:` tag) string reply.
-pub(super) fn info_text(frame: &[u8]) -> Option<String> {
+pub(in crate::dispatch) fn info_text(frame: &[u8]) -> Option<String> {
     let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
     let len: usize = std::str::from_utf8(&frame[1..header_end])
         .ok()?

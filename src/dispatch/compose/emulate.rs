@@ -12,10 +12,10 @@ use crate::protocol::{encode, Proto};
 use crate::reply;
 use crate::route::{key_slot, SLOT_COUNT};
 
-use super::{Proxy, Target};
+use crate::dispatch::{Proxy, Target};
 
 impl Proxy {
-    pub(super) async fn emulate(
+    pub(in crate::dispatch) async fn emulate(
         &self,
         local: Emulated,
         request: &crate::protocol::Request,
@@ -158,7 +158,7 @@ fn config_as_one_node(frame: &[u8], port: &str) -> Option<Bytes> {
 }
 
 /// Text replies such as INFO: a verbatim string in RESP3, a bulk string in RESP2.
-pub(super) fn verbatim(text: &[u8], proto: Proto) -> Bytes {
+pub(in crate::dispatch) fn verbatim(text: &[u8], proto: Proto) -> Bytes {
     let mut out = BytesMut::with_capacity(text.len() + 24);
     encode::verbatim(&mut out, proto, *b"txt", text);
     out.freeze()

@@ -45,7 +45,7 @@ use crate::protocol::{encode, Proto, Request};
 use crate::reply::{self, merge};
 use crate::route::{key_slot, NodeAddr};
 
-use super::Proxy;
+use crate::dispatch::Proxy;
 
 /// Bits of a client SCAN cursor that carry the current master's own cursor.
 pub const NODE_CURSOR_BITS: u32 = 48;
@@ -60,7 +60,12 @@ const NODE_CURSOR_MASK: u64 = (1 << NODE_CURSOR_BITS) - 1;
 const FINGERPRINT_MASK: u64 = (1 << FINGERPRINT_BITS) - 1;
 
 impl Proxy {
-    pub(super) async fn fanout(&self, op: FanOut, request: &Request, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn fanout(
+        &self,
+        op: FanOut,
+        request: &Request,
+        proto: Proto,
+    ) -> Bytes {
         match op {
             FanOut::Keys => self.keys_all(request.raw.clone(), proto).await,
             FanOut::Scan => self.scan_all(&request.args, proto).await,
@@ -228,7 +233,7 @@ impl Proxy {
 
     /// KEYS over every master, one at a time, so memory holds at most one master's reply
     /// plus the output; the merged array, or the first reply that is not an array.
-    pub(super) async fn keys_all(&self, request: Bytes, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn keys_all(&self, request: Bytes, proto: Proto) -> Bytes {
         let masters = match self.masters_in_order().await {
             Ok(masters) => masters,
             Err(error) => return error,
