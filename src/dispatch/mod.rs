@@ -15,6 +15,7 @@ pub mod layout;
 mod multikey;
 mod pinned;
 mod scripts;
+mod snapshot;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,14 +24,11 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 
 use crate::command::{
-    CommandSet, CommandSpec, CommandTable, Emulated, FanOut, KeyList, KeyPos, ScriptAdmin,
-    ScriptRun, Shape, SplitKind,
+    CommandSpec, Emulated, FanOut, KeyList, KeyPos, ScriptAdmin, ScriptRun, Shape, SplitKind,
 };
-use crate::config::Config;
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::{key_slot, SLOT_COUNT};
-use crate::topology::Topology;
 
 pub use crate::topology::PUBSUB_HOME_SLOT;
 use compose::{fanout, sort};
@@ -40,39 +38,7 @@ pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
 pub use forward::{is_final, Target};
 pub use pinned::{watch_failed, BlockedOn, WatchPin, BLOCKED_ON};
 pub use scripts::ScriptCache;
-
-/// Everything a command needs, shared by every client session.
-pub struct Proxy {
-    /// The configuration the proxy runs with.
-    pub config: Config,
-    /// The upstream: slot map and node connections.
-    pub topology: Arc<Topology>,
-    /// Command names, arities, flags and key positions.
-    pub commands: CommandTable,
-    /// The backend's Redis version, read with the command table (HELLO reports it).
-    pub server_version: Arc<str>,
-    /// The address clients connect to, as bound (reported by CLUSTER SLOTS/NODES).
-    pub listen_addr: String,
-    /// Start time, for INFO's uptime.
-    pub started: Instant,
-    /// Lua script bodies seen, by SHA1, to load them where `-NOSCRIPT` says they are missing.
-    pub scripts: Arc<ScriptCache>,
-    /// The legacy key layout in force, if any.
-    pub layout: Option<Arc<layout::ActiveLayout>>,
-    /// Per-command metric handles (labels from `commands`).
-    pub command_metrics: Arc<crate::metrics::CommandMetrics>,
-    /// Which commands of `commands` a single-slot request forwards as is.
-    pub forwardable: Arc<Forwardable>,
-    /// The commands of `commands` that none of the client session's own checks concern
-    /// (see `client::plain::plain_commands`): it routes them at once.
-    pub plain_commands: Arc<CommandSet>,
-    /// What `/readyz` reports; flip it when draining.
-    pub readiness: Arc<crate::admin::Readiness>,
-    /// Proxy users (AUTH, ACL).
-    pub auth: crate::auth::Auth,
-    /// Commands the proxy refuses.
-    pub policy: crate::policy::Policy,
-}
+pub use snapshot::{Builder, Fixed, Proxy};
 
 /// Whether `spec` runs a client's script (EVAL, EVALSHA, FCALL and their `_RO` forms):
 /// it runs on a connection of its own (see `Proxy::run_script_alone`), so the session runs
