@@ -20,11 +20,9 @@ use arc_swap::ArcSwap;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::auth::Auth;
 use crate::config::Config;
 use crate::dispatch::layout::ActiveLayout;
-use crate::dispatch::Proxy;
-use crate::policy::Policy;
+use crate::dispatch::{Builder, Proxy};
 use crate::topology::Topology;
 
 /// Reads the configuration again (file, then flags and environment), validated.
@@ -147,11 +145,11 @@ impl Live {
         let mut config = loader()?;
         let running = self.proxy();
         keep_startup_settings(&running.config, &mut config);
-        let auth = Auth::from_config(&config)?;
-        let policy = Policy::from_config(&config.commands)?;
-        let new_upstream = upstream_changed(&running.config, &config);
+        let builder = Builder::new(config)?;
+        let config = builder.config();
+        let new_upstream = upstream_changed(&running.config, config);
         let topology = if new_upstream {
-            connect_upstream(&config, &running.scripts).await?
+            connect_upstream(config, &running.scripts).await?
         } else {
             running.topology.clone()
         };
@@ -161,22 +159,7 @@ impl Live {
         } else {
             running.layout.clone()
         };
-        let next = Proxy {
-            config,
-            topology,
-            commands: running.commands.clone(),
-            server_version: running.server_version.clone(),
-            listen_addr: running.listen_addr.clone(),
-            started: running.started,
-            scripts: running.scripts.clone(),
-            layout,
-            command_metrics: running.command_metrics.clone(),
-            forwardable: Arc::new(crate::dispatch::Forwardable::of(&running.commands, &policy)),
-            plain_commands: running.plain_commands.clone(),
-            readiness: running.readiness.clone(),
-            auth,
-            policy,
-        };
+        let next = builder.build(topology, layout, running.fixed());
         // New layout rules are checked (upkeep script loaded, marker read) before they serve.
         if let (true, Some(active)) = (layout_changed, &next.layout) {
             crate::dispatch::layout::start(&next, active).await?;

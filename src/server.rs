@@ -14,7 +14,7 @@ use crate::client::{self, Registry};
 use crate::command::CommandTable;
 use crate::config::Config;
 use crate::dispatch::layout::ActiveLayout;
-use crate::dispatch::Proxy;
+use crate::dispatch::{Builder, Fixed, Proxy};
 use crate::protocol::Proto;
 use crate::reload::{Live, Loader};
 use crate::topology::Topology;
@@ -33,10 +33,10 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         None
     };
     let metrics_enabled = metrics.is_some();
-    let auth = crate::auth::Auth::from_config(&config)?;
-    let policy = crate::policy::Policy::from_config(&config.commands)?;
+    let builder = Builder::new(config)?;
+    let config = builder.config();
     let scripts: Arc<crate::dispatch::ScriptCache> = Default::default();
-    let topology = Topology::new(&config, Some(scripts.preload()))?;
+    let topology = Topology::new(config, Some(scripts.preload()))?;
     // The admin endpoint answers from the start, so /readyz reports the wait below.
     let readiness = Arc::new(admin::Readiness::new());
     let admin_listener = admin::bind(&config.admin_listen).await?;
@@ -67,25 +67,20 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
     let commands = load_command_table(&topology).await;
     let server_version = load_server_version(&topology).await;
     let layout = ActiveLayout::from_config(&config.layout)?;
-    let mut proxy = Proxy {
+    let fixed = Fixed {
         listen_addr: config.listen.clone(),
-        config,
-        topology,
         command_metrics: Arc::new(crate::metrics::CommandMetrics::new(
             &commands,
             metrics_enabled,
         )),
-        forwardable: Arc::new(crate::dispatch::Forwardable::of(&commands, &policy)),
         plain_commands: Arc::new(client::plain::plain_commands(&commands)),
         commands,
         server_version,
         started: Instant::now(),
         scripts,
-        layout,
         readiness,
-        auth,
-        policy,
     };
+    let mut proxy = builder.build(topology, layout, fixed);
     // Before binding: a refused layout must not look like a proxy that is up.
     if let Some(active) = &proxy.layout {
         crate::dispatch::layout::start(&proxy, active).await?;

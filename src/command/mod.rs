@@ -8,17 +8,24 @@
 //! Key positions follow Redis's own rules exactly (key specs, then the command's own
 //! routine where the specs are incomplete), so the proxy routes a command to the slot
 //! the server will check.
+//!
+//! Each command's [`Shape`] (how the proxy carries it out: forward, split, blocking,
+//! emulated, fan-out, script, SORT, subscription, connection-local, transaction, refused)
+//! is decided once, as the table is built, in `shape.rs`: the one place to name a command
+//! the proxy treats specially.
 
 mod getkeys;
 mod keys;
 mod name_hash;
 mod parse;
+mod shape;
 mod table;
 pub(crate) mod value;
 
 pub use getkeys::GetKeysProc;
 pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyList, KeyPos, KeySpec};
 pub use name_hash::{NameHasher, NameMap};
+pub use shape::{Blocks, Connection, Emulated, FanOut, ScriptAdmin, ScriptRun, Shape, SplitKind};
 pub use table::{
     acl_category_bit, CommandFlags, CommandSet, CommandSpec, CommandTable, ACL_CATEGORIES,
     MAX_NAME_LEN,

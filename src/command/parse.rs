@@ -9,6 +9,7 @@ use bytes::Bytes;
 
 use super::getkeys::GetKeysProc;
 use super::keys::{BeginSearch, FindKeys, KeyFlags, KeySpec};
+use super::shape::Shape;
 use super::table::{acl_category_bit, CommandFlags, CommandSpec};
 use super::value::{decode_reply, Value};
 
@@ -93,6 +94,7 @@ fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String
     };
 
     let getkeys = GetKeysProc::for_command(&name);
+    let shape = Shape::of(&name, flags);
     specs.push(CommandSpec {
         name,
         arity,
@@ -104,6 +106,7 @@ fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String
         key_specs,
         getkeys,
         has_subcommands: !subcommands.is_empty(),
+        shape,
     });
     for sub in subcommands {
         parse_entry(sub, specs)?;

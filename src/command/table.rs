@@ -12,6 +12,7 @@ use bytes::Bytes;
 use super::getkeys::GetKeysProc;
 use super::keys::{self, KeyList, KeySpec, LegacyRange};
 use super::parse::parse_command_reply;
+use super::shape::Shape;
 
 /// Longest name a lookup can resolve, `container|sub` included. Redis 7's longest is
 /// `cluster|count-failure-reports` (29); longer names are unknown to lookups.
@@ -167,6 +168,8 @@ pub struct CommandSpec {
     pub getkeys: Option<GetKeysProc>,
     /// Whether this is a container (OBJECT, CONFIG...) whose subcommands have specs.
     pub has_subcommands: bool,
+    /// How the proxy carries the command out, from its name and flags.
+    pub shape: Shape,
 }
 
 impl CommandSpec {
@@ -227,46 +230,14 @@ impl CommandSpec {
 
     /// Whether some arguments make this command block (see [`CommandSpec::blocks`]).
     pub fn may_block(&self) -> bool {
-        self.blocks_by_option()
-            || matches!(self.name.as_str(), "wait" | "waitaof")
-            || self.is_blocking()
+        self.shape.may_block()
     }
 
-    /// XREAD and XREADGROUP, which block only with a `BLOCK` option.
-    fn blocks_by_option(&self) -> bool {
-        matches!(self.name.as_str(), "xread" | "xreadgroup")
-    }
-
-    /// Whether this invocation may hold its connection while waiting: BLPOP and the
-    /// other `blocking` commands always, XREAD/XREADGROUP only with a `BLOCK` option,
-    /// and WAIT / WAITAOF (not flagged `blocking` by Redis, but they wait).
+    /// Whether this invocation may hold its connection while waiting (see
+    /// [`Shape::blocks`]).
     pub fn blocks(&self, args: &[Bytes]) -> bool {
-        if self.blocks_by_option() {
-            xread_has_block(args)
-        } else {
-            self.may_block()
-        }
+        self.shape.blocks(args)
     }
-}
-
-/// Whether the options before `STREAMS` include `BLOCK`.
-fn xread_has_block(args: &[Bytes]) -> bool {
-    let mut i = 1;
-    while i < args.len() {
-        let arg = &args[i];
-        if arg.eq_ignore_ascii_case(b"block") {
-            return true;
-        } else if arg.eq_ignore_ascii_case(b"count") {
-            i += 1;
-        } else if arg.eq_ignore_ascii_case(b"group") {
-            i += 2;
-        } else if !arg.eq_ignore_ascii_case(b"noack") {
-            // STREAMS or a syntax error: no option after this point.
-            return false;
-        }
-        i += 1;
-    }
-    false
 }
 
 #[derive(Debug, Default)]

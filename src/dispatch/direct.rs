@@ -13,7 +13,7 @@ use crate::command::{CommandTable, KeyList};
 use crate::protocol::{Proto, Request};
 use crate::topology::Routing;
 
-use super::{common_slot, forwards_as_is, is_final, layout, Plan, Proxy, Target};
+use super::{common_slot, is_final, layout, Plan, Proxy, Target};
 
 /// A request the client session may send straight to the master of its slot, batched
 /// with its neighbours: a known command, allowed, whose keys share one slot, and whose plan
@@ -66,10 +66,9 @@ pub enum Route {
 }
 
 /// Per command-table index: whether the planner forwards a single-slot request of that
-/// command as is (no emulation, fan-out, script handling, blocking or special route) and
-/// the command policy allows it, so
-/// [`Proxy::direct`] skips the planner's name checks and the policy's name lookup for the
-/// common commands.
+/// command as is (its shape says so, see [`crate::command::Shape::forwards_as_is`]) and the
+/// command policy allows it, so [`Proxy::direct`] skips the planner and the policy's name
+/// lookup for the common commands.
 pub struct Forwardable(Box<[Batchable]>);
 
 /// How [`Proxy::direct`] may batch a command (see [`Forwardable`]).
@@ -88,7 +87,7 @@ impl Forwardable {
                 .iter()
                 .map(|spec| match spec {
                     spec if policy.refuses(&spec.name) => Batchable::No,
-                    spec if forwards_as_is(spec) => Batchable::AsIs,
+                    spec if spec.shape.forwards_as_is() => Batchable::AsIs,
                     _ => Batchable::No,
                 })
                 .collect(),

@@ -12,13 +12,13 @@ use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
 use crate::auth::User;
-use crate::command::{CommandSpec, KeyList};
+use crate::command::{CommandSpec, KeyList, Shape, SplitKind};
 use crate::protocol::encode::{self, encode_request};
 use crate::protocol::{Proto, Request};
 use crate::rewrite::Forward;
 use crate::route::key_slot;
 
-use super::{layout, multikey, routes_specially, Plan, Proxy, Target};
+use super::{layout, Plan, Proxy, Target};
 
 /// Every field, in the order the lines come (see the module doc).
 pub const FIELDS: &[&str] = &[
@@ -273,7 +273,7 @@ impl Proxy {
         request: &Request,
         out: &mut Vec<(&'static str, String)>,
     ) {
-        if spec.is_some_and(|spec| routes_specially(spec) && spec.name != "spublish") {
+        if spec.is_some_and(|spec| spec.shape == Shape::Subscribe) {
             out.push(("shape", "pubsub".into()));
             out.push(("route", "the client's own subscription connections".into()));
             return;
@@ -328,7 +328,7 @@ impl Proxy {
     /// One `part` line per slot of a split: its master and the arguments it carries.
     fn explain_parts(
         &self,
-        kind: multikey::Kind,
+        kind: SplitKind,
         args: &[Bytes],
         out: &mut Vec<(&'static str, String)>,
     ) {

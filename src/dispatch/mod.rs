@@ -1,26 +1,21 @@
 //! The orchestrator: the one place where the stages meet. A request goes in, its reply
 //! comes out: command lookup -> key positions -> plan (one slot, split by slot, any
-//! master, answered here) -> backend (with redirects and retries) -> merge.
+//! master, answered here) -> backend (with redirects and retries) -> merge. The plan is a
+//! match on the command's [`Shape`], decided with the command table.
 //!
 //! Connection-level state (protocol version, client name, transactions) is the client
 //! session's; everything here is shared by all clients and read-only after start-up.
 
+mod compose;
 mod direct;
-mod emulate;
 mod explain;
-mod fanout;
 mod forward;
 mod functions;
-mod info;
 pub mod layout;
-mod listing;
-mod memory_stats;
-mod monitors;
 mod multikey;
 mod pinned;
-mod replication;
 mod scripts;
-mod sort;
+mod snapshot;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,59 +23,28 @@ use std::time::Instant;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::command::{CommandSet, CommandSpec, CommandTable, KeyList, KeyPos};
-use crate::config::Config;
+use crate::command::{
+    CommandSpec, Emulated, FanOut, KeyList, KeyPos, ScriptAdmin, ScriptRun, Shape, SplitKind,
+};
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::{key_slot, SLOT_COUNT};
-use crate::topology::Topology;
 
 pub use crate::topology::PUBSUB_HOME_SLOT;
+use compose::{fanout, sort};
 pub use direct::{Direct, DirectKind, Forwardable, Route};
 pub use explain::{Explanation, SessionShape, FIELDS as EXPLAIN_FIELDS};
 pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
 pub use forward::{is_final, Target};
 pub use pinned::{watch_failed, BlockedOn, WatchPin, BLOCKED_ON};
 pub use scripts::ScriptCache;
-
-/// Everything a command needs, shared by every client session.
-pub struct Proxy {
-    /// The configuration the proxy runs with.
-    pub config: Config,
-    /// The upstream: slot map and node connections.
-    pub topology: Arc<Topology>,
-    /// Command names, arities, flags and key positions.
-    pub commands: CommandTable,
-    /// The backend's Redis version, read with the command table (HELLO reports it).
-    pub server_version: Arc<str>,
-    /// The address clients connect to, as bound (reported by CLUSTER SLOTS/NODES).
-    pub listen_addr: String,
-    /// Start time, for INFO's uptime.
-    pub started: Instant,
-    /// Lua script bodies seen, by SHA1, to load them where `-NOSCRIPT` says they are missing.
-    pub scripts: Arc<ScriptCache>,
-    /// The legacy key layout in force, if any.
-    pub layout: Option<Arc<layout::ActiveLayout>>,
-    /// Per-command metric handles (labels from `commands`).
-    pub command_metrics: Arc<crate::metrics::CommandMetrics>,
-    /// Which commands of `commands` a single-slot request forwards as is.
-    pub forwardable: Arc<Forwardable>,
-    /// The commands of `commands` that none of the client session's own checks concern
-    /// (see `client::plain::plain_commands`): it routes them at once.
-    pub plain_commands: Arc<CommandSet>,
-    /// What `/readyz` reports; flip it when draining.
-    pub readiness: Arc<crate::admin::Readiness>,
-    /// Proxy users (AUTH, ACL).
-    pub auth: crate::auth::Auth,
-    /// Commands the proxy refuses.
-    pub policy: crate::policy::Policy,
-}
+pub use snapshot::{Builder, Fixed, Proxy};
 
 /// Whether `spec` runs a client's script (EVAL, EVALSHA, FCALL and their `_RO` forms):
 /// it runs on a connection of its own (see `Proxy::run_script_alone`), so the session runs
 /// it alone, as a sequence point, to keep the client's order.
 pub fn runs_a_script(spec: &CommandSpec) -> bool {
-    scripts::Run::of(spec).is_some()
+    matches!(spec.shape, Shape::Script(_))
 }
 
 /// Whether `args` is a SORT or SORT_RO the proxy runs in several steps (BY or GET
@@ -96,41 +60,16 @@ pub fn sort_runs_in_steps(args: &[Bytes]) -> bool {
     matches!(sort::SortRequest::classify(name, args), Some(Ok(_)))
 }
 
-/// Whether [`Proxy::plan`] sends a single-slot request of `spec` on as it came, whatever
-/// its arguments: none of its special cases applies. `direct` asserts in debug builds that
-/// the plan agrees.
-fn forwards_as_is(spec: &CommandSpec) -> bool {
-    emulate::Local::classify(spec, &[]).is_none()
-        && fanout::Op::classify(spec).is_none()
-        && scripts::Admin::classify(spec).is_none()
-        && !routes_specially(spec)
-        && !asks_about_a_slot(spec)
-        && !changes_its_connection(spec)
-        && scripts::Run::of(spec).is_none()
-        && !spec.may_block()
-        // SORT's patterns decide (see `sort::SortRequest::classify`).
-        && !matches!(spec.name.as_str(), "sort" | "sort_ro")
-}
-
-/// PUBLISH and the PUBSUB subcommands about ordinary channels and patterns.
-fn is_about_channels(spec: &CommandSpec) -> bool {
-    matches!(
-        spec.name.as_str(),
-        "publish" | "pubsub|channels" | "pubsub|numsub" | "pubsub|numpat"
-    )
-}
-
-fn routes_specially(spec: &CommandSpec) -> bool {
-    matches!(
-        spec.name.as_str(),
-        "spublish"
-            | "subscribe"
-            | "psubscribe"
-            | "ssubscribe"
-            | "unsubscribe"
-            | "punsubscribe"
-            | "sunsubscribe"
-    )
+/// Whether the session runs a request of `spec` alone, as a sequence point: it may block
+/// (a dedicated connection), runs a client's script (a connection of its own), is a SORT
+/// run in steps (its pattern reads and STORE must not overtake, or be overtaken by, the
+/// requests around it), or may switch the protocol (HELLO, RESET).
+pub fn runs_alone(spec: &CommandSpec, args: &[Bytes]) -> bool {
+    match spec.shape {
+        Shape::Sort => sort_runs_in_steps(args),
+        Shape::Script(_) => true,
+        shape => shape.may_switch_protocol() || shape.blocks(args),
+    }
 }
 
 /// Commands that turn the connection they arrive on into something else (the script
@@ -138,19 +77,7 @@ fn routes_specially(spec: &CommandSpec) -> bool {
 /// connection shared by many clients every later reply on it would be wrong. Refused
 /// whatever the policy says; the policy's own refusal comes first for those it denies.
 pub fn changes_its_connection(spec: &CommandSpec) -> bool {
-    matches!(
-        spec.name.as_str(),
-        "script|debug" | "monitor" | "sync" | "psync" | "replconf"
-    )
-}
-
-/// CLUSTER COUNTKEYSINSLOT and GETKEYSINSLOT: keyless, but only the master that owns the
-/// slot they name knows the answer (any other has no keys there).
-fn asks_about_a_slot(spec: &CommandSpec) -> bool {
-    matches!(
-        spec.name.as_str(),
-        "cluster|countkeysinslot" | "cluster|getkeysinslot"
-    )
+    spec.shape == Shape::Refused
 }
 
 /// The valid slot number in `arg`, as a cluster node reads it.
@@ -168,17 +95,17 @@ enum Plan {
     /// Forward as is to the master of a slot, or to any master.
     Forward(Target),
     /// Keys span slots and the command can be split per slot and merged.
-    Split(multikey::Kind),
+    Split(SplitKind),
     /// A command that may block: run it on a connection of its own.
     Blocking(Target),
     /// Answered by the proxy as a one-node cluster would.
-    Emulate(emulate::Local),
+    Emulate(Emulated),
     /// Answered over every master (KEYS, SCAN, DBSIZE, admin broadcasts).
-    Fanout(fanout::Op),
+    Fanout(FanOut),
     /// SCRIPT LOAD/FLUSH/EXISTS over every master.
-    ScriptAdmin(scripts::Admin),
+    ScriptAdmin(ScriptAdmin),
     /// EVAL/EVALSHA routed by key, with script bodies remembered and reloaded.
-    Script(scripts::Run, Target),
+    Script(ScriptRun, Target),
     /// SORT with BY/GET patterns or a STORE into another slot.
     Sort(Box<sort::SortRequest>),
 }
@@ -251,10 +178,7 @@ impl Proxy {
     /// DBSIZE, FLUSHALL, INFO, SCRIPT LOAD...): such a command cannot join one node's
     /// MULTI block without acting on, or seeing, that node only.
     pub fn spans_masters(spec: &CommandSpec) -> bool {
-        // CONFIG GET is one master's answer: inside MULTI the transaction's node gives it.
-        emulate::Local::classify(spec, &[]).is_some_and(|local| local != emulate::Local::ConfigGet)
-            || fanout::Op::classify(spec).is_some()
-            || scripts::Admin::classify(spec).is_some()
+        spec.shape.spans_masters()
     }
 
     /// The refusal for a command the policy or the user's ACL does not allow (`None`:
@@ -342,68 +266,61 @@ impl Proxy {
         if !spec.arity_ok(args.len()) {
             return Plan::Answer(reply::wrong_arity(&spec.name));
         }
-        if changes_its_connection(spec) {
-            return Plan::Answer(reply::error(&format!(
+        // One match on the shape the command table gave the command: see `command::Shape`.
+        match spec.shape {
+            Shape::Refused => Plan::Answer(reply::error(&format!(
                 "ERR proxy: '{}' is not supported: it would change the backend connection it runs on, which other clients share",
                 spec.name
-            )));
-        }
-        if let Some(sort) = sort::SortRequest::classify(&spec.name, args) {
-            return match sort {
-                Ok(sort) => Plan::Sort(sort),
-                Err(refusal) => Plan::Answer(refusal),
-            };
-        }
-        if let Some(local) = emulate::Local::classify(spec, args) {
-            return Plan::Emulate(local);
-        }
-        if let Some(op) = fanout::Op::classify(spec) {
-            return Plan::Fanout(op);
-        }
-        if let Some(admin) = scripts::Admin::classify(spec) {
-            return Plan::ScriptAdmin(admin);
-        }
-        if is_about_channels(spec) {
-            return Plan::Forward(Target::Slot(PUBSUB_HOME_SLOT));
-        }
-        if asks_about_a_slot(spec) {
+            ))),
+            Shape::Sort => match sort::SortRequest::classify(&spec.name, args) {
+                Some(Ok(sort)) => Plan::Sort(sort),
+                Some(Err(refusal)) => Plan::Answer(refusal),
+                None => by_keys(spec, args, Plan::Forward),
+            },
+            Shape::Emulated(local) => Plan::Emulate(local),
+            Shape::FanOut(op) => Plan::Fanout(op),
+            Shape::ScriptAdmin(admin) => Plan::ScriptAdmin(admin),
+            Shape::Channels => Plan::Forward(Target::Slot(PUBSUB_HOME_SLOT)),
             // An invalid slot gets the node's own error from any master.
-            return Plan::Forward(match args.get(2).and_then(|arg| slot_number(arg)) {
+            Shape::NodeCluster => Plan::Forward(match args.get(2).and_then(|arg| slot_number(arg)) {
                 Some(slot) => Target::Slot(slot),
                 None => Target::AnyMaster,
-            });
-        }
-        if routes_specially(spec) {
-            // Redis 7 marks shard channels `not_key`, yet they route by slot like keys.
-            if spec.name == "spublish" {
-                return Plan::Forward(Target::Slot(key_slot(&args[1])));
-            }
+            }),
+            Shape::ShardPublish => Plan::Forward(Target::Slot(key_slot(&args[1]))),
             // Subscriptions live on the client's own connections (client::pubsub); on a
             // shared connection they would swallow every other client's replies.
-            return Plan::Answer(reply::error(
+            Shape::Subscribe => Plan::Answer(reply::error(
                 "ERR proxy: subscriptions are only possible on a client connection",
-            ));
+            )),
+            Shape::Split(kind) => key_target(spec, args).map_or(Plan::Split(kind), Plan::Forward),
+            Shape::Script(run) => by_keys(spec, args, |target| Plan::Script(run, target)),
+            Shape::Blocking(_) if spec.blocks(args) => by_keys(spec, args, Plan::Blocking),
+            Shape::Blocking(_)
+            | Shape::Forward
+            | Shape::ConnectionLocal(_)
+            | Shape::Transaction => by_keys(spec, args, Plan::Forward),
         }
-        let mut keys: KeyList = SmallVec::new();
-        spec.keys(args, &mut keys);
-        let target = match common_slot(args, &keys) {
-            Ok(Some(slot)) => Target::Slot(slot),
-            Ok(None) => Target::AnyMaster,
-            Err(()) => {
-                return match multikey::Kind::of(spec) {
-                    Some(kind) => Plan::Split(kind),
-                    None => Plan::Answer(cross_slot_error(args, &keys)),
-                }
-            }
-        };
-        if let Some(run) = scripts::Run::of(spec) {
-            return Plan::Script(run, target);
-        }
-        if spec.blocks(args) {
-            Plan::Blocking(target)
-        } else {
-            Plan::Forward(target)
-        }
+    }
+}
+
+/// `then` of where a request of `spec` goes by its keys, or `-CROSSSLOT` when they span
+/// slots.
+fn by_keys(spec: &CommandSpec, args: &[Bytes], then: impl FnOnce(Target) -> Plan) -> Plan {
+    match key_target(spec, args) {
+        Some(target) => then(target),
+        None => Plan::Answer(cross_slot_error(spec, args)),
+    }
+}
+
+/// Where a request of `spec` goes by its keys: the master of their one slot, or any master
+/// for a keyless request; `None` when its keys span slots.
+fn key_target(spec: &CommandSpec, args: &[Bytes]) -> Option<Target> {
+    let mut keys: KeyList = SmallVec::new();
+    spec.keys(args, &mut keys);
+    match common_slot(args, &keys) {
+        Ok(Some(slot)) => Some(Target::Slot(slot)),
+        Ok(None) => Some(Target::AnyMaster),
+        Err(()) => None,
     }
 }
 
@@ -422,7 +339,10 @@ fn common_slot(args: &[Bytes], keys: &[KeyPos]) -> Result<Option<u16>, ()> {
     Ok(slot)
 }
 
-fn cross_slot_error(args: &[Bytes], keys: &[KeyPos]) -> Bytes {
+/// The `-CROSSSLOT` refusal of a request of `spec` whose keys span slots.
+fn cross_slot_error(spec: &CommandSpec, args: &[Bytes]) -> Bytes {
+    let mut keys: KeyList = SmallVec::new();
+    spec.keys(args, &mut keys);
     let named: Vec<(&[u8], u16)> = keys
         .iter()
         .map(|k| (&args[k.index][..], key_slot(&args[k.index])))

@@ -7,7 +7,7 @@ use std::ops::Range;
 use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
-use crate::command::CommandSpec;
+use crate::command::SplitKind;
 use crate::protocol::{encode, Proto};
 use crate::reply::merge;
 use crate::route::key_slot;
@@ -15,42 +15,11 @@ use crate::route::key_slot;
 use super::forward::PARTS_INLINE;
 use super::Proxy;
 
-/// The commands that can be split by slot, and how their parts merge.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// MGET: values in key order.
-    Mget,
-    /// MSET: OK only when every part is.
-    Mset,
-    /// DEL, UNLINK, EXISTS, TOUCH: counts summed.
-    Count,
-}
-
-impl Kind {
-    /// Whether `spec` can be split.
-    pub fn of(spec: &CommandSpec) -> Option<Kind> {
-        match spec.name.as_str() {
-            "mget" => Some(Kind::Mget),
-            "mset" => Some(Kind::Mset),
-            "del" | "unlink" | "exists" | "touch" => Some(Kind::Count),
-            _ => None,
-        }
-    }
-
-    /// Arguments per key: a key, or a key and its value.
-    pub(super) fn stride(self) -> usize {
-        match self {
-            Kind::Mset => 2,
-            Kind::Mget | Kind::Count => 1,
-        }
-    }
-}
-
 impl Proxy {
     /// Splits a multi-key request by slot, runs the parts in parallel, merges the replies.
     pub(super) async fn split(
         &self,
-        kind: Kind,
+        kind: SplitKind,
         request: &crate::protocol::Request,
         proto: Proto,
     ) -> Bytes {
@@ -109,12 +78,12 @@ impl Proxy {
             return error.clone();
         }
         match kind {
-            Kind::Mset => replies
+            SplitKind::Mset => replies
                 .into_iter()
                 .next()
                 .unwrap_or_else(|| Bytes::from_static(b"+OK\r\n")),
-            Kind::Count => merge::sum_counts(&replies),
-            Kind::Mget => {
+            SplitKind::Count => merge::sum_counts(&replies),
+            SplitKind::Mget => {
                 let mut values: Vec<Option<Bytes>> = vec![None; key_count];
                 for (part, reply) in parts.iter().zip(&replies) {
                     let Some(elements) = merge::array_elements(reply) else {

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::command::CommandSpec;
+use crate::command::{ScriptAdmin, ScriptRun};
 use crate::protocol::{encode, Proto, Request};
 use crate::reply::{self, merge};
 
@@ -42,53 +42,6 @@ const PRELOAD_BYTES: usize = 1024 * 1024;
 
 /// A script's SHA1 as 40 lower-case hex digits, the form Redis uses.
 pub type Sha = [u8; 40];
-
-/// SCRIPT subcommands the proxy answers over every master.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admin {
-    /// SCRIPT LOAD: remember, load on every master, reply the SHA.
-    Load,
-    /// SCRIPT FLUSH: flush every master, forget every body.
-    Flush,
-    /// SCRIPT EXISTS: see the module docs.
-    Exists,
-}
-
-impl Admin {
-    /// Whether `spec` is one of these.
-    pub fn classify(spec: &CommandSpec) -> Option<Admin> {
-        Some(match spec.name.as_str() {
-            "script|load" => Admin::Load,
-            "script|flush" => Admin::Flush,
-            "script|exists" => Admin::Exists,
-            _ => return None,
-        })
-    }
-}
-
-/// Script-running commands routed by key with script handling around them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Run {
-    /// EVAL, EVAL_RO: remember the body, then forward.
-    Eval,
-    /// EVALSHA, EVALSHA_RO: forward; reload a remembered body on `-NOSCRIPT`.
-    EvalSha,
-    /// FCALL, FCALL_RO: forward; copy the libraries to a master without the function
-    /// (see `functions`).
-    Fcall,
-}
-
-impl Run {
-    /// Whether `spec` runs a script by body or SHA.
-    pub fn of(spec: &CommandSpec) -> Option<Run> {
-        match spec.name.as_str() {
-            "eval" | "eval_ro" => Some(Run::Eval),
-            "evalsha" | "evalsha_ro" => Some(Run::EvalSha),
-            "fcall" | "fcall_ro" => Some(Run::Fcall),
-            _ => None,
-        }
-    }
-}
 
 /// Script bodies by SHA1, least recently used forgotten first beyond `MAX_SCRIPTS` or
 /// `MAX_SCRIPT_BYTES`. A body larger than the byte bound is not remembered.
@@ -246,20 +199,20 @@ fn normalize(sha: &[u8]) -> Option<Sha> {
 impl Proxy {
     pub(super) async fn script_admin(
         &self,
-        admin: Admin,
+        admin: ScriptAdmin,
         request: &Request,
         proto: Proto,
     ) -> Bytes {
         let args = &request.args;
         match admin {
-            Admin::Load => {
+            ScriptAdmin::Load => {
                 let Some(body) = args.get(2) else {
                     return reply::wrong_arity("script|load");
                 };
                 self.scripts.remember(body);
                 self.broadcast_all_same(request.raw.clone(), proto).await
             }
-            Admin::Flush => {
+            ScriptAdmin::Flush => {
                 self.scripts.clear();
                 let flushed = self.broadcast_all_ok(request.raw.clone(), proto).await;
                 if self.layout.is_some() {
@@ -273,7 +226,7 @@ impl Proxy {
                 }
                 flushed
             }
-            Admin::Exists => {
+            ScriptAdmin::Exists => {
                 let replies = match self.broadcast(request.raw.clone(), proto).await {
                     Ok(replies) => replies,
                     Err(error) => return error,
@@ -307,17 +260,17 @@ impl Proxy {
     /// A client's script call, on a connection of its own (see `Proxy::run_script_alone`).
     pub(super) async fn run_script(
         &self,
-        run: Run,
+        run: ScriptRun,
         target: Target,
         request: &Request,
         proto: Proto,
     ) -> Bytes {
         let script = request.args.get(1);
-        if run == Run::Fcall {
+        if run == ScriptRun::Fcall {
             let reply = self.run_function(target, request, proto).await;
             return with_key_slot_hint(reply);
         }
-        if run == Run::Eval {
+        if run == ScriptRun::Eval {
             if let Some(body) = script {
                 self.scripts.remember(body);
             }

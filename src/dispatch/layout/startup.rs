@@ -81,7 +81,7 @@ async fn find_legacy_key(
                 .call(scan, false)
                 .await
                 .map_err(|e| format!("legacy-data check on {addr}: {e:?}"))?;
-            let (next, keys) = super::super::listing::parse_scan_reply(&reply)
+            let (next, keys) = crate::dispatch::compose::listing::parse_scan_reply(&reply)
                 .ok_or_else(|| format!("legacy-data check on {addr}: unexpected SCAN reply"))?;
             for key in keys {
                 inspected += 1;

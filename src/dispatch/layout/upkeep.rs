@@ -7,14 +7,13 @@ use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
 use crate::backend::{BackendError, Batch, ReplySink};
-use crate::command::CommandSpec;
+use crate::command::{CommandSpec, ScriptRun, Shape, SplitKind};
 use crate::protocol::encode::encode_request;
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::reply::merge;
 use crate::route::key_slot;
 
-use super::super::multikey::Kind;
 use super::super::pinned::{EXEC, MULTI};
 use super::super::{scripts, Proxy, Target};
 use super::{is_script_call, ActiveLayout, IndexedKey, RewrittenRequest, UPKEEP_SCRIPT};
@@ -46,7 +45,10 @@ impl Proxy {
         let name = spec.name.clone();
         let blocks = spec.blocks(&request.args);
         let in_script = super::upkeep_in_script(spec, &request.args);
-        let split = Kind::of(spec);
+        let split = match spec.shape {
+            Shape::Split(kind) => Some(kind),
+            _ => None,
+        };
         let rewritten = match active.rewrite_request(spec, request) {
             Ok(rewritten) => rewritten,
             Err(reply) => return reply,
@@ -104,7 +106,7 @@ impl Proxy {
         &self,
         active: &ActiveLayout,
         rewritten: &RewrittenRequest,
-        split: Option<Kind>,
+        split: Option<SplitKind>,
         proto: Proto,
     ) -> Bytes {
         let args = &rewritten.request.args;
@@ -126,7 +128,7 @@ impl Proxy {
                 .upkeep_call(active, slot, &rewritten.indexed, &other_keys, args, proto)
                 .await;
         }
-        let Some(kind @ (Kind::Count | Kind::Mset)) = split else {
+        let Some(kind @ (SplitKind::Count | SplitKind::Mset)) = split else {
             // Not splittable: let the plain path give the cross-slot answer.
             let keys: Vec<(&[u8], u16)> = rewritten
                 .keys
@@ -135,7 +137,7 @@ impl Proxy {
                 .collect();
             return reply::cross_slot(&keys);
         };
-        let stride = if kind == Kind::Mset { 2 } else { 1 };
+        let stride = if kind == SplitKind::Mset { 2 } else { 1 };
         let mut parts: Vec<(u16, Vec<Bytes>, SmallVec<[IndexedKey; 2]>)> = Vec::new();
         for first in (1..args.len()).step_by(stride) {
             let slot = key_slot(&args[first]);
@@ -177,7 +179,7 @@ impl Proxy {
             return error.clone();
         }
         match kind {
-            Kind::Count => merge::sum_counts(&replies),
+            SplitKind::Count => merge::sum_counts(&replies),
             _ => Bytes::from_static(b"+OK\r\n"),
         }
     }
@@ -227,7 +229,7 @@ impl Proxy {
         block.extend_from_slice(&rewritten.request.raw);
         block.extend_from_slice(&refresh);
         block.extend_from_slice(EXEC);
-        if scripts::Run::of(spec) == Some(scripts::Run::Eval) {
+        if spec.shape == Shape::Script(ScriptRun::Eval) {
             self.scripts.remember(&args[1]);
         }
         crate::metrics::index_upkeep();

@@ -37,11 +37,11 @@ use crate::reply::merge;
 use crate::rewrite::{Forward, ListingPlan};
 use crate::route::key_slot;
 
-use super::layout::ActiveLayout;
-use super::{Proxy, Target};
+use crate::dispatch::layout::ActiveLayout;
+use crate::dispatch::{Proxy, Target};
 
 /// The index read script (see its header).
-pub const LIST_SCRIPT: &str = include_str!("../../lua/index_list.lua");
+pub const LIST_SCRIPT: &str = include_str!("../../../lua/index_list.lua");
 
 const PHASE_BITS: u32 = 12;
 const PHASE_MASK: u64 = (1 << PHASE_BITS) - 1;
@@ -239,7 +239,7 @@ impl Proxy {
     }
 
     /// KEYS `pattern` with legacy names.
-    pub(super) async fn layout_keys(
+    pub(in crate::dispatch) async fn layout_keys(
         &self,
         active: &ActiveLayout,
         pattern: &Bytes,
@@ -300,7 +300,7 @@ impl Proxy {
     }
 
     /// SCAN `cursor` [MATCH] [COUNT] [TYPE] with legacy names (cursor: see the module doc).
-    pub(super) async fn layout_scan(
+    pub(in crate::dispatch) async fn layout_scan(
         &self,
         active: &ActiveLayout,
         args: &[Bytes],
@@ -346,32 +346,9 @@ impl Proxy {
             ListingCursor::Scan { target, node } if target < targets => {
                 let pattern = &plan.scan_patterns[target / masters.len()];
                 let addr = &masters[target % masters.len()];
-                let node_cursor = node.to_string();
-                let mut call: Vec<&[u8]> = vec![
-                    b"SCAN",
-                    node_cursor.as_bytes(),
-                    b"MATCH",
-                    pattern,
-                    b"COUNT",
-                    &options.count,
-                ];
-                if let Some(kind) = &options.kind {
-                    call.extend([&b"TYPE"[..], kind]);
-                }
-                let conn = self.topology.node(addr, Proto::Resp2);
-                let reply = match conn.call(encode_request(&call), false).await {
-                    Ok(reply) => reply,
-                    Err(e) => return reply::unavailable(addr, &format!("{e:?}")),
-                };
-                let Some((node_next, keys)) = parse_scan_reply(&reply) else {
-                    return reply;
-                };
-                let node_next: u64 = match std::str::from_utf8(&node_next)
-                    .ok()
-                    .and_then(|n| n.parse().ok())
-                {
-                    Some(n) => n,
-                    None => return reply::error("ERR unexpected SCAN cursor from a node"),
+                let (node_next, keys) = match self.scan_node(addr, node, pattern, &options).await {
+                    Ok(scanned) => scanned,
+                    Err(reply) => return reply,
                 };
                 let next = if node_next != 0 {
                     ListingCursor::Scan {
@@ -404,6 +381,44 @@ impl Proxy {
         encode::bulk(&mut out, next.to_string().as_bytes());
         out.extend_from_slice(&keys_frame(&names));
         out.freeze()
+    }
+
+    /// One SCAN step of `addr` from `node_cursor` for `pattern`: the node's next cursor and
+    /// the cluster names it gave, or the reply the client gets instead.
+    async fn scan_node(
+        &self,
+        addr: &str,
+        node_cursor: u64,
+        pattern: &[u8],
+        options: &ScanOptions,
+    ) -> Result<(u64, Vec<Bytes>), Bytes> {
+        let node_cursor = node_cursor.to_string();
+        let mut call: Vec<&[u8]> = vec![
+            b"SCAN",
+            node_cursor.as_bytes(),
+            b"MATCH",
+            pattern,
+            b"COUNT",
+            &options.count,
+        ];
+        if let Some(kind) = &options.kind {
+            call.extend([&b"TYPE"[..], kind]);
+        }
+        let conn = self.topology.node(addr, Proto::Resp2);
+        let reply = match conn.call(encode_request(&call), false).await {
+            Ok(reply) => reply,
+            Err(e) => return Err(reply::unavailable(addr, &format!("{e:?}"))),
+        };
+        let Some((node_next, keys)) = parse_scan_reply(&reply) else {
+            return Err(reply);
+        };
+        match std::str::from_utf8(&node_next)
+            .ok()
+            .and_then(|n| n.parse().ok())
+        {
+            Some(node_next) => Ok((node_next, keys)),
+            None => Err(reply::error("ERR unexpected SCAN cursor from a node")),
+        }
     }
 }
 

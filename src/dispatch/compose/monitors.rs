@@ -14,7 +14,7 @@ use crate::command::value::{decode_reply, Value};
 use crate::protocol::{encode, Proto, Request};
 use crate::reply::merge::{array_elements, array_frame, integer};
 
-use super::Proxy;
+use crate::dispatch::Proxy;
 
 /// Samples Redis keeps per event (`LATENCY_TS_LEN`).
 const HISTORY_LEN: usize = 160;
@@ -24,7 +24,7 @@ impl Proxy {
     /// timestamps; ties in master order), at most the count asked (Redis: 10 by default,
     /// -1 for all). Each master checks the arguments; the first error in master order is
     /// the reply.
-    pub(super) async fn slowlog_all(&self, request: &Request, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn slowlog_all(&self, request: &Request, proto: Proto) -> Bytes {
         let replies = match self.broadcast(request.raw.clone(), proto).await {
             Ok(replies) => replies,
             Err(error) => return error,
@@ -47,7 +47,7 @@ impl Proxy {
     }
 
     /// LATENCY LATEST of every master, one entry per event.
-    pub(super) async fn latency_latest(&self, request: Bytes, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn latency_latest(&self, request: Bytes, proto: Proto) -> Bytes {
         match self.broadcast(request, proto).await {
             Ok(replies) => merge_latest(&replies),
             Err(error) => error,
@@ -55,7 +55,11 @@ impl Proxy {
     }
 
     /// LATENCY HISTOGRAM of every master, one distribution per command.
-    pub(super) async fn latency_histogram(&self, request: Bytes, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn latency_histogram(
+        &self,
+        request: Bytes,
+        proto: Proto,
+    ) -> Bytes {
         match self.broadcast(request, proto).await {
             Ok(replies) => merge_histograms(&replies, proto),
             Err(error) => error,
@@ -63,7 +67,7 @@ impl Proxy {
     }
 
     /// LATENCY HISTORY of every master, in time order.
-    pub(super) async fn latency_history(&self, request: Bytes, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn latency_history(&self, request: Bytes, proto: Proto) -> Bytes {
         match self.broadcast(request, proto).await {
             Ok(replies) => merge_history(&replies),
             Err(error) => error,

@@ -8,11 +8,11 @@ use bytes::{Bytes, BytesMut};
 use crate::command::value::{decode_reply, Value};
 use crate::protocol::{encode, Proto};
 
-use super::Proxy;
+use crate::dispatch::Proxy;
 
 impl Proxy {
     /// MEMORY STATS of every master, merged (see the module's summary).
-    pub(super) async fn memory_stats(&self, request: Bytes, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn memory_stats(&self, request: Bytes, proto: Proto) -> Bytes {
         // Asked in RESP2, whose flat array keeps Redis's field order (a decoded RESP3 map
         // would not), and answered in the client's protocol.
         match self.broadcast(request, Proto::Resp2).await {

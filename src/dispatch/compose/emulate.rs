@@ -7,52 +7,17 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::command::value::{decode_reply, Value};
-use crate::command::CommandSpec;
+use crate::command::Emulated;
 use crate::protocol::{encode, Proto};
 use crate::reply;
 use crate::route::{key_slot, SLOT_COUNT};
 
-use super::{Proxy, Target};
-
-/// A command answered (at least partly) by the proxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Local {
-    ClusterInfo,
-    ClusterSlots,
-    ClusterShards,
-    ClusterNodes,
-    ClusterMyId,
-    ClusterKeySlot,
-    /// Other CLUSTER subcommands address real nodes and make no sense through a proxy.
-    ClusterOther,
-    Info,
-    /// CONFIG GET: a master's answer with `port` and `cluster-enabled` as the proxy's.
-    ConfigGet,
-}
-
-impl Local {
-    /// Whether the proxy answers this command itself.
-    pub fn classify(spec: &CommandSpec, _args: &[Bytes]) -> Option<Local> {
-        Some(match spec.name.as_str() {
-            "cluster|info" => Local::ClusterInfo,
-            "cluster|slots" => Local::ClusterSlots,
-            "cluster|shards" => Local::ClusterShards,
-            "cluster|nodes" => Local::ClusterNodes,
-            "cluster|myid" => Local::ClusterMyId,
-            "cluster|keyslot" => Local::ClusterKeySlot,
-            "cluster|countkeysinslot" | "cluster|getkeysinslot" | "cluster|help" => return None,
-            name if name.starts_with("cluster") => Local::ClusterOther,
-            "info" => Local::Info,
-            "config|get" => Local::ConfigGet,
-            _ => return None,
-        })
-    }
-}
+use crate::dispatch::{Proxy, Target};
 
 impl Proxy {
-    pub(super) async fn emulate(
+    pub(in crate::dispatch) async fn emulate(
         &self,
-        local: Local,
+        local: Emulated,
         request: &crate::protocol::Request,
         proto: Proto,
     ) -> Bytes {
@@ -63,11 +28,11 @@ impl Proxy {
         let port: u16 = port.parse().unwrap_or(0);
         let id = self.node_id();
         match local {
-            Local::ClusterKeySlot => {
+            Emulated::ClusterKeySlot => {
                 encode::integer_frame(i64::from(key_slot(&request.args[2])))
             }
-            Local::ClusterMyId => encode::bulk_frame(id.as_bytes()),
-            Local::ClusterInfo => {
+            Emulated::ClusterMyId => encode::bulk_frame(id.as_bytes()),
+            Emulated::ClusterInfo => {
                 let text = format!(
                     "cluster_state:ok\r\ncluster_slots_assigned:{n}\r\ncluster_slots_ok:{n}\r\n\
                      cluster_slots_pfail:0\r\ncluster_slots_fail:0\r\ncluster_known_nodes:1\r\n\
@@ -78,14 +43,14 @@ impl Proxy {
                 );
                 verbatim(text.as_bytes(), proto)
             }
-            Local::ClusterNodes => {
+            Emulated::ClusterNodes => {
                 let line = format!(
                     "{id} {host}:{port}@0 myself,master - 0 0 1 connected 0-{}\n",
                     SLOT_COUNT - 1
                 );
                 verbatim(line.as_bytes(), proto)
             }
-            Local::ClusterSlots => {
+            Emulated::ClusterSlots => {
                 let mut out = BytesMut::new();
                 encode::array_header(&mut out, 1);
                 encode::array_header(&mut out, 3);
@@ -97,7 +62,7 @@ impl Proxy {
                 encode::bulk(&mut out, id.as_bytes());
                 out.freeze()
             }
-            Local::ClusterShards => {
+            Emulated::ClusterShards => {
                 let mut out = BytesMut::new();
                 encode::array_header(&mut out, 1);
                 encode::map_header(&mut out, proto, 2);
@@ -123,7 +88,7 @@ impl Proxy {
                 out.freeze()
             }
             // A subcommand the servers do not have gets their error, not the proxy's.
-            Local::ClusterOther
+            Emulated::ClusterOther
                 if self
                     .commands
                     .lookup(&request.args)
@@ -131,12 +96,12 @@ impl Proxy {
             {
                 reply::unknown_subcommand("cluster", &request.args[1])
             }
-            Local::ClusterOther => reply::error(&format!(
+            Emulated::ClusterOther => reply::error(&format!(
                 "ERR proxy: CLUSTER {} is not available through slotbridge (it addresses real cluster nodes)",
                 String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase()
             )),
-            Local::Info => self.info(request, proto).await,
-            Local::ConfigGet => {
+            Emulated::Info => self.info(request, proto).await,
+            Emulated::ConfigGet => {
                 let upstream = self
                     .forward(Target::AnyMaster, request.raw.clone(), proto)
                     .await;
@@ -193,7 +158,7 @@ fn config_as_one_node(frame: &[u8], port: &str) -> Option<Bytes> {
 }
 
 /// Text replies such as INFO: a verbatim string in RESP3, a bulk string in RESP2.
-pub(super) fn verbatim(text: &[u8], proto: Proto) -> Bytes {
+pub(in crate::dispatch) fn verbatim(text: &[u8], proto: Proto) -> Bytes {
     let mut out = BytesMut::with_capacity(text.len() + 24);
     encode::verbatim(&mut out, proto, *b"txt", text);
     out.freeze()

@@ -21,7 +21,7 @@ use crate::protocol::{encode, Proto, Request};
 use crate::route::NodeAddr;
 
 use super::info::info_text;
-use super::{Proxy, Target};
+use crate::dispatch::{Proxy, Target};
 
 const INFO_REPLICATION: &[u8] = b"*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
 /// Pause between two looks at the replicas: short at first (a replica on the same network

@@ -40,12 +40,12 @@ use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::future::join_all;
 
 use crate::backend::BackendError;
-use crate::command::CommandSpec;
+use crate::command::FanOut;
 use crate::protocol::{encode, Proto, Request};
 use crate::reply::{self, merge};
 use crate::route::{key_slot, NodeAddr};
 
-use super::Proxy;
+use crate::dispatch::Proxy;
 
 /// Bits of a client SCAN cursor that carry the current master's own cursor.
 pub const NODE_CURSOR_BITS: u32 = 48;
@@ -59,92 +59,34 @@ pub const MAX_SCAN_MASTERS: usize = 1 << INDEX_BITS;
 const NODE_CURSOR_MASK: u64 = (1 << NODE_CURSOR_BITS) - 1;
 const FINGERPRINT_MASK: u64 = (1 << FINGERPRINT_BITS) - 1;
 
-/// A command answered from every master.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// KEYS, PUBSUB SHARDCHANNELS: every master's array, concatenated (each master lists
-    /// only what lives in its own slots).
-    Keys,
-    /// SCAN: one cursor over every master in turn.
-    Scan,
-    /// DBSIZE, SLOWLOG LEN: the sum.
-    Sum,
-    /// LASTSAVE: the oldest, the time by which every master had saved (a script that waits
-    /// for LASTSAVE to change after BGSAVE waits for all of them).
-    Oldest,
-    /// SLOWLOG GET: every master's newest entries, merged newest first and cut to the
-    /// count asked (entry ids are each master's own).
-    SlowlogGet,
-    /// RANDOMKEY: a key from a master that has any.
-    RandomKey,
-    /// FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT, FUNCTION DELETE/FLUSH/RESTORE, SLOWLOG
-    /// RESET: sent to every master, `+OK` only when every master said so.
-    AllOk,
-    /// FUNCTION LOAD: sent to every master; the reply when every master gave the same one.
-    AllSame,
-    /// SCRIPT KILL, FUNCTION KILL: sent to every master; `+OK` when any master killed
-    /// something, else the first master's error (NOTBUSY).
-    AnyOk,
-    /// PUBSUB SHARDNUMSUB: each shard channel asked of the master of its slot, where its
-    /// subscribers are; the pairs in the order asked.
-    ShardNumSub,
-    /// LATENCY LATEST, HISTORY and HISTOGRAM: every master's samples as one monitor's (see
-    /// `monitors`).
-    LatencyLatest,
-    LatencyHistory,
-    LatencyHistogram,
-    /// MEMORY STATS: the masters' counts summed, what derives from them worked out again
-    /// (see `memory_stats`).
-    MemoryStats,
-}
-
-impl Op {
-    /// Whether `spec` is answered over every master.
-    pub fn classify(spec: &CommandSpec) -> Option<Op> {
-        Some(match spec.name.as_str() {
-            "keys" | "pubsub|shardchannels" => Op::Keys,
-            "pubsub|shardnumsub" => Op::ShardNumSub,
-            "scan" => Op::Scan,
-            "dbsize" | "slowlog|len" | "latency|reset" => Op::Sum,
-            "lastsave" => Op::Oldest,
-            "latency|latest" => Op::LatencyLatest,
-            "latency|history" => Op::LatencyHistory,
-            "latency|histogram" => Op::LatencyHistogram,
-            "memory|stats" => Op::MemoryStats,
-            "slowlog|get" => Op::SlowlogGet,
-            "randomkey" => Op::RandomKey,
-            "flushdb" | "flushall" | "config|set" | "config|resetstat" | "function|delete"
-            | "function|flush" | "function|restore" | "slowlog|reset" => Op::AllOk,
-            "function|load" => Op::AllSame,
-            "script|kill" | "function|kill" => Op::AnyOk,
-            _ => return None,
-        })
-    }
-}
-
 impl Proxy {
-    pub(super) async fn fanout(&self, op: Op, request: &Request, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn fanout(
+        &self,
+        op: FanOut,
+        request: &Request,
+        proto: Proto,
+    ) -> Bytes {
         match op {
-            Op::Keys => self.keys_all(request.raw.clone(), proto).await,
-            Op::Scan => self.scan_all(&request.args, proto).await,
-            Op::Sum => {
+            FanOut::Keys => self.keys_all(request.raw.clone(), proto).await,
+            FanOut::Scan => self.scan_all(&request.args, proto).await,
+            FanOut::Sum => {
                 self.integers_all(request.raw.clone(), proto, merge::sum_counts)
                     .await
             }
-            Op::Oldest => {
+            FanOut::Oldest => {
                 self.integers_all(request.raw.clone(), proto, merge::least)
                     .await
             }
-            Op::SlowlogGet => self.slowlog_all(request, proto).await,
-            Op::RandomKey => self.random_key(request.raw.clone(), proto).await,
-            Op::AllOk => self.broadcast_all_ok(request.raw.clone(), proto).await,
-            Op::AllSame => self.broadcast_all_same(request.raw.clone(), proto).await,
-            Op::AnyOk => self.broadcast_any_ok(request.raw.clone(), proto).await,
-            Op::ShardNumSub => self.shard_numsub(&request.args[2..], proto).await,
-            Op::LatencyLatest => self.latency_latest(request.raw.clone(), proto).await,
-            Op::LatencyHistory => self.latency_history(request.raw.clone(), proto).await,
-            Op::LatencyHistogram => self.latency_histogram(request.raw.clone(), proto).await,
-            Op::MemoryStats => self.memory_stats(request.raw.clone(), proto).await,
+            FanOut::SlowlogGet => self.slowlog_all(request, proto).await,
+            FanOut::RandomKey => self.random_key(request.raw.clone(), proto).await,
+            FanOut::AllOk => self.broadcast_all_ok(request.raw.clone(), proto).await,
+            FanOut::AllSame => self.broadcast_all_same(request.raw.clone(), proto).await,
+            FanOut::AnyOk => self.broadcast_any_ok(request.raw.clone(), proto).await,
+            FanOut::ShardNumSub => self.shard_numsub(&request.args[2..], proto).await,
+            FanOut::LatencyLatest => self.latency_latest(request.raw.clone(), proto).await,
+            FanOut::LatencyHistory => self.latency_history(request.raw.clone(), proto).await,
+            FanOut::LatencyHistogram => self.latency_histogram(request.raw.clone(), proto).await,
+            FanOut::MemoryStats => self.memory_stats(request.raw.clone(), proto).await,
         }
     }
 
@@ -291,7 +233,7 @@ impl Proxy {
 
     /// KEYS over every master, one at a time, so memory holds at most one master's reply
     /// plus the output; the merged array, or the first reply that is not an array.
-    pub(super) async fn keys_all(&self, request: Bytes, proto: Proto) -> Bytes {
+    pub(in crate::dispatch) async fn keys_all(&self, request: Bytes, proto: Proto) -> Bytes {
         let masters = match self.masters_in_order().await {
             Ok(masters) => masters,
             Err(error) => return error,
