@@ -15,17 +15,21 @@ use serde::Deserialize;
 use crate::protocol::Limits;
 
 mod overrides;
+mod tls;
 mod users;
 
 pub use overrides::{Override, TOP_LEVEL_FIELDS};
+pub use tls::{AuthClients, BackendTlsConfig, ClientCertUser, TlsConfig};
 pub use users::{ScriptTrust, UserConfig};
 
 /// The whole proxy configuration.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Client-facing address, `host:port`.
+    /// Client-facing address, `host:port`; empty: no plain listener (`tls.listen` only).
     pub listen: String,
+    /// The TLS listener for clients (see [`TlsConfig`]).
+    pub tls: TlsConfig,
     /// Admin HTTP address (metrics, health), `host:port`.
     pub admin_listen: String,
     /// Admin endpoint options.
@@ -93,6 +97,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "127.0.0.1:6380".into(),
+            tls: TlsConfig::default(),
             admin_listen: "127.0.0.1:9121".into(),
             admin: AdminConfig::default(),
             cluster: Vec::new(),
@@ -205,6 +210,8 @@ pub struct BackendConfig {
     /// closed (its requests fail with an "outcome unknown" error), milliseconds; 0: never.
     /// Connections of blocking commands, transactions and subscriptions are exempt.
     pub read_timeout_ms: u64,
+    /// TLS to the nodes (see [`BackendTlsConfig`]).
+    pub tls: BackendTlsConfig,
 }
 
 impl Default for BackendConfig {
@@ -214,6 +221,7 @@ impl Default for BackendConfig {
             password: None,
             connect_timeout_ms: 1000,
             read_timeout_ms: 0,
+            tls: BackendTlsConfig::default(),
         }
     }
 }
@@ -226,6 +234,7 @@ impl std::fmt::Debug for BackendConfig {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("read_timeout_ms", &self.read_timeout_ms)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -473,13 +482,13 @@ impl Config {
     /// Checks everything that can be checked without network access.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.upstream()?;
-        let addresses = [
-            ("listen", &self.listen),
-            ("admin_listen", &self.admin_listen),
-        ];
-        for (field, addr) in addresses {
-            check_host_port(field, addr)?;
+        // An empty `listen` turns the plain listener off when the TLS one serves instead.
+        if !(self.listen.is_empty() && self.tls.is_enabled()) {
+            check_host_port("listen", &self.listen)?;
         }
+        check_host_port("admin_listen", &self.admin_listen)?;
+        self.tls.validate()?;
+        self.backend.tls.validate()?;
         for seed in self.cluster.iter().chain(self.standalone.iter()) {
             check_host_port("upstream", seed)?;
         }
@@ -515,12 +524,15 @@ impl Config {
             return Err(ConfigError::Invalid("maxclients must be at least 1".into()));
         }
         let open = self.requirepass.is_none() && self.users.is_empty();
-        if open && self.protected_mode && !is_loopback(&self.listen) {
+        let listens = std::iter::once(&self.listen).chain(self.tls.listen.as_ref());
+        if let Some(exposed) = listens
+            .filter(|listen| !listen.is_empty() && !is_loopback(listen))
+            .find(|_| open && self.protected_mode)
+        {
             return Err(ConfigError::Invalid(format!(
-                "protected_mode: refusing to listen on {} without authentication; set \
+                "protected_mode: refusing to listen on {exposed} without authentication; set \
                  requirepass (or users), listen on a loopback address, or set \
-                 protected_mode: false",
-                self.listen
+                 protected_mode: false"
             )));
         }
         Ok(())
@@ -548,7 +560,7 @@ fn is_loopback(addr: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-fn check_host_port(field: &str, addr: &str) -> Result<(), ConfigError> {
+pub(crate) fn check_host_port(field: &str, addr: &str) -> Result<(), ConfigError> {
     let valid = addr
         .rsplit_once(':')
         .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
