@@ -23,6 +23,7 @@ impl RunArgs {
         if let Some(listen) = &self.listen {
             config.listen = listen.clone();
         }
+        self.apply_tls(&mut config);
         if !self.cluster.is_empty() {
             config.cluster = self.cluster.clone();
             config.standalone = None;
@@ -65,6 +66,22 @@ impl RunArgs {
         }
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
+    }
+
+    fn apply_tls(&self, config: &mut Config) {
+        if let Some(listen) = &self.tls_listen {
+            config.tls.listen = Some(listen.clone());
+        }
+        let files = [
+            (&self.tls_cert_file, &mut config.tls.cert_file),
+            (&self.tls_key_file, &mut config.tls.key_file),
+            (&self.tls_ca_cert_file, &mut config.tls.ca_cert_file),
+        ];
+        for (flag, option) in files {
+            if let Some(path) = flag {
+                *option = Some(path.clone());
+            }
+        }
     }
 }
 
@@ -110,7 +127,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     let args = Arc::new(args);
     let loader: slotbridge::reload::Loader = Box::new(move || args.config());
     runtime.block_on(async move {
-        let (proxy, listener) = match slotbridge::server::start(config).await {
+        let (proxy, listeners) = match slotbridge::server::start_listeners(config).await {
             Ok(started) => started,
             Err(e) => {
                 tracing::error!("{e}");
@@ -124,7 +141,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             }
         }
         let live = slotbridge::server::live(proxy, Some(loader));
-        slotbridge::server::serve_live(live, listener, shutdown_signal()).await;
+        slotbridge::server::serve_listeners(live, listeners, shutdown_signal()).await;
         if let Some(path) = &pidfile {
             let _ = std::fs::remove_file(path);
         }
