@@ -305,7 +305,10 @@ fn shard_node_addr(
             .transpose()
     };
     let port = match reached_on {
-        NodePort::Tls => port_of("tls-port")?.or(port_of("port")?),
+        NodePort::Tls => match port_of("tls-port")? {
+            Some(port) => Some(port),
+            None => port_of("port")?,
+        },
         NodePort::Plain => port_of("port")?,
     };
     // A node announcing only a TLS port cannot be reached over plain TCP.

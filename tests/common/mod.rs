@@ -24,6 +24,7 @@ mod prometheus;
 mod proxy;
 mod raw;
 mod standalone;
+mod tls;
 
 use std::sync::OnceLock;
 
@@ -47,6 +48,7 @@ pub use raw::{
     Raw,
 };
 pub use standalone::Standalone;
+pub use tls::{require_openssl, Certs, TlsClient, TlsCluster};
 
 /// A 3-master cluster without replicas, started on first use and shared by every test of this
 /// binary. Do not move slots, fail over or kill nodes on it; start a [`Cluster`] for that.
