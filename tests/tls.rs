@@ -64,6 +64,14 @@ fn redis_cli_reaches_the_upstream_through_the_tls_listener() {
     assert_eq!(client.call(&["SET", "tls:big", &big]).unwrap(), "+OK\r\n");
     let reply = client.call(&["GET", "tls:big"]).unwrap();
     assert_eq!(reply, format!("$300000\r\n{big}\r\n"));
+    // 12 MB of replies to one write: the proxy's TLS writes meet a full socket many times,
+    // and the tail of the last reply must still leave.
+    let gets: Vec<Vec<String>> = (0..40)
+        .map(|_| vec!["GET".into(), "tls:big".into()])
+        .collect();
+    let received = client.pipeline(&gets).unwrap();
+    assert_eq!(received, 40 * reply.len());
+    assert_eq!(client.call(&["PING"]).unwrap(), "+PONG\r\n");
 }
 
 #[test]
@@ -303,6 +311,23 @@ fn a_tls_only_cluster_behind_the_proxy_including_a_moved_to_a_tls_port() {
             .unwrap();
         assert_eq!(value, i);
     }
+    // 16 MB of writes in one pipeline: node connections over TLS meet a full socket, and
+    // what rustls holds must reach the nodes without another request to push it.
+    let big = "v".repeat(200_000);
+    let mut pipe = redis::pipe();
+    for i in 0..80 {
+        pipe.cmd("SET").arg(format!("big{i}")).arg(&big).ignore();
+    }
+    pipe.query::<()>(&mut con).unwrap();
+    let lens: Vec<usize> = (0..80)
+        .map(|i| {
+            redis::cmd("STRLEN")
+                .arg(format!("big{i}"))
+                .query(&mut con)
+                .unwrap()
+        })
+        .collect();
+    assert!(lens.iter().all(|&len| len == big.len()), "{lens:?}");
     // A key whose (empty) slot moves to another master: the proxy's map is stale, the old
     // owner answers MOVED with the new one's TLS port, and the proxy follows it over TLS.
     let key = "moved:{tls}";

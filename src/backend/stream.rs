@@ -38,7 +38,7 @@ impl NodeStream {
             }
             NodeStream::Tls(stream) => {
                 let local = stream.get_ref().0.local_addr();
-                let (read, write) = split::split(*stream);
+                let (read, write) = split::split(*stream, false);
                 (
                     NodeReader::Tls(read),
                     NodeWriter::new(Writer::Tls(write), local),

@@ -83,8 +83,7 @@ pub async fn serve(stream: ClientStream, live: Arc<Live>, registry: Arc<Registry
     }
     let mut limits = ClientLimits::of(config);
     let mut decoder = RequestDecoder::new(config.limits.protocol());
-    let user = super::stream::certificate_user(&stream, &snapshot)
-        .or_else(|| ConnState::initial_user(&snapshot.auth));
+    let user = super::stream::initial_user(&stream, &snapshot);
     // Where a blocking command of the client waits (CLIENT UNBLOCK).
     let blocked = Arc::new(BlockedOn::default());
     let guard = registry.register(peer, local_addr, user.as_deref(), blocked.clone());

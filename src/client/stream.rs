@@ -64,7 +64,7 @@ impl ClientStream {
                 )
             }
             ClientStream::Tls(stream) => {
-                let (read, write) = split::split(*stream);
+                let (read, write) = split::split(*stream, true);
                 (
                     ClientReader(Reader::Tls(read)),
                     ClientWriter(Writer::Tls(write)),
@@ -138,6 +138,12 @@ impl AsyncWrite for ClientWriter {
             Writer::Tls(write) => Pin::new(write).poll_shutdown(cx),
         }
     }
+}
+
+/// The user a new client starts as: the one its certificate names (see
+/// [`certificate_user`]), else the open `default` user, if any.
+pub fn initial_user(stream: &ClientStream, proxy: &crate::dispatch::Proxy) -> Option<String> {
+    certificate_user(stream, proxy).or_else(|| super::local::ConnState::initial_user(&proxy.auth))
 }
 
 /// The user a client's certificate logs it in as, with `tls.auth_clients_user: CN`: its

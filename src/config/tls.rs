@@ -133,6 +133,14 @@ pub struct BackendTlsConfig {
 }
 
 impl BackendTlsConfig {
+    /// TLS on, every other setting at its default (a `rediss://` URL before its flags).
+    pub fn enabled() -> Self {
+        BackendTlsConfig {
+            enabled: true,
+            ..BackendTlsConfig::default()
+        }
+    }
+
     /// Checks what needs no file.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.enabled {
@@ -204,5 +212,19 @@ mod tests {
             ..BackendTlsConfig::default()
         };
         assert!(backend.validate().is_err(), "no CA and verification on");
+    }
+
+    #[test]
+    fn an_empty_listen_leaves_only_the_tls_listener() {
+        let yaml = "listen: \"\"\ncluster: [127.0.0.1:7001]\n";
+        let config = Config::from_yaml(yaml).unwrap();
+        assert!(config.validate().is_err(), "no listener at all");
+        let with_tls =
+            format!("{yaml}tls:\n  listen: 127.0.0.1:6390\n  cert_file: a\n  key_file: b\n");
+        Config::from_yaml(&with_tls).unwrap().validate().unwrap();
+        // Protected mode looks at the TLS listener too.
+        let exposed = with_tls.replace("127.0.0.1:6390", "0.0.0.0:6390");
+        let error = Config::from_yaml(&exposed).unwrap().validate().unwrap_err();
+        assert!(error.to_string().contains("0.0.0.0:6390"), "{error}");
     }
 }

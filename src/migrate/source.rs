@@ -161,10 +161,7 @@ impl RedisUrl {
             addr: addr.to_owned(),
             username: username.or(env_user),
             password: password.or(env_password),
-            tls: tls.then(|| crate::config::BackendTlsConfig {
-                enabled: true,
-                ..Default::default()
-            }),
+            tls: tls.then(crate::config::BackendTlsConfig::enabled),
         })
     }
 }
@@ -258,11 +255,10 @@ impl Endpoint {
             username: first.username.clone(),
             password: first.password.clone(),
             connect_timeout: Duration::from_secs(5),
-            tls: match &first.tls {
-                Some(tls) => crate::tls::NodeTls::from_config(tls)
-                    .map_err(|e| MigrateError::Usage(format!("rediss://: {e}")))?,
-                None => None,
-            },
+            tls: crate::tls::NodeTls::from_config(
+                first.tls.as_ref().unwrap_or(&Default::default()),
+            )
+            .map_err(|e| MigrateError::Usage(format!("rediss://: {e}")))?,
             ..ConnOptions::default()
         };
         let addrs: Vec<NodeAddr> = seeds

@@ -21,7 +21,7 @@ use tokio_rustls::rustls::{self, ClientConfig, ClientConnection, RootCertStore, 
 use super::cluster::run_redis_cli;
 use super::ports::free_cluster_port;
 use super::process::{new_dir, require_tool, ManagedProcess};
-use super::raw::reply_complete;
+use super::raw::{reply_complete, split_replies};
 
 /// A CA and the certificates it signed, as PEM files in one directory: `ca`, `server`
 /// (CN `slotbridge-a`, for 127.0.0.1 and localhost, server and client use), `server-b`
@@ -222,6 +222,37 @@ impl TlsClient {
             }
         }
         Ok(String::from_utf8_lossy(&reply).into_owned())
+    }
+
+    /// Sends `commands` in one write, then reads their replies: how many bytes of replies
+    /// came, in order, each checked to start with `+`, `$` or `:` (no error).
+    pub fn pipeline(&mut self, commands: &[Vec<String>]) -> Result<usize, String> {
+        let mut wire = String::new();
+        for args in commands {
+            wire.push_str(&format!("*{}\r\n", args.len()));
+            for arg in args {
+                wire.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+            }
+        }
+        self.stream
+            .write_all(wire.as_bytes())
+            .and_then(|()| self.stream.flush())
+            .map_err(|e| format!("write: {e}"))?;
+        let mut data = Vec::new();
+        let mut chunk = vec![0u8; 64 * 1024];
+        while split_replies(&data).len() < commands.len() {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err("closed before every reply".to_string()),
+                Ok(n) => data.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(format!("read: {e}")),
+            }
+        }
+        for reply in split_replies(&data) {
+            if !matches!(reply.first(), Some(b'+' | b'$' | b':')) {
+                return Err(format!("error reply {:?}", String::from_utf8_lossy(&reply)));
+            }
+        }
+        Ok(data.len())
     }
 
     /// The CN of the certificate the server presented.
