@@ -311,6 +311,44 @@ fn a_tls_only_cluster_behind_the_proxy_including_a_moved_to_a_tls_port() {
             .unwrap();
         assert_eq!(value, i);
     }
+    // The other kinds of node connection speak TLS too: blocking, transaction, script and
+    // Pub/Sub ones.
+    let _: () = redis::cmd("RPUSH")
+        .arg("q")
+        .arg("job")
+        .query(&mut con)
+        .unwrap();
+    let popped: (String, String) = redis::cmd("BLPOP").arg("q").arg(1).query(&mut con).unwrap();
+    assert_eq!(popped.1, "job");
+    let (incr,): (i64,) = redis::pipe()
+        .atomic()
+        .cmd("INCR")
+        .arg("tx{1}")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(incr, 1);
+    let script: String = redis::cmd("EVAL")
+        .arg("return redis.call('GET', KEYS[1])")
+        .arg(1)
+        .arg("k7")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(script, "7");
+    let mut subscriber = proxy.connect();
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.subscribe("news").unwrap();
+    let published: i64 = redis::cmd("PUBLISH")
+        .arg("news")
+        .arg("hello")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(published, 1);
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let message: String = pubsub.get_message().unwrap().get_payload().unwrap();
+    assert_eq!(message, "hello");
+    drop(pubsub);
     // 16 MB of writes in one pipeline: node connections over TLS meet a full socket, and
     // what rustls holds must reach the nodes without another request to push it.
     let big = "v".repeat(200_000);
