@@ -1,8 +1,10 @@
-//! TLS on both sides, against real servers: the TLS listener (redis-cli, a rustls client, a
-//! plain client on the TLS port), mutual TLS (`yes`, `optional`), a client certificate's CN
-//! as the ACL user, certificate rotation by reload, and a TLS-only 3-master cluster behind
-//! the proxy (including a MOVED to a TLS port) and under `migrate`/`inspect` with
-//! `rediss://`. Certificates are made per test by `common::Certs` (openssl).
+//! TLS on both sides, against real servers: the TLS listener (redis-cli, a rustls client,
+//! large pipelined replies, a plain or silent client on the TLS port and the handshake
+//! timeout), mutual TLS (`yes`, `optional`), a client certificate's CN as the ACL user,
+//! certificate rotation by reload, and a TLS-only 3-master cluster behind the proxy (every
+//! kind of node connection, large pipelined writes, a MOVED to a TLS port) and under
+//! `migrate`/`inspect` with `rediss://`. Certificates are made per test by `common::Certs`
+//! (openssl).
 
 mod common;
 
@@ -75,10 +77,23 @@ fn redis_cli_reaches_the_upstream_through_the_tls_listener() {
 }
 
 #[test]
-fn a_plain_client_on_the_tls_port_gets_no_reply_and_a_close() {
+fn a_plain_or_silent_client_on_the_tls_port_gets_no_reply_and_a_close() {
     let certs = Certs::generate();
     let upstream = Standalone::start();
-    let (proxy, tls_addr) = tls_proxy(&upstream, &certs, &[]);
+    let (proxy, tls_addr) = tls_proxy(
+        &upstream,
+        &certs,
+        &["--set", "tls.handshake_timeout_ms=500"],
+    );
+    // A client that never starts the handshake is closed once its time is up.
+    let mut silent = TcpStream::connect(&tls_addr).unwrap();
+    let started = Instant::now();
+    let (data, closed) = read_until_close(&mut silent, Duration::from_secs(5));
+    assert!(closed && data.is_empty(), "a silent client kept: {data:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "closed before its timeout"
+    );
     let mut stream = TcpStream::connect(&tls_addr).unwrap();
     stream.write_all(b"PING\r\n").unwrap();
     let (data, closed) = read_until_close(&mut stream, Duration::from_secs(5));
