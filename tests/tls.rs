@@ -473,4 +473,18 @@ fn migrate_and_inspect_reach_a_tls_cluster_by_rediss_urls() {
         !out.status.success(),
         "the nodes require a client certificate"
     );
+    // `server_name` is the name checked instead of the nodes' IP address: one the
+    // certificate has passes, another fails on the certificate.
+    for (name, passes) in [("localhost", true), ("other.example", false)] {
+        let mut args = vec!["inspect", "--source", &seed, "--prefix", "tm"];
+        args.extend(tls);
+        args.extend(["--tls-server-name", name]);
+        let out = common::slotbridge(&args);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), passes, "{name}: {text}");
+        if !passes {
+            assert!(text.contains("certificate"), "{name}: {text}");
+        }
+    }
 }
