@@ -276,6 +276,22 @@ fn certificates_rotate_on_reload_and_a_bad_one_changes_nothing() {
         proxy.output().contains("tls.cert_file"),
         "the error names the option"
     );
+    // `check-config` reads the files too, and says the same.
+    let standalone = format!("standalone={}", upstream.addr());
+    let tls_listen = format!("tls.listen={tls_addr}");
+    let check = common::slotbridge(&[
+        "check-config",
+        &config_arg,
+        "--set",
+        &standalone,
+        "--set",
+        &tls_listen,
+    ]);
+    let said = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        !check.status.success() && said.contains("tls.cert_file"),
+        "{said}"
+    );
     assert_eq!(connected.call(&["INCR", "rot:k"]).unwrap(), ":3\r\n");
     let after_bad = TlsClient::connect(&tls_addr, &certs, None).unwrap();
     assert_eq!(after_bad.server_cn().as_deref(), Some("slotbridge-b"));
