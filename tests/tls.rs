@@ -111,6 +111,58 @@ fn a_plain_or_silent_client_on_the_tls_port_gets_no_reply_and_a_close() {
     assert_eq!(pong, "PONG", "the proxy serves on after refusing it");
 }
 
+/// Kills the child on drop, also when the test panics.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn with_an_empty_listen_only_the_tls_listener_serves() {
+    // An empty `listen` was refused before there was a TLS listener to serve instead.
+    let certs = Certs::generate();
+    let upstream = Standalone::start();
+    let tls_addr = format!("127.0.0.1:{}", free_port());
+    let admin = format!("127.0.0.1:{}", free_port());
+    let (cert, key) = (certs.path("server.crt"), certs.path("server.key"));
+    let _proxy = Killed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+            .args([
+                "--listen",
+                "",
+                "--admin-listen",
+                &admin,
+                "--standalone",
+                upstream.addr(),
+            ])
+            .args([
+                "--tls-listen",
+                &tls_addr,
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn slotbridge"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut client = loop {
+        match TlsClient::connect(&tls_addr, &certs, None) {
+            Ok(client) => break client,
+            Err(e) => assert!(Instant::now() < deadline, "no TLS listener: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(client.call(&["PING"]).unwrap(), "+PONG\r\n");
+}
+
 #[test]
 fn mutual_tls_yes_takes_only_certificates_of_the_ca() {
     let certs = Certs::generate();
