@@ -1,10 +1,10 @@
-//! TLS on both sides, against real servers: the TLS listener (redis-cli, a rustls client,
-//! large pipelined replies, a plain or silent client on the TLS port and the handshake
-//! timeout), mutual TLS (`yes`, `optional`), a client certificate's CN as the ACL user,
-//! certificate rotation by reload, and a TLS-only 3-master cluster behind the proxy (every
-//! kind of node connection, large pipelined writes, a MOVED to a TLS port) and under
-//! `migrate`/`inspect` with `rediss://`. Certificates are made per test by `common::Certs`
-//! (openssl).
+//! TLS on both sides, against real servers: the TLS listener (beside the plain one or
+//! alone; redis-cli, a rustls client, large pipelined replies, a plain or silent client on
+//! the TLS port and the handshake timeout), mutual TLS (`yes`, `optional`), a client
+//! certificate's CN as the ACL user, certificate rotation by reload, and a TLS-only 3-master
+//! cluster behind the proxy (every kind of node connection, large pipelined writes, a MOVED
+//! to a TLS port) and under `migrate`/`inspect` with `rediss://`. Certificates are made per
+//! test by `common::Certs` (openssl).
 
 mod common;
 

@@ -11,14 +11,13 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use super::{files, TlsError};
-use crate::config::{AuthClients, ClientCertUser, TlsConfig};
+use crate::config::{AuthClients, TlsConfig};
 
 /// What the TLS listener needs to take a client: built whole from the files, replaced whole
 /// on reload.
 pub struct ClientTls {
     acceptor: TlsAcceptor,
     handshake_timeout: Duration,
-    cert_names_user: bool,
 }
 
 impl ClientTls {
@@ -64,7 +63,6 @@ impl ClientTls {
         Ok(Some(ClientTls {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             handshake_timeout: Duration::from_millis(tls.handshake_timeout_ms),
-            cert_names_user: tls.auth_clients_user == ClientCertUser::Cn,
         }))
     }
 
@@ -78,10 +76,5 @@ impl ClientTls {
                 self.handshake_timeout.as_millis()
             )),
         }
-    }
-
-    /// Whether a client certificate's CN names the client's user (`tls.auth_clients_user`).
-    pub fn cert_names_user(&self) -> bool {
-        self.cert_names_user
     }
 }
