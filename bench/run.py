@@ -35,6 +35,13 @@ PREDIXY = sys.argv[sys.argv.index("--predixy") + 1] if "--predixy" in sys.argv e
 # `--baseline PATH`: another slotbridge binary (an earlier build), measured as one more target
 # in the same series: an A/B of a change on the same host at the same pace.
 BASELINE = sys.argv[sys.argv.index("--baseline") + 1] if "--baseline" in sys.argv else None
+# `--proxy PATH`: measure this slotbridge binary instead of the release build (a debug build
+# to check that a series runs, never for figures).
+if "--proxy" in sys.argv:
+    PROXY = os.path.abspath(sys.argv[sys.argv.index("--proxy") + 1])
+# `--requests N`: every run sends N requests (a quick check of a series, not a measurement).
+if "--requests" in sys.argv:
+    N_P1 = N_P16 = int(sys.argv[sys.argv.index("--requests") + 1])
 LAYOUT = "config/botmesh-cluster-v1.yaml"
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -211,10 +218,12 @@ def rss_mb(pid):
     return 0.0
 
 
-def benchmark(port, test, pipeline, n, cluster=False, clients=CLIENTS, command=None):
+def benchmark(port, test, pipeline, n, cluster=False, clients=CLIENTS, command=None, tls=None):
     args = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(clients),
             "-n", str(n), "-r", str(KEYSPACE), "-d", str(VALUE_SIZE), "-P", str(pipeline),
             "--csv", "--precision", "3"]
+    if tls:
+        args += ["--tls", "--cacert", tls]
     if cluster:
         args.append("--cluster")
     if command:
@@ -749,8 +758,68 @@ def print_cpu_breakdown(results, targets):
               f"{proxy} | {kernel} | {sum(parts):.2f} | {allowed} | {free} | {measured} |")
 
 
+def make_certs(directory):
+    """A throwaway CA and a certificate for 127.0.0.1 signed by it; returns the CA's path."""
+    if not shutil.which("openssl"):
+        raise SystemExit("openssl missing (it makes the TLS series' certificates): "
+                         "apt-get install -y openssl")
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+    curve = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *curve, "-days", "1", "-subj", "/CN=bench CA",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-keyout", "ca.key", "-out", "ca.crt")
+    with open(os.path.join(directory, "server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n")
+    openssl("req", *curve, "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-extfile", "server.ext", "-out", "server.crt")
+    return os.path.join(directory, "ca.crt")
+
+
+def tls_series():
+    """`--tls`: clients over TLS against plain clients, one proxy each, same cluster, runs
+    interleaved: the cost of client-side TLS at -P 1 and -P 16."""
+    procs = Processes()
+    try:
+        seeds = [f"127.0.0.1:{p}" for p in start_cluster(procs)]
+        ca = make_certs(procs.dir)
+        plain, plain_port = start_proxy(procs, seeds, [], "proxy")
+        tls_port = free_port()
+        tls_args = ["--tls-listen", f"127.0.0.1:{tls_port}",
+                    "--tls-cert-file", os.path.join(procs.dir, "server.crt"),
+                    "--tls-key-file", os.path.join(procs.dir, "server.key")]
+        tls_proxy, _ = start_proxy(procs, seeds, tls_args, "proxy-tls")
+        targets = [("plain", plain_port, plain, None), ("TLS", tls_port, tls_proxy, ca)]
+        cases = [("SET -P 1", "set", 1, N_P1), ("GET -P 1", "get", 1, N_P1),
+                 ("SET -P 16", "set", 16, N_P16), ("GET -P 16", "get", 16, N_P16)]
+        results = {}
+        for _ in range(REPS):
+            for label, test, pipeline, n in cases:
+                for target, port, proc, cacert in targets:
+                    before = cpu_seconds(proc.pid)
+                    r = benchmark(port, test, pipeline, n, tls=cacert)
+                    r["cpu"], r["n"] = cpu_seconds(proc.pid) - before, n
+                    results.setdefault((label, target), []).append(r)
+        print(f"| case | plain req/s | TLS req/s (median of {REPS}) | TLS / plain | "
+              "TLS / plain, each repetition | plain req per proxy CPU-s | TLS req per proxy CPU-s |")
+        print("|---|---|---|---|---|---|---|")
+        for label, *_ in cases:
+            plain_rows, tls_rows = results[(label, "plain")], results[(label, "TLS")]
+            each = ", ".join(f"{t['rps'] / p['rps']:.2f}" for p, t in zip(plain_rows, tls_rows))
+            per_cpu = [sum(r["n"] for r in rows) / max(1e-9, sum(r["cpu"] for r in rows))
+                       for rows in (plain_rows, tls_rows)]
+            print(f"| {label} | {median(plain_rows, 'rps'):.0f} | {median(tls_rows, 'rps'):.0f} | "
+                  f"{median(tls_rows, 'rps') / median(plain_rows, 'rps'):.2f} | {each} | "
+                  f"{per_cpu[0]:.0f} | {per_cpu[1]:.0f} |")
+    finally:
+        procs.stop()
+
+
 if __name__ == "__main__":
-    if "--syscalls" in sys.argv:
+    if "--tls" in sys.argv:
+        tls_series()
+    elif "--syscalls" in sys.argv:
         syscalls_per_request()
     elif "--instructions" in sys.argv:
         instructions_per_request()

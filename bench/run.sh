@@ -2,7 +2,7 @@
 # Throughput and latency of slotbridge against a direct cluster-aware client, same run.
 #
 #   bench/run.sh [--quick] [--reps N] [--syscalls] [--instructions] [--predixy PATH]
-#                [--baseline PATH] [--fleet]
+#                [--baseline PATH] [--fleet] [--tls]
 #
 # Builds the release proxy, starts a 3-master cluster on free loopback ports, and runs
 # redis-benchmark interleaved against (a) the cluster directly (--cluster), (b) the proxy,
@@ -18,7 +18,8 @@
 # (`perf stat` on the syscall tracepoints; strace where perf is missing); `--instructions`
 # the proxy's user-space instructions per request under valgrind's callgrind (a count that
 # repeats from run to run, unlike time on shared cores; with `--baseline`, the earlier build's
-# counts too).
+# counts too). `--tls` instead measures clients over TLS against plain clients (two proxies in
+# front of one cluster, runs interleaved) at -P 1 and -P 16: the cost of client-side TLS.
 # A second table splits the CPU per request between the servers, redis-benchmark
 # and the proxy (with the proxy's kernel time apart), and gives the size of the batches the
 # servers read (commands per read, from INFO stats) and how often they went to sleep for

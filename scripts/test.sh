@@ -5,6 +5,8 @@
 # - Installs what the integration tests start for real: redis-server and redis-cli (packages
 #   redis-server and redis-tools), with apt-get, when redis-server or redis-cli is missing.
 #   `apt-get update` runs at most once. Root or passwordless sudo is needed only to install.
+# - Installs openssl (package openssl) when missing: the TLS tests make their certificates
+#   with it.
 # - Installs Prometheus (package prometheus, which ships prometheus and promtool) when either is
 #   missing: tests/observability.rs runs the shipped dashboard queries and alerting rules on a
 #   real Prometheus (a local process on a loopback port; the package's service is not used).
@@ -41,6 +43,13 @@ if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/nul
 fi
 
 redis-server --version
+
+# tests/tls.rs makes a throwaway CA and certificates with the openssl CLI, which slim Debian
+# images do not carry.
+if ! command -v openssl >/dev/null 2>&1; then
+  apt_install openssl
+fi
+openssl version
 
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
   apt_install prometheus

@@ -33,6 +33,7 @@
 //! - [`metrics`]: every metric name and the functions that record them.
 //! - [`auth`], [`policy`]: who a client is and what it may run. Pure.
 //! - [`reload`]: the live configuration (hot reload) and graceful drain (IO).
+//! - [`tls`]: TLS for the client listener and the node connections (rustls).
 
 pub mod admin;
 pub mod auth;
@@ -54,4 +55,5 @@ pub mod route;
 pub mod server;
 #[cfg(test)]
 mod test_support;
+pub mod tls;
 pub mod topology;

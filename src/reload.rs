@@ -16,13 +16,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::dispatch::layout::ActiveLayout;
 use crate::dispatch::{Builder, Proxy};
+use crate::tls::ClientTls;
 use crate::topology::Topology;
 
 /// Reads the configuration again (file, then flags and environment), validated.
@@ -51,6 +52,8 @@ pub struct Live {
     clients: Arc<AtomicUsize>,
     /// Successful reloads so far: sessions read their limits again when it changes.
     reloads: AtomicU64,
+    /// The TLS listener's certificates, read again on each reload.
+    client_tls: ArcSwapOption<ClientTls>,
 }
 
 /// One connected client's place under `maxclients`; freed on drop.
@@ -69,6 +72,11 @@ impl Live {
     /// Serves `proxy`; `loader` re-reads the configuration on reload (`None`: reloads fail).
     pub fn new(proxy: Arc<Proxy>, loader: Option<Loader>) -> Arc<Live> {
         let readiness = proxy.readiness.clone();
+        // `server::start` has read these files already; a failure here is a file changed since.
+        let client_tls = ClientTls::from_config(&proxy.config.tls)
+            .map_err(|error| tracing::error!(%error, "TLS listener has no certificate"))
+            .ok()
+            .flatten();
         let live = Arc::new(Live {
             current: ArcSwap::new(proxy),
             loader,
@@ -76,6 +84,7 @@ impl Live {
             reloading: tokio::sync::Mutex::new(()),
             clients: Arc::new(AtomicUsize::new(0)),
             reloads: AtomicU64::new(0),
+            client_tls: ArcSwapOption::new(client_tls.map(Arc::new)),
         });
         // Reloads keep the readiness flag, so /readyz follows every later snapshot.
         readiness.attach(&live);
@@ -90,6 +99,11 @@ impl Live {
     /// How many reloads have succeeded: a change means another configuration serves.
     pub fn reloads(&self) -> u64 {
         self.reloads.load(Ordering::Acquire)
+    }
+
+    /// The TLS listener's current certificates (`None`: no TLS listener).
+    pub fn client_tls(&self) -> Option<Arc<ClientTls>> {
+        self.client_tls.load_full()
     }
 
     /// Clients connected now.
@@ -145,6 +159,10 @@ impl Live {
         let mut config = loader()?;
         let running = self.proxy();
         keep_startup_settings(&running.config, &mut config);
+        // Read before anything changes: a bad certificate fails the whole reload.
+        let client_tls = ClientTls::from_config(&config.tls).map_err(|e| e.to_string())?;
+        let node_tls =
+            crate::tls::NodeTls::from_config(&config.backend.tls).map_err(|e| e.to_string())?;
         let builder = Builder::new(config)?;
         let config = builder.config();
         let new_upstream = upstream_changed(&running.config, config);
@@ -165,6 +183,12 @@ impl Live {
             crate::dispatch::layout::start(&next, active).await?;
         }
         self.current.store(Arc::new(next));
+        self.client_tls.store(client_tls.map(Arc::new));
+        if let (Some(running), Some(newer), false) =
+            (self.proxy().topology.node_tls(), &node_tls, new_upstream)
+        {
+            running.rotate(newer);
+        }
         self.reloads.fetch_add(1, Ordering::Release);
         if new_upstream {
             self.start_refresher();
@@ -233,6 +257,10 @@ fn keep_startup_settings(running: &Config, next: &mut Config) {
     if running.admin_listen != next.admin_listen {
         changed.push("admin_listen");
         next.admin_listen = running.admin_listen.clone();
+    }
+    if running.tls.listen != next.tls.listen {
+        changed.push("tls.listen");
+        next.tls.listen = running.tls.listen.clone();
     }
     if running.threads != next.threads {
         changed.push("threads");

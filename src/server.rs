@@ -10,7 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 use crate::admin;
-use crate::client::{self, Registry};
+use crate::client::{self, ClientStream, Registry};
 use crate::command::CommandTable;
 use crate::config::Config;
 use crate::dispatch::layout::ActiveLayout;
@@ -19,12 +19,32 @@ use crate::protocol::Proto;
 use crate::reload::{Live, Loader};
 use crate::topology::Topology;
 
+mod tls;
+
 /// How long start-up waits for a first complete slot map before serving anyway.
 const STARTUP_MAP_WAIT: Duration = Duration::from_secs(10);
 
-/// Builds the proxy for `config`: connects to the upstream, reads its slot map and command
-/// table (falling back to the built-in table), and binds the client listener.
+/// The client listeners: plain, TLS (`tls.listen`), or both.
+pub struct Listeners {
+    /// The plain listener (`listen`); `None` when `listen` is empty.
+    pub plain: Option<TcpListener>,
+    /// The TLS listener (`tls.listen`).
+    pub tls: Option<TcpListener>,
+}
+
+/// Builds the proxy for `config` (see [`start_listeners`]) with its plain listener only,
+/// which `config` must have.
 pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> {
+    let (proxy, listeners) = start_listeners(config).await?;
+    let plain = listeners
+        .plain
+        .ok_or("no plain listener: listen is empty")?;
+    Ok((proxy, plain))
+}
+
+/// Builds the proxy for `config`: connects to the upstream, reads its slot map and command
+/// table (falling back to the built-in table), and binds the client listeners.
+pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), String> {
     let metrics = if config.admin.metrics {
         crate::metrics::install()
             .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
@@ -85,13 +105,8 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
     if let Some(active) = &proxy.layout {
         crate::dispatch::layout::start(&proxy, active).await?;
     }
-    let listener = TcpListener::bind(&proxy.config.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", proxy.config.listen))?;
-    if let Ok(addr) = listener.local_addr() {
-        proxy.listen_addr = addr.to_string();
-    }
-    Ok((Arc::new(proxy), listener))
+    let listeners = crate::server::tls::bind(&mut proxy).await?;
+    Ok((Arc::new(proxy), listeners))
 }
 
 /// The backend's own command table, so every command of its version routes right.
@@ -154,6 +169,20 @@ pub async fn serve_live(
     listener: TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
+    let listeners = Listeners {
+        plain: Some(listener),
+        tls: None,
+    };
+    serve_listeners(live, listeners, shutdown).await;
+}
+
+/// Serves clients on `listeners` until `shutdown` completes, reloading on SIGHUP; then
+/// drains.
+pub async fn serve_listeners(
+    live: Arc<Live>,
+    listeners: Listeners,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     let registry = Arc::new(Registry::default());
     registry
         .budget()
@@ -174,6 +203,7 @@ pub async fn serve_live(
         let routing = proxy.topology.routing();
         tracing::info!(
             listen = %proxy.listen_addr,
+            tls_listen = ?listeners.tls.as_ref().and_then(|l| l.local_addr().ok()),
             slots_covered = routing.map.slots_covered(),
             masters = routing.map.masters().len(),
             upstream = proxy.topology.upstream_kind().label(),
@@ -184,10 +214,11 @@ pub async fn serve_live(
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
+            accepted = tls::accept(listeners.plain.as_ref()) => match accepted {
                 Ok((stream, _)) => match live.client_slot() {
                     Some(slot) => {
-                        let session = client::serve(stream, live.clone(), registry.clone());
+                        let session =
+                            client::serve(ClientStream::Tcp(stream), live.clone(), registry.clone());
                         tokio::spawn(async move {
                             session.await;
                             drop(slot);
@@ -195,9 +226,20 @@ pub async fn serve_live(
                     }
                     None => {
                         crate::metrics::client_rejected();
-                        tokio::spawn(refuse(stream));
+                        tokio::spawn(refuse(ClientStream::Tcp(stream)));
                     }
                 },
+                Err(e) => {
+                    // Out of file descriptors and the like: pause instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            accepted = tls::accept(listeners.tls.as_ref()) => match accepted {
+                // The handshake runs in the client's task, never here.
+                Ok((stream, peer)) => {
+                    tokio::spawn(tls::serve(stream, peer, live.clone(), registry.clone()));
+                }
                 Err(e) => {
                     // Out of file descriptors and the like: pause instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -206,7 +248,7 @@ pub async fn serve_live(
             }
         }
     }
-    drop(listener);
+    drop(listeners);
     reloader.abort();
     let timeout = Duration::from_millis(live.proxy().config.shutdown_timeout_ms);
     tracing::info!(clients = live.clients(), ?timeout, "draining");
@@ -221,12 +263,13 @@ pub async fn serve_live(
 }
 
 /// Tells a client over `maxclients` why, then closes, as Redis does.
-async fn refuse(mut stream: tokio::net::TcpStream) {
+async fn refuse(stream: ClientStream) {
+    let (_, mut writer) = stream.into_split();
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = stream
+        let _ = writer
             .write_all(b"-ERR max number of clients reached\r\n")
             .await;
-        let _ = stream.shutdown().await;
+        let _ = writer.shutdown().await;
     })
     .await;
 }

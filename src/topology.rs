@@ -107,6 +107,8 @@ struct ConnSettings {
     prelude: Option<Prelude>,
     /// For the shared connections only: the dedicated ones carry blocking commands.
     read_timeout: Option<Duration>,
+    /// `backend.tls`; `None`: plain TCP.
+    tls: Option<Arc<crate::tls::NodeTls>>,
 }
 
 /// The upstream: slot map, node connections, refresh policy.
@@ -140,6 +142,7 @@ impl Topology {
     /// dedicated ones need not).
     pub fn new(config: &Config, prelude: Option<Prelude>) -> Result<Arc<Topology>, String> {
         let upstream = config.upstream().map_err(|e| e.to_string())?;
+        let tls = crate::tls::NodeTls::from_config(&config.backend.tls).map_err(|e| e.to_string())?;
         let (seeds, standalone, sentinel) = match upstream {
             Upstream::Cluster(seeds) => (seeds, false, None),
             Upstream::Standalone(addr) => (vec![addr], true, None),
@@ -149,7 +152,12 @@ impl Topology {
             } => (
                 Vec::new(),
                 true,
-                Some(sentinel::SentinelWatch::new(config, addresses, master_name)),
+                Some(sentinel::SentinelWatch::new(
+                    config,
+                    addresses,
+                    master_name,
+                    tls.clone(),
+                )),
             ),
         };
         let settings = ConnSettings {
@@ -159,6 +167,7 @@ impl Topology {
             limits: config.limits.protocol(),
             prelude,
             read_timeout: config.read_timeout(),
+            tls,
         };
         let empty = SlotMap::empty();
         let topology = Topology {
@@ -317,7 +326,22 @@ impl Topology {
             reconnect: true,
             prelude: None,
             read_timeout: None,
+            tls: self.settings.tls.clone(),
         }
+    }
+
+    /// The port of the nodes' `CLUSTER SHARDS` entries connections use.
+    fn node_port(&self) -> crate::route::NodePort {
+        match self.settings.tls {
+            Some(_) => crate::route::NodePort::Tls,
+            None => crate::route::NodePort::Plain,
+        }
+    }
+
+    /// The TLS of node connections (`backend.tls`), which a reload may give new
+    /// certificates.
+    pub fn node_tls(&self) -> Option<&Arc<crate::tls::NodeTls>> {
+        self.settings.tls.as_ref()
     }
 
     fn shared_conn_options(&self, proto: Proto) -> ConnOptions {
@@ -435,7 +459,7 @@ impl Topology {
         let conn = self.node(addr, Proto::Resp2);
         let shards = call_with_timeout(&conn, "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n").await?;
         if !shards.starts_with(b"-") {
-            return SlotMap::from_cluster_shards(&shards, &self.remap);
+            return SlotMap::from_cluster_shards_on(&shards, &self.remap, self.node_port());
         }
         let slots = call_with_timeout(&conn, "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n").await?;
         if slots.starts_with(b"-") {

@@ -22,14 +22,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::fifo::{InFlight, Pending, ReplySender};
 use super::sink::Batch;
-use super::{handshake, BackendError, ConnOptions};
+use super::{handshake, BackendError, ConnOptions, NodeWriter};
 use crate::buffer::Resizer;
 use crate::route::NodeAddr;
 
@@ -106,7 +105,7 @@ enum Flushed {
     /// Everything queued is written.
     All,
     /// The socket's buffer is full; the rest waits in the link's `unwritten`.
-    Blocked(Arc<OwnedWriteHalf>),
+    Blocked(Arc<NodeWriter>),
     /// No usable connection (none yet, or it just failed): the writer must (re)connect
     /// before anything still queued is written.
     NoLink,
@@ -165,6 +164,10 @@ impl Outbox {
                     return Flushed::NoLink;
                 }
             }
+        }
+        if link.write.has_unsent() {
+            // A TLS record the socket took in part: the writer waits to send the rest.
+            return Flushed::Blocked(link.write.clone());
         }
         link.unwritten_resizer.shrink_if_idle(&mut link.unwritten);
         Flushed::All
@@ -353,7 +356,7 @@ impl NodeConn {
 /// An established connection: its write half, its FIFO, its reader task, and the bytes of
 /// recorded requests the socket has not taken yet.
 struct Link {
-    write: Arc<OwnedWriteHalf>,
+    write: Arc<NodeWriter>,
     in_flight: Arc<InFlight>,
     reader: JoinHandle<()>,
     unwritten: BytesMut,
@@ -374,7 +377,7 @@ enum Next {
     /// Wait for more requests.
     Idle,
     /// Wait until the socket takes more bytes.
-    Writable(Arc<OwnedWriteHalf>),
+    Writable(Arc<NodeWriter>),
     /// Open a connection for what is queued.
     Connect,
     /// Every handle is gone and everything queued is written.

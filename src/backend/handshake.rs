@@ -1,4 +1,5 @@
-//! Opening a connection to a node: TCP connect, then `AUTH` and `HELLO 3` as configured,
+//! Opening a connection to a node: TCP connect, the TLS handshake when `ConnOptions::tls`
+//! is set, then `AUTH` and `HELLO 3` as configured,
 //! then the prelude's requests (see `ConnOptions::prelude`).
 //!
 //! The handshake commands are written together in one write and their replies are read
@@ -8,7 +9,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::ConnOptions;
+use super::{ConnOptions, NodeStream};
 use crate::protocol::encode::encode_request;
 use crate::protocol::{Proto, ReplyScanner};
 
@@ -24,7 +25,7 @@ enum Step {
 /// Connects to `addr` and runs the handshake, all within `opts.connect_timeout`.
 /// Returns the stream and any bytes read past the handshake replies. The error text is
 /// the server's own error (e.g. `WRONGPASS ...`) or the IO error; it never holds the password.
-pub async fn connect(addr: &str, opts: &ConnOptions) -> Result<(TcpStream, BytesMut), String> {
+pub async fn connect(addr: &str, opts: &ConnOptions) -> Result<(NodeStream, BytesMut), String> {
     match tokio::time::timeout(opts.connect_timeout, connect_and_greet(addr, opts)).await {
         Ok(result) => result,
         Err(_) => Err(format!(
@@ -37,14 +38,20 @@ pub async fn connect(addr: &str, opts: &ConnOptions) -> Result<(TcpStream, Bytes
 async fn connect_and_greet(
     addr: &str,
     opts: &ConnOptions,
-) -> Result<(TcpStream, BytesMut), String> {
-    let mut stream = TcpStream::connect(addr)
+) -> Result<(NodeStream, BytesMut), String> {
+    let tcp = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect failed: {e}"))?;
     // Requests are already batched by the writer; Nagle would only add latency.
-    stream
-        .set_nodelay(true)
+    tcp.set_nodelay(true)
         .map_err(|e| format!("set TCP_NODELAY failed: {e}"))?;
+    let mut stream = match &opts.tls {
+        Some(tls) => {
+            let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+            NodeStream::Tls(Box::new(tls.connect(host, tcp).await?))
+        }
+        None => NodeStream::Tcp(tcp),
+    };
 
     let mut out = BytesMut::new();
     let mut steps: Vec<Step> = Vec::new();
@@ -75,6 +82,11 @@ async fn connect_and_greet(
     }
     stream
         .write_all(&out)
+        .await
+        .map_err(|e| format!("handshake write failed: {e}"))?;
+    // TLS may hold the tail of a record until flushed.
+    stream
+        .flush()
         .await
         .map_err(|e| format!("handshake write failed: {e}"))?;
 

@@ -1,6 +1,6 @@
 //! Pipelined connections to Redis nodes: the proxy's hot path to the backend.
 //!
-//! A [`NodeConn`] is one TCP connection to one node, shared by every client that talks to
+//! A [`NodeConn`] is one connection (TCP, or TLS over TCP) to one node, shared by every client that talks to
 //! that node. Requests are raw RESP bytes; replies come back as the raw bytes of one frame,
 //! split off the read buffer without copying. Invariants: replies are matched to requests
 //! strictly in the order the requests were written; a request that was never written fails
@@ -13,6 +13,7 @@ mod fifo;
 mod handshake;
 mod reader;
 mod sink;
+mod stream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use bytes::Bytes;
 pub use conn::NodeConn;
 pub use handshake::connect;
 pub use sink::{Batch, BatchBuilder, Batches, Delivery, ReplySink};
+pub use stream::{NodeReader, NodeStream, NodeWriter};
 
 use crate::protocol::{Limits, Proto};
 
@@ -49,6 +51,8 @@ pub struct ConnOptions {
     /// is closed and they fail as `Lost`; `None` waits as long as TCP does. Only for
     /// connections that never carry a blocking command.
     pub read_timeout: Option<Duration>,
+    /// TLS to the node (`backend.tls`, `rediss://`); `None`: plain TCP.
+    pub tls: Option<Arc<crate::tls::NodeTls>>,
 }
 
 /// Makes the requests of [`ConnOptions::prelude`] when a connection opens (e.g. `SCRIPT
@@ -67,6 +71,7 @@ impl Default for ConnOptions {
             reconnect: true,
             prelude: None,
             read_timeout: None,
+            tls: None,
         }
     }
 }
@@ -82,6 +87,7 @@ impl std::fmt::Debug for ConnOptions {
             .field("reconnect", &self.reconnect)
             .field("prelude", &self.prelude.is_some())
             .field("read_timeout", &self.read_timeout)
+            .field("tls", &self.tls)
             .finish()
     }
 }

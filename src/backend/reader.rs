@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
-use tokio::net::tcp::OwnedReadHalf;
 
 use super::conn::WriterSide;
 use super::fifo::{InFlight, Pending};
-use super::{BackendError, ConnOptions};
+use super::{BackendError, ConnOptions, NodeReader};
 use crate::buffer::Resizer;
 use crate::protocol::ReplyScanner;
 use crate::route::NodeAddr;
@@ -26,7 +25,7 @@ const READ_CHUNK: usize = 64 * 1024;
 pub(super) async fn read_replies(
     // Counts the connection as open while this task lives (it ends or is aborted with it).
     _counted: crate::metrics::BackendConnection,
-    read: OwnedReadHalf,
+    read: NodeReader,
     buf: BytesMut,
     in_flight: Arc<InFlight>,
     writer: WriterSide,
@@ -74,7 +73,7 @@ impl Watchdog {
     /// Reads into `buf`, or returns why the node counts as stalled.
     async fn read(
         &mut self,
-        read: &mut OwnedReadHalf,
+        read: &mut NodeReader,
         buf: &mut BytesMut,
         replies_due: impl Fn() -> bool,
     ) -> Result<std::io::Result<usize>, String> {
@@ -105,7 +104,7 @@ impl Watchdog {
 
 /// Returns why reading stopped.
 async fn read_loop(
-    mut read: OwnedReadHalf,
+    mut read: NodeReader,
     mut buf: BytesMut,
     in_flight: &InFlight,
     owners: &mut VecDeque<Pending>,

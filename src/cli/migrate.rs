@@ -80,7 +80,8 @@ pub enum DirectionArg {
 /// Flags of `migrate`.
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
-    /// Where keys are read: redis://[user:pass@]host:port (a node or any cluster node).
+    /// Where keys are read: redis://[user:pass@]host:port (a node or any cluster node);
+    /// rediss:// for TLS (see the --tls-* flags).
     #[arg(long)]
     pub source: String,
     /// Another server to write to: redis://[user:pass@]host:port. Default: in place.
@@ -130,12 +131,16 @@ pub struct MigrateArgs {
     /// size of the keyspace.
     #[arg(long, default_value_t = slotbridge::migrate::BATCH as u64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub batch_size: u64,
+    /// TLS options of rediss:// URLs.
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 /// Flags of `inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The deployment: redis://[user:pass@]host:port (a node or any cluster node).
+    /// The deployment: redis://[user:pass@]host:port (a node or any cluster node);
+    /// rediss:// for TLS (see the --tls-* flags).
     #[arg(long)]
     pub source: String,
     /// The bot prefix.
@@ -144,15 +149,46 @@ pub struct InspectArgs {
     /// The rule file.
     #[arg(long, default_value = DEFAULT_LAYOUT)]
     pub layout: PathBuf,
+    /// TLS options of rediss:// URLs.
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
-fn redis_url(text: &str) -> Result<slotbridge::migrate::RedisUrl, String> {
-    slotbridge::migrate::RedisUrl::parse(
+/// TLS options of `rediss://` URLs, as `backend.tls` of the proxy.
+#[derive(Debug, Args, Default)]
+pub struct TlsArgs {
+    /// CA certificates (PEM) the servers' certificates must chain to.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// A client certificate (PEM), for servers with `tls-auth-clients yes`.
+    #[arg(long, value_name = "FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The key of `--tls-cert-file` (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+    /// SNI and the name the servers' certificates must carry, instead of each host.
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// Accept any server certificate (tests only: verifies nothing).
+    #[arg(long)]
+    pub tls_insecure_skip_verify: bool,
+}
+
+fn redis_url(text: &str, tls: &TlsArgs) -> Result<slotbridge::migrate::RedisUrl, String> {
+    let mut url = slotbridge::migrate::RedisUrl::parse(
         text,
         std::env::var("REDIS_USERNAME").ok(),
         std::env::var("REDIS_PASSWORD").ok(),
     )
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    if let Some(settings) = &mut url.tls {
+        settings.ca_cert_file.clone_from(&tls.tls_ca_cert_file);
+        settings.cert_file.clone_from(&tls.tls_cert_file);
+        settings.key_file.clone_from(&tls.tls_key_file);
+        settings.server_name.clone_from(&tls.tls_server_name);
+        settings.insecure_skip_verify = tls.tls_insecure_skip_verify;
+    }
+    Ok(url)
 }
 
 fn tool_runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -168,14 +204,14 @@ fn tool_runtime() -> Result<tokio::runtime::Runtime, String> {
 pub fn migrate(args: MigrateArgs) -> ExitCode {
     use slotbridge::migrate::{Direction, MigrateError, MigrateOptions};
     use std::io::IsTerminal;
-    let source = match redis_url(&args.source) {
+    let source = match redis_url(&args.source, &args.tls) {
         Ok(url) => url,
         Err(e) => return usage_error(&e),
     };
     // `--target URL` or every `--cluster` seed, in order: the first that answers is used.
     let mut seeds = Vec::new();
     for text in args.target.iter().chain(&args.cluster) {
-        match redis_url(text) {
+        match redis_url(text, &args.tls) {
             Ok(url) => seeds.push(url),
             Err(e) => return usage_error(&e),
         }
@@ -239,7 +275,7 @@ pub fn migrate(args: MigrateArgs) -> ExitCode {
 
 /// `slotbridge inspect ...`.
 pub fn inspect(args: InspectArgs) -> ExitCode {
-    let source = match redis_url(&args.source) {
+    let source = match redis_url(&args.source, &args.tls) {
         Ok(url) => url,
         Err(e) => return usage_error(&e),
     };

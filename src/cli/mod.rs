@@ -96,6 +96,18 @@ pub struct RunArgs {
     /// Client-facing address.
     #[arg(long, env = "SLOTBRIDGE_LISTEN", value_name = "HOST:PORT")]
     pub listen: Option<String>,
+    /// TLS listener address, beside `--listen` (see `tls.listen`).
+    #[arg(long, env = "SLOTBRIDGE_TLS_LISTEN", value_name = "HOST:PORT")]
+    pub tls_listen: Option<String>,
+    /// The TLS listener's certificate chain, PEM.
+    #[arg(long, env = "SLOTBRIDGE_TLS_CERT_FILE", value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The TLS listener's private key, PEM.
+    #[arg(long, env = "SLOTBRIDGE_TLS_KEY_FILE", value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+    /// CA certificates client certificates must chain to, PEM (see `tls.auth_clients`).
+    #[arg(long, env = "SLOTBRIDGE_TLS_CA_CERT_FILE", value_name = "FILE")]
+    pub tls_ca_cert_file: Option<PathBuf>,
     /// Cluster seed nodes, comma-separated.
     #[arg(
         long,
@@ -161,6 +173,10 @@ pub struct RunArgs {
 const FLAG_VARIABLES: &[&str] = &[
     "SLOTBRIDGE_CONFIG",
     "SLOTBRIDGE_LISTEN",
+    "SLOTBRIDGE_TLS_LISTEN",
+    "SLOTBRIDGE_TLS_CERT_FILE",
+    "SLOTBRIDGE_TLS_KEY_FILE",
+    "SLOTBRIDGE_TLS_CA_CERT_FILE",
     "SLOTBRIDGE_CLUSTER",
     "SLOTBRIDGE_STANDALONE",
     // Also the name of the `sentinel` section's variable: the flag's reading wins.

@@ -23,6 +23,7 @@ impl RunArgs {
         if let Some(listen) = &self.listen {
             config.listen = listen.clone();
         }
+        self.apply_tls(&mut config);
         // A flag that names an upstream replaces the file's, whichever kind that was.
         if !self.cluster.is_empty() {
             config.cluster = self.cluster.clone();
@@ -77,6 +78,22 @@ impl RunArgs {
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }
+
+    fn apply_tls(&self, config: &mut Config) {
+        if let Some(listen) = &self.tls_listen {
+            config.tls.listen = Some(listen.clone());
+        }
+        let files = [
+            (&self.tls_cert_file, &mut config.tls.cert_file),
+            (&self.tls_key_file, &mut config.tls.key_file),
+            (&self.tls_ca_cert_file, &mut config.tls.ca_cert_file),
+        ];
+        for (flag, option) in files {
+            if let Some(path) = flag {
+                *option = Some(path.clone());
+            }
+        }
+    }
 }
 
 fn init_logging(config: &Config) {
@@ -121,7 +138,7 @@ pub fn run(args: RunArgs) -> ExitCode {
     let args = Arc::new(args);
     let loader: slotbridge::reload::Loader = Box::new(move || args.config());
     runtime.block_on(async move {
-        let (proxy, listener) = match slotbridge::server::start(config).await {
+        let (proxy, listeners) = match slotbridge::server::start_listeners(config).await {
             Ok(started) => started,
             Err(e) => {
                 tracing::error!("{e}");
@@ -135,7 +152,7 @@ pub fn run(args: RunArgs) -> ExitCode {
             }
         }
         let live = slotbridge::server::live(proxy, Some(loader));
-        slotbridge::server::serve_live(live, listener, shutdown_signal()).await;
+        slotbridge::server::serve_listeners(live, listeners, shutdown_signal()).await;
         if let Some(path) = &pidfile {
             let _ = std::fs::remove_file(path);
         }

@@ -79,6 +79,16 @@ pub fn check_config(file: &Path, overrides: &[Override]) -> ExitCode {
                     return ExitCode::from(2);
                 }
             }
+            // The certificates and keys, read as start-up and reloads read them.
+            let tls = slotbridge::tls::ClientTls::from_config(&config.tls)
+                .map(drop)
+                .and_then(|()| {
+                    slotbridge::tls::NodeTls::from_config(&config.backend.tls).map(drop)
+                });
+            if let Err(e) = tls {
+                eprintln!("slotbridge: {e}");
+                return ExitCode::from(2);
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

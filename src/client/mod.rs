@@ -15,7 +15,9 @@ pub mod plain;
 pub mod pubsub;
 pub mod registry;
 pub mod session;
+pub mod stream;
 mod transaction;
 
 pub use registry::Registry;
 pub use session::serve;
+pub use stream::ClientStream;

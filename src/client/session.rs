@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::auth;
@@ -42,6 +41,7 @@ use super::local::{self, ConnState, ReplyMode};
 use super::pipeline::{Pipeline, Running};
 use super::pubsub::{self, Intercept, PubSub, Relay};
 use super::registry::{ClientGuard, Registry, Signal, Subscriptions};
+use super::stream::{ClientReader, ClientStream, ClientWriter};
 use super::transaction::{splice_local_answers, LocalCommands, Step, Transaction};
 
 const READ_BUFFER: usize = 16 * 1024;
@@ -64,12 +64,12 @@ const DRAIN_GRACE: Duration = Duration::from_millis(250);
 
 /// Serves one client until it disconnects, sends QUIT, breaks the protocol, idles past
 /// `timeout`, exceeds its output buffer limit, or the proxy drains.
-pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) {
+pub async fn serve(stream: ClientStream, live: Arc<Live>, registry: Arc<Registry>) {
     let peer = stream
         .peer_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let local_addr = stream.local_addr().unwrap_or(peer);
-    let _ = stream.set_nodelay(true);
+    let _ = stream.socket().set_nodelay(true);
     // TCP keepalive is set at connect (as Redis's `tcp-keepalive`); the other limits
     // follow reloads (see `ClientLimits`).
     let mut limits_of_reload = live.reloads();
@@ -79,11 +79,11 @@ pub async fn serve(stream: TcpStream, live: Arc<Live>, registry: Arc<Registry>) 
     if config.tcp_keepalive > 0 {
         let keepalive =
             socket2::TcpKeepalive::new().with_time(Duration::from_secs(config.tcp_keepalive));
-        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
+        let _ = socket2::SockRef::from(stream.socket()).set_tcp_keepalive(&keepalive);
     }
     let mut limits = ClientLimits::of(config);
     let mut decoder = RequestDecoder::new(config.limits.protocol());
-    let user = ConnState::initial_user(&snapshot.auth);
+    let user = super::stream::initial_user(&stream, &snapshot);
     // Where a blocking command of the client waits (CLIENT UNBLOCK).
     let blocked = Arc::new(BlockedOn::default());
     let guard = registry.register(peer, local_addr, user.as_deref(), blocked.clone());
@@ -765,10 +765,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 /// Half-closes the connection after the last reply, then discards input for a moment,
 /// so unread client bytes do not turn the close into a reset.
-async fn linger_close(
-    mut reader: tokio::net::tcp::OwnedReadHalf,
-    mut writer: tokio::net::tcp::OwnedWriteHalf,
-) {
+async fn linger_close(mut reader: ClientReader, mut writer: ClientWriter) {
     let _ = writer.shutdown().await;
     let mut sink = [0u8; 4096];
     let _ = tokio::time::timeout(CLOSE_LINGER, async {

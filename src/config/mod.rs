@@ -16,18 +16,22 @@ use crate::protocol::Limits;
 
 mod overrides;
 mod sentinel;
+mod tls;
 mod users;
 
 pub use overrides::{Override, TOP_LEVEL_FIELDS};
 pub use sentinel::SentinelConfig;
+pub use tls::{AuthClients, BackendTlsConfig, ClientCertUser, TlsConfig};
 pub use users::{ScriptTrust, UserConfig};
 
 /// The whole proxy configuration.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Client-facing address, `host:port`.
+    /// Client-facing address, `host:port`; empty: no plain listener (`tls.listen` only).
     pub listen: String,
+    /// The TLS listener for clients (see [`TlsConfig`]).
+    pub tls: TlsConfig,
     /// Admin HTTP address (metrics, health), `host:port`.
     pub admin_listen: String,
     /// Admin endpoint options.
@@ -97,6 +101,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "127.0.0.1:6380".into(),
+            tls: TlsConfig::default(),
             admin_listen: "127.0.0.1:9121".into(),
             admin: AdminConfig::default(),
             cluster: Vec::new(),
@@ -210,6 +215,8 @@ pub struct BackendConfig {
     /// closed (its requests fail with an "outcome unknown" error), milliseconds; 0: never.
     /// Connections of blocking commands, transactions and subscriptions are exempt.
     pub read_timeout_ms: u64,
+    /// TLS to the nodes (see [`BackendTlsConfig`]).
+    pub tls: BackendTlsConfig,
 }
 
 impl Default for BackendConfig {
@@ -219,6 +226,7 @@ impl Default for BackendConfig {
             password: None,
             connect_timeout_ms: 1000,
             read_timeout_ms: 0,
+            tls: BackendTlsConfig::default(),
         }
     }
 }
@@ -231,6 +239,7 @@ impl std::fmt::Debug for BackendConfig {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("read_timeout_ms", &self.read_timeout_ms)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -503,14 +512,20 @@ impl Config {
     /// Checks everything that can be checked without network access.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.sentinel.validate()?;
-        self.upstream()?;
-        let addresses = [
-            ("listen", &self.listen),
-            ("admin_listen", &self.admin_listen),
-        ];
-        for (field, addr) in addresses {
-            check_host_port(field, addr)?;
+        if self.sentinel.tls && !self.backend.tls.enabled {
+            return Err(ConfigError::Invalid(
+                "sentinel.tls reaches the Sentinels with backend.tls's settings: set backend.tls.enabled too"
+                    .into(),
+            ));
         }
+        self.upstream()?;
+        // An empty `listen` turns the plain listener off when the TLS one serves instead.
+        if !(self.listen.is_empty() && self.tls.is_enabled()) {
+            check_host_port("listen", &self.listen)?;
+        }
+        check_host_port("admin_listen", &self.admin_listen)?;
+        self.tls.validate()?;
+        self.backend.tls.validate()?;
         for seed in self.cluster.iter().chain(self.standalone.iter()) {
             check_host_port("upstream", seed)?;
         }
@@ -546,12 +561,15 @@ impl Config {
             return Err(ConfigError::Invalid("maxclients must be at least 1".into()));
         }
         let open = self.requirepass.is_none() && self.users.is_empty();
-        if open && self.protected_mode && !is_loopback(&self.listen) {
+        let listens = std::iter::once(&self.listen).chain(self.tls.listen.as_ref());
+        if let Some(exposed) = listens
+            .filter(|listen| !listen.is_empty() && !is_loopback(listen))
+            .find(|_| open && self.protected_mode)
+        {
             return Err(ConfigError::Invalid(format!(
-                "protected_mode: refusing to listen on {} without authentication; set \
+                "protected_mode: refusing to listen on {exposed} without authentication; set \
                  requirepass (or users), listen on a loopback address, or set \
-                 protected_mode: false",
-                self.listen
+                 protected_mode: false"
             )));
         }
         Ok(())
@@ -579,7 +597,7 @@ fn is_loopback(addr: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-fn check_host_port(field: &str, addr: &str) -> Result<(), ConfigError> {
+pub(crate) fn check_host_port(field: &str, addr: &str) -> Result<(), ConfigError> {
     let valid = addr
         .rsplit_once(':')
         .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());

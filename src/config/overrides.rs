@@ -9,6 +9,7 @@ use serde_yaml_ng::Value;
 /// left alone. (A test keeps this list equal to the struct's fields.)
 pub const TOP_LEVEL_FIELDS: &[&str] = &[
     "listen",
+    "tls",
     "admin_listen",
     "admin",
     "cluster",

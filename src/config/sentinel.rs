@@ -48,13 +48,6 @@ impl SentinelConfig {
         for addr in &self.addresses {
             check_host_port("sentinel.addresses", addr)?;
         }
-        if self.tls {
-            return Err(ConfigError::Invalid(
-                "sentinel.tls: this build has no backend TLS to reach the Sentinels with; \
-                 set sentinel.tls: false"
-                    .into(),
-            ));
-        }
         Ok(())
     }
 }
@@ -90,10 +83,6 @@ mod tests {
             (
                 "standalone: 127.0.0.1:6379\nsentinel: {addresses: [127.0.0.1:26379], master_name: m}",
                 "not both",
-            ),
-            (
-                "sentinel: {addresses: [127.0.0.1:26379], master_name: m, tls: true}",
-                "sentinel.tls",
             ),
         ] {
             let error = Config::from_yaml(yaml)

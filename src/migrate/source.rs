@@ -21,7 +21,7 @@ use futures_util::future::join_all;
 use crate::backend::{ConnOptions, NodeConn};
 use crate::protocol::encode::encode_request;
 use crate::protocol::{parse_frame, BytesFrame, Proto};
-use crate::route::{key_slot, NodeAddr, SlotMap};
+use crate::route::{key_slot, NodeAddr, NodePort, SlotMap};
 
 use super::MigrateError;
 
@@ -96,7 +96,8 @@ impl Reply {
     }
 }
 
-/// Where a deployment is and how to log in: parsed from `redis://[user:pass@]host:port`.
+/// Where a deployment is and how to log in: parsed from `redis://[user:pass@]host:port`
+/// (`rediss://` for TLS).
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisUrl {
     /// `host:port`.
@@ -105,6 +106,8 @@ pub struct RedisUrl {
     pub username: Option<String>,
     /// Password, if any. Never printed.
     pub password: Option<String>,
+    /// TLS settings, as `backend.tls`, for a `rediss://` URL; `None`: plain TCP.
+    pub tls: Option<crate::config::BackendTlsConfig>,
 }
 
 impl std::fmt::Debug for RedisUrl {
@@ -112,6 +115,7 @@ impl std::fmt::Debug for RedisUrl {
         f.debug_struct("RedisUrl")
             .field("addr", &self.addr)
             .field("username", &self.username)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -125,7 +129,10 @@ impl RedisUrl {
         env_user: Option<String>,
         env_password: Option<String>,
     ) -> Result<RedisUrl, MigrateError> {
-        let rest = text.strip_prefix("redis://").unwrap_or(text);
+        let (rest, tls) = match text.strip_prefix("rediss://") {
+            Some(rest) => (rest, true),
+            None => (text.strip_prefix("redis://").unwrap_or(text), false),
+        };
         let rest = rest.trim_end_matches('/');
         let (auth, addr) = match rest.rsplit_once('@') {
             Some((auth, addr)) => (Some(auth), addr),
@@ -154,6 +161,7 @@ impl RedisUrl {
             addr: addr.to_owned(),
             username: username.or(env_user),
             password: password.or(env_password),
+            tls: tls.then(crate::config::BackendTlsConfig::enabled),
         })
     }
 }
@@ -247,6 +255,10 @@ impl Endpoint {
             username: first.username.clone(),
             password: first.password.clone(),
             connect_timeout: Duration::from_secs(5),
+            tls: crate::tls::NodeTls::from_config(
+                first.tls.as_ref().unwrap_or(&Default::default()),
+            )
+            .map_err(|e| MigrateError::Usage(format!("rediss://: {e}")))?,
             ..ConnOptions::default()
         };
         let addrs: Vec<NodeAddr> = seeds
@@ -296,7 +308,7 @@ impl Endpoint {
             let conn = conn
                 .cloned()
                 .unwrap_or_else(|| NodeConn::spawn(addr.clone(), self.opts.clone()));
-            match read_slot_map(&conn, addr).await {
+            match read_slot_map(&conn, addr, self.opts.tls.is_some()).await {
                 Ok(map) => {
                     let conns = map
                         .masters()
@@ -532,7 +544,7 @@ async fn connect_seed(
         };
         return Ok((topology, false));
     }
-    let map = read_slot_map(&seed, addr).await?;
+    let map = read_slot_map(&seed, addr, opts.tls.is_some()).await?;
     let conns = map
         .masters()
         .iter()
@@ -549,10 +561,15 @@ async fn connect_seed(
 
 /// The complete slot map as `conn` (a cluster node at `addr`) sees it: `CLUSTER SHARDS`, or
 /// `CLUSTER SLOTS` when that is missing or incomplete.
-async fn read_slot_map(conn: &NodeConn, addr: &NodeAddr) -> Result<SlotMap, MigrateError> {
+async fn read_slot_map(
+    conn: &NodeConn,
+    addr: &NodeAddr,
+    tls: bool,
+) -> Result<SlotMap, MigrateError> {
     let no_remap = HashMap::new();
     let shards = raw_call(conn, &[b"CLUSTER", b"SHARDS"]).await?;
-    let map = match SlotMap::from_cluster_shards(&shards, &no_remap) {
+    let port = if tls { NodePort::Tls } else { NodePort::Plain };
+    let map = match SlotMap::from_cluster_shards_on(&shards, &no_remap, port) {
         Ok(map) if map.is_complete() => map,
         _ => {
             let slots = raw_call(conn, &[b"CLUSTER", b"SLOTS"]).await?;
@@ -592,6 +609,9 @@ mod tests {
         assert_eq!(url.username.as_deref(), Some("alice"));
         assert_eq!(url.password.as_deref(), Some("s3cret"));
         let url = RedisUrl::parse("redis://h:1", Some("u".into()), Some("p".into())).unwrap();
+        assert_eq!(url.tls, None);
+        let tls = RedisUrl::parse("rediss://h:1", None, None).unwrap().tls;
+        assert!(tls.is_some_and(|tls| tls.enabled), "rediss:// is TLS");
         assert_eq!(url.username.as_deref(), Some("u"));
         assert_eq!(url.password.as_deref(), Some("p"));
         let url = RedisUrl::parse("redis://:pw@h:2", None, None).unwrap();

@@ -6,4 +6,4 @@ mod slot_map;
 
 pub use redirect::Redirect;
 pub use slot::{key_slot, SLOT_COUNT};
-pub use slot_map::{NodeAddr, SlotMap};
+pub use slot_map::{NodeAddr, NodePort, SlotMap};

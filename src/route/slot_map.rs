@@ -66,6 +66,17 @@ impl SlotMap {
         frame: &[u8],
         remap: &HashMap<String, String>,
     ) -> Result<SlotMap, String> {
+        SlotMap::from_cluster_shards_on(frame, remap, NodePort::Plain)
+    }
+
+    /// As [`SlotMap::from_cluster_shards`], with the nodes reached on `port`: over TLS a
+    /// node's `tls-port` (a `tls-cluster yes` node), else its `port` (a node behind a TLS
+    /// terminator announces that one).
+    pub fn from_cluster_shards_on(
+        frame: &[u8],
+        remap: &HashMap<String, String>,
+        port: NodePort,
+    ) -> Result<SlotMap, String> {
         let mut builder = Builder::new();
         for shard in decode_reply(frame)?.list("CLUSTER SHARDS reply")? {
             let fields = shard.fields("shard")?;
@@ -75,7 +86,7 @@ impl SlotMap {
                 let node = node.fields("shard node")?;
                 let healthy = optional_text(&node, "health")
                     .is_none_or(|health| health != "fail" && health != "failed");
-                let Some(addr) = shard_node_addr(&node, remap)? else {
+                let Some(addr) = shard_node_addr(&node, remap, port)? else {
                     continue;
                 };
                 if !healthy {
@@ -265,10 +276,20 @@ impl Builder {
     }
 }
 
+/// Which port of a `CLUSTER SHARDS` node the proxy connects to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodePort {
+    /// `port`: plain TCP.
+    Plain,
+    /// `tls-port` when announced, else `port`: TLS.
+    Tls,
+}
+
 /// The address of one node of a `CLUSTER SHARDS` shard, or None when it has no usable one.
 fn shard_node_addr(
     node: &[(String, &Value)],
     remap: &HashMap<String, String>,
+    reached_on: NodePort,
 ) -> Result<Option<NodeAddr>, String> {
     let host = match optional_text(node, "ip").filter(|ip| !ip.is_empty()) {
         Some(ip) => ip,
@@ -277,13 +298,21 @@ fn shard_node_addr(
             _ => return Ok(None),
         },
     };
-    let Some(port) = node
-        .iter()
-        .find(|(name, _)| name == "port")
-        .map(|(_, value)| value.port("node port"))
-        .transpose()?
-    else {
-        // A node announcing only a TLS port cannot be reached over plain TCP.
+    let port_of = |field: &str| {
+        node.iter()
+            .find(|(name, _)| name == field)
+            .map(|(_, value)| value.port("node port"))
+            .transpose()
+    };
+    let port = match reached_on {
+        NodePort::Tls => match port_of("tls-port")? {
+            Some(port) => Some(port),
+            None => port_of("port")?,
+        },
+        NodePort::Plain => port_of("port")?,
+    };
+    // A node announcing only a TLS port cannot be reached over plain TCP.
+    let Some(port) = port else {
         return Ok(None);
     };
     Ok(Some(SlotMap::remap_addr(

@@ -18,12 +18,12 @@
 //! their own credentials (`sentinel.username`/`password`), the master with the backend's;
 //! one decision about the master is made at a time.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use crate::backend::NodeStream;
 use tokio::time::Instant;
 
 use super::Topology;
@@ -71,7 +71,13 @@ pub(super) struct SentinelWatch {
 
 impl SentinelWatch {
     /// The watch of `master_name` through `addresses`, with `config`'s Sentinel credentials.
-    pub(super) fn new(config: &Config, addresses: Vec<String>, master_name: String) -> Self {
+    /// `tls`: the backend's TLS settings, used for the Sentinels too when `sentinel.tls` is set.
+    pub(super) fn new(
+        config: &Config,
+        addresses: Vec<String>,
+        master_name: String,
+        tls: Option<Arc<crate::tls::NodeTls>>,
+    ) -> Self {
         let options = ConnOptions {
             proto: Proto::Resp2,
             username: config.sentinel.username.clone().filter(|u| !u.is_empty()),
@@ -81,6 +87,7 @@ impl SentinelWatch {
             reconnect: false,
             prelude: None,
             read_timeout: None,
+            tls: tls.filter(|_| config.sentinel.tls),
         };
         SentinelWatch {
             addresses,
@@ -275,7 +282,7 @@ impl SentinelWatch {
 
 /// One connection to a Sentinel, opened like a node connection (same connect function).
 struct Link {
-    stream: TcpStream,
+    stream: NodeStream,
     buf: BytesMut,
     scanner: ReplyScanner,
 }

@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::frames::{self, Element};
@@ -217,7 +216,7 @@ async fn run(
 }
 
 async fn serve(
-    stream: TcpStream,
+    stream: backend::NodeStream,
     mut buf: BytesMut,
     commands: &mut mpsc::UnboundedReceiver<Command>,
     sink: &Sink,

@@ -310,3 +310,35 @@ fn a_reply_nesting_deeper_than_any_slot_map_is_refused_unread() {
     let expected = Some("reply nests 100000 levels deep".to_owned());
     assert_eq!(refused, [expected.clone(), expected]);
 }
+
+#[test]
+fn over_tls_nodes_are_reached_on_their_tls_port() {
+    // As `tls-cluster yes` nodes announce: a TLS port, and a plain one unless it is off.
+    let tls_node = |port: &'static str, tls: &'static str| -> Vec<(&'static str, &'static str)> {
+        let mut fields = vec![("ip", "10.0.0.1"), ("role", "master")];
+        if !port.is_empty() {
+            fields.push(("port", port));
+        }
+        fields.push(("tls-port", tls));
+        fields
+    };
+    let (both, tls_only) = (tls_node("7000", "17000"), tls_node("", "17001"));
+    let reply = format!(
+        "*2\r\n{}{}",
+        shard(&[(0, 8191)], &[&both]),
+        shard(&[(8192, 16383)], &[&tls_only]),
+    )
+    // The helper writes `port` alone as an integer; Redis writes `tls-port` as one too.
+    .replace("$8\r\ntls-port\r\n$5\r\n", "$8\r\ntls-port\r\n:");
+    let over_tls =
+        SlotMap::from_cluster_shards_on(reply.as_bytes(), &no_remap(), NodePort::Tls).unwrap();
+    assert_eq!(&**over_tls.master_addr(0).unwrap(), "10.0.0.1:17000");
+    assert_eq!(&**over_tls.master_addr(9000).unwrap(), "10.0.0.1:17001");
+    let plain = SlotMap::from_cluster_shards(reply.as_bytes(), &no_remap()).unwrap();
+    assert_eq!(&**plain.master_addr(0).unwrap(), "10.0.0.1:7000");
+    assert_eq!(
+        plain.master_addr(9000),
+        None,
+        "a TLS-only node has no plain address"
+    );
+}

@@ -1,0 +1,158 @@
+//! A client's connection: plain TCP, or TLS over TCP. The session reads and writes it
+//! through two halves; for plain TCP each is the socket's own half, so the plain path
+//! costs one enum match per call and allocates nothing.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use crate::tls::split::{self, TlsIo, TlsReadHalf, TlsWriteHalf};
+
+type ServerTls = tokio_rustls::server::TlsStream<TcpStream>;
+
+/// A client's connection: plain TCP, or TLS over TCP.
+pub enum ClientStream {
+    /// A plain TCP connection.
+    Tcp(TcpStream),
+    /// A TLS connection whose handshake is done.
+    Tls(Box<ServerTls>),
+}
+
+impl ClientStream {
+    /// The client's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.socket().peer_addr()
+    }
+
+    /// The proxy's address the client connected to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.socket().local_addr()
+    }
+
+    /// The TCP socket underneath (nodelay, keepalive).
+    pub fn socket(&self) -> &TcpStream {
+        match self {
+            ClientStream::Tcp(stream) => stream,
+            ClientStream::Tls(stream) => stream.tcp(),
+        }
+    }
+
+    /// The subject CN of the certificate the client presented (mutual TLS), if any.
+    pub fn peer_common_name(&self) -> Option<String> {
+        match self {
+            ClientStream::Tcp(_) => None,
+            ClientStream::Tls(stream) => {
+                let certs = stream.get_ref().1.peer_certificates()?;
+                crate::tls::common_name(certs.first()?)
+            }
+        }
+    }
+
+    /// The read and write halves, each usable on its own.
+    pub fn into_split(self) -> (ClientReader, ClientWriter) {
+        match self {
+            ClientStream::Tcp(stream) => {
+                let (read, write) = stream.into_split();
+                (
+                    ClientReader(Reader::Tcp(read)),
+                    ClientWriter(Writer::Tcp(write)),
+                )
+            }
+            ClientStream::Tls(stream) => {
+                let (read, write) = split::split(*stream, true);
+                (
+                    ClientReader(Reader::Tls(read)),
+                    ClientWriter(Writer::Tls(write)),
+                )
+            }
+        }
+    }
+}
+
+/// The read half of a [`ClientStream`].
+pub struct ClientReader(Reader);
+
+enum Reader {
+    Tcp(OwnedReadHalf),
+    Tls(TlsReadHalf<ServerTls>),
+}
+
+impl AsyncRead for ClientReader {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Reader::Tcp(read) => Pin::new(read).poll_read(cx, buf),
+            Reader::Tls(read) => Pin::new(read).poll_read(cx, buf),
+        }
+    }
+}
+
+/// The write half of a [`ClientStream`].
+pub struct ClientWriter(Writer);
+
+enum Writer {
+    Tcp(OwnedWriteHalf),
+    Tls(TlsWriteHalf<ServerTls>),
+}
+
+impl ClientWriter {
+    /// Writes what the connection takes now; `WouldBlock` when it takes nothing.
+    pub fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.0 {
+            Writer::Tcp(write) => write.try_write(buf),
+            Writer::Tls(write) => write.try_write(buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().0 {
+            Writer::Tcp(write) => Pin::new(write).poll_write(cx, buf),
+            Writer::Tls(write) => Pin::new(write).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Writer::Tcp(write) => Pin::new(write).poll_flush(cx),
+            Writer::Tls(write) => Pin::new(write).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Writer::Tcp(write) => Pin::new(write).poll_shutdown(cx),
+            Writer::Tls(write) => Pin::new(write).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The user a new client starts as: the one its certificate names (see
+/// [`certificate_user`]), else the open `default` user, if any.
+pub fn initial_user(stream: &ClientStream, proxy: &crate::dispatch::Proxy) -> Option<String> {
+    certificate_user(stream, proxy).or_else(|| super::local::ConnState::initial_user(&proxy.auth))
+}
+
+/// The user a client's certificate logs it in as, with `tls.auth_clients_user: CN`: its
+/// subject CN, when an enabled user has that name (as Redis 7.2; otherwise the client
+/// starts as any other and may AUTH).
+pub fn certificate_user(stream: &ClientStream, proxy: &crate::dispatch::Proxy) -> Option<String> {
+    if proxy.config.tls.auth_clients_user != crate::config::ClientCertUser::Cn {
+        return None;
+    }
+    let name = stream.peer_common_name()?;
+    proxy.auth.user(&name).map(|user| user.name.clone())
+}
