@@ -192,6 +192,7 @@ pub async fn serve_live(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => match live.client_slot() {
                     Some(slot) => {
+                        let stream = client::stream::ClientStream::Tcp(stream);
                         let session = client::serve(stream, live.clone(), registry.clone());
                         tokio::spawn(async move {
                             session.await;

@@ -15,6 +15,8 @@ pub mod plain;
 pub mod pubsub;
 pub mod registry;
 pub mod session;
+mod step;
+pub mod stream;
 mod transaction;
 
 pub use registry::Registry;

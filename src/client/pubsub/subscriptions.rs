@@ -14,7 +14,7 @@ use futures_util::FutureExt;
 use super::keyspace::{self, PatternClass, Upstream};
 use super::link::Link;
 use super::restore::{command_bytes, shard_call};
-use super::{classify, frames, lock, Family, Inner, Intercept, PubSub};
+use super::{classify, frames, lock, Family, Inner, PubSub, Step};
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::key_slot;
@@ -27,7 +27,7 @@ impl PubSub {
         proto: Proto,
         family: Family,
         subscribe: bool,
-    ) -> Intercept {
+    ) -> Step {
         let names: Vec<Bytes> = request.args[1..].to_vec();
         let mut inner = lock(&self.inner);
         if family == Family::Shard {
@@ -49,7 +49,7 @@ impl PubSub {
         let link = if subscribe {
             match inner.regular_link(proto) {
                 Some(link) => link,
-                None => return Intercept::Reply(reply::error(reply::text::SLOT_UNSERVED)),
+                None => return Step::Reply(reply::error(reply::text::SLOT_UNSERVED)),
             }
         } else {
             match inner.regular.clone() {
@@ -57,7 +57,7 @@ impl PubSub {
                 None => {
                     // Nothing subscribed on the regular connection: answer as Redis does.
                     let count = inner.channels.len() + inner.patterns.len();
-                    return Intercept::Reply(local_confirmations(proto, kind, &names, count));
+                    return Step::Reply(local_confirmations(proto, kind, &names, count));
                 }
             }
         };
@@ -84,7 +84,7 @@ impl PubSub {
             inner.regular = None;
         }
         let raw = request.raw.clone();
-        Intercept::Pending(
+        Step::Pending(
             async move {
                 match link.call(raw, kind, expected).await {
                     Ok(frames) => frames,
@@ -107,7 +107,7 @@ impl Inner {
         proto: Proto,
         family: Family,
         subscribe: bool,
-    ) -> Intercept {
+    ) -> Step {
         let (command, kind): (&str, &'static [u8]) = match (family, subscribe) {
             (Family::Patterns, true) => ("PSUBSCRIBE", b"psubscribe"),
             (Family::Patterns, false) => ("PUNSUBSCRIBE", b"punsubscribe"),
@@ -131,13 +131,13 @@ impl Inner {
             if classes.iter().any(|c| *c != PatternClass::Keyspace) {
                 regular = self.regular_link(proto);
                 if regular.is_none() {
-                    return Intercept::Reply(reply::error(reply::text::SLOT_UNSERVED));
+                    return Step::Reply(reply::error(reply::text::SLOT_UNSERVED));
                 }
             }
             if classes.iter().any(|c| *c != PatternClass::Ordinary) {
                 keyspace_links = self.keyspace_links(proto);
                 if keyspace_links.is_empty() {
-                    return Intercept::Reply(reply::error(reply::text::SLOT_UNSERVED));
+                    return Step::Reply(reply::error(reply::text::SLOT_UNSERVED));
                 }
             }
         }
@@ -212,7 +212,7 @@ impl Inner {
             self.keyspace_links.clear();
         }
         let confirmations = confirmations.freeze();
-        Intercept::Pending(
+        Step::Pending(
             async move {
                 for answer in futures_util::future::join_all(calls).await {
                     match answer {
@@ -267,7 +267,7 @@ impl Inner {
         names: Vec<Bytes>,
         proto: Proto,
         subscribe: bool,
-    ) -> Intercept {
+    ) -> Step {
         let kind = if subscribe {
             "ssubscribe"
         } else {
@@ -285,11 +285,11 @@ impl Inner {
             if channels.is_empty() {
                 out.extend_from_slice(&frames::confirmation(proto, kind, None, 0));
             }
-            return Intercept::Reply(out.freeze());
+            return Step::Reply(out.freeze());
         }
         let slot = key_slot(&names[0]);
         if names.iter().any(|n| key_slot(n) != slot) {
-            return Intercept::Reply(reply::error(
+            return Step::Reply(reply::error(
                 "CROSSSLOT Keys in request don't hash to the same slot",
             ));
         }
@@ -308,7 +308,7 @@ impl Inner {
         let kind: &'static [u8] = kind.as_bytes();
         let expected = names.len();
         let shared = shared.clone();
-        Intercept::Pending(
+        Step::Pending(
             async move {
                 let answer = shard_call(&shared, slot, raw, kind, expected, proto).await;
                 if !subscribe {
