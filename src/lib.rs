@@ -53,3 +53,4 @@ pub mod server;
 #[cfg(test)]
 mod test_support;
 pub mod topology;
+pub mod upstream;

@@ -38,7 +38,6 @@
 
 mod admit;
 mod busy;
-mod exec;
 
 use std::sync::{Arc, Mutex};
 
@@ -47,16 +46,15 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use smallvec::SmallVec;
 
-use crate::backend::NodeConn;
 use crate::command::KeyList;
 use crate::dispatch::{Proxy, Target, WatchPin};
 use crate::protocol::{encode, FoldedName, Proto, Request};
 use crate::reply;
 use crate::reply::merge::array_elements;
 use crate::rewrite::Forward;
-use crate::route::{key_slot, NodeAddr, Redirect};
+use crate::route::key_slot;
+use crate::upstream::block::{self, Queued, ReusableConns};
 
-use self::exec::Queued;
 use super::step::Step;
 
 const OK: &[u8] = b"+OK\r\n";
@@ -143,8 +141,8 @@ struct PinState {
 pub struct Transaction {
     multi: Option<Queue>,
     watch: Option<Watch>,
-    /// Dedicated connections kept for this client's next transactions, by node and protocol.
-    reusable: Vec<(NodeAddr, Proto, NodeConn)>,
+    /// Dedicated connections kept for this client's next transactions.
+    reusable: ReusableConns,
     last_write_slot: Option<u16>,
 }
 
@@ -363,19 +361,11 @@ impl Transaction {
                 let raw = request.raw.clone();
                 return Step::Alone(
                     async move {
-                        match pin.conn.call(raw, pin.asking).await {
-                            Ok(frame) if Redirect::classify(&frame, pin.conn.addr()).is_some() => {
-                                // The slot moved since the first WATCH: EXEC will fail,
-                                // as it would after a change to a watched key.
-                                lock(&cell).broken = true;
-                                Bytes::from_static(OK)
-                            }
-                            Ok(frame) => frame,
-                            Err(error) => {
-                                // The pinned connection, and what it watched, is gone:
-                                // EXEC fails as after a change to a watched key, which a
-                                // client retries; a single Redis never refuses a WATCH.
-                                tracing::debug!(%error, "WATCH on a lost pinned connection");
+                        match pin.watch_again(raw).await {
+                            Some(frame) => frame,
+                            // EXEC fails as after a change to a watched key, which a
+                            // client retries; a single Redis never refuses a WATCH.
+                            None => {
                                 lock(&cell).broken = true;
                                 Bytes::from_static(OK)
                             }
@@ -463,29 +453,14 @@ impl Transaction {
                 (None, None) => Target::AnyMaster,
             };
             let reusable = if pin.is_none() {
-                self.reusable_conn(&proxy, target, proto)
+                self.reusable.get(&proxy, target, proto)
             } else {
                 None
             };
-            return exec::run_single(proxy, target, commands, pin, reusable, proto).boxed();
+            return block::run_single(proxy, target, commands, pin, reusable, proto).boxed();
         }
         crate::metrics::split_transaction();
-        exec::run_split(proxy, commands, slots, proto).boxed()
-    }
-
-    /// This client's kept connection to the node serving `target`, made on first use.
-    fn reusable_conn(&mut self, proxy: &Proxy, target: Target, proto: Proto) -> Option<NodeConn> {
-        let addr = proxy.node_for(target)?;
-        if let Some((_, _, conn)) = self
-            .reusable
-            .iter()
-            .find(|(a, p, _)| *a == addr && *p == proto)
-        {
-            return Some(conn.clone());
-        }
-        let conn = proxy.topology.dedicated(&addr, proto);
-        self.reusable.push((addr, proto, conn.clone()));
-        Some(conn)
+        block::run_split(proxy, commands, slots, proto).boxed()
     }
 }
 

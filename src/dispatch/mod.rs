@@ -9,7 +9,6 @@ mod direct;
 mod emulate;
 mod explain;
 mod fanout;
-mod forward;
 mod functions;
 mod info;
 pub mod layout;
@@ -17,7 +16,6 @@ mod listing;
 mod memory_stats;
 mod monitors;
 mod multikey;
-mod pinned;
 mod replication;
 mod scripts;
 mod sort;
@@ -34,6 +32,9 @@ use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::{key_slot, SLOT_COUNT};
 use crate::topology::Topology;
+// The concrete layer's redirects and pinned connections, under the names the stages
+// here use.
+use crate::upstream::{forward, pinned};
 
 pub use crate::topology::PUBSUB_HOME_SLOT;
 pub use direct::{Direct, DirectKind, Forwardable, Route};

@@ -26,7 +26,6 @@
 
 mod frames;
 mod keyspace;
-mod link;
 mod restore;
 mod subscriptions;
 
@@ -47,8 +46,8 @@ use crate::route::NodeAddr;
 
 use super::step::Step;
 
+use crate::upstream::subscription::{Event, Link, Role, Sink, SinkState};
 use keyspace::{PatternClass, Upstream};
-use link::{Event, Link, Role, Sink, SinkState};
 use restore::{resubscribe, subscribe_commands, Restore};
 
 /// The same answer with an error left out (an empty reply writes nothing), for a

@@ -12,12 +12,12 @@ use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 
 use super::keyspace::{self, PatternClass, Upstream};
-use super::link::Link;
 use super::restore::{command_bytes, shard_call};
 use super::{classify, frames, lock, Family, Inner, PubSub, Step};
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::key_slot;
+use crate::upstream::subscription::Link;
 
 impl PubSub {
     /// A subscription command of `family` (already arity-checked).

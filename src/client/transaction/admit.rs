@@ -12,11 +12,11 @@ use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::key_slot;
 
-use super::exec::Queued;
 use super::{
     Admitted, Transaction, ANSWERED_AT_EXEC, CLIENT_NOT_QUEUED, LOCAL_ONLY, NOT_IN_MULTI,
     SPLIT_WITH_WATCH,
 };
+use crate::upstream::block::Queued;
 
 impl Transaction {
     /// The command as it will be queued, if it may join the transaction.

@@ -19,12 +19,12 @@ use crate::protocol::Proto;
 use crate::reply;
 use crate::route::Redirect;
 
-use super::Proxy;
+use crate::dispatch::Proxy;
 
 /// Parts of [`Proxy::forward_each`] kept inline: a multi-key command splits per slot, and
 /// the random keys of an MSET or MGET of up to 16 keys are as many parts, which then need no
 /// allocation per part list.
-pub(super) const PARTS_INLINE: usize = 16;
+pub const PARTS_INLINE: usize = 16;
 
 /// A part of [`Proxy::forward_each`] that goes on after its first answer.
 type Resumed<'a> = Pin<Box<dyn Future<Output = Bytes> + Send + 'a>>;

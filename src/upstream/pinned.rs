@@ -22,10 +22,12 @@ use crate::reply;
 use crate::route::{NodeAddr, Redirect};
 use crate::topology::ScriptLease;
 
-use super::{Proxy, Target};
+use crate::dispatch::Proxy;
 
-pub(super) const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
-pub(super) const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
+use super::Target;
+
+pub const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+pub const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
 
 /// Where a client's blocking command waits now: its dedicated connection to the node, so
 /// CLIENT UNBLOCK from another client can reach it (and CLIENT LIST show it blocked).
@@ -83,6 +85,23 @@ pub struct WatchPin {
     pub conn: NodeConn,
     /// Whether the WATCH needed `ASKING` (slot being imported), so MULTI needs it too.
     pub asking: bool,
+}
+
+impl WatchPin {
+    /// Sends a later WATCH of the same transaction on the pinned connection, so one EXEC
+    /// checks every watched key; its reply, or `None` when the watch can no longer be
+    /// trusted: the slot moved since the first WATCH, or the connection (and what it
+    /// watched) is gone.
+    pub async fn watch_again(&self, request: Bytes) -> Option<Bytes> {
+        match self.conn.call(request, self.asking).await {
+            Ok(frame) if Redirect::classify(&frame, self.conn.addr()).is_some() => None,
+            Ok(frame) => Some(frame),
+            Err(error) => {
+                tracing::debug!(%error, "WATCH on a lost pinned connection");
+                None
+            }
+        }
+    }
 }
 
 impl Proxy {
@@ -289,12 +308,7 @@ impl Proxy {
     /// MOVED/ASK and retrying as [`Proxy::forward`] does: a script that runs long holds
     /// only its own connection, and the other clients' commands to that master get the
     /// node's `-BUSY` as on one Redis. `-NOSCRIPT` is the caller's to handle.
-    pub(super) async fn run_script_alone(
-        &self,
-        target: Target,
-        request: Bytes,
-        proto: Proto,
-    ) -> Bytes {
+    pub async fn run_script_alone(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
         self.run_alone(target, request, proto, Alone::Script).await
     }
 
