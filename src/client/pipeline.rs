@@ -56,6 +56,7 @@ enum Slot {
 }
 
 /// A client's requests in flight, in request order.
+#[derive(Default)]
 pub struct Pipeline {
     /// One per request not yet written to the client, oldest first.
     slots: VecDeque<Slot>,
@@ -78,23 +79,6 @@ pub struct Pipeline {
     ready_bytes: usize,
     /// How large the client's replies are (flow control).
     estimate: ReplyEstimate,
-}
-
-impl Default for Pipeline {
-    fn default() -> Self {
-        Pipeline {
-            slots: VecDeque::new(),
-            first_seq: 0,
-            running: OrderedFutures::default(),
-            staging: Staging::default(),
-            muted: VecDeque::new(),
-            read_starts: VecDeque::new(),
-            ready: 0,
-            sent: 0,
-            ready_bytes: 0,
-            estimate: ReplyEstimate::default(),
-        }
-    }
 }
 
 impl Pipeline {

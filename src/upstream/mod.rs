@@ -5,7 +5,7 @@
 //!   the answers that arrive before anything ran; never resending a command whose reply
 //!   was lost.
 //! - [`pinned`]: commands on a connection of their own: WATCH and the MULTI/EXEC block
-//!   after it, blocking commands, clients' scripts.
+//!   after it, blocking commands ([`blocked`]: where one waits), clients' scripts.
 //! - [`block`]: a transaction's queued commands as one block per slot, and EXEC's reply
 //!   put back in command order.
 //! - [`batch`]: a client's direct requests staged per master and sent one batch per
@@ -19,10 +19,12 @@
 
 pub mod batch;
 pub mod block;
+pub mod blocked;
 pub mod forward;
 pub mod pinned;
 pub mod pushes;
 pub mod subscription;
 
+pub use blocked::{BlockedOn, BLOCKED_ON};
 pub use forward::{is_final, Target, PARTS_INLINE};
-pub use pinned::{watch_failed, BlockedOn, WatchPin, BLOCKED_ON};
+pub use pinned::{watch_failed, WatchPin};

@@ -10,8 +10,6 @@
 //! blocking command never falls back to a shared connection, where it would stall
 //! every other client of that node; nor does a client's script.
 
-use std::sync::{Arc, Mutex, PoisonError};
-
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 
@@ -24,59 +22,13 @@ use crate::topology::ScriptLease;
 
 use crate::dispatch::Proxy;
 
+use super::blocked::ShownBlocked;
+// Where dispatch finds them with the rest of the pinned connections.
+pub use super::blocked::{BlockedOn, BLOCKED_ON};
 use super::Target;
 
 pub const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
 pub const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
-
-/// Where a client's blocking command waits now: its dedicated connection to the node, so
-/// CLIENT UNBLOCK from another client can reach it (and CLIENT LIST show it blocked).
-#[derive(Debug, Default)]
-pub struct BlockedOn(Mutex<Option<NodeConn>>);
-
-impl BlockedOn {
-    /// The connection of the blocking command running now, if any.
-    pub fn current(&self) -> Option<NodeConn> {
-        self.lock().clone()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<NodeConn>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-tokio::task_local! {
-    /// The running client session's [`BlockedOn`]. A session sets it around the futures
-    /// of the commands that may block (see `runs_alone` in the session); elsewhere
-    /// (migrate, tests) it is unset and nothing is recorded. A task-local rather than an
-    /// argument: the blocking path is reached through every planner (plain, layout,
-    /// WAIT), none of which knows the client.
-    pub static BLOCKED_ON: Arc<BlockedOn>;
-}
-
-/// Shows a blocking command in its session's [`BlockedOn`] while it lives.
-struct ShownBlocked(Option<Arc<BlockedOn>>);
-
-impl ShownBlocked {
-    fn record(conn: &NodeConn) -> ShownBlocked {
-        ShownBlocked(
-            BLOCKED_ON
-                .try_with(|blocked| {
-                    *blocked.lock() = Some(conn.clone());
-                    blocked.clone()
-                })
-                .ok(),
-        )
-    }
-}
-
-impl Drop for ShownBlocked {
-    fn drop(&mut self) {
-        if let Some(blocked) = &self.0 {
-            *blocked.lock() = None;
-        }
-    }
-}
 
 /// The connection a transaction's WATCH was sent on; its EXEC must go there too.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! Pub/Sub for one client: its subscriptions, the dedicated backend connections that carry
-//! them, and the commands allowed while it is subscribed.
+//! them (`upstream::subscription`), and the commands allowed while it is subscribed.
 //!
 //! Channels and patterns share one connection to the master of `PUBSUB_HOME_SLOT`, the
 //! same for every client (an ordinary PUBLISH reaches every node of a cluster, and PUBLISH

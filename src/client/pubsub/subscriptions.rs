@@ -14,6 +14,7 @@ use futures_util::FutureExt;
 use super::keyspace::{self, PatternClass, Upstream};
 use super::restore::{command_bytes, shard_call};
 use super::{classify, frames, lock, Family, Inner, PubSub, Step};
+use crate::dispatch::layout::ActiveLayout;
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::key_slot;
@@ -159,27 +160,8 @@ impl Inner {
                 regular_names.push(name.clone());
             }
             if changed && *class != PatternClass::Ordinary {
-                let (upstream, fresh_or_gone) = match (family, subscribe) {
-                    (Family::Patterns, _) => {
-                        let up = keyspace::upstream_pattern(layout.as_deref(), name);
-                        let moved = if subscribe {
-                            self.keyspace.add_pattern(up.clone(), name.clone())
-                        } else {
-                            self.keyspace.remove_pattern(&up, name)
-                        };
-                        (up, moved)
-                    }
-                    (_, _) => {
-                        let up = keyspace::upstream_channel(layout.as_deref(), name);
-                        let moved = if subscribe {
-                            self.keyspace.add_channel(up.clone(), name.clone())
-                        } else {
-                            self.keyspace.remove_channel(&up, name)
-                        };
-                        (up, moved)
-                    }
-                };
-                if fresh_or_gone && !upstream_names.contains(&upstream) {
+                let upstream = self.keyspace_change(family, subscribe, layout.as_deref(), name);
+                if let Some(upstream) = upstream.filter(|up| !upstream_names.contains(up)) {
                     upstream_names.push(upstream);
                 }
             }
@@ -211,20 +193,37 @@ impl Inner {
         if self.keyspace.is_empty() {
             self.keyspace_links.clear();
         }
-        let confirmations = confirmations.freeze();
-        Step::Pending(
-            async move {
-                for answer in futures_util::future::join_all(calls).await {
-                    match answer {
-                        Ok(frame) if frame.first() == Some(&b'-') => return frame,
-                        Ok(_) => {}
-                        Err(reason) => return reply::error(&format!("ERR proxy: {reason}")),
-                    }
-                }
-                confirmations
-            }
-            .boxed(),
-        )
+        confirmed_after(calls, confirmations.freeze())
+    }
+
+    /// Adds `name` (a keyspace channel or pattern of `family`) to the keyspace
+    /// subscriptions, or removes it; the upstream name to subscribe or unsubscribe on every
+    /// keyspace link when that changed.
+    fn keyspace_change(
+        &mut self,
+        family: Family,
+        subscribe: bool,
+        layout: Option<&ActiveLayout>,
+        name: &Bytes,
+    ) -> Option<Bytes> {
+        let (upstream, fresh_or_gone) = if family == Family::Patterns {
+            let up = keyspace::upstream_pattern(layout, name);
+            let moved = if subscribe {
+                self.keyspace.add_pattern(up.clone(), name.clone())
+            } else {
+                self.keyspace.remove_pattern(&up, name)
+            };
+            (up, moved)
+        } else {
+            let up = keyspace::upstream_channel(layout, name);
+            let moved = if subscribe {
+                self.keyspace.add_channel(up.clone(), name.clone())
+            } else {
+                self.keyspace.remove_channel(&up, name)
+            };
+            (up, moved)
+        };
+        fresh_or_gone.then_some(upstream)
     }
 
     /// How many subscriptions of every kind the client has.
@@ -337,4 +336,25 @@ fn local_confirmations(proto: Proto, kind: &[u8], names: &[Bytes], count: usize)
         out.extend_from_slice(&frames::confirmation(proto, kind, Some(name), count));
     }
     out.freeze()
+}
+
+/// The answer to a subscription command: `confirmations` once every node call in `calls`
+/// confirmed, else the first error.
+fn confirmed_after(
+    calls: Vec<futures_util::future::BoxFuture<'static, Result<Bytes, String>>>,
+    confirmations: Bytes,
+) -> Step {
+    Step::Pending(
+        async move {
+            for answer in futures_util::future::join_all(calls).await {
+                match answer {
+                    Ok(frame) if frame.first() == Some(&b'-') => return frame,
+                    Ok(_) => {}
+                    Err(reason) => return reply::error(&format!("ERR proxy: {reason}")),
+                }
+            }
+            confirmations
+        }
+        .boxed(),
+    )
 }
