@@ -154,10 +154,10 @@ impl Proxy {
             None => (reusable, false),
         };
         loop {
-            let node = match &conn {
-                Some(conn) => conn.addr().clone(),
+            let this = match conn.take() {
+                Some(conn) => conn,
                 None => match self.node_for(target) {
-                    Some(node) => node,
+                    Some(node) => self.topology.dedicated(&node, proto),
                     None => {
                         self.topology.request_refresh();
                         if !budget.wait_for_retry().await {
@@ -167,18 +167,11 @@ impl Proxy {
                     }
                 },
             };
-            let this = conn
-                .take()
-                .unwrap_or_else(|| self.topology.dedicated(&node, proto));
-            let mut requests = Vec::with_capacity(prelude.len() + commands.len() + 2);
-            requests.extend(prelude.iter().map(|p| (p.clone(), false)));
-            requests.push((Bytes::from_static(MULTI), asking));
-            requests.extend(commands.iter().map(|c| (c.clone(), false)));
-            requests.push((Bytes::from_static(EXEC), false));
-            let replies = match call_in_order(&this, requests).await {
-                Ok(replies) => replies,
-                Err(BackendError::Lost(detail)) => return reply::outcome_unknown(&node, &detail),
-                Err(BackendError::NotSent(detail)) => {
+            let node = this.addr().clone();
+            let attempt = attempt_block(&this, &node, prelude, commands, asking).await;
+            let (refusal, exec_reply) = match attempt {
+                BlockAttempt::Done(reply) => return reply,
+                BlockAttempt::NotSent(detail) => {
                     if watched {
                         return watch_failed(proto);
                     }
@@ -188,20 +181,7 @@ impl Proxy {
                     }
                     continue;
                 }
-            };
-            let block = replies.get(prelude.len()..).unwrap_or_default();
-            let Some((exec_reply, queued)) = block.split_last() else {
-                return reply::error("ERR proxy: no reply to EXEC");
-            };
-            // The first refusal at queue time explains the backend's EXECABORT. A refusal of
-            // EXEC itself (a redirect, TRYAGAIN while the slot's keys move, READONLY after a
-            // failover) comes before anything ran: the node discarded the transaction.
-            let refusal = queued
-                .iter()
-                .chain(std::iter::once(exec_reply))
-                .find_map(|frame| Redirect::classify(frame, &node));
-            let Some(refusal) = refusal else {
-                return exec_reply.clone();
+                BlockAttempt::Refused(refusal, exec_reply) => (refusal, exec_reply),
             };
             if watched {
                 return watch_failed(proto);
@@ -222,7 +202,7 @@ impl Proxy {
                     conn = Some(self.topology.dedicated(&addr, proto));
                     asking = true;
                 }
-                Redirect::NoScript => return exec_reply.clone(),
+                Redirect::NoScript => return exec_reply,
                 retryable => {
                     if matches!(
                         retryable,
@@ -231,7 +211,7 @@ impl Proxy {
                         self.topology.request_refresh();
                     }
                     if !budget.wait_for_retry().await {
-                        return exec_reply.clone();
+                        return exec_reply;
                     }
                     if asking && retryable == Redirect::TryAgain {
                         // The importing node has some of the keys but not all yet: ask it
@@ -410,6 +390,55 @@ impl<'a> RetryBudget<'a> {
         }
         self.redirects = 1;
         true
+    }
+}
+
+/// What one attempt of a MULTI block on one connection came to.
+enum BlockAttempt {
+    /// The answer for the client: EXEC's reply, or why there is none.
+    Done(Bytes),
+    /// Nothing was written: another attempt is safe.
+    NotSent(String),
+    /// The node refused the block before anything ran (a redirect, TRYAGAIN...), with
+    /// EXEC's reply, the client's answer if no other attempt is made.
+    Refused(Redirect, Bytes),
+}
+
+/// Sends `prelude`, then `[ASKING] MULTI, commands..., EXEC` on `conn` (to `node`) and
+/// reads what came of it.
+async fn attempt_block(
+    conn: &NodeConn,
+    node: &NodeAddr,
+    prelude: &[Bytes],
+    commands: &[Bytes],
+    asking: bool,
+) -> BlockAttempt {
+    let mut requests = Vec::with_capacity(prelude.len() + commands.len() + 2);
+    requests.extend(prelude.iter().map(|p| (p.clone(), false)));
+    requests.push((Bytes::from_static(MULTI), asking));
+    requests.extend(commands.iter().map(|c| (c.clone(), false)));
+    requests.push((Bytes::from_static(EXEC), false));
+    let replies = match call_in_order(conn, requests).await {
+        Ok(replies) => replies,
+        Err(BackendError::Lost(detail)) => {
+            return BlockAttempt::Done(reply::outcome_unknown(node, &detail))
+        }
+        Err(BackendError::NotSent(detail)) => return BlockAttempt::NotSent(detail),
+    };
+    let block = replies.get(prelude.len()..).unwrap_or_default();
+    let Some((exec_reply, queued)) = block.split_last() else {
+        return BlockAttempt::Done(reply::error("ERR proxy: no reply to EXEC"));
+    };
+    // The first refusal at queue time explains the backend's EXECABORT. A refusal of EXEC
+    // itself (a redirect, TRYAGAIN while the slot's keys move, READONLY after a failover)
+    // comes before anything ran: the node discarded the transaction.
+    let refusal = queued
+        .iter()
+        .chain(std::iter::once(exec_reply))
+        .find_map(|frame| Redirect::classify(frame, node));
+    match refusal {
+        Some(refusal) => BlockAttempt::Refused(refusal, exec_reply.clone()),
+        None => BlockAttempt::Done(exec_reply.clone()),
     }
 }
 

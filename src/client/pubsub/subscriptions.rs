@@ -126,22 +126,9 @@ impl Inner {
         };
         let classes: Vec<PatternClass> = targets.iter().map(|n| classify(family, n)).collect();
         // Links first: a subscription that cannot be made changes nothing.
-        let mut regular = self.regular.clone();
-        let mut keyspace_links: Vec<Link> = self.keyspace_links.values().cloned().collect();
-        if subscribe {
-            if classes.iter().any(|c| *c != PatternClass::Keyspace) {
-                regular = self.regular_link(proto);
-                if regular.is_none() {
-                    return Step::Reply(reply::error(reply::text::SLOT_UNSERVED));
-                }
-            }
-            if classes.iter().any(|c| *c != PatternClass::Ordinary) {
-                keyspace_links = self.keyspace_links(proto);
-                if keyspace_links.is_empty() {
-                    return Step::Reply(reply::error(reply::text::SLOT_UNSERVED));
-                }
-            }
-        }
+        let Some((regular, keyspace_links)) = self.links_for(&classes, proto, subscribe) else {
+            return Step::Reply(reply::error(reply::text::SLOT_UNSERVED));
+        };
         let layout = self.proxy.layout.clone();
         let mut confirmations = BytesMut::new();
         let mut regular_names: Vec<Bytes> = Vec::new();
@@ -194,6 +181,30 @@ impl Inner {
             self.keyspace_links.clear();
         }
         confirmed_after(calls, confirmations.freeze())
+    }
+
+    /// The regular link and the keyspace links a command on names of `classes` uses; for a
+    /// subscription, opened if needed (`None` when one cannot be had).
+    fn links_for(
+        &mut self,
+        classes: &[PatternClass],
+        proto: Proto,
+        subscribe: bool,
+    ) -> Option<(Option<Link>, Vec<Link>)> {
+        let mut regular = self.regular.clone();
+        let mut keyspace_links: Vec<Link> = self.keyspace_links.values().cloned().collect();
+        if subscribe {
+            if classes.iter().any(|c| *c != PatternClass::Keyspace) {
+                regular = Some(self.regular_link(proto)?);
+            }
+            if classes.iter().any(|c| *c != PatternClass::Ordinary) {
+                keyspace_links = self.keyspace_links(proto);
+                if keyspace_links.is_empty() {
+                    return None;
+                }
+            }
+        }
+        Some((regular, keyspace_links))
     }
 
     /// Adds `name` (a keyspace channel or pattern of `family`) to the keyspace
