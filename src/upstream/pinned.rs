@@ -187,20 +187,11 @@ impl Proxy {
                 return watch_failed(proto);
             }
             match refusal {
-                Redirect::Moved { slot, addr } => {
+                Redirect::Moved { .. } | Redirect::Ask { .. } => {
                     if !budget.follow_redirect().await {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
-                    self.topology.on_moved(slot, &addr);
-                    conn = Some(self.topology.dedicated(&addr, proto));
-                    asking = false;
-                }
-                Redirect::Ask { addr, .. } => {
-                    if !budget.follow_redirect().await {
-                        return reply::error(reply::text::TOO_MANY_REDIRECTS);
-                    }
-                    conn = Some(self.topology.dedicated(&addr, proto));
-                    asking = true;
+                    (conn, asking) = self.block_redirected_to(refusal, proto);
                 }
                 Redirect::NoScript => return exec_reply,
                 retryable => {
@@ -223,6 +214,19 @@ impl Proxy {
                     }
                 }
             }
+        }
+    }
+
+    /// The dedicated connection a MOVED or an ASK sends a MULTI block's next attempt to,
+    /// and whether it needs ASKING (a MOVED also updates the slot map).
+    fn block_redirected_to(&self, redirect: Redirect, proto: Proto) -> (Option<NodeConn>, bool) {
+        match redirect {
+            Redirect::Moved { slot, addr } => {
+                self.topology.on_moved(slot, &addr);
+                (Some(self.topology.dedicated(&addr, proto)), false)
+            }
+            Redirect::Ask { addr, .. } => (Some(self.topology.dedicated(&addr, proto)), true),
+            _ => (None, false),
         }
     }
 
