@@ -12,7 +12,9 @@
 //!                                                   │            │
 //!                                        rewrite (forward) ──► route (slot, slot map, plan)
 //!                                                                │
-//!                                          backend (node connections, redirects) ◄┘
+//!        upstream (redirects, pinned connections, batches, subscriptions) ◄┘
+//!                                                                │
+//!                                       backend (one node connection) ◄┘
 //! ```
 //!
 //! - [`protocol`]: RESP2/RESP3 framing, check-then-parse, inline commands, limits. Pure.
@@ -22,10 +24,19 @@
 //! - [`rewrite`]: the legacy -> cluster:v1 key layout rules, both directions. Pure.
 //! - [`reply`]: client-visible error texts and reply builders. Pure.
 //! - [`crossslot`]: the replies and writes of cross-slot commands computed from each key's value. Pure.
-//! - [`backend`]: pipelined connections to Redis nodes (IO).
+//! - [`backend`]: the endpoint: one pipelined connection to a Redis node (IO).
 //! - [`topology`]: keeps the slot map fresh and owns the node connections (IO).
 //! - [`dispatch`]: the only place the stages meet: one request in, one reply out.
-//! - [`client`]: one task per client connection, replies in request order (IO).
+//! - [`client`]: the session, one task per client connection (IO). It reads and decodes,
+//!   runs each request through one chain of interceptors (order, access: NOAUTH, policy
+//!   and ACL; the transaction; Pub/Sub; the connection's own commands) and forwards what
+//!   none of them takes: a plain single-slot request is staged into its master's batch,
+//!   anything else runs as a `dispatch` future. Replies leave in request order. It
+//!   reaches nodes only through `upstream`.
+//! - [`upstream`]: the concrete layer between `dispatch` and `backend` (IO): MOVED/ASK
+//!   and retries, connections pinned to one client (WATCH, MULTI blocks, blocking
+//!   commands, scripts), transaction blocks, the per-master batches of the session's
+//!   direct requests, and subscription connections.
 //! - [`server`]: the accept loop and shutdown (IO).
 //! - [`config`]: YAML + CLI configuration, validated in one place.
 //! - [`migrate`]: offline `migrate` and `inspect` tools for a keyspace (IO).
@@ -57,3 +68,4 @@ pub mod server;
 mod test_support;
 pub mod tls;
 pub mod topology;
+pub mod upstream;

@@ -1,9 +1,9 @@
 //! One client's requests in flight, kept in request order until their replies are written.
 //!
 //! Most requests are [`Direct`]: one slot, a plain forward of the bytes as sent. Those are
-//! batched per master, one queue message for all of a client's requests to that master
-//! found in one read, and their replies come back through the client's [`ReplySink`]
-//! tagged with the request's sequence number. Everything else runs as a future. A direct
+//! staged per master (`upstream::batch`), one queue message for all of a client's requests
+//! to that master found in one read, and their replies come back tagged with the
+//! request's sequence number. Everything else runs as a future. A direct
 //! request whose reply is not final (a redirect, a retryable error, a lost connection)
 //! becomes a future that carries on as `Proxy::forward` would.
 //!
@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::backend::{Batches, Delivery, ReplySink};
 use crate::dispatch::{Direct, Proxy};
 use crate::metrics::Outcome;
 use crate::protocol::Proto;
+use crate::upstream::batch::{Answer, Staging};
 
 use super::flow::{Owed, ReplyEstimate};
 use super::ordered::OrderedFutures;
@@ -56,6 +56,7 @@ enum Slot {
 }
 
 /// A client's requests in flight, in request order.
+#[derive(Default)]
 pub struct Pipeline {
     /// One per request not yet written to the client, oldest first.
     slots: VecDeque<Slot>,
@@ -63,11 +64,9 @@ pub struct Pipeline {
     first_seq: u64,
     /// Futures of requests not answered yet, polled in request order (see `ordered`).
     running: OrderedFutures<Bytes>,
-    sink: Arc<ReplySink>,
-    /// Deliveries taken off the sink (kept to reuse its buffer).
-    delivered: Vec<Delivery>,
-    /// Direct requests of the current read, per master, not yet sent.
-    staged: Batches,
+    /// Direct requests of the current read, per master, not yet sent, and the replies of
+    /// those sent.
+    staging: Staging,
     /// Sequence numbers whose replies are not written (CLIENT REPLY OFF / SKIP), ascending.
     muted: VecDeque<u64>,
     /// Sequence numbers of the first requests of the client's reads not yet written,
@@ -80,31 +79,6 @@ pub struct Pipeline {
     ready_bytes: usize,
     /// How large the client's replies are (flow control).
     estimate: ReplyEstimate,
-}
-
-impl Default for Pipeline {
-    fn default() -> Self {
-        Pipeline {
-            slots: VecDeque::new(),
-            first_seq: 0,
-            running: OrderedFutures::default(),
-            sink: ReplySink::new(),
-            delivered: Vec::new(),
-            staged: Batches::default(),
-            muted: VecDeque::new(),
-            read_starts: VecDeque::new(),
-            ready: 0,
-            sent: 0,
-            ready_bytes: 0,
-            estimate: ReplyEstimate::default(),
-        }
-    }
-}
-
-impl Drop for Pipeline {
-    fn drop(&mut self) {
-        self.sink.close();
-    }
 }
 
 impl Pipeline {
@@ -128,8 +102,7 @@ impl Pipeline {
         self.slots.shrink_to(USUAL_DEPTH);
         self.read_starts.shrink_to(USUAL_DEPTH);
         self.muted.shrink_to(USUAL_DEPTH);
-        self.delivered.shrink_to(USUAL_DEPTH);
-        self.sink.shrink_to(USUAL_DEPTH);
+        self.staging.shrink_to(USUAL_DEPTH);
         self.running.shrink_to(USUAL_DEPTH);
     }
 
@@ -166,7 +139,7 @@ impl Pipeline {
         started: Instant,
     ) {
         let seq = self.next_seq();
-        self.staged.push(&direct.conn, &request, seq);
+        self.staging.stage(&direct.conn, &request, seq);
         self.sent += 1;
         self.slots.push_back(Slot::Sent(Sent {
             proxy,
@@ -180,7 +153,7 @@ impl Pipeline {
     /// Sends the staged batches, one per master; the next request pushed starts another
     /// read.
     pub fn send_staged(&mut self) {
-        self.staged.send(&self.sink);
+        self.staging.send();
         let next = self.next_seq();
         if self.read_starts.back() != Some(&next) {
             self.read_starts.push_back(next);
@@ -219,16 +192,15 @@ impl Pipeline {
     /// Moves finished replies into their slots; ready when the oldest has its reply.
     pub fn poll_progress(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let waited = self.waits_for_its_read();
-        if self.sink.poll_take(cx, &mut self.delivered).is_ready() {
+        if let Poll::Ready(mut delivered) = self.staging.poll_take(cx) {
             // One clock read times every reply of this wake-up.
             let mut clock = Clock::new(Instant::now());
             let mut tally = Tally::default();
-            let mut delivered = std::mem::take(&mut self.delivered);
-            for delivery in delivered.drain(..) {
-                self.complete(delivery, &mut clock, &mut tally);
+            for (seq, answer) in delivered.drain() {
+                self.complete(seq, answer, &mut clock, &mut tally);
             }
             tally.record();
-            self.delivered = delivered;
+            self.staging.give_back(delivered);
         }
         self.poll_running(cx);
         match self.slots.front() {
@@ -310,8 +282,8 @@ impl Pipeline {
     }
 
     /// Settles a direct request with its first answer.
-    fn complete(&mut self, delivery: Delivery, clock: &mut Clock, tally: &mut Tally) {
-        let Some(slot) = self.slot(delivery.seq) else {
+    fn complete(&mut self, seq: u64, answer: Answer, clock: &mut Clock, tally: &mut Tally) {
+        let Some(slot) = self.slot(seq) else {
             return;
         };
         let Slot::Sent(Sent {
@@ -325,7 +297,7 @@ impl Pipeline {
             debug_assert!(false, "a delivery for a request not sent in a batch");
             return;
         };
-        let answer = match delivery.reply {
+        let answer = match answer {
             Ok(reply) if direct.settles(&reply) => {
                 tally.add(proxy, direct.command, &reply, clock.since(started));
                 let len = reply.len();
@@ -339,7 +311,7 @@ impl Pipeline {
         self.sent -= 1;
         // Polled after this turn's deliveries, with the woken futures, in request order.
         let future = proxy.follow_up(direct, request, proto, answer, started);
-        self.running.push(delivery.seq, Box::pin(future));
+        self.running.push(seq, Box::pin(future));
     }
 }
 

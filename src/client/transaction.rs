@@ -22,8 +22,8 @@
 //!   server's own WATCH check applies. EXEC, DISCARD, UNWATCH and RESET drop the pin,
 //!   which closes the connection and with it the server-side watch. The pinned
 //!   connection is never reopened: once it is lost, EXEC answers null.
-//! - Queued commands pass the command policy and the user's ACL (`Proxy::admit`) at
-//!   queue time; a refusal answers its error and flags the transaction, as Redis does.
+//! - Queued commands pass the command policy and the user's ACL (the session's access check,
+//!   `Proxy::admit`) at queue time; a refusal answers its error and flags the transaction.
 //! - Under a layout, a queued command (and a WATCH) is rewritten to cluster names when it
 //!   is queued, and slot checks look at the rewritten keys; writes of index-backed keys
 //!   run wrapped in the upkeep script inside the block (the script is loaded on the
@@ -38,7 +38,6 @@
 
 mod admit;
 mod busy;
-mod exec;
 
 use std::sync::{Arc, Mutex};
 
@@ -47,17 +46,16 @@ use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use smallvec::SmallVec;
 
-use crate::auth::User;
-use crate::backend::NodeConn;
 use crate::command::KeyList;
 use crate::dispatch::{Proxy, Target, WatchPin};
 use crate::protocol::{encode, FoldedName, Proto, Request};
 use crate::reply;
 use crate::reply::merge::array_elements;
 use crate::rewrite::Forward;
-use crate::route::{key_slot, NodeAddr, Redirect};
+use crate::route::key_slot;
+use crate::upstream::block::{self, Queued, ReusableConns};
 
-use self::exec::Queued;
+use super::step::Step;
 
 const OK: &[u8] = b"+OK\r\n";
 const QUEUED: &[u8] = b"+QUEUED\r\n";
@@ -95,22 +93,6 @@ const LOCAL_ONLY: &[&str] = &[
     "sunsubscribe",
     "monitor",
 ];
-
-/// What the session does with a request after [`Transaction::handle`].
-pub enum Step {
-    /// Answered here, now.
-    Reply(Bytes),
-    /// Answered by this future; a sequence point (see the module doc).
-    Run(BoxFuture<'static, Bytes>),
-    /// An EXEC with commands the proxy answers itself: `run` gives EXEC's reply without
-    /// their elements, which the session fills in with [`splice_local_answers`].
-    Exec {
-        run: BoxFuture<'static, Bytes>,
-        locals: LocalCommands,
-    },
-    /// Not a transaction matter: answer it the usual way.
-    Pass,
-}
 
 /// Queued commands the proxy answers itself, with their places among all queued commands.
 pub type LocalCommands = Vec<(usize, Request)>;
@@ -159,8 +141,8 @@ struct PinState {
 pub struct Transaction {
     multi: Option<Queue>,
     watch: Option<Watch>,
-    /// Dedicated connections kept for this client's next transactions, by node and protocol.
-    reusable: Vec<(NodeAddr, Proto, NodeConn)>,
+    /// Dedicated connections kept for this client's next transactions.
+    reusable: ReusableConns,
     last_write_slot: Option<u16>,
 }
 
@@ -196,16 +178,32 @@ impl Transaction {
         self.last_write_slot = None;
     }
 
-    /// Handles `request` if it concerns the transaction; [`Step::Pass`] otherwise.
-    /// `user` is the client's user, for the ACL checks of queued commands and WATCH
-    /// (`None`: no restrictions).
+    /// Whether [`Transaction::handle`] queues a request of this name and argument count:
+    /// inside MULTI, everything but the transaction's own commands, RESET and QUIT. The
+    /// session's access check gives such a request the full policy and ACL check (a
+    /// refusal is noted with [`Transaction::refused`], as Redis fails the EXEC).
+    pub fn queues(&self, name: &FoldedName, argc: usize) -> bool {
+        self.multi.is_some()
+            && match name.as_bytes() {
+                b"exec" | b"multi" | b"discard" | b"watch" | b"reset" | b"quit" => false,
+                b"unwatch" => argc == 1,
+                _ => true,
+            }
+    }
+
+    /// Notes a refusal of a command queued inside MULTI: EXEC will answer EXECABORT.
+    pub fn refused(&mut self) {
+        self.flag();
+    }
+
+    /// Handles `request` if it concerns the transaction; [`Step::Next`] otherwise. The
+    /// session checked the policy and ACL of what it queues and of WATCH already.
     pub fn handle(
         &mut self,
         proxy: &Arc<Proxy>,
         proto: Proto,
         request: &Request,
         name: &FoldedName,
-        user: Option<&User>,
     ) -> Step {
         let args = &request.args;
         let name = name.as_bytes();
@@ -240,29 +238,29 @@ impl Transaction {
             }
             (b"discard", false) => Step::Reply(reply::error(DISCARD_WITHOUT_MULTI)),
             (b"watch", true) => Step::Reply(reply::error(WATCH_IN_MULTI)),
-            (b"watch", false) => self.watch(proxy, proto, request, user),
+            (b"watch", false) => self.watch(proxy, proto, request),
             (b"unwatch", false) => {
                 self.watch = None;
                 Step::Reply(Bytes::from_static(OK))
             }
             (b"reset", _) => {
                 self.reset();
-                Step::Pass
+                Step::Next
             }
-            (b"quit", _) => Step::Pass,
-            (_, true) => self.queue(proxy, proto, request, user),
+            (b"quit", _) => Step::Next,
+            (_, true) => self.queue(proxy, proto, request),
             (b"wait", false) => match self.last_write_slot {
                 Some(slot) => {
                     let proxy = proxy.clone();
                     let request = request.clone();
-                    Step::Run(
+                    Step::Alone(
                         async move { proxy.wait_for_replicas(slot, request, proto).await }.boxed(),
                     )
                 }
-                None => Step::Pass,
+                None => Step::Next,
             },
             // Writes are noted after routing (see `note_write`), which knows the command.
-            (_, false) => Step::Pass,
+            (_, false) => Step::Next,
         }
     }
 
@@ -299,14 +297,8 @@ impl Transaction {
     }
 
     /// Checks one command at queue time, as Redis does, and queues it.
-    fn queue(
-        &mut self,
-        proxy: &Proxy,
-        proto: Proto,
-        request: &Request,
-        user: Option<&User>,
-    ) -> Step {
-        let admitted = match self.admit(proxy, proto, request, user) {
+    fn queue(&mut self, proxy: &Proxy, proto: Proto, request: &Request) -> Step {
+        let admitted = match self.admit(proxy, proto, request) {
             Ok(admitted) => admitted,
             Err(error) => {
                 self.flag();
@@ -334,22 +326,13 @@ impl Transaction {
             .or(queue.slot.as_ref().map(|(slot, _)| *slot))
             .or(self.watch.as_ref().map(|watch| watch.slot));
         match busy::queued_or_busy(proxy, request, slot, &queue.busy) {
-            Some(answer) => Step::Run(answer),
+            Some(answer) => Step::Alone(answer),
             None => Step::Reply(Bytes::from_static(QUEUED)),
         }
     }
 
     /// WATCH outside MULTI: every key in one slot, the same slot as earlier WATCHes.
-    fn watch(
-        &mut self,
-        proxy: &Arc<Proxy>,
-        proto: Proto,
-        request: &Request,
-        user: Option<&User>,
-    ) -> Step {
-        if let Some(refusal) = proxy.admit(request, user) {
-            return Step::Reply(refusal);
-        }
+    fn watch(&mut self, proxy: &Arc<Proxy>, proto: Proto, request: &Request) -> Step {
         // Under a layout the cluster names are watched (and decide the slot).
         let rewritten = match (&proxy.layout, proxy.commands.lookup(&request.args)) {
             (Some(active), Some(spec)) => match active.rewrite_request(spec, request.clone()) {
@@ -376,21 +359,13 @@ impl Transaction {
             if let Some(pin) = existing {
                 // Later WATCHes join the same connection, so one EXEC checks them all.
                 let raw = request.raw.clone();
-                return Step::Run(
+                return Step::Alone(
                     async move {
-                        match pin.conn.call(raw, pin.asking).await {
-                            Ok(frame) if Redirect::classify(&frame, pin.conn.addr()).is_some() => {
-                                // The slot moved since the first WATCH: EXEC will fail,
-                                // as it would after a change to a watched key.
-                                lock(&cell).broken = true;
-                                Bytes::from_static(OK)
-                            }
-                            Ok(frame) => frame,
-                            Err(error) => {
-                                // The pinned connection, and what it watched, is gone:
-                                // EXEC fails as after a change to a watched key, which a
-                                // client retries; a single Redis never refuses a WATCH.
-                                tracing::debug!(%error, "WATCH on a lost pinned connection");
+                        match pin.watch_again(raw).await {
+                            Some(frame) => frame,
+                            // EXEC fails as after a change to a watched key, which a
+                            // client retries; a single Redis never refuses a WATCH.
+                            None => {
                                 lock(&cell).broken = true;
                                 Bytes::from_static(OK)
                             }
@@ -408,7 +383,7 @@ impl Transaction {
         });
         let proxy = proxy.clone();
         let raw = request.raw.clone();
-        Step::Run(
+        Step::Alone(
             async move {
                 let (frame, pin) = proxy.watch(slot, raw, proto).await;
                 lock(&cell).pin = pin;
@@ -426,7 +401,7 @@ impl Transaction {
             let slot = (queue.slot.as_ref().map(|(slot, _)| *slot))
                 .or(watch.as_ref().map(|watch| watch.slot));
             return match busy::exec_abort(proxy, slot) {
-                Some(abort) => Step::Run(abort),
+                Some(abort) => Step::Alone(abort),
                 None => Step::Reply(reply::error(EXECABORT)),
             };
         }
@@ -445,7 +420,7 @@ impl Transaction {
         } = queue;
         let run = self.run_block(proxy, proto, commands, pin, watch.as_ref());
         if locals.is_empty() {
-            Step::Run(run)
+            Step::Alone(run)
         } else {
             Step::Exec { run, locals }
         }
@@ -478,29 +453,14 @@ impl Transaction {
                 (None, None) => Target::AnyMaster,
             };
             let reusable = if pin.is_none() {
-                self.reusable_conn(&proxy, target, proto)
+                self.reusable.get(&proxy, target, proto)
             } else {
                 None
             };
-            return exec::run_single(proxy, target, commands, pin, reusable, proto).boxed();
+            return block::run_single(proxy, target, commands, pin, reusable, proto).boxed();
         }
         crate::metrics::split_transaction();
-        exec::run_split(proxy, commands, slots, proto).boxed()
-    }
-
-    /// This client's kept connection to the node serving `target`, made on first use.
-    fn reusable_conn(&mut self, proxy: &Proxy, target: Target, proto: Proto) -> Option<NodeConn> {
-        let addr = proxy.node_for(target)?;
-        if let Some((_, _, conn)) = self
-            .reusable
-            .iter()
-            .find(|(a, p, _)| *a == addr && *p == proto)
-        {
-            return Some(conn.clone());
-        }
-        let conn = proxy.topology.dedicated(&addr, proto);
-        self.reusable.push((addr, proto, conn.clone()));
-        Some(conn)
+        block::run_split(proxy, commands, slots, proto).boxed()
     }
 }
 

@@ -9,11 +9,9 @@
 mod compose;
 mod direct;
 mod explain;
-mod forward;
 mod functions;
 pub mod layout;
 mod multikey;
-mod pinned;
 mod scripts;
 mod snapshot;
 
@@ -29,6 +27,9 @@ use crate::command::{
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::{key_slot, SLOT_COUNT};
+// The concrete layer's redirects and pinned connections, under the names the stages
+// here use.
+use crate::upstream::{forward, pinned};
 
 pub use crate::topology::PUBSUB_HOME_SLOT;
 use compose::{fanout, sort};

@@ -33,18 +33,11 @@ use std::collections::{HashMap, HashSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::frames::{self, Element};
 use crate::dispatch::layout::ActiveLayout;
 use crate::rewrite::glob::{escape_glob, glob_match, literal_prefix, parse};
 use crate::rewrite::Forward;
-
-const KEYSPACE: &[u8] = b"__keyspace@";
-const KEYEVENT: &[u8] = b"__keyevent@";
-
-/// Whether `channel` is a keyspace or keyevent notification channel.
-pub(super) fn is_keyspace_channel(channel: &[u8]) -> bool {
-    channel.starts_with(KEYSPACE) || channel.starts_with(KEYEVENT)
-}
+pub(super) use crate::upstream::pushes::is_keyspace_channel;
+use crate::upstream::pushes::{self as frames, Element, KEYEVENT, KEYSPACE};
 
 /// Which connections a pattern needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

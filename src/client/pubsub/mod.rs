@@ -1,5 +1,5 @@
 //! Pub/Sub for one client: its subscriptions, the dedicated backend connections that carry
-//! them, and the commands allowed while it is subscribed.
+//! them (`upstream::subscription`), and the commands allowed while it is subscribed.
 //!
 //! Channels and patterns share one connection to the master of `PUBSUB_HOME_SLOT`, the
 //! same for every client (an ordinary PUBLISH reaches every node of a cluster, and PUBLISH
@@ -26,7 +26,6 @@
 
 mod frames;
 mod keyspace;
-mod link;
 mod restore;
 mod subscriptions;
 
@@ -45,37 +44,27 @@ use crate::protocol::{FoldedName, Proto, Request};
 use crate::reply;
 use crate::route::NodeAddr;
 
+use super::step::Step;
+
+use crate::upstream::subscription::{Event, Link, Role, Sink, SinkState};
 use keyspace::{PatternClass, Upstream};
-use link::{Event, Link, Role, Sink, SinkState};
 use restore::{resubscribe, subscribe_commands, Restore};
 
-/// What the session does with a request, as far as Pub/Sub is concerned.
-pub enum Intercept {
-    /// Not a Pub/Sub matter: handle it as usual.
-    Pass,
-    /// Answered here.
-    Reply(Bytes),
-    /// Answered by the backend: queue this reply future in request order.
-    Pending(BoxFuture<'static, Bytes>),
-}
-
-impl Intercept {
-    /// The same answer with an error left out (an empty reply writes nothing), for a
-    /// subscription command under CLIENT REPLY OFF or SKIP: Redis mutes its errors as any
-    /// other reply, but not its confirmations (see [`confirms_unmuted`]).
-    fn errors_muted(self) -> Intercept {
-        fn mute_error(reply: Bytes) -> Bytes {
-            if reply.first() == Some(&b'-') {
-                Bytes::new()
-            } else {
-                reply
-            }
+/// The same answer with an error left out (an empty reply writes nothing), for a
+/// subscription command under CLIENT REPLY OFF or SKIP: Redis mutes its errors as any
+/// other reply, but not its confirmations (see [`confirms_unmuted`]).
+fn errors_muted(step: Step) -> Step {
+    fn mute_error(reply: Bytes) -> Bytes {
+        if reply.first() == Some(&b'-') {
+            Bytes::new()
+        } else {
+            reply
         }
-        match self {
-            Intercept::Reply(reply) => Intercept::Reply(mute_error(reply)),
-            Intercept::Pending(reply) => Intercept::Pending(reply.map(mute_error).boxed()),
-            Intercept::Pass => Intercept::Pass,
-        }
+    }
+    match step {
+        Step::Reply(reply) => Step::Reply(mute_error(reply)),
+        Step::Pending(reply) => Step::Pending(reply.map(mute_error).boxed()),
+        other => other,
     }
 }
 
@@ -258,7 +247,7 @@ impl PubSub {
         }
     }
 
-    /// Looks at `request` before anything else does (see [`Intercept`]). `current` is the
+    /// Looks at `request` before anything else does (see [`Step`]). `current` is the
     /// live snapshot: new subscriptions use its upstream, and after a reload that switched
     /// the upstream the client's subscriptions move there too. `muted`: CLIENT REPLY mutes
     /// this request's reply, which for a subscription command leaves out only an error.
@@ -269,7 +258,7 @@ impl PubSub {
         proto: Proto,
         muted: bool,
         current: &Arc<Proxy>,
-    ) -> Intercept {
+    ) -> Step {
         let args = &request.args;
         let name = name.as_bytes();
         let family = match name {
@@ -279,7 +268,7 @@ impl PubSub {
             _ => None,
         };
         if family.is_none() && !self.used {
-            return Intercept::Pass;
+            return Step::Next;
         }
         self.used = true;
         let proxy = {
@@ -297,13 +286,13 @@ impl PubSub {
                 .filter(|spec| !spec.arity_ok(args.len()))
                 .map(|spec| reply::wrong_arity(&spec.name));
             let answer = match arity_error {
-                Some(error) => Intercept::Reply(error),
+                Some(error) => Step::Reply(error),
                 None => {
                     let subscribe = matches!(name, b"subscribe" | b"psubscribe" | b"ssubscribe");
                     self.subscription(request, proto, family, subscribe)
                 }
             };
-            return if muted { answer.errors_muted() } else { answer };
+            return if muted { errors_muted(answer) } else { answer };
         }
         match name {
             b"reset" => {
@@ -311,14 +300,14 @@ impl PubSub {
                 lock(&self.inner).clear();
                 self.used = false;
                 self.masters = None;
-                Intercept::Pass
+                Step::Next
             }
-            b"quit" => Intercept::Pass,
-            _ if proto == Proto::Resp3 || !self.is_subscribed() => Intercept::Pass,
+            b"quit" => Step::Next,
+            _ if proto == Proto::Resp3 || !self.is_subscribed() => Step::Next,
             b"ping" if args.len() <= 2 => {
-                Intercept::Reply(frames::subscribed_pong(args.get(1).map(|a| &a[..])))
+                Step::Reply(frames::subscribed_pong(args.get(1).map(|a| &a[..])))
             }
-            _ => Intercept::Reply(match proxy.commands.lookup(args) {
+            _ => Step::Reply(match proxy.commands.lookup(args) {
                 None => reply::unknown_command(args),
                 Some(spec) if !spec.arity_ok(args.len()) => reply::wrong_arity(&spec.name),
                 Some(spec) => frames::refusal(&spec.name),
@@ -476,11 +465,11 @@ mod tests {
         }
     }
 
-    fn answered(intercept: Intercept) -> Option<Bytes> {
+    fn answered(intercept: Step) -> Option<Bytes> {
         match intercept {
-            Intercept::Reply(reply) => Some(reply),
-            Intercept::Pending(reply) => reply.now_or_never(),
-            Intercept::Pass => None,
+            Step::Reply(reply) => Some(reply),
+            Step::Pending(reply) => reply.now_or_never(),
+            _ => None,
         }
     }
 
@@ -506,22 +495,19 @@ mod tests {
         let confirmations = frames::confirmation(Proto::Resp3, "subscribe", Some(b"ch"), 1);
         let error = reply::error(reply::text::SLOT_UNSERVED);
         for (answer, kept) in [
+            (Step::Reply(confirmations.clone()), confirmations.clone()),
+            (Step::Reply(error.clone()), Bytes::new()),
             (
-                Intercept::Reply(confirmations.clone()),
-                confirmations.clone(),
-            ),
-            (Intercept::Reply(error.clone()), Bytes::new()),
-            (
-                Intercept::Pending(futures_util::future::ready(confirmations.clone()).boxed()),
+                Step::Pending(futures_util::future::ready(confirmations.clone()).boxed()),
                 confirmations.clone(),
             ),
             (
-                Intercept::Pending(futures_util::future::ready(error).boxed()),
+                Step::Pending(futures_util::future::ready(error).boxed()),
                 Bytes::new(),
             ),
         ] {
-            assert_eq!(answered(answer.errors_muted()), Some(kept));
+            assert_eq!(answered(errors_muted(answer)), Some(kept));
         }
-        assert!(matches!(Intercept::Pass.errors_muted(), Intercept::Pass));
+        assert!(matches!(errors_muted(Step::Next), Step::Next));
     }
 }

@@ -13,13 +13,13 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures_util::FutureExt;
 
-use super::link::{Link, Role};
 use super::{lock, Background, Inner};
 use crate::dispatch::{Proxy, PUBSUB_HOME_SLOT};
 use crate::protocol::encode::encode_request;
 use crate::protocol::Proto;
 use crate::reply;
 use crate::route::{NodeAddr, Redirect};
+use crate::upstream::subscription::{Link, Role};
 
 impl Inner {
     fn new_link(&mut self, addr: NodeAddr, proto: Proto, role: Role) -> Link {

@@ -12,12 +12,13 @@ use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 
 use super::keyspace::{self, PatternClass, Upstream};
-use super::link::Link;
 use super::restore::{command_bytes, shard_call};
-use super::{classify, frames, lock, Family, Inner, Intercept, PubSub};
+use super::{classify, frames, lock, Family, Inner, PubSub, Step};
+use crate::dispatch::layout::ActiveLayout;
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::key_slot;
+use crate::upstream::subscription::Link;
 
 impl PubSub {
     /// A subscription command of `family` (already arity-checked).
@@ -27,7 +28,7 @@ impl PubSub {
         proto: Proto,
         family: Family,
         subscribe: bool,
-    ) -> Intercept {
+    ) -> Step {
         let names: Vec<Bytes> = request.args[1..].to_vec();
         let mut inner = lock(&self.inner);
         if family == Family::Shard {
@@ -49,7 +50,7 @@ impl PubSub {
         let link = if subscribe {
             match inner.regular_link(proto) {
                 Some(link) => link,
-                None => return Intercept::Reply(reply::error(reply::text::SLOT_UNSERVED)),
+                None => return Step::Reply(reply::error(reply::text::SLOT_UNSERVED)),
             }
         } else {
             match inner.regular.clone() {
@@ -57,7 +58,7 @@ impl PubSub {
                 None => {
                     // Nothing subscribed on the regular connection: answer as Redis does.
                     let count = inner.channels.len() + inner.patterns.len();
-                    return Intercept::Reply(local_confirmations(proto, kind, &names, count));
+                    return Step::Reply(local_confirmations(proto, kind, &names, count));
                 }
             }
         };
@@ -84,7 +85,7 @@ impl PubSub {
             inner.regular = None;
         }
         let raw = request.raw.clone();
-        Intercept::Pending(
+        Step::Pending(
             async move {
                 match link.call(raw, kind, expected).await {
                     Ok(frames) => frames,
@@ -107,7 +108,7 @@ impl Inner {
         proto: Proto,
         family: Family,
         subscribe: bool,
-    ) -> Intercept {
+    ) -> Step {
         let (command, kind): (&str, &'static [u8]) = match (family, subscribe) {
             (Family::Patterns, true) => ("PSUBSCRIBE", b"psubscribe"),
             (Family::Patterns, false) => ("PUNSUBSCRIBE", b"punsubscribe"),
@@ -125,22 +126,9 @@ impl Inner {
         };
         let classes: Vec<PatternClass> = targets.iter().map(|n| classify(family, n)).collect();
         // Links first: a subscription that cannot be made changes nothing.
-        let mut regular = self.regular.clone();
-        let mut keyspace_links: Vec<Link> = self.keyspace_links.values().cloned().collect();
-        if subscribe {
-            if classes.iter().any(|c| *c != PatternClass::Keyspace) {
-                regular = self.regular_link(proto);
-                if regular.is_none() {
-                    return Intercept::Reply(reply::error(reply::text::SLOT_UNSERVED));
-                }
-            }
-            if classes.iter().any(|c| *c != PatternClass::Ordinary) {
-                keyspace_links = self.keyspace_links(proto);
-                if keyspace_links.is_empty() {
-                    return Intercept::Reply(reply::error(reply::text::SLOT_UNSERVED));
-                }
-            }
-        }
+        let Some((regular, keyspace_links)) = self.links_for(&classes, proto, subscribe) else {
+            return Step::Reply(reply::error(reply::text::SLOT_UNSERVED));
+        };
         let layout = self.proxy.layout.clone();
         let mut confirmations = BytesMut::new();
         let mut regular_names: Vec<Bytes> = Vec::new();
@@ -159,27 +147,8 @@ impl Inner {
                 regular_names.push(name.clone());
             }
             if changed && *class != PatternClass::Ordinary {
-                let (upstream, fresh_or_gone) = match (family, subscribe) {
-                    (Family::Patterns, _) => {
-                        let up = keyspace::upstream_pattern(layout.as_deref(), name);
-                        let moved = if subscribe {
-                            self.keyspace.add_pattern(up.clone(), name.clone())
-                        } else {
-                            self.keyspace.remove_pattern(&up, name)
-                        };
-                        (up, moved)
-                    }
-                    (_, _) => {
-                        let up = keyspace::upstream_channel(layout.as_deref(), name);
-                        let moved = if subscribe {
-                            self.keyspace.add_channel(up.clone(), name.clone())
-                        } else {
-                            self.keyspace.remove_channel(&up, name)
-                        };
-                        (up, moved)
-                    }
-                };
-                if fresh_or_gone && !upstream_names.contains(&upstream) {
+                let upstream = self.keyspace_change(family, subscribe, layout.as_deref(), name);
+                if let Some(upstream) = upstream.filter(|up| !upstream_names.contains(up)) {
                     upstream_names.push(upstream);
                 }
             }
@@ -211,20 +180,61 @@ impl Inner {
         if self.keyspace.is_empty() {
             self.keyspace_links.clear();
         }
-        let confirmations = confirmations.freeze();
-        Intercept::Pending(
-            async move {
-                for answer in futures_util::future::join_all(calls).await {
-                    match answer {
-                        Ok(frame) if frame.first() == Some(&b'-') => return frame,
-                        Ok(_) => {}
-                        Err(reason) => return reply::error(&format!("ERR proxy: {reason}")),
-                    }
-                }
-                confirmations
+        confirmed_after(calls, confirmations.freeze())
+    }
+
+    /// The regular link and the keyspace links a command on names of `classes` uses; for a
+    /// subscription, opened if needed (`None` when one cannot be had).
+    fn links_for(
+        &mut self,
+        classes: &[PatternClass],
+        proto: Proto,
+        subscribe: bool,
+    ) -> Option<(Option<Link>, Vec<Link>)> {
+        let mut regular = self.regular.clone();
+        let mut keyspace_links: Vec<Link> = self.keyspace_links.values().cloned().collect();
+        if subscribe {
+            if classes.iter().any(|c| *c != PatternClass::Keyspace) {
+                regular = Some(self.regular_link(proto)?);
             }
-            .boxed(),
-        )
+            if classes.iter().any(|c| *c != PatternClass::Ordinary) {
+                keyspace_links = self.keyspace_links(proto);
+                if keyspace_links.is_empty() {
+                    return None;
+                }
+            }
+        }
+        Some((regular, keyspace_links))
+    }
+
+    /// Adds `name` (a keyspace channel or pattern of `family`) to the keyspace
+    /// subscriptions, or removes it; the upstream name to subscribe or unsubscribe on every
+    /// keyspace link when that changed.
+    fn keyspace_change(
+        &mut self,
+        family: Family,
+        subscribe: bool,
+        layout: Option<&ActiveLayout>,
+        name: &Bytes,
+    ) -> Option<Bytes> {
+        let (upstream, fresh_or_gone) = if family == Family::Patterns {
+            let up = keyspace::upstream_pattern(layout, name);
+            let moved = if subscribe {
+                self.keyspace.add_pattern(up.clone(), name.clone())
+            } else {
+                self.keyspace.remove_pattern(&up, name)
+            };
+            (up, moved)
+        } else {
+            let up = keyspace::upstream_channel(layout, name);
+            let moved = if subscribe {
+                self.keyspace.add_channel(up.clone(), name.clone())
+            } else {
+                self.keyspace.remove_channel(&up, name)
+            };
+            (up, moved)
+        };
+        fresh_or_gone.then_some(upstream)
     }
 
     /// How many subscriptions of every kind the client has.
@@ -267,7 +277,7 @@ impl Inner {
         names: Vec<Bytes>,
         proto: Proto,
         subscribe: bool,
-    ) -> Intercept {
+    ) -> Step {
         let kind = if subscribe {
             "ssubscribe"
         } else {
@@ -285,11 +295,11 @@ impl Inner {
             if channels.is_empty() {
                 out.extend_from_slice(&frames::confirmation(proto, kind, None, 0));
             }
-            return Intercept::Reply(out.freeze());
+            return Step::Reply(out.freeze());
         }
         let slot = key_slot(&names[0]);
         if names.iter().any(|n| key_slot(n) != slot) {
-            return Intercept::Reply(reply::error(
+            return Step::Reply(reply::error(
                 "CROSSSLOT Keys in request don't hash to the same slot",
             ));
         }
@@ -308,7 +318,7 @@ impl Inner {
         let kind: &'static [u8] = kind.as_bytes();
         let expected = names.len();
         let shared = shared.clone();
-        Intercept::Pending(
+        Step::Pending(
             async move {
                 let answer = shard_call(&shared, slot, raw, kind, expected, proto).await;
                 if !subscribe {
@@ -337,4 +347,25 @@ fn local_confirmations(proto: Proto, kind: &[u8], names: &[Bytes], count: usize)
         out.extend_from_slice(&frames::confirmation(proto, kind, Some(name), count));
     }
     out.freeze()
+}
+
+/// The answer to a subscription command: `confirmations` once every node call in `calls`
+/// confirmed, else the first error.
+fn confirmed_after(
+    calls: Vec<futures_util::future::BoxFuture<'static, Result<Bytes, String>>>,
+    confirmations: Bytes,
+) -> Step {
+    Step::Pending(
+        async move {
+            for answer in futures_util::future::join_all(calls).await {
+                match answer {
+                    Ok(frame) if frame.first() == Some(&b'-') => return frame,
+                    Ok(_) => {}
+                    Err(reason) => return reply::error(&format!("ERR proxy: {reason}")),
+                }
+            }
+            confirmations
+        }
+        .boxed(),
+    )
 }

@@ -1,11 +1,10 @@
 //! The queue-time checks of a command between MULTI and EXEC, as Redis makes them
-//! (existence, arity, policy and ACL, `no_multi`), plus the proxy's own: commands it
+//! (existence, arity, `no_multi`; the policy and ACL are the session's access check), plus the proxy's own: commands it
 //! answers itself, commands that span masters, and the transaction's one slot.
 
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::auth::User;
 use crate::command::{CommandFlags, CommandSpec, KeyList};
 use crate::config::CrossSlotTransactions;
 use crate::dispatch::Proxy;
@@ -13,11 +12,11 @@ use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::key_slot;
 
-use super::exec::Queued;
 use super::{
     Admitted, Transaction, ANSWERED_AT_EXEC, CLIENT_NOT_QUEUED, LOCAL_ONLY, NOT_IN_MULTI,
     SPLIT_WITH_WATCH,
 };
+use crate::upstream::block::Queued;
 
 impl Transaction {
     /// The command as it will be queued, if it may join the transaction.
@@ -26,7 +25,6 @@ impl Transaction {
         proxy: &Proxy,
         proto: Proto,
         request: &Request,
-        user: Option<&User>,
     ) -> Result<Admitted, Bytes> {
         let spec = proxy
             .commands
@@ -35,9 +33,7 @@ impl Transaction {
         if !spec.arity_ok(request.args.len()) {
             return Err(reply::wrong_arity(&spec.name));
         }
-        if let Some(refusal) = proxy.admit(request, user) {
-            return Err(refusal);
-        }
+        // The policy and ACL were checked by the session (see `Transaction::queues`).
         if spec.flags.has(CommandFlags::NO_MULTI) {
             return Err(reply::error(NOT_IN_MULTI));
         }

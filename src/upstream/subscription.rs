@@ -1,4 +1,5 @@
-//! One subscription connection to one node, private to one client.
+//! Subscription connections: one connection to one node, private to one client, that
+//! carries its subscriptions there.
 //!
 //! Unlike a pipelined `NodeConn`, a subscribed connection receives frames nobody asked
 //! for, so its task reads every frame and sorts it: the confirmations (or the one error)
@@ -20,8 +21,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use super::frames::{self, Element};
-use super::keyspace;
+use super::pushes::{self, Element};
 use crate::backend::{self, ConnOptions};
 use crate::protocol::ReplyScanner;
 use crate::route::NodeAddr;
@@ -31,7 +31,7 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// Which messages a link relays, so that each message reaches the client once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Role {
+pub enum Role {
     /// The one connection for ordinary channels and patterns: keyspace notifications it
     /// sees (through a pattern such as `*`) are relayed by the keyspace links instead.
     Regular,
@@ -44,7 +44,7 @@ pub(super) enum Role {
 
 /// What a link reports to its client's session.
 #[derive(Debug)]
-pub(super) enum Event {
+pub enum Event {
     /// A message (or other push), from a link of this role.
     Push(Bytes, Role),
     /// The node unsubscribed the client from a shard channel (its slot moved away).
@@ -55,26 +55,26 @@ pub(super) enum Event {
 
 /// The sending side of one client's relay queue, shared by all its links.
 #[derive(Clone)]
-pub(super) struct Sink {
+pub struct Sink {
     tx: mpsc::UnboundedSender<Event>,
     state: Arc<SinkState>,
 }
 
 /// The byte count and overflow flag shared by a [`Sink`] and the session draining it.
-pub(super) struct SinkState {
+pub struct SinkState {
     /// Bytes of `Push` events queued and not yet taken by the session.
-    pub(super) buffered: AtomicUsize,
+    pub buffered: AtomicUsize,
     /// Set once the limit was exceeded; the session then closes the client.
-    pub(super) overflowed: AtomicBool,
+    pub overflowed: AtomicBool,
     /// Wakes the session when `overflowed` is set.
-    pub(super) wake: Notify,
+    pub wake: Notify,
     limit: usize,
     client: u64,
 }
 
 impl Sink {
     /// A queue of at most `limit` bytes for client `client` (named in the log line).
-    pub(super) fn new(limit: usize, client: u64) -> (Sink, mpsc::UnboundedReceiver<Event>) {
+    pub fn new(limit: usize, client: u64) -> (Sink, mpsc::UnboundedReceiver<Event>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let state = Arc::new(SinkState {
             buffered: AtomicUsize::new(0),
@@ -87,7 +87,7 @@ impl Sink {
     }
 
     /// The state shared with the session.
-    pub(super) fn state(&self) -> &Arc<SinkState> {
+    pub fn state(&self) -> &Arc<SinkState> {
         &self.state
     }
 
@@ -130,23 +130,17 @@ struct Command {
 /// A handle to one subscription connection; cheap to clone. The connection closes once
 /// every handle is dropped and its pending commands are answered.
 #[derive(Clone)]
-pub(super) struct Link {
+pub struct Link {
     /// Unique within the client, to match [`Event`]s to links.
-    pub(super) id: u64,
+    pub id: u64,
     /// The node it is connected to.
-    pub(super) addr: NodeAddr,
+    pub addr: NodeAddr,
     commands: mpsc::UnboundedSender<Command>,
 }
 
 impl Link {
     /// Starts the link's task; it connects right away.
-    pub(super) fn spawn(
-        id: u64,
-        addr: NodeAddr,
-        opts: ConnOptions,
-        sink: Sink,
-        role: Role,
-    ) -> Link {
+    pub fn spawn(id: u64, addr: NodeAddr, opts: ConnOptions, sink: Sink, role: Role) -> Link {
         let (commands, rx) = mpsc::unbounded_channel();
         tokio::spawn(run(id, addr.clone(), opts, rx, sink, role));
         Link { id, addr, commands }
@@ -154,7 +148,7 @@ impl Link {
 
     /// Sends `raw` and returns the frames answering it, concatenated: `expected`
     /// confirmations of `kind`, or one error frame. `Err` when the connection failed first.
-    pub(super) fn call(
+    pub fn call(
         &self,
         raw: Bytes,
         kind: &'static [u8],
@@ -284,18 +278,16 @@ fn on_frame(frame: Bytes, pending: &mut VecDeque<Pending>, sink: &Sink, role: Ro
         }
         return true;
     }
-    let elems = frames::elements(&frame).unwrap_or_default();
-    let word = frames::kind_word(&frame, &elems).unwrap_or_default();
-    if !frames::is_confirmation(word) {
+    let elems = pushes::elements(&frame).unwrap_or_default();
+    let word = pushes::kind_word(&frame, &elems).unwrap_or_default();
+    if !pushes::is_confirmation(word) {
         let channel_at = match word {
             b"message" => Some(1),
             b"pmessage" => Some(2),
             _ => None,
         };
         let keyspace = match channel_at.and_then(|at| elems.get(at)) {
-            Some(Element::Bulk(range)) => {
-                Some(keyspace::is_keyspace_channel(&frame[range.clone()]))
-            }
+            Some(Element::Bulk(range)) => Some(pushes::is_keyspace_channel(&frame[range.clone()])),
             _ => None,
         };
         // Each message has one link that relays it: see `Role`.

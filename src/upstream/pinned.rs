@@ -10,8 +10,6 @@
 //! blocking command never falls back to a shared connection, where it would stall
 //! every other client of that node; nor does a client's script.
 
-use std::sync::{Arc, Mutex, PoisonError};
-
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 
@@ -22,59 +20,15 @@ use crate::reply;
 use crate::route::{NodeAddr, Redirect};
 use crate::topology::ScriptLease;
 
-use super::{Proxy, Target};
+use crate::dispatch::Proxy;
 
-pub(super) const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
-pub(super) const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
+use super::blocked::ShownBlocked;
+// Where dispatch finds them with the rest of the pinned connections.
+pub use super::blocked::{BlockedOn, BLOCKED_ON};
+use super::Target;
 
-/// Where a client's blocking command waits now: its dedicated connection to the node, so
-/// CLIENT UNBLOCK from another client can reach it (and CLIENT LIST show it blocked).
-#[derive(Debug, Default)]
-pub struct BlockedOn(Mutex<Option<NodeConn>>);
-
-impl BlockedOn {
-    /// The connection of the blocking command running now, if any.
-    pub fn current(&self) -> Option<NodeConn> {
-        self.lock().clone()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<NodeConn>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-tokio::task_local! {
-    /// The running client session's [`BlockedOn`]. A session sets it around the futures
-    /// of the commands that may block (see `runs_alone` in the session); elsewhere
-    /// (migrate, tests) it is unset and nothing is recorded. A task-local rather than an
-    /// argument: the blocking path is reached through every planner (plain, layout,
-    /// WAIT), none of which knows the client.
-    pub static BLOCKED_ON: Arc<BlockedOn>;
-}
-
-/// Shows a blocking command in its session's [`BlockedOn`] while it lives.
-struct ShownBlocked(Option<Arc<BlockedOn>>);
-
-impl ShownBlocked {
-    fn record(conn: &NodeConn) -> ShownBlocked {
-        ShownBlocked(
-            BLOCKED_ON
-                .try_with(|blocked| {
-                    *blocked.lock() = Some(conn.clone());
-                    blocked.clone()
-                })
-                .ok(),
-        )
-    }
-}
-
-impl Drop for ShownBlocked {
-    fn drop(&mut self) {
-        if let Some(blocked) = &self.0 {
-            *blocked.lock() = None;
-        }
-    }
-}
+pub const MULTI: &[u8] = b"*1\r\n$5\r\nMULTI\r\n";
+pub const EXEC: &[u8] = b"*1\r\n$4\r\nEXEC\r\n";
 
 /// The connection a transaction's WATCH was sent on; its EXEC must go there too.
 #[derive(Debug, Clone)]
@@ -83,6 +37,23 @@ pub struct WatchPin {
     pub conn: NodeConn,
     /// Whether the WATCH needed `ASKING` (slot being imported), so MULTI needs it too.
     pub asking: bool,
+}
+
+impl WatchPin {
+    /// Sends a later WATCH of the same transaction on the pinned connection, so one EXEC
+    /// checks every watched key; its reply, or `None` when the watch can no longer be
+    /// trusted: the slot moved since the first WATCH, or the connection (and what it
+    /// watched) is gone.
+    pub async fn watch_again(&self, request: Bytes) -> Option<Bytes> {
+        match self.conn.call(request, self.asking).await {
+            Ok(frame) if Redirect::classify(&frame, self.conn.addr()).is_some() => None,
+            Ok(frame) => Some(frame),
+            Err(error) => {
+                tracing::debug!(%error, "WATCH on a lost pinned connection");
+                None
+            }
+        }
+    }
 }
 
 impl Proxy {
@@ -183,10 +154,10 @@ impl Proxy {
             None => (reusable, false),
         };
         loop {
-            let node = match &conn {
-                Some(conn) => conn.addr().clone(),
+            let this = match conn.take() {
+                Some(conn) => conn,
                 None => match self.node_for(target) {
-                    Some(node) => node,
+                    Some(node) => self.topology.dedicated(&node, proto),
                     None => {
                         self.topology.request_refresh();
                         if !budget.wait_for_retry().await {
@@ -196,18 +167,11 @@ impl Proxy {
                     }
                 },
             };
-            let this = conn
-                .take()
-                .unwrap_or_else(|| self.topology.dedicated(&node, proto));
-            let mut requests = Vec::with_capacity(prelude.len() + commands.len() + 2);
-            requests.extend(prelude.iter().map(|p| (p.clone(), false)));
-            requests.push((Bytes::from_static(MULTI), asking));
-            requests.extend(commands.iter().map(|c| (c.clone(), false)));
-            requests.push((Bytes::from_static(EXEC), false));
-            let replies = match call_in_order(&this, requests).await {
-                Ok(replies) => replies,
-                Err(BackendError::Lost(detail)) => return reply::outcome_unknown(&node, &detail),
-                Err(BackendError::NotSent(detail)) => {
+            let node = this.addr().clone();
+            let attempt = attempt_block(&this, &node, prelude, commands, asking).await;
+            let (refusal, exec_reply) = match attempt {
+                BlockAttempt::Done(reply) => return reply,
+                BlockAttempt::NotSent(detail) => {
                     if watched {
                         return watch_failed(proto);
                     }
@@ -217,41 +181,19 @@ impl Proxy {
                     }
                     continue;
                 }
-            };
-            let block = replies.get(prelude.len()..).unwrap_or_default();
-            let Some((exec_reply, queued)) = block.split_last() else {
-                return reply::error("ERR proxy: no reply to EXEC");
-            };
-            // The first refusal at queue time explains the backend's EXECABORT. A refusal of
-            // EXEC itself (a redirect, TRYAGAIN while the slot's keys move, READONLY after a
-            // failover) comes before anything ran: the node discarded the transaction.
-            let refusal = queued
-                .iter()
-                .chain(std::iter::once(exec_reply))
-                .find_map(|frame| Redirect::classify(frame, &node));
-            let Some(refusal) = refusal else {
-                return exec_reply.clone();
+                BlockAttempt::Refused(refusal, exec_reply) => (refusal, exec_reply),
             };
             if watched {
                 return watch_failed(proto);
             }
             match refusal {
-                Redirect::Moved { slot, addr } => {
+                Redirect::Moved { .. } | Redirect::Ask { .. } => {
                     if !budget.follow_redirect().await {
                         return reply::error(reply::text::TOO_MANY_REDIRECTS);
                     }
-                    self.topology.on_moved(slot, &addr);
-                    conn = Some(self.topology.dedicated(&addr, proto));
-                    asking = false;
+                    (conn, asking) = self.block_redirected_to(refusal, proto);
                 }
-                Redirect::Ask { addr, .. } => {
-                    if !budget.follow_redirect().await {
-                        return reply::error(reply::text::TOO_MANY_REDIRECTS);
-                    }
-                    conn = Some(self.topology.dedicated(&addr, proto));
-                    asking = true;
-                }
-                Redirect::NoScript => return exec_reply.clone(),
+                Redirect::NoScript => return exec_reply,
                 retryable => {
                     if matches!(
                         retryable,
@@ -260,7 +202,7 @@ impl Proxy {
                         self.topology.request_refresh();
                     }
                     if !budget.wait_for_retry().await {
-                        return exec_reply.clone();
+                        return exec_reply;
                     }
                     if asking && retryable == Redirect::TryAgain {
                         // The importing node has some of the keys but not all yet: ask it
@@ -272,6 +214,19 @@ impl Proxy {
                     }
                 }
             }
+        }
+    }
+
+    /// The dedicated connection a MOVED or an ASK sends a MULTI block's next attempt to,
+    /// and whether it needs ASKING (a MOVED also updates the slot map).
+    fn block_redirected_to(&self, redirect: Redirect, proto: Proto) -> (Option<NodeConn>, bool) {
+        match redirect {
+            Redirect::Moved { slot, addr } => {
+                self.topology.on_moved(slot, &addr);
+                (Some(self.topology.dedicated(&addr, proto)), false)
+            }
+            Redirect::Ask { addr, .. } => (Some(self.topology.dedicated(&addr, proto)), true),
+            _ => (None, false),
         }
     }
 
@@ -289,12 +244,7 @@ impl Proxy {
     /// MOVED/ASK and retrying as [`Proxy::forward`] does: a script that runs long holds
     /// only its own connection, and the other clients' commands to that master get the
     /// node's `-BUSY` as on one Redis. `-NOSCRIPT` is the caller's to handle.
-    pub(super) async fn run_script_alone(
-        &self,
-        target: Target,
-        request: Bytes,
-        proto: Proto,
-    ) -> Bytes {
+    pub async fn run_script_alone(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
         self.run_alone(target, request, proto, Alone::Script).await
     }
 
@@ -444,6 +394,55 @@ impl<'a> RetryBudget<'a> {
         }
         self.redirects = 1;
         true
+    }
+}
+
+/// What one attempt of a MULTI block on one connection came to.
+enum BlockAttempt {
+    /// The answer for the client: EXEC's reply, or why there is none.
+    Done(Bytes),
+    /// Nothing was written: another attempt is safe.
+    NotSent(String),
+    /// The node refused the block before anything ran (a redirect, TRYAGAIN...), with
+    /// EXEC's reply, the client's answer if no other attempt is made.
+    Refused(Redirect, Bytes),
+}
+
+/// Sends `prelude`, then `[ASKING] MULTI, commands..., EXEC` on `conn` (to `node`) and
+/// reads what came of it.
+async fn attempt_block(
+    conn: &NodeConn,
+    node: &NodeAddr,
+    prelude: &[Bytes],
+    commands: &[Bytes],
+    asking: bool,
+) -> BlockAttempt {
+    let mut requests = Vec::with_capacity(prelude.len() + commands.len() + 2);
+    requests.extend(prelude.iter().map(|p| (p.clone(), false)));
+    requests.push((Bytes::from_static(MULTI), asking));
+    requests.extend(commands.iter().map(|c| (c.clone(), false)));
+    requests.push((Bytes::from_static(EXEC), false));
+    let replies = match call_in_order(conn, requests).await {
+        Ok(replies) => replies,
+        Err(BackendError::Lost(detail)) => {
+            return BlockAttempt::Done(reply::outcome_unknown(node, &detail))
+        }
+        Err(BackendError::NotSent(detail)) => return BlockAttempt::NotSent(detail),
+    };
+    let block = replies.get(prelude.len()..).unwrap_or_default();
+    let Some((exec_reply, queued)) = block.split_last() else {
+        return BlockAttempt::Done(reply::error("ERR proxy: no reply to EXEC"));
+    };
+    // The first refusal at queue time explains the backend's EXECABORT. A refusal of EXEC
+    // itself (a redirect, TRYAGAIN while the slot's keys move, READONLY after a failover)
+    // comes before anything ran: the node discarded the transaction.
+    let refusal = queued
+        .iter()
+        .chain(std::iter::once(exec_reply))
+        .find_map(|frame| Redirect::classify(frame, node));
+    match refusal {
+        Some(refusal) => BlockAttempt::Refused(refusal, exec_reply.clone()),
+        None => BlockAttempt::Done(exec_reply.clone()),
     }
 }
 

@@ -19,12 +19,12 @@ use crate::protocol::Proto;
 use crate::reply;
 use crate::route::Redirect;
 
-use super::Proxy;
+use crate::dispatch::Proxy;
 
 /// Parts of [`Proxy::forward_each`] kept inline: a multi-key command splits per slot, and
 /// the random keys of an MSET or MGET of up to 16 keys are as many parts, which then need no
 /// allocation per part list.
-pub(super) const PARTS_INLINE: usize = 16;
+pub const PARTS_INLINE: usize = 16;
 
 /// A part of [`Proxy::forward_each`] that goes on after its first answer.
 type Resumed<'a> = Pin<Box<dyn Future<Output = Bytes> + Send + 'a>>;
@@ -81,52 +81,8 @@ impl Proxy {
                 .map(|slot| Some(routing.master_for_slot(*slot)?.get(proto).clone()))
                 .collect()
         };
-        // Request numbers grouped by master (unmapped slots last), in order within a group.
-        let mut groups: SmallVec<[NodeConn; 4]> = SmallVec::new();
-        let mut order: SmallVec<[(usize, usize); 16]> = conns
-            .iter()
-            .enumerate()
-            .map(|(i, conn)| {
-                let group = match conn {
-                    Some(conn) => match groups.iter().position(|g| g.same(conn)) {
-                        Some(group) => group,
-                        None => {
-                            groups.push(conn.clone());
-                            groups.len() - 1
-                        }
-                    },
-                    None => usize::MAX,
-                };
-                (group, i)
-            })
-            .collect();
-        order.sort_unstable();
-        let mut wire = BytesMut::with_capacity(size_hint);
-        let mut spans: SmallVec<[Range<usize>; PARTS_INLINE]> = (0..count).map(|_| 0..0).collect();
-        for &(_, i) in &order {
-            let start = wire.len();
-            frame(i, &mut wire);
-            spans[i] = start..wire.len();
-        }
-        let wire = wire.freeze();
-        let requests: SmallVec<[Bytes; PARTS_INLINE]> =
-            spans.iter().map(|span| wire.slice(span.clone())).collect();
         let sink = ReplySink::with_capacity(count);
-        let mut seqs: SmallVec<[u64; 16]> = SmallVec::new();
-        for (group, conn) in groups.iter().enumerate() {
-            seqs.clear();
-            seqs.extend(
-                order
-                    .iter()
-                    .filter(|(g, _)| *g == group)
-                    .map(|&(_, i)| i as u64),
-            );
-            let (Some(&first), Some(&last)) = (seqs.first(), seqs.last()) else {
-                continue;
-            };
-            let joined = wire.slice(spans[first as usize].start..spans[last as usize].end);
-            conn.send_batch(Batch::joined(joined, &seqs, sink.clone()));
-        }
+        let requests = send_grouped(&conns, frame, size_hint, &sink);
         // Every batched request gets exactly one delivery, whatever happens to its node. A
         // part that needs another attempt (a redirect while its slot moves, a retryable
         // error) starts it as soon as its own delivery is in, not once every part is: the
@@ -214,13 +170,7 @@ impl Proxy {
                 None => {
                     let (conn, asking) = match redirected.take() {
                         Some((conn, asking)) => (Some(conn), asking),
-                        None => (
-                            match target {
-                                Target::Slot(slot) => self.topology.master_for_slot(slot, proto),
-                                Target::AnyMaster => self.topology.any_master(proto),
-                            },
-                            false,
-                        ),
+                        None => (self.first_conn(target, proto), false),
                     };
                     let Some(conn) = conn else {
                         // The slot map does not cover the slot (yet): wait for a refresh.
@@ -269,30 +219,46 @@ impl Proxy {
                     continue;
                 }
             }
-            match redirect {
-                Redirect::Moved { slot, addr } => {
-                    metrics::redirect_moved();
-                    self.topology.on_moved(slot, &addr);
-                    redirected = Some((self.topology.node(&addr, proto), false));
+            redirected = self.redirected_to(&redirect, proto);
+            if redirected.is_none() {
+                if matches!(
+                    redirect,
+                    Redirect::ReadOnly | Redirect::MasterDown | Redirect::ClusterDown
+                ) {
+                    self.topology.request_refresh();
                 }
-                Redirect::Ask { addr, .. } => {
-                    metrics::redirect_ask();
-                    redirected = Some((self.topology.node(&addr, proto), true));
+                if attempts >= retry.attempts {
+                    return frame;
                 }
-                retryable => {
-                    if matches!(
-                        retryable,
-                        Redirect::ReadOnly | Redirect::MasterDown | Redirect::ClusterDown
-                    ) {
-                        self.topology.request_refresh();
-                    }
-                    if attempts >= retry.attempts {
-                        return frame;
-                    }
-                    let reason = RetryReason::from_label(retryable.retry_reason());
-                    self.retry_after(reason, &mut attempts, &mut masters).await;
-                }
+                let reason = RetryReason::from_label(redirect.retry_reason());
+                self.retry_after(reason, &mut attempts, &mut masters).await;
             }
+        }
+    }
+
+    /// The connection a first attempt at `target` goes on; `None` while the slot map does
+    /// not cover its slot.
+    fn first_conn(&self, target: Target, proto: Proto) -> Option<NodeConn> {
+        match target {
+            Target::Slot(slot) => self.topology.master_for_slot(slot, proto),
+            Target::AnyMaster => self.topology.any_master(proto),
+        }
+    }
+
+    /// Where a MOVED or an ASK sends the next attempt, and whether it needs ASKING
+    /// (a MOVED also updates the slot map); `None` for the other answers, which retry.
+    fn redirected_to(&self, redirect: &Redirect, proto: Proto) -> Option<(NodeConn, bool)> {
+        match redirect {
+            Redirect::Moved { slot, addr } => {
+                metrics::redirect_moved();
+                self.topology.on_moved(*slot, addr);
+                Some((self.topology.node(addr, proto), false))
+            }
+            Redirect::Ask { addr, .. } => {
+                metrics::redirect_ask();
+                Some((self.topology.node(addr, proto), true))
+            }
+            _ => None,
         }
     }
 
@@ -326,6 +292,62 @@ fn follow_up(frame: &[u8], from: &str) -> Option<Redirect> {
         return None;
     }
     Redirect::classify(frame, from).filter(|redirect| *redirect != Redirect::NoScript)
+}
+
+/// Frames request `i` of `conns` with `frame(i, out)` into one buffer, grouped per master
+/// (unmapped ones last, in order within a group), and sends each master's group as one
+/// batch whose replies `sink` delivers under the request numbers; the requests, each a
+/// slice of that buffer, in request order.
+fn send_grouped(
+    conns: &[Option<NodeConn>],
+    frame: impl Fn(usize, &mut BytesMut),
+    size_hint: usize,
+    sink: &std::sync::Arc<ReplySink>,
+) -> SmallVec<[Bytes; PARTS_INLINE]> {
+    let mut groups: SmallVec<[NodeConn; 4]> = SmallVec::new();
+    let mut order: SmallVec<[(usize, usize); 16]> = conns
+        .iter()
+        .enumerate()
+        .map(|(i, conn)| {
+            let group = match conn {
+                Some(conn) => match groups.iter().position(|g| g.same(conn)) {
+                    Some(group) => group,
+                    None => {
+                        groups.push(conn.clone());
+                        groups.len() - 1
+                    }
+                },
+                None => usize::MAX,
+            };
+            (group, i)
+        })
+        .collect();
+    order.sort_unstable();
+    let mut wire = BytesMut::with_capacity(size_hint);
+    let mut spans: SmallVec<[Range<usize>; PARTS_INLINE]> =
+        (0..conns.len()).map(|_| 0..0).collect();
+    for &(_, i) in &order {
+        let start = wire.len();
+        frame(i, &mut wire);
+        spans[i] = start..wire.len();
+    }
+    let wire = wire.freeze();
+    let mut seqs: SmallVec<[u64; 16]> = SmallVec::new();
+    for (group, conn) in groups.iter().enumerate() {
+        seqs.clear();
+        seqs.extend(
+            order
+                .iter()
+                .filter(|(g, _)| *g == group)
+                .map(|&(_, i)| i as u64),
+        );
+        let (Some(&first), Some(&last)) = (seqs.first(), seqs.last()) else {
+            continue;
+        };
+        let joined = wire.slice(spans[first as usize].start..spans[last as usize].end);
+        conn.send_batch(Batch::joined(joined, &seqs, sink.clone()));
+    }
+    spans.iter().map(|span| wire.slice(span.clone())).collect()
 }
 
 /// Whether `frame`, from the node at `from`, is what the client gets: neither a redirect

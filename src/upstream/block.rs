@@ -1,5 +1,5 @@
-//! Running a transaction's queued commands at EXEC and assembling the reply the client
-//! sees: one MULTI/EXEC block on one node, or (`cross_slot_transactions: split`) one
+//! Transaction blocks on the nodes: running a transaction's queued commands at EXEC and
+//! assembling the reply the client sees: one MULTI/EXEC block on one node, or (`cross_slot_transactions: split`) one
 //! block per slot with the replies put back in command order.
 //!
 //! Invariants: EXEC's reply has one element per queued command, in queue order; the
@@ -13,26 +13,47 @@ use futures_util::future::join_all;
 use smallvec::SmallVec;
 
 use crate::backend::NodeConn;
-use crate::dispatch::{Proxy, Target, WatchPin};
+use crate::dispatch::Proxy;
+use crate::route::NodeAddr;
+
+use super::{Target, WatchPin};
 use crate::protocol::{encode, Proto};
 use crate::reply;
 use crate::reply::merge::array_elements;
 
+/// Dedicated connections a client keeps for its next transactions, by node and protocol
+/// (a block that is not pinned by WATCH runs on one, never on a shared connection).
+#[derive(Default)]
+pub struct ReusableConns(Vec<(NodeAddr, Proto, NodeConn)>);
+
+impl ReusableConns {
+    /// The kept connection to the node serving `target`, made on first use.
+    pub fn get(&mut self, proxy: &Proxy, target: Target, proto: Proto) -> Option<NodeConn> {
+        let addr = proxy.node_for(target)?;
+        if let Some((_, _, conn)) = self.0.iter().find(|(a, p, _)| *a == addr && *p == proto) {
+            return Some(conn.clone());
+        }
+        let conn = proxy.topology.dedicated(&addr, proto);
+        self.0.push((addr, proto, conn.clone()));
+        Some(conn)
+    }
+}
+
 /// A command accepted between MULTI and EXEC.
-pub(super) struct Queued {
+pub struct Queued {
     /// What goes inside the backend MULTI; only the first request's reply is the
     /// command's (the others refresh index entries under a layout).
-    pub(super) requests: SmallVec<[Bytes; 2]>,
-    pub(super) slot: Option<u16>,
+    pub requests: SmallVec<[Bytes; 2]>,
+    pub slot: Option<u16>,
     /// The command's name when a layout is in force, for the reverse rewrite of its reply.
-    pub(super) reverse: Option<String>,
+    pub reverse: Option<String>,
     /// Whether the block needs the layout's upkeep script on its node.
-    pub(super) needs_script: bool,
+    pub needs_script: bool,
 }
 
 /// A transaction on one slot (or none): one MULTI/EXEC block on `target`'s master, on
 /// the WATCH's pinned connection when there is one.
-pub(super) async fn run_single(
+pub async fn run_single(
     proxy: Arc<Proxy>,
     target: Target,
     commands: Vec<Queued>,
@@ -61,7 +82,7 @@ pub(super) async fn run_single(
 /// first slot), run at once, and their replies put back in command order. A slot whose
 /// block failed as a whole (`-EXECABORT`, a lost connection) shows that error in the
 /// place of each of its commands.
-pub(super) async fn run_split(
+pub async fn run_split(
     proxy: Arc<Proxy>,
     commands: Vec<Queued>,
     slots: SmallVec<[u16; 4]>,

@@ -1,0 +1,391 @@
+//! The admit step: each decoded request walks one chain of interceptors, in this order,
+//! and the first that takes it decides (see [`Step`]):
+//!
+//! 1. order: a request waits (held) for the replies before it when it is a sequence point
+//!    or a slot moved since they were routed, or for a CLIENT PAUSE that holds it;
+//! 2. access: draining, NOAUTH, then the one policy and ACL check of the session;
+//! 3. the transaction (MULTI/EXEC/WATCH, queueing, WAIT);
+//! 4. Pub/Sub (subscription commands, subscribed mode);
+//! 5. the connection's own commands (`local`);
+//! 6. what none took is forwarded: staged in the client's batch for its master, or run as
+//!    a future by the dispatcher.
+//!
+//! Most commands concern none of steps 3-5 (see `plain`) and skip them; only those
+//! steps fold the command's name.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::auth;
+use crate::command::CommandSpec;
+use crate::dispatch::{Proxy, Route, BLOCKED_ON};
+use crate::protocol::{FoldedName, Request};
+use crate::reply;
+
+use super::super::flow::Gate;
+use super::super::local;
+use super::super::pipeline::Running;
+use super::super::pubsub;
+use super::super::registry::Registry;
+use super::super::step::Step;
+use super::super::transaction::Transaction;
+use super::Session;
+
+impl Session<'_> {
+    /// Turns buffered bytes (and a held request) into admitted requests, as far as the
+    /// pipeline limit and the client's budget allow; then sends the staged batches.
+    pub(super) async fn admit_buffered(&mut self) {
+        // One clock read serves all requests of this pass: the read's, after a read.
+        let mut pass_started = self.conn.read_at.take();
+        let max_pipeline = self.flow.limits.max_pipeline;
+        while !self.end.closing && self.order.in_flight.len() < max_pipeline {
+            if self.order.sequence_point && !self.order.in_flight.is_empty() {
+                break;
+            }
+            if self.order.held.is_some() || !self.conn.input.is_empty() {
+                let owed = self.order.in_flight.owed(self.conn.output.len());
+                self.flow.gate = self.flow.budget.gate(owed, self.flow.limits.max_owed);
+                if self.flow.gate != Gate::Open {
+                    break;
+                }
+            }
+            self.order.sequence_point = false;
+            let (request, was_held) = match self.order.held.take() {
+                Some(request) => (request, true),
+                None => match self.conn.decoder.decode(&mut self.conn.input) {
+                    Ok(Some(request)) => (request, false),
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::debug!(client = %self.conn.peer, %error, "closing client after protocol error");
+                        let reply = reply::error(&format!("ERR {error}"));
+                        self.order.in_flight.push_ready(reply);
+                        self.end.closing = true;
+                        continue;
+                    }
+                },
+            };
+            match self.admit(request, was_held, &mut pass_started) {
+                ControlFlow::Break(()) => break,
+                ControlFlow::Continue(None) => {}
+                ControlFlow::Continue(Some(run)) => self.order.in_flight.push_future(run).await,
+            }
+        }
+        self.order.pass_routing = None;
+        self.order.in_flight.send_staged();
+    }
+
+    /// Runs `request` through the chain: `Break` when it is held, else the future that
+    /// answers it, if it is not answered or staged already.
+    fn admit(
+        &mut self,
+        request: Request,
+        was_held: bool,
+        pass_started: &mut Option<std::time::Instant>,
+    ) -> ControlFlow<(), Option<Running>> {
+        let snapshot = &self.ident.snapshot;
+        // One lookup of the command serves the checks below and the routing.
+        let command = snapshot.commands.lookup_index(&request.args);
+        let spec = command.and_then(|command| snapshot.commands.spec(command));
+        let checked = !command.is_some_and(|command| snapshot.plain_commands.contains(command))
+            || self.tx.transaction.in_multi()
+            || self.subs.pubsub.is_used();
+        let name = match checked {
+            true => FoldedName::of(&request),
+            false => FoldedName::default(),
+        };
+        let alone = checked && runs_alone(&request, &name, spec);
+        // As in Redis, a client that has not authenticated gets NOAUTH at once.
+        let pause = (!self.end.draining && self.ident.state.user.is_some())
+            .then(|| paused(self.client.registry, &self.tx.transaction, &request, spec))
+            .flatten();
+        if let Step::Hold = self.order_step(&name, command, pause, was_held, alone) {
+            self.order.held = Some(request);
+            return ControlFlow::Break(());
+        }
+        let in_flight = &mut self.order.in_flight;
+        if in_flight.is_empty() {
+            self.order.routed_moves = self.ident.snapshot.topology.moves();
+        }
+        let muted = self.ident.state.replies.mutes() && !local::sets_reply_mode(&request);
+        if muted && (self.tx.transaction.in_multi() || !pubsub::confirms_unmuted(&request)) {
+            in_flight.mute_next();
+        }
+        let step = match self.access_step(&request, &name, command, checked) {
+            Step::Next if checked => self.intercept(&request, &name, command, muted),
+            step => step,
+        };
+        let run = match step {
+            Step::Next => self.forward(command, request, alone, pass_started),
+            Step::Hold => None,
+            Step::Reply(reply) => {
+                self.order.in_flight.push_ready(reply);
+                None
+            }
+            Step::Pending(run) => Some(run),
+            Step::Alone(run) => {
+                self.order.sequence_point = true;
+                Some(run)
+            }
+            Step::Exec { run, locals } => {
+                self.order.sequence_point = true;
+                self.tx.exec_locals = Some((self.order.in_flight.next_seq(), locals));
+                Some(run)
+            }
+        };
+        ControlFlow::Continue(run)
+    }
+
+    /// The first interceptor: [`Step::Hold`] while a CLIENT PAUSE holds the request, or
+    /// while replies are in flight before a request that must not overtake them.
+    /// `pause`: the end of the CLIENT PAUSE that holds the request, if one does.
+    fn order_step(
+        &mut self,
+        name: &FoldedName,
+        command: Option<usize>,
+        pause: Option<Instant>,
+        was_held: bool,
+        alone: bool,
+    ) -> Step {
+        if pause.is_some() {
+            if !was_held {
+                // As Redis shows a client its pause holds: blocked, on this command.
+                self.client.guard.held_by_pause(true);
+                self.note_command(command);
+            }
+            self.order.paused_until = pause;
+            return Step::Hold;
+        }
+        if was_held {
+            self.client.guard.held_by_pause(false);
+        }
+        let in_flight = &self.order.in_flight;
+        // A slot changed master since the requests in flight were routed: they may
+        // still be redirected to where this one would go at once, so it waits for them.
+        let moved = !in_flight.is_empty()
+            && self.ident.snapshot.topology.moves() != self.order.routed_moves;
+        if !in_flight.is_empty() && (alone || moved || Transaction::is_sequence_point(name)) {
+            return Step::Hold;
+        }
+        Step::Next
+    }
+
+    /// The chain's one access check: a draining proxy's refusal, NOAUTH, then the command
+    /// policy and the user's ACL, as far as this request needs them before it runs.
+    ///
+    /// Outside MULTI, the ACL's command rules (the dispatcher adds the key patterns as it
+    /// plans; the commands answered by the session never reach it); for WATCH, and for a
+    /// command the transaction queues, the policy and the whole ACL, key patterns
+    /// included, as Redis checks them at queue time (a refusal fails the EXEC).
+    fn access_step(
+        &mut self,
+        request: &Request,
+        name: &FoldedName,
+        command: Option<usize>,
+        checked: bool,
+    ) -> Step {
+        if self.end.draining {
+            return Step::Reply(reply::error(reply::text::SHUTTING_DOWN));
+        }
+        let ident = &mut self.ident;
+        let proxy = &ident.snapshot;
+        let user = user_of(&mut ident.user, proxy, ident.state.user.as_deref());
+        if user.is_none() && !local::allowed_before_auth(request) {
+            return Step::Reply(reply::error(auth::NOAUTH));
+        }
+        let transaction = &mut self.tx.transaction;
+        let whole = checked
+            && (transaction.queues(name, request.args.len())
+                || !transaction.in_multi() && name.as_bytes() == b"watch");
+        if !whole && transaction.in_multi() {
+            return Step::Next;
+        }
+        let mut refusal = match user {
+            Some(user) if !whole || !transaction.in_multi() => {
+                local::acl_refusal(&proxy.commands, user, request)
+            }
+            _ => None,
+        };
+        if refusal.is_none() && whole {
+            refusal = proxy.admit(request, user.map(|user| &**user));
+            if refusal.is_some() {
+                transaction.refused();
+                self.note_command(command);
+            }
+        }
+        match refusal {
+            Some(refusal) => Step::Reply(refusal),
+            None => Step::Next,
+        }
+    }
+
+    /// The interceptors that act on some commands only: the transaction, Pub/Sub, then
+    /// the connection's own commands.
+    fn intercept(
+        &mut self,
+        request: &Request,
+        name: &FoldedName,
+        command: Option<usize>,
+        muted: bool,
+    ) -> Step {
+        let proxy = &self.ident.snapshot;
+        let proto = self.ident.state.proto;
+        let step = self.tx.transaction.handle(proxy, proto, request, name);
+        if !matches!(step, Step::Next) {
+            self.note_command(command);
+            return step;
+        }
+        let pubsub = &mut self.subs.pubsub;
+        let step = pubsub.intercept(request, name, proto, muted, proxy);
+        if !matches!(step, Step::Next) {
+            self.note_command(command);
+            self.subs.shown.update(&self.subs.pubsub);
+            return step;
+        }
+        self.local_step(request, name, command)
+    }
+
+    /// The connection's own commands (`local`): PING, SELECT, AUTH, HELLO, CLIENT...
+    fn local_step(&mut self, request: &Request, name: &FoldedName, command: Option<usize>) -> Step {
+        // CLIENT LIST and INFO show the caller's own command as CLIENT's.
+        let client_command = name.as_bytes() == b"client";
+        if client_command {
+            self.note_command(command);
+        }
+        let ident = &mut self.ident;
+        let Some(answer) = local::answer(
+            &mut ident.state,
+            self.client.registry,
+            &ident.snapshot,
+            request,
+            name,
+        ) else {
+            return Step::Next;
+        };
+        if !client_command {
+            self.note_command(command);
+        }
+        self.end.closing |= answer.close;
+        self.ident.forget_if_switched();
+        if name.as_bytes() == b"reset" {
+            // RESET ended the subscriptions (see `PubSub::intercept`).
+            self.subs.shown.update(&self.subs.pubsub);
+        }
+        if answer.silent {
+            self.order.in_flight.mute_next();
+        }
+        match answer.pending {
+            Some(pending) => Step::Pending(pending),
+            None => Step::Reply(answer.reply),
+        }
+    }
+
+    /// The end of the chain: routes the request; stages it in the client's batch for its
+    /// master (`None`) or returns the future that runs it.
+    fn forward(
+        &mut self,
+        command: Option<usize>,
+        request: Request,
+        alone: bool,
+        pass_started: &mut Option<std::time::Instant>,
+    ) -> Option<Running> {
+        self.order.sequence_point = alone;
+        let Session {
+            ident, order, tx, ..
+        } = self;
+        // A command runs to its end on the configuration it started with.
+        let proxy = &ident.snapshot;
+        let proto = ident.state.proto;
+        let user = user_of(&mut ident.user, proxy, ident.state.user.as_deref());
+        let user = user.map(|user| &**user);
+        let moves = proxy.topology.moves();
+        let routing = match &order.pass_routing {
+            Some((since, routing)) if *since == moves => routing,
+            _ => {
+                &order
+                    .pass_routing
+                    .insert(proxy.topology.routing_since_moves())
+                    .1
+            }
+        };
+        match proxy.route(command, &request, proto, user, routing) {
+            Route::Direct(direct, renamed) => {
+                self.client.guard.ran(direct.command);
+                if direct.writes {
+                    tx.transaction.note_write_slot(direct.slot);
+                }
+                let started = *pass_started.get_or_insert_with(std::time::Instant::now);
+                let frame = renamed.unwrap_or(request.raw);
+                order
+                    .in_flight
+                    .push_direct(proxy.clone(), direct, frame, proto, started);
+                None
+            }
+            Route::Planned(command) => {
+                if let Some(command) = command {
+                    self.client.guard.ran(command);
+                }
+                tx.transaction.note_write(proxy, command, &request.args);
+                let run = proxy.clone().execute_indexed(command, request, proto, user);
+                // Only a command that runs alone may block (see `runs_alone`).
+                Some(if alone {
+                    Box::pin(BLOCKED_ON.scope(self.client.blocked.clone(), run))
+                } else {
+                    Box::pin(run)
+                })
+            }
+        }
+    }
+
+    /// Records `command` (a table index, `None` for an unknown one) as the client's latest
+    /// (CLIENT LIST's `cmd=`), for the paths that do not route it.
+    fn note_command(&self, command: Option<usize>) {
+        if let Some(command) = command {
+            self.client.guard.ran(command);
+        }
+    }
+}
+
+/// The client's user under `proxy`, looked up once per snapshot and login (`cache`), by
+/// the name it is logged in as.
+fn user_of<'u>(
+    cache: &'u mut Option<Option<Arc<auth::User>>>,
+    proxy: &Proxy,
+    name: Option<&str>,
+) -> Option<&'u Arc<auth::User>> {
+    cache
+        .get_or_insert_with(|| name.and_then(|name| proxy.auth.user(name)).cloned())
+        .as_ref()
+}
+
+/// Whether `request` is a sequence point of its own: it may wait for data on its own
+/// backend connection (BLPOP, BZPOPMIN, XREAD with BLOCK, WAITAOF...), it is a SORT the
+/// proxy runs in steps (its lookups and STORE must not overtake, or be overtaken by, the
+/// requests around it), or it may switch the protocol (HELLO, RESET): the requests after
+/// it go to the backend connections of the other protocol, where they could overtake
+/// those before it.
+fn runs_alone(request: &Request, name: &FoldedName, spec: Option<&CommandSpec>) -> bool {
+    match name.as_bytes() {
+        b"hello" | b"reset" => true,
+        b"sort" | b"sort_ro" => crate::dispatch::sort_runs_in_steps(&request.args),
+        _ => spec
+            .is_some_and(|spec| spec.blocks(&request.args) || crate::dispatch::runs_a_script(spec)),
+    }
+}
+
+/// The end of the CLIENT PAUSE that holds `request` now, if one does (under a WRITE
+/// pause, commands that write or may replicate, and EXEC of a block with one).
+fn paused(
+    registry: &Registry,
+    transaction: &Transaction,
+    request: &Request,
+    spec: Option<&CommandSpec>,
+) -> Option<Instant> {
+    registry.pause().holds(|| {
+        if request.name().eq_ignore_ascii_case(b"exec") {
+            return transaction.queued_writes();
+        }
+        spec.is_some_and(CommandSpec::is_write_or_may_replicate)
+    })
+}

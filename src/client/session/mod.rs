@@ -1,0 +1,361 @@
+//! One client connection: read, decode, admit, and write replies in request order.
+//!
+//! A [`Session`] is the connection's state, grouped by job: the connection and its buffers
+//! ([`Conn`]), what the client may send ([`Flow`]), the order replies keep ([`Order`]),
+//! who the client is ([`Identity`]), its subscriptions ([`Subscribers`]) and its
+//! transaction ([`Tx`]). [`Session::run`] is a short loop: admit what was read (`admit`),
+//! flush and decide whether to go on (`wait`), wait for the next event, handle it.
+//!
+//! Requests are admitted as soon as they are decoded, so a pipeline runs in parallel
+//! across masters; the [`Pipeline`] sends plain forwards in one batch per master and
+//! hands replies back in request order. As Redis answers the commands of one read with
+//! one write, the replies of a read leave together: those in first wait for the plain
+//! forwards of the same read (a round trip to their masters), never for a future, a retry
+//! after a redirect or a later read, nor past 64 KiB. At most `max_pipeline` commands of
+//! one client are in flight; past that the session stops reading (TCP back-pressure) until
+//! replies drain.
+//!
+//! Sequence points run alone: EXEC, WATCH and WAIT (see `Transaction::is_sequence_point`),
+//! commands that may block (BLPOP, XREAD BLOCK...) and clients' scripts (EVAL, FCALL...),
+//! which run on connections of their own, SORT with patterns (several steps over several
+//! masters), and HELLO and RESET (after a protocol switch requests go to the other
+//! protocol's connections). Each waits for every earlier reply, and nothing after it
+//! starts until it is answered, so a pipeline takes effect in order, as on one Redis,
+//! where a blocked client's next command waits for it.
+
+mod admit;
+mod wait;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::time::Instant;
+
+use crate::auth;
+use crate::buffer::Resizer;
+use crate::dispatch::{BlockedOn, Proxy};
+use crate::protocol::{Proto, Request, RequestDecoder};
+use crate::reload::Live;
+use crate::topology::Routing;
+
+use super::flow::{ClientFlow, Gate};
+use super::limits::{ClientLimits, SoftWatch};
+use super::local::{ConnState, ReplyMode};
+use super::pipeline::Pipeline;
+use super::pubsub::PubSub;
+use super::registry::{ClientGuard, Registry, Subscriptions};
+use super::stream::{ClientReader, ClientStream, ClientWriter};
+use super::transaction::{LocalCommands, Transaction};
+
+const READ_BUFFER: usize = 16 * 1024;
+/// Unsent replies past which the session stops reading new requests, so a client that
+/// reads slowly is slowed down by TCP instead of growing the proxy's memory.
+const OUTPUT_BACKPRESSURE: usize = 256 * 1024;
+/// How long a closing connection keeps reading (and discarding) so the close is a FIN
+/// after the last reply, not a reset that could destroy replies still in flight.
+const CLOSE_LINGER: Duration = Duration::from_millis(500);
+/// Undecoded input past which the session stops reading while a sequence point is in
+/// flight (a BLPOP may wait forever; the requests behind it wait in TCP instead). Below
+/// it, reading goes on, so a client that disconnects meanwhile is noticed.
+const HELD_INPUT: usize = 1024 * 1024;
+/// Replies waiting for the rest of their read leave anyway past this size: large replies
+/// gain little from sharing a write, and the session need not hold them.
+const HELD_OUTPUT: usize = 64 * 1024;
+/// How long a draining session goes on answering requests (with an error) before it
+/// closes, so a request sent just as the drain began gets a reply, not a silent close.
+const DRAIN_GRACE: Duration = Duration::from_millis(250);
+
+/// Serves one client until it disconnects, sends QUIT, breaks the protocol, idles past
+/// `timeout`, exceeds its output buffer limit, or the proxy drains.
+pub async fn serve(stream: ClientStream, live: Arc<Live>, registry: Arc<Registry>) {
+    let peer = stream
+        .peer_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let local_addr = stream.local_addr().unwrap_or(peer);
+    let _ = stream.socket().set_nodelay(true);
+    // Read before the snapshot: a reload in between is followed at once.
+    let reloads = live.reloads();
+    let snapshot = live.proxy();
+    // TCP keepalive is set at connect (as Redis's `tcp-keepalive`); the other limits
+    // follow reloads (see `ClientLimits`).
+    if snapshot.config.tcp_keepalive > 0 {
+        let time = Duration::from_secs(snapshot.config.tcp_keepalive);
+        let keepalive = socket2::TcpKeepalive::new().with_time(time);
+        let _ = socket2::SockRef::from(stream.socket()).set_tcp_keepalive(&keepalive);
+    }
+    let user = super::stream::initial_user(&stream, &snapshot);
+    // Where a blocking command of the client waits (CLIENT UNBLOCK).
+    let blocked = Arc::new(BlockedOn::default());
+    let guard = registry.register(peer, local_addr, user.as_deref(), blocked.clone());
+    let signals = guard.signals();
+    tokio::pin!(signals);
+    let client = Client {
+        live: &live,
+        registry: &registry,
+        guard: &guard,
+        blocked,
+    };
+    let mut session = Session::new(stream, peer, client, reloads, snapshot, user);
+    session.run(signals).await;
+}
+
+/// One client's connection and everything the proxy keeps about it.
+struct Session<'a> {
+    client: Client<'a>,
+    conn: Conn,
+    flow: Flow<'a>,
+    order: Order,
+    ident: Identity,
+    subs: Subscribers<'a>,
+    tx: Tx,
+    end: Ending,
+}
+
+/// The client among the others: the live configuration, the registry of clients and its
+/// entry there.
+struct Client<'a> {
+    live: &'a Live,
+    registry: &'a Registry,
+    guard: &'a ClientGuard,
+    /// Where a blocking command of the client waits (CLIENT UNBLOCK).
+    blocked: Arc<BlockedOn>,
+}
+
+/// The connection: its two halves, the buffers either side of the decoder, and when the
+/// client was last active.
+struct Conn {
+    peer: SocketAddr,
+    reader: ClientReader,
+    writer: ClientWriter,
+    decoder: RequestDecoder,
+    input: BytesMut,
+    output: BytesMut,
+    // Give back what a burst of large requests or replies grew the two buffers to.
+    input_resizer: Resizer,
+    output_resizer: Resizer,
+    counted: crate::metrics::ClientConnection,
+    /// The last read from or write to the client: idle time counts from it, as in Redis.
+    last_active: Instant,
+    /// When the latest read completed, if no pass has started since.
+    read_at: Option<std::time::Instant>,
+}
+
+/// What the client owes, against its budget and the process's (see `flow`), whether it
+/// may send its next request, and the limits a reload changes.
+struct Flow<'a> {
+    budget: ClientFlow<'a>,
+    gate: Gate,
+    limits: ClientLimits,
+    /// The reload count `limits` (and the identity's snapshot) were read at.
+    reloads: u64,
+    soft_watch: SoftWatch,
+}
+
+/// The requests in flight and what keeps them in order.
+struct Order {
+    in_flight: Pipeline,
+    /// A decoded request waiting for the replies before it (a sequence point, a slot
+    /// move) or for a CLIENT PAUSE to end.
+    held: Option<Request>,
+    /// Whether a sequence point is in flight, so nothing after it may start yet.
+    sequence_point: bool,
+    /// The topology's slot-move count when the oldest request in flight was routed.
+    routed_moves: u64,
+    /// The end of the CLIENT PAUSE that holds the request in `held`.
+    paused_until: Option<Instant>,
+    /// The routing snapshot of the current pass while no slot changes master: the
+    /// requests of a pipeline need not each load the shared one. Not held while waiting
+    /// (see `Topology::routing_since_moves`).
+    pass_routing: Option<(u64, arc_swap::Guard<Arc<Routing>>)>,
+}
+
+/// Who the client is, under which configuration.
+struct Identity {
+    /// The configuration requests start on, replaced when a reload has served another.
+    snapshot: Arc<Proxy>,
+    /// The client's user under `snapshot`; looked up again after a reload and when a
+    /// local command (AUTH, HELLO, RESET) logged the client in as someone else.
+    user: Option<Option<Arc<auth::User>>>,
+    state: ConnState,
+}
+
+/// The client's subscriptions, and what others see of them.
+struct Subscribers<'a> {
+    pubsub: PubSub,
+    shown: ShownSubscriptions<'a>,
+}
+
+/// The client's transaction, and an EXEC in flight whose queued connection commands the
+/// session answers once the block's reply is in: the EXEC's sequence number, and those
+/// commands.
+struct Tx {
+    transaction: Transaction,
+    exec_locals: Option<(u64, LocalCommands)>,
+}
+
+/// How the session is ending, if it is.
+struct Ending {
+    /// The connection must end after the replies already queued (QUIT, bad input).
+    closing: bool,
+    /// The client closed its side: what it sent before is answered, then it closes.
+    peer_closed: bool,
+    draining: bool,
+    /// When a draining session closes (see `DRAIN_GRACE`).
+    drain_until: Option<Instant>,
+}
+
+impl<'a> Session<'a> {
+    fn new(
+        stream: ClientStream,
+        peer: SocketAddr,
+        client: Client<'a>,
+        reloads: u64,
+        snapshot: Arc<Proxy>,
+        user: Option<String>,
+    ) -> Self {
+        let Client {
+            registry, guard, ..
+        } = client;
+        let config = &snapshot.config;
+        let (reader, writer) = stream.into_split();
+        let draining = registry.is_draining();
+        Session {
+            client,
+            conn: Conn {
+                peer,
+                reader,
+                writer,
+                decoder: RequestDecoder::new(config.limits.protocol()),
+                input: BytesMut::with_capacity(READ_BUFFER),
+                output: BytesMut::new(),
+                input_resizer: Resizer::new(READ_BUFFER),
+                output_resizer: Resizer::new(READ_BUFFER),
+                counted: crate::metrics::ClientConnection::opened(),
+                last_active: Instant::now(),
+                read_at: None,
+            },
+            flow: Flow {
+                budget: ClientFlow::new(registry.budget()),
+                gate: Gate::Open,
+                limits: ClientLimits::of(config),
+                reloads,
+                soft_watch: SoftWatch::default(),
+            },
+            order: Order {
+                in_flight: Pipeline::default(),
+                held: None,
+                sequence_point: false,
+                routed_moves: 0,
+                paused_until: None,
+                pass_routing: None,
+            },
+            subs: Subscribers {
+                pubsub: PubSub::new(snapshot.clone(), guard.id),
+                shown: ShownSubscriptions::new(registry, guard.id),
+            },
+            ident: Identity {
+                snapshot,
+                user: None,
+                state: ConnState {
+                    id: guard.id,
+                    proto: Proto::Resp2,
+                    name: None,
+                    user,
+                    replies: ReplyMode::On,
+                },
+            },
+            tx: Tx {
+                transaction: Transaction::default(),
+                exec_locals: None,
+            },
+            end: Ending {
+                closing: false,
+                peer_closed: false,
+                draining,
+                drain_until: draining.then(|| Instant::now() + DRAIN_GRACE),
+            },
+        }
+    }
+
+    /// The connection loop: admit what was read, flush, wait, handle what woke it.
+    async fn run(&mut self, mut signals: std::pin::Pin<&mut super::registry::Signals<'_>>) {
+        loop {
+            self.follow_reload();
+            self.admit_buffered().await;
+            let turn = match self.settle() {
+                Ok(turn) => turn,
+                Err(close) => return self.close(close).await,
+            };
+            let woken = self.wait(&turn, signals.as_mut()).await;
+            if self.on_woken(woken, &turn).is_break() {
+                return;
+            }
+        }
+    }
+
+    /// As in Redis, where CONFIG SET timeout (or proto-max-bulk-len) applies to every
+    /// client at once (a reload wakes every session, see `Registry::wake_all`).
+    fn follow_reload(&mut self) {
+        if self.client.live.reloads() == self.flow.reloads {
+            return;
+        }
+        self.flow.reloads = self.client.live.reloads();
+        let snapshot = self.client.live.proxy();
+        // A subscriber that only listens still moves to a new upstream.
+        self.subs.pubsub.follow(&snapshot);
+        self.ident.user = None;
+        self.flow.limits = ClientLimits::of(&snapshot.config);
+        self.conn
+            .decoder
+            .set_limits(snapshot.config.limits.protocol());
+        self.ident.snapshot = snapshot;
+    }
+}
+
+impl Identity {
+    /// Drops the looked-up user when the client is now logged in as another (or as
+    /// nobody).
+    fn forget_if_switched(&mut self) {
+        let now = self.state.user.as_deref();
+        let switched = self
+            .user
+            .as_ref()
+            .is_some_and(|user| user.as_ref().map(|user| user.name.as_str()) != now);
+        if switched {
+            self.user = None;
+        }
+    }
+}
+
+/// Keeps what others see of the client's subscriptions (the subscribers gauge, CLIENT
+/// LIST's counts and type) in step with them; the registry is locked only on a change.
+struct ShownSubscriptions<'a> {
+    registry: &'a Registry,
+    id: u64,
+    shown: Subscriptions,
+    // Counts this client in slotbridge_pubsub_subscribers while it is in subscribe mode.
+    gauge: crate::metrics::Subscriber,
+}
+
+impl<'a> ShownSubscriptions<'a> {
+    fn new(registry: &'a Registry, id: u64) -> Self {
+        ShownSubscriptions {
+            registry,
+            id,
+            shown: Subscriptions::default(),
+            gauge: crate::metrics::Subscriber::default(),
+        }
+    }
+
+    /// After a command or event that may have changed the subscriptions.
+    fn update(&mut self, pubsub: &PubSub) {
+        let now = pubsub.counts();
+        if now != self.shown {
+            self.shown = now;
+            self.registry.update(self.id, |e| e.subscriptions = now);
+            self.gauge.update(now.any());
+        }
+    }
+}

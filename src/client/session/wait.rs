@@ -1,0 +1,462 @@
+//! The rest of a session's turn: settle after the admit step (budget, memory, whether the
+//! connection ends now), wait for the next event, and handle it.
+//!
+//! The wait polls the usual sources in place, in a fixed order (replies first, so they
+//! leave before more requests are read; input last but for the signals and timers), and
+//! writes replies with `try_write` as soon as they are in order, which saves a turn of
+//! the loop per reply.
+
+use std::future::{poll_fn, Future};
+use std::ops::ControlFlow;
+use std::pin::{pin, Pin};
+use std::task::Poll;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
+
+use crate::protocol::FoldedName;
+use crate::reply;
+
+use super::super::flow::Gate;
+use super::super::local;
+use super::super::pipeline::Pipeline;
+use super::super::pubsub::{PubSub, Relay};
+use super::super::registry::{ClientGuard, Registry, Signal, Signals};
+use super::super::stream::{ClientReader, ClientWriter};
+use super::super::transaction::splice_local_answers;
+use super::{
+    Conn, Session, CLOSE_LINGER, DRAIN_GRACE, HELD_INPUT, HELD_OUTPUT, OUTPUT_BACKPRESSURE,
+    READ_BUFFER,
+};
+
+/// What [`Session::settle`] decided for this turn's wait.
+pub(super) struct Turn {
+    can_read: bool,
+    subscribed: bool,
+    idle_deadline: Option<Instant>,
+    /// The next moment a limit may close the client without any event of its own.
+    close_deadline: Option<Instant>,
+}
+
+/// How a session that settled to its end closes.
+pub(super) enum Close {
+    /// Every complete request the client sent before closing its side is answered, as
+    /// Redis does: half-close.
+    Shutdown,
+    /// It is done (QUIT, bad input, drained): half-close, then linger.
+    Linger,
+    /// At once (over its soft output limit).
+    Now,
+}
+
+/// What ended a session's wait.
+pub(super) enum Woken {
+    /// The oldest request in flight has its reply, or replies may leave without it.
+    Progress,
+    Wrote(std::io::Result<usize>),
+    /// The subscriber exceeded its message buffer.
+    Overflowed,
+    Relay(Relay),
+    Read(std::io::Result<usize>),
+    Signal(Signal),
+    /// The CLIENT PAUSE holding a request ended or changed.
+    PauseChanged,
+    /// The process budget the client waited for has room again.
+    BudgetFreed,
+    /// The idle timeout, the soft output limit's time or the drain's grace passed.
+    Deadline,
+}
+
+impl Session<'_> {
+    /// After the admit step: brings the client's budget up to date, gives back memory,
+    /// and tells whether and how the connection ends now.
+    pub(super) fn settle(&mut self) -> Result<Turn, Close> {
+        let Session {
+            conn,
+            flow,
+            order,
+            end,
+            ..
+        } = self;
+        if conn.input.is_empty() && order.held.is_none() {
+            flow.gate = Gate::Open;
+        }
+        flow.budget
+            .charge(order.in_flight.owed(conn.output.len()), flow.gate);
+        if flow.gate != Gate::Open {
+            // A paused client may wait long: it keeps only what it has not read.
+            conn.output_resizer.compact_if_spent(&mut conn.output);
+        }
+        order.in_flight.shrink_if_idle();
+        conn.input_resizer.shrink_if_idle(&mut conn.input);
+        conn.output_resizer.shrink_if_idle(&mut conn.output);
+        let answered = order.in_flight.is_empty() && conn.output.is_empty();
+        if answered && end.peer_closed && order.held.is_none() && flow.gate == Gate::Open {
+            return Err(Close::Shutdown);
+        }
+        let drained = end.drain_until.is_some_and(|until| Instant::now() >= until);
+        if answered && (end.closing || drained) {
+            return Err(Close::Linger);
+        }
+        if let Some(limit) = flow.limits.soft_limit {
+            let held = order.in_flight.owed(conn.output.len()).held;
+            if flow.soft_watch.exceeded(limit, held, Instant::now()) {
+                tracing::info!(client = %conn.peer, bytes = held, "closing client over its soft output buffer limit");
+                crate::metrics::client_output_limit_disconnect();
+                return Err(Close::Now);
+            }
+        }
+        Ok(self.turn(answered))
+    }
+
+    /// What the wait of this turn looks at.
+    fn turn(&self, answered: bool) -> Turn {
+        let Session {
+            conn,
+            flow,
+            order,
+            end,
+            subs,
+            ..
+        } = self;
+        let input = conn.input.len();
+        // Past its budget, a client's input waits in TCP, not here (a little is still
+        // read, so a client that hangs up is noticed).
+        let can_read = !end.closing
+            && !end.peer_closed
+            && order.held.is_none()
+            && order.in_flight.len() < flow.limits.max_pipeline
+            && conn.output.len() < OUTPUT_BACKPRESSURE
+            && (flow.gate == Gate::Open || input < READ_BUFFER)
+            && !(order.sequence_point && input >= HELD_INPUT);
+        let subscribed = subs.pubsub.is_used() && subs.pubsub.is_subscribed();
+        // As in Redis, a client waiting for a reply (a blocked one) or subscribed never
+        // idles out.
+        let idle_deadline = flow
+            .limits
+            .idle_timeout
+            .filter(|_| answered && order.paused_until.is_none())
+            .filter(|_| !subscribed)
+            .map(|timeout| conn.last_active + timeout);
+        let soft_deadline = flow.soft_watch.deadline(flow.limits.soft_limit);
+        let drain_deadline = end.drain_until.filter(|_| answered);
+        let close_deadline = [idle_deadline, soft_deadline, drain_deadline]
+            .into_iter()
+            .flatten()
+            .min();
+        Turn {
+            can_read,
+            subscribed,
+            idle_deadline,
+            close_deadline,
+        }
+    }
+
+    /// Closes the connection as `close` says.
+    pub(super) async fn close(&mut self, close: Close) {
+        let conn = &mut self.conn;
+        match close {
+            Close::Shutdown => {
+                let _ = conn.writer.shutdown().await;
+            }
+            // Boxed: its discard buffer would otherwise be part of every connected
+            // client's session, most of which never get here before their peer closes.
+            Close::Linger => Box::pin(linger_close(&mut conn.reader, &mut conn.writer)).await,
+            Close::Now => {}
+        }
+    }
+
+    /// Waits for the next event of the client, its replies, subscriptions, signals and
+    /// timers.
+    pub(super) async fn wait(&mut self, turn: &Turn, mut signals: Pin<&mut Signals<'_>>) -> Woken {
+        let Session {
+            client,
+            conn,
+            flow,
+            order,
+            end,
+            subs,
+            ..
+        } = self;
+        let Turn {
+            can_read,
+            subscribed,
+            close_deadline,
+            ..
+        } = *turn;
+        let (in_flight, output) = (&mut order.in_flight, &conn.output);
+        let write_held = waits_for_its_read(in_flight, output);
+        // Messages wait in the subscription's bounded buffer while the client is slow,
+        // so `pubsub.max_buffer_bytes` is what limits a subscriber that does not read.
+        let relaying = subs.pubsub.is_used() && !end.closing && output.len() < OUTPUT_BACKPRESSURE;
+        // The rarely used sources are futures made only when they are used, the others
+        // are polled in place: a `select!` over all of them, which built every branch's
+        // future on each turn, cost 3 % of an unpipelined request's instructions.
+        let listening = subscribed || relaying;
+        let pubsub = &mut subs.pubsub;
+        let mut pubsub_event = pin!(listening.then(|| pubsub_event(pubsub, subscribed, relaying)));
+        let paused_until = order.paused_until;
+        let timed = paused_until.is_some() || close_deadline.is_some();
+        let registry = client.registry;
+        let mut timer = pin!(timed.then(|| timer(registry, paused_until, close_deadline)));
+        // Made before the budget is looked at, so a release after the look wakes it.
+        let budget = flow.budget.shared();
+        let mut freed = pin!((flow.gate == Gate::Shared).then(|| budget.freed()));
+        let (reader, writer, input) = (&mut conn.reader, &mut conn.writer, &mut conn.input);
+        poll_fn(|cx| {
+            // In this order: replies first, so they leave before more requests are
+            // read; input last but for the signals and timers.
+            if !in_flight.is_empty() && in_flight.poll_progress(cx).is_ready() {
+                return Poll::Ready(Woken::Progress);
+            }
+            if !output.is_empty() && !write_held {
+                if let Poll::Ready(written) = Pin::new(&mut *writer).poll_write(cx, output) {
+                    return Poll::Ready(Woken::Wrote(written));
+                }
+            }
+            if let Some(Poll::Ready(woken)) = pubsub_event
+                .as_mut()
+                .as_pin_mut()
+                .map(|event| event.poll(cx))
+            {
+                return Poll::Ready(woken);
+            }
+            if can_read {
+                // The read future holds only references: one made per poll keeps
+                // Tokio's own readiness bookkeeping (a short read needs no second
+                // read to learn the socket is drained).
+                let read = reader.read_buf(&mut *input);
+                if let Poll::Ready(read) = pin!(read).poll(cx) {
+                    return Poll::Ready(Woken::Read(read));
+                }
+            }
+            if let Poll::Ready(signal) = signals.as_mut().poll(cx) {
+                return Poll::Ready(Woken::Signal(signal));
+            }
+            if let Some(freed) = freed.as_mut().as_pin_mut() {
+                if freed.poll(cx).is_ready() || budget.has_room() {
+                    return Poll::Ready(Woken::BudgetFreed);
+                }
+            }
+            timer
+                .as_mut()
+                .as_pin_mut()
+                .map_or(Poll::Pending, |timer| timer.poll(cx))
+        })
+        .await
+    }
+
+    /// Handles what ended the wait; `Break` when the connection closes now.
+    pub(super) fn on_woken(&mut self, woken: Woken, turn: &Turn) -> ControlFlow<()> {
+        let conn = &mut self.conn;
+        let guard = self.client.guard;
+        match woken {
+            Woken::Progress => return self.on_progress(),
+            Woken::Wrote(Ok(n)) if n > 0 => wrote(n, conn, guard),
+            Woken::Wrote(_) => return ControlFlow::Break(()),
+            // A subscriber that stopped reading must not hold its messages forever.
+            Woken::Overflowed => return ControlFlow::Break(()),
+            Woken::Relay(relay) => match relay {
+                // Behind the replies already queued: never ahead of its own confirmation.
+                Relay::Push(message) => {
+                    self.subs.shown.update(&self.subs.pubsub);
+                    self.order.in_flight.push_ready(message);
+                }
+                Relay::Close => return ControlFlow::Break(()),
+                Relay::Idle => {}
+            },
+            Woken::Read(read) => return self.on_read(read),
+            // CLIENT KILL from another client: closed at once, as Redis frees it.
+            Woken::Signal(Signal::Kill) => {
+                tracing::debug!(client = %conn.peer, "closing client killed by CLIENT KILL");
+                return ControlFlow::Break(());
+            }
+            // The limits are read again at the top of the loop.
+            Woken::Signal(Signal::Nudge) => {}
+            Woken::Signal(Signal::Drain) => {
+                self.end.draining = true;
+                self.end.drain_until = Some(Instant::now() + DRAIN_GRACE);
+            }
+            // The process budget has room again: the loop looks at the gate.
+            Woken::BudgetFreed => self.flow.budget.woken(),
+            // The pause ended or changed: the held request looks again.
+            Woken::PauseChanged => self.order.paused_until = None,
+            // The top of the loop tells which deadline passed.
+            Woken::Deadline => {
+                if turn
+                    .idle_deadline
+                    .is_some_and(|deadline| Instant::now() >= deadline)
+                {
+                    tracing::debug!(client = %conn.peer, "closing idle client");
+                    return ControlFlow::Break(());
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Replies came in: those in order go to the output, and are written at once while
+    /// the socket takes them.
+    fn on_progress(&mut self) -> ControlFlow<()> {
+        self.splice_exec_locals();
+        let Session {
+            client,
+            conn,
+            flow,
+            order,
+            ..
+        } = self;
+        let in_flight = &mut order.in_flight;
+        // Everything answered, in order, leaves in the same write.
+        in_flight.write_ready(&mut conn.output);
+        conn.output_resizer.note(&conn.output);
+        let held = in_flight.owed(conn.output.len()).held;
+        let output_limit = flow.limits.output_limit;
+        if output_limit > 0 && held > output_limit {
+            tracing::info!(client = %conn.peer, bytes = held, "closing client over its output buffer limit");
+            crate::metrics::client_output_limit_disconnect();
+            return ControlFlow::Break(());
+        }
+        // Written at once while the socket takes it: one turn of this loop less per
+        // reply than waiting for the write branch of the wait.
+        if !conn.output.is_empty() && !waits_for_its_read(in_flight, &conn.output) {
+            match conn.writer.try_write(&conn.output) {
+                Ok(n) if n > 0 => wrote(n, conn, client.guard),
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                _ => return ControlFlow::Break(()),
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Once the reply of an EXEC with queued connection commands is in, answers those
+    /// commands and puts their answers in their places.
+    fn splice_exec_locals(&mut self) {
+        let Some((seq, _)) = &self.tx.exec_locals else {
+            return;
+        };
+        let seq = *seq;
+        let Session {
+            client,
+            order,
+            tx,
+            ident,
+            ..
+        } = self;
+        let Some(reply) = order.in_flight.ready_reply_mut(seq) else {
+            return;
+        };
+        let block_reply = std::mem::take(reply);
+        let (_, locals) = tx.exec_locals.take().unwrap_or_default();
+        *reply = splice_local_answers(block_reply, locals, |request| {
+            let name = FoldedName::of(request);
+            local::answer(
+                &mut ident.state,
+                client.registry,
+                &ident.snapshot,
+                request,
+                &name,
+            )
+            .map(|answer| answer.reply)
+            .unwrap_or_else(|| reply::error("ERR proxy: no reply"))
+        });
+        ident.forget_if_switched();
+    }
+
+    /// The client sent bytes, closed its side, or its connection failed.
+    fn on_read(&mut self, read: std::io::Result<usize>) -> ControlFlow<()> {
+        let conn = &mut self.conn;
+        match read {
+            // As Redis, which frees a blocked client or a subscriber that hangs up.
+            Ok(0) if self.client.blocked.current().is_some() || self.subs.pubsub.is_used() => {
+                return ControlFlow::Break(())
+            }
+            Ok(0) => {
+                self.end.peer_closed = true;
+                return ControlFlow::Continue(());
+            }
+            Err(_) => return ControlFlow::Break(()),
+            Ok(n) => conn.counted.received(n),
+        }
+        conn.last_active = Instant::now();
+        conn.read_at = Some(conn.last_active.into_std());
+        self.client.guard.active_at(conn.last_active.into_std());
+        if conn.input.capacity() - conn.input.len() < 1024 {
+            conn.input.reserve(READ_BUFFER);
+        }
+        conn.input_resizer.note(&conn.input);
+        ControlFlow::Continue(())
+    }
+}
+
+/// The next event of a client's subscriptions: it overflowed (looked at only while
+/// `subscribed`) or a message or reason to close arrived (only while `relaying`).
+async fn pubsub_event(pubsub: &mut PubSub, subscribed: bool, relaying: bool) -> Woken {
+    let overflowed = pubsub.overflowed();
+    tokio::select! {
+        biased;
+        () = overflowed, if subscribed => Woken::Overflowed,
+        relay = pubsub.next_event(), if relaying => Woken::Relay(relay),
+    }
+}
+
+/// Waits for the end or a change of the pause ending at `paused_until`, or for
+/// `deadline`, whichever comes first; never returns when both are `None`.
+async fn timer(
+    registry: &Registry,
+    paused_until: Option<Instant>,
+    deadline: Option<Instant>,
+) -> Woken {
+    tokio::select! {
+        biased;
+        () = wait_pause(registry, paused_until), if paused_until.is_some() => Woken::PauseChanged,
+        () = sleep_until(deadline), if deadline.is_some() => Woken::Deadline,
+    }
+}
+
+/// Whether the replies in `output` wait for the rest of their read, a round trip away, to
+/// leave with it in one write (see `Pipeline::waits_for_its_read`).
+fn waits_for_its_read(in_flight: &Pipeline, output: &BytesMut) -> bool {
+    output.len() < HELD_OUTPUT && in_flight.waits_for_its_read()
+}
+
+/// Accounts for `n` bytes of the output written to the client, at the client's last
+/// interaction.
+fn wrote(n: usize, conn: &mut Conn, guard: &ClientGuard) {
+    conn.counted.sent(n);
+    conn.output.advance(n);
+    conn.last_active = Instant::now();
+    guard.active_at(conn.last_active.into_std());
+}
+
+/// Returns when the pause ending at `end` ends or changes; never for `None`.
+async fn wait_pause(registry: &Registry, end: Option<Instant>) {
+    match end {
+        Some(end) => registry.pause().wait(end).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Waits until `deadline`; never returns for `None` (the caller guards the branch anyway).
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Half-closes the connection after the last reply, then discards input for a moment,
+/// so unread client bytes do not turn the close into a reset.
+async fn linger_close(reader: &mut ClientReader, writer: &mut ClientWriter) {
+    let _ = writer.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let _ = tokio::time::timeout(CLOSE_LINGER, async {
+        while let Ok(n) = reader.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}

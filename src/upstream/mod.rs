@@ -1,0 +1,30 @@
+//! The concrete layer: what the proxy does with node connections on behalf of a request
+//! once the dispatcher decided where it goes.
+//!
+//! - [`forward`]: one command to the master of its slot, following MOVED/ASK and retrying
+//!   the answers that arrive before anything ran; never resending a command whose reply
+//!   was lost.
+//! - [`pinned`]: commands on a connection of their own: WATCH and the MULTI/EXEC block
+//!   after it, blocking commands ([`blocked`]: where one waits), clients' scripts.
+//! - [`block`]: a transaction's queued commands as one block per slot, and EXEC's reply
+//!   put back in command order.
+//! - [`batch`]: a client's direct requests staged per master and sent one batch per
+//!   master, their replies delivered by sequence number.
+//! - [`subscription`]: a client's subscription connections, which read what nodes push;
+//!   [`pushes`] reads those frames.
+//!
+//! `backend` stays the endpoint (one node connection, pipelined); `topology` owns the
+//! shared connections and the slot map this layer routes with. The client session reaches
+//! nodes only through this layer.
+
+pub mod batch;
+pub mod block;
+pub mod blocked;
+pub mod forward;
+pub mod pinned;
+pub mod pushes;
+pub mod subscription;
+
+pub use blocked::{BlockedOn, BLOCKED_ON};
+pub use forward::{is_final, Target, PARTS_INLINE};
+pub use pinned::{watch_failed, WatchPin};
