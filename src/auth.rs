@@ -24,8 +24,11 @@ use smallvec::SmallVec;
 use subtle::ConstantTimeEq;
 
 use crate::command::{acl_category_bit, CommandSpec, KeyList, NameMap};
-use crate::config::{Config, ScriptTrust, UserConfig};
 use crate::rewrite::glob::glob_match;
+
+mod user_config;
+
+pub use user_config::{ScriptTrust, Secret, UserConfig};
 
 /// `-WRONGPASS` text, as Redis 7.
 pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
@@ -338,17 +341,17 @@ pub struct Auth {
 }
 
 impl Auth {
-    /// The users of `config`: `requirepass` (the `default` user's password) and `users`.
-    pub fn from_config(config: &Config) -> Result<Auth, String> {
+    /// The configured users: `requirepass` (the `default` user's password) and `users`.
+    pub fn new(configured: &[UserConfig], requirepass: Option<&Secret>) -> Result<Auth, String> {
         let mut users = NameMap::default();
-        for user in &config.users {
+        for user in configured {
             let user = User::from_config(user)?;
             if users.contains_key(&user.name) {
                 return Err(format!("users: user '{}' is defined twice", user.name));
             }
             users.insert(user.name.clone(), Arc::new(user));
         }
-        if let Some(password) = &config.requirepass {
+        if let Some(password) = requirepass {
             if users.contains_key("default") {
                 return Err(
                     "requirepass and a user named 'default' both set the default user's password; keep one"
@@ -519,7 +522,6 @@ fn parse_rule(rule: &str) -> Result<(bool, Selector), String> {
 mod tests {
     use super::*;
     use crate::command::CommandTable;
-    use crate::config::Secret;
 
     fn user(commands: &[&str], keys: &[&str]) -> User {
         User::from_config(&UserConfig {
@@ -718,18 +720,14 @@ mod tests {
     #[test]
     fn passwords_and_sha256_digests() {
         let sha = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"; // "password"
-        let config = Config {
-            requirepass: Some(Secret("s3cret".into())),
-            users: vec![UserConfig {
-                name: "app".into(),
-                password_sha256: Some(Secret(sha.into())),
-                commands: vec!["+@all".into()],
-                keys: vec!["allkeys".into()],
-                ..UserConfig::default()
-            }],
-            ..Config::default()
-        };
-        let auth = Auth::from_config(&config).unwrap();
+        let users = [UserConfig {
+            name: "app".into(),
+            password_sha256: Some(Secret(sha.into())),
+            commands: vec!["+@all".into()],
+            keys: vec!["allkeys".into()],
+            ..UserConfig::default()
+        }];
+        let auth = Auth::new(&users, Some(&Secret("s3cret".into()))).unwrap();
         assert!(auth.auth_required());
         assert!(auth.check(b"default", b"s3cret").is_some());
         assert!(auth.check(b"default", b"s3cre").is_none());
@@ -739,16 +737,13 @@ mod tests {
 
     #[test]
     fn disabled_user_cannot_log_in() {
-        let config = Config {
-            users: vec![UserConfig {
-                name: "off".into(),
-                password: Some(Secret("pw".into())),
-                state: Some(false),
-                ..UserConfig::default()
-            }],
-            ..Config::default()
-        };
-        let auth = Auth::from_config(&config).unwrap();
+        let users = [UserConfig {
+            name: "off".into(),
+            password: Some(Secret("pw".into())),
+            state: Some(false),
+            ..UserConfig::default()
+        }];
+        let auth = Auth::new(&users, None).unwrap();
         assert!(auth.check(b"off", b"pw").is_none());
         // Users configured without a default user: the default user is closed.
         assert!(auth.auth_required());
@@ -757,7 +752,7 @@ mod tests {
 
     #[test]
     fn open_default_without_any_auth() {
-        let auth = Auth::from_config(&Config::default()).unwrap();
+        let auth = Auth::new(&[], None).unwrap();
         assert!(!auth.auth_required());
         assert!(auth.check(b"default", b"anything").is_some());
     }
@@ -777,12 +772,9 @@ mod tests {
 
     #[test]
     fn secrets_do_not_reach_debug_output() {
-        let config = Config {
-            requirepass: Some(Secret("hunter2".into())),
-            ..Config::default()
-        };
-        assert!(!format!("{config:?}").contains("hunter2"));
-        let auth = Auth::from_config(&config).unwrap();
+        let requirepass = Secret("hunter2".into());
+        assert!(!format!("{requirepass:?}").contains("hunter2"));
+        let auth = Auth::new(&[], Some(&requirepass)).unwrap();
         assert!(!format!("{auth:?}").contains("digests"));
     }
 }

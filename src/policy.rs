@@ -11,9 +11,19 @@ use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
 
 use bytes::Bytes;
+use serde::Deserialize;
 
 use crate::command::NameHasher;
-use crate::config::CommandsConfig;
+
+/// Which commands the proxy refuses, on top of its built-in list of dangerous ones.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct CommandsConfig {
+    /// Commands (`flushall`) or subcommands (`config|set`) allowed despite the default policy.
+    pub allow: Vec<String>,
+    /// Commands or subcommands refused as well.
+    pub deny: Vec<String>,
+}
 
 /// A set of command names, hashed like the command table's (checked for every command).
 type NameSet = HashSet<String, BuildHasherDefault<NameHasher>>;

@@ -55,6 +55,17 @@ pub struct Live {
     reloads: AtomicU64,
 }
 
+/// `/readyz` and `/metrics` follow the snapshot in force.
+impl crate::topology::LiveUpstream for Live {
+    fn topology(&self) -> Arc<Topology> {
+        self.proxy().topology.clone()
+    }
+
+    fn render_command_metrics(&self, body: &mut String) {
+        self.proxy().command_metrics.render_durations(body);
+    }
+}
+
 /// One connected client's place under `maxclients`; freed on drop.
 #[derive(Debug)]
 pub struct ClientSlot {
@@ -147,7 +158,7 @@ impl Live {
         let mut config = loader()?;
         let running = self.proxy();
         keep_startup_settings(&running.config, &mut config);
-        let auth = Auth::from_config(&config)?;
+        let auth = Auth::new(&config.users, config.requirepass.as_ref())?;
         let policy = Policy::from_config(&config.commands)?;
         let new_upstream = upstream_changed(&running.config, &config);
         let topology = if new_upstream {

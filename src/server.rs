@@ -33,12 +33,12 @@ pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> 
         None
     };
     let metrics_enabled = metrics.is_some();
-    let auth = crate::auth::Auth::from_config(&config)?;
+    let auth = crate::auth::Auth::new(&config.users, config.requirepass.as_ref())?;
     let policy = crate::policy::Policy::from_config(&config.commands)?;
     let scripts: Arc<crate::dispatch::ScriptCache> = Default::default();
     let topology = Topology::new(&config, Some(scripts.preload()))?;
     // The admin endpoint answers from the start, so /readyz reports the wait below.
-    let readiness = Arc::new(admin::Readiness::new());
+    let readiness = Arc::new(crate::topology::Readiness::new());
     let admin_listener = admin::bind(&config.admin_listen).await?;
     let admin_state = admin::AdminState {
         topology: topology.clone(),

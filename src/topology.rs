@@ -21,8 +21,10 @@ use crate::config::{Config, Upstream};
 use crate::protocol::Proto;
 use crate::route::{NodeAddr, SlotMap};
 
+mod readiness;
 mod script_conns;
 
+pub use readiness::{LiveUpstream, Readiness};
 pub use script_conns::{ScriptConns, ScriptLease, IDLE_PER_NODE};
 
 /// Every client's channels and patterns are subscribed on the master of this slot (see

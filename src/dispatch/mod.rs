@@ -69,7 +69,7 @@ pub struct Proxy {
     /// (see `client::plain::plain_commands`): it routes them at once.
     pub plain_commands: Arc<CommandSet>,
     /// What `/readyz` reports; flip it when draining.
-    pub readiness: Arc<crate::admin::Readiness>,
+    pub readiness: Arc<crate::topology::Readiness>,
     /// Proxy users (AUTH, ACL).
     pub auth: crate::auth::Auth,
     /// Commands the proxy refuses.
