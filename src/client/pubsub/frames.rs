@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::protocol::Proto;
+use crate::protocol::{Proto, ReplyView};
 use crate::reply;
 
 /// One element of a flat array or push frame.
@@ -26,53 +26,23 @@ pub(super) fn elements(frame: &[u8]) -> Option<Vec<Element>> {
     if !matches!(frame.first(), Some(b'*' | b'>')) {
         return None;
     }
-    let (count, mut pos) = line_number(frame, 1)?;
-    let count = usize::try_from(count).ok()?;
-    // The count comes from the backend: never reserve more than the frame can hold.
-    let mut out = Vec::with_capacity(count.min(8));
-    for _ in 0..count {
-        match frame.get(pos)? {
-            b'$' => {
-                let (len, start) = line_number(frame, pos + 1)?;
-                if len < 0 {
-                    out.push(Element::Null);
-                    pos = start;
-                    continue;
-                }
-                let end = start.checked_add(usize::try_from(len).ok()?)?;
-                if frame.get(end..end + 2)? != b"\r\n" {
-                    return None;
-                }
-                out.push(Element::Bulk(start..end));
-                pos = end + 2;
+    let items = ReplyView::parse(frame).ok()?.elements()?;
+    // Element frames follow the count line.
+    let mut pos = frame.iter().position(|&b| b == b'\n')? + 1;
+    let mut out = Vec::with_capacity(items.len().min(8));
+    for item in items.frames() {
+        out.push(match ReplyView::parse(item).ok()? {
+            ReplyView::Bulk(data) => {
+                let start = pos + item.len() - data.len() - 2;
+                Element::Bulk(start..start + data.len())
             }
-            b':' => {
-                let (n, next) = line_number(frame, pos + 1)?;
-                out.push(Element::Int(n));
-                pos = next;
-            }
-            b'_' => {
-                if frame.get(pos + 1..pos + 3)? != b"\r\n" {
-                    return None;
-                }
-                out.push(Element::Null);
-                pos += 3;
-            }
+            ReplyView::Null => Element::Null,
+            ReplyView::Int(n) => Element::Int(n),
             _ => return None,
-        }
+        });
+        pos += item.len();
     }
-    (pos == frame.len()).then_some(out)
-}
-
-/// The number on the line starting at `from`, and where the next line starts.
-fn line_number(frame: &[u8], from: usize) -> Option<(i64, usize)> {
-    let rest = frame.get(from..)?;
-    let cr = rest.iter().position(|&b| b == b'\r')?;
-    if rest.get(cr + 1) != Some(&b'\n') {
-        return None;
-    }
-    let n = std::str::from_utf8(&rest[..cr]).ok()?.parse().ok()?;
-    Some((n, from + cr + 2))
+    Some(out)
 }
 
 /// The first element of a Pub/Sub frame (`message`, `subscribe`, ...), if it has one.
