@@ -31,7 +31,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
 
 use crate::protocol::encode::{self, encode_request};
-use crate::protocol::Proto;
+use crate::protocol::{Proto, ReplyView};
 use crate::reply;
 use crate::reply::merge;
 use crate::rewrite::{Forward, ListingPlan};
@@ -111,11 +111,10 @@ pub fn parse_scan_reply(reply: &Bytes) -> Option<(Bytes, Vec<Bytes>)> {
 }
 
 fn bulk(frame: &Bytes) -> Option<Bytes> {
-    let rest = frame.strip_prefix(b"$")?;
-    let end = rest.windows(2).position(|w| w == b"\r\n")?;
-    let len: usize = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
-    let start = frame.len() - rest.len() + end + 2;
-    (frame.len() >= start + len).then(|| frame.slice(start..start + len))
+    match ReplyView::parse(frame).ok()? {
+        ReplyView::Bulk(payload) => Some(frame.slice_ref(payload)),
+        _ => None,
+    }
 }
 
 fn keys_frame(keys: &[Bytes]) -> Bytes {
@@ -225,10 +224,7 @@ impl Proxy {
                     Proto::Resp2,
                 )
                 .await;
-            reply
-                .strip_prefix(b"+")
-                .and_then(|t| t.strip_suffix(b"\r\n"))
-                .is_some_and(|t| t.eq_ignore_ascii_case(kind))
+            matches!(ReplyView::parse(&reply), Ok(ReplyView::Simple(t)) if t.eq_ignore_ascii_case(kind))
         });
         let keep = join_all(checks).await;
         names
