@@ -30,33 +30,9 @@ mod user_config;
 
 pub use user_config::{ScriptTrust, Secret, UserConfig};
 
-/// `-WRONGPASS` text, as Redis 7.
-pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
-/// `-NOAUTH` text, as Redis 7.
-pub const NOAUTH: &str = "NOAUTH Authentication required.";
-/// HELLO without AUTH from a client that is not authenticated, as Redis 7.
-pub const NOAUTH_HELLO: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
-/// Key ACL denial text, as Redis 7.
-pub const NOPERM_KEYS: &str =
-    "NOPERM this user has no permissions to access one of the keys used as arguments";
-
-/// Channel ACL denial text, as Redis 7.
-pub const NOPERM_CHANNELS: &str =
-    "NOPERM this user has no permissions to access one of the channels used as arguments";
-
-/// The command ACL denial text for `name` (`get`, `config|set`), as Redis 7.
-pub fn noperm_command(name: &str) -> String {
-    format!("NOPERM this user has no permissions to run the '{name}' command")
-}
-
-/// The denial of a script command `name` to a user whose scripts are not trusted: Redis's
-/// command denial, then why and the setting that allows it.
-pub fn noperm_script(name: &str) -> String {
-    format!(
-        "{}: scripts and functions run as the proxy's backend user, where this user's command, key and channel rules do not hold (allow them with 'scripts: trusted' in the user's entry)",
-        noperm_command(name)
-    )
-}
+pub use crate::reply::access::{
+    noperm_command, noperm_script, NOAUTH, NOAUTH_HELLO, NOPERM_CHANNELS, NOPERM_KEYS, WRONGPASS,
+};
 
 /// Commands that run code on the upstream, or change the code other users' FCALL runs.
 /// The code runs as the proxy's backend user, so none of a proxy user's rules hold inside

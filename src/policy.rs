@@ -124,11 +124,8 @@ impl Policy {
     /// The error reply refusing the command named `name`, or `None` when the policy lets
     /// it through.
     pub fn refusal(&self, name: &str) -> Option<Bytes> {
-        self.refuses(name).then(|| {
-            reply::error(&format!(
-                "ERR proxy: '{name}' is disabled by the proxy's command policy (allow it with commands.allow: [{name}])"
-            ))
-        })
+        self.refuses(name)
+            .then(|| reply::error(&reply::access::policy_refusal(name)))
     }
 }
 

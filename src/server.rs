@@ -228,9 +228,7 @@ pub async fn serve_live(
 /// Tells a client over `maxclients` why, then closes, as Redis does.
 async fn refuse(mut stream: tokio::net::TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = stream
-            .write_all(b"-ERR max number of clients reached\r\n")
-            .await;
+        let _ = stream.write_all(crate::reply::text::MAX_CLIENTS).await;
         let _ = stream.shutdown().await;
     })
     .await;

@@ -63,9 +63,7 @@ impl Proxy {
         let port: u16 = port.parse().unwrap_or(0);
         let id = self.node_id();
         match local {
-            Local::ClusterKeySlot => {
-                encode::integer_frame(i64::from(key_slot(&request.args[2])))
-            }
+            Local::ClusterKeySlot => encode::integer_frame(i64::from(key_slot(&request.args[2]))),
             Local::ClusterMyId => encode::bulk_frame(id.as_bytes()),
             Local::ClusterInfo => {
                 let text = format!(
@@ -131,9 +129,8 @@ impl Proxy {
             {
                 reply::unknown_subcommand("cluster", &request.args[1])
             }
-            Local::ClusterOther => reply::error(&format!(
-                "ERR proxy: CLUSTER {} is not available through slotbridge (it addresses real cluster nodes)",
-                String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase()
+            Local::ClusterOther => reply::error(&reply::refusals::cluster_subcommand_unavailable(
+                &String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase(),
             )),
             Local::Info => self.info(request, proto).await,
             Local::ConfigGet => {

@@ -144,7 +144,7 @@ fn scan_options(args: &[Bytes]) -> Result<ScanOptions, Bytes> {
         let value = args
             .get(at + 1)
             .cloned()
-            .ok_or_else(|| reply::error("ERR syntax error"))?;
+            .ok_or_else(|| reply::error(reply::text::SYNTAX))?;
         let option = &args[at];
         if option.eq_ignore_ascii_case(b"match") {
             options.pattern = value;
@@ -154,13 +154,13 @@ fn scan_options(args: &[Bytes]) -> Result<ScanOptions, Bytes> {
                 .and_then(|v| v.parse::<i64>().ok())
             {
                 Some(n) if n >= 1 => options.count = value,
-                Some(_) => return Err(reply::error("ERR syntax error")),
-                None => return Err(reply::error("ERR value is not an integer or out of range")),
+                Some(_) => return Err(reply::error(reply::text::SYNTAX)),
+                None => return Err(reply::error(reply::text::NOT_AN_INTEGER)),
             }
         } else if option.eq_ignore_ascii_case(b"type") {
             options.kind = Some(value);
         } else {
-            return Err(reply::error("ERR syntax error"));
+            return Err(reply::error(reply::text::SYNTAX));
         }
         at += 2;
     }
@@ -303,7 +303,7 @@ impl Proxy {
         _proto: Proto,
     ) -> Bytes {
         let Some(cursor) = ListingCursor::decode(&args[1]) else {
-            return reply::error("ERR invalid cursor");
+            return reply::error(reply::text::INVALID_CURSOR);
         };
         let options = match scan_options(args) {
             Ok(options) => options,
@@ -367,7 +367,7 @@ impl Proxy {
                     .and_then(|n| n.parse().ok())
                 {
                     Some(n) => n,
-                    None => return reply::error("ERR unexpected SCAN cursor from a node"),
+                    None => return reply::error(reply::text::NODE_SCAN_CURSOR),
                 };
                 let next = if node_next != 0 {
                     ListingCursor::Scan {
@@ -393,7 +393,7 @@ impl Proxy {
             ListingCursor::Scan { .. } => (Some(0), Vec::new()),
         };
         let Some(next) = next else {
-            return reply::error("ERR listing cursor out of range");
+            return reply::error(reply::text::LISTING_CURSOR_RANGE);
         };
         let mut out = BytesMut::new();
         encode::array_header(&mut out, 2);

@@ -343,9 +343,8 @@ impl Proxy {
             return Plan::Answer(reply::wrong_arity(&spec.name));
         }
         if changes_its_connection(spec) {
-            return Plan::Answer(reply::error(&format!(
-                "ERR proxy: '{}' is not supported: it would change the backend connection it runs on, which other clients share",
-                spec.name
+            return Plan::Answer(reply::error(&reply::refusals::changes_shared_connection(
+                &spec.name,
             )));
         }
         if let Some(sort) = sort::SortRequest::classify(&spec.name, args) {
@@ -380,9 +379,7 @@ impl Proxy {
             }
             // Subscriptions live on the client's own connections (client::pubsub); on a
             // shared connection they would swallow every other client's replies.
-            return Plan::Answer(reply::error(
-                "ERR proxy: subscriptions are only possible on a client connection",
-            ));
+            return Plan::Answer(reply::error(reply::text::SUBSCRIBE_NEEDS_CLIENT));
         }
         let mut keys: KeyList = SmallVec::new();
         spec.keys(args, &mut keys);

@@ -220,7 +220,7 @@ impl Proxy {
             };
             let block = replies.get(prelude.len()..).unwrap_or_default();
             let Some((exec_reply, queued)) = block.split_last() else {
-                return reply::error("ERR proxy: no reply to EXEC");
+                return reply::error(reply::text::NO_REPLY_TO_EXEC);
             };
             // The first refusal at queue time explains the backend's EXECABORT. A refusal of
             // EXEC itself (a redirect, TRYAGAIN while the slot's keys move, READONLY after a

@@ -114,9 +114,7 @@ impl<'a> Iterator for SortOptions<'a> {
             b"limit" if left >= 2 => {
                 if parse_i64(&args[j + 1]).is_none() || parse_i64(&args[j + 2]).is_none() {
                     self.next = args.len();
-                    return Some(Err(reply::error(
-                        "ERR value is not an integer or out of range",
-                    )));
+                    return Some(Err(reply::error(reply::text::NOT_AN_INTEGER)));
                 }
                 (SortOption::Limit(&args[j + 1], &args[j + 2]), 2)
             }
@@ -407,9 +405,9 @@ fn order_by_weights(
     let mut rows: Vec<(Bytes, f64, Option<Bytes>)> = Vec::with_capacity(elements.len());
     for (element, weight) in elements.into_iter().zip(weights) {
         let score = match (&weight, sort.alpha) {
-            (Some(weight), false) => strtod_whole(weight).ok_or_else(|| {
-                reply::error("ERR One or more scores can't be converted into double")
-            })?,
+            (Some(weight), false) => {
+                strtod_whole(weight).ok_or_else(|| reply::error(reply::text::SCORE_NOT_DOUBLE))?
+            }
             _ => 0.0,
         };
         rows.push((element, score, weight));
@@ -549,7 +547,7 @@ fn bulk_value(value: Value) -> Result<Option<Bytes>, Bytes> {
 }
 
 fn unexpected() -> Bytes {
-    reply::error("ERR proxy: unexpected reply to SORT")
+    reply::error(reply::text::SORT_UNEXPECTED_REPLY)
 }
 
 #[cfg(test)]
