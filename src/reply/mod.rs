@@ -4,6 +4,7 @@
 pub mod access;
 pub mod merge;
 pub mod refusals;
+pub mod transaction;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
