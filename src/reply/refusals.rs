@@ -32,6 +32,11 @@ pub fn scan_cursor_too_large(node: impl Display, bits: u32) -> String {
     format!("ERR proxy: {node} returned a SCAN cursor above 2^{bits}")
 }
 
+/// Something the proxy could not do for a client (a subscription it could not set up).
+pub fn proxy_failure(reason: impl Display) -> String {
+    format!("ERR proxy: {reason}")
+}
+
 /// A command that would change the shared backend connection it runs on.
 pub fn changes_shared_connection(name: &str) -> String {
     format!(

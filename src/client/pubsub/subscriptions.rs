@@ -88,7 +88,7 @@ impl PubSub {
             async move {
                 match link.call(raw, kind, expected).await {
                     Ok(frames) => frames,
-                    Err(reason) => reply::error(&format!("ERR proxy: {reason}")),
+                    Err(reason) => reply::error(&reply::refusals::proxy_failure(reason)),
                 }
             }
             .boxed(),
@@ -218,7 +218,9 @@ impl Inner {
                     match answer {
                         Ok(frame) if frame.first() == Some(&b'-') => return frame,
                         Ok(_) => {}
-                        Err(reason) => return reply::error(&format!("ERR proxy: {reason}")),
+                        Err(reason) => {
+                            return reply::error(&reply::refusals::proxy_failure(reason))
+                        }
                     }
                 }
                 confirmations
@@ -289,9 +291,7 @@ impl Inner {
         }
         let slot = key_slot(&names[0]);
         if names.iter().any(|n| key_slot(n) != slot) {
-            return Intercept::Reply(reply::error(
-                "CROSSSLOT Keys in request don't hash to the same slot",
-            ));
+            return Intercept::Reply(reply::error(reply::text::CROSSSLOT));
         }
         // Counts as Redis reports them: shard subscriptions after each channel.
         let mut confirmations = BytesMut::new();
@@ -317,7 +317,7 @@ impl Inner {
                 match answer {
                     Ok(frame) if frame.first() == Some(&b'-') => frame,
                     Ok(_) => confirmations,
-                    Err(reason) => reply::error(&format!("ERR proxy: {reason}")),
+                    Err(reason) => reply::error(&reply::refusals::proxy_failure(reason)),
                 }
             }
             .boxed(),
