@@ -8,8 +8,7 @@
 //! ones 431); at most [`MAX_CONNECTIONS`] admin connections are served at once.
 
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,9 +20,8 @@ use tokio::sync::Semaphore;
 
 use crate::backend::NodeConn;
 use crate::protocol::Proto;
-use crate::reload::Live;
 use crate::route::SLOT_COUNT;
-use crate::topology::Topology;
+use crate::topology::{Readiness, Topology};
 
 /// Largest request head accepted.
 pub const MAX_REQUEST: usize = 8 * 1024;
@@ -33,45 +31,6 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_CONNECTIONS: usize = 32;
 /// How long `/readyz` waits for each master to answer PING.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Whether the proxy wants new traffic. Starts ready; a drain flips it for good so load
-/// balancers stop sending clients before the listener closes. Once the live proxy exists
-/// it is attached here, so `/readyz` checks the upstream in force after a reload.
-#[derive(Debug, Default)]
-pub struct Readiness {
-    draining: AtomicBool,
-    /// Weak: the live proxy's snapshots hold this readiness, which must not keep it alive.
-    live: OnceLock<Weak<Live>>,
-}
-
-impl Readiness {
-    /// A readiness flag that is not draining.
-    pub fn new() -> Readiness {
-        Readiness::default()
-    }
-
-    /// Marks the proxy as draining: `/readyz` answers 503 from now on.
-    pub fn start_drain(&self) {
-        self.draining.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether a drain has started.
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
-    }
-
-    /// Makes `/readyz` follow `live`'s current upstream (the first call wins).
-    pub fn attach(&self, live: &Arc<Live>) {
-        let _ = self.live.set(Arc::downgrade(live));
-    }
-
-    /// The configuration snapshot in force, once attached: its upstream for `/readyz`, its
-    /// per-command metrics (latency histograms) for `/metrics`.
-    fn live_proxy(&self) -> Option<Arc<crate::dispatch::Proxy>> {
-        let live = self.live.get()?.upgrade()?;
-        Some(live.proxy())
-    }
-}
 
 /// What the admin endpoints look at.
 pub struct AdminState {
@@ -92,8 +51,8 @@ impl AdminState {
         }
         let topology = self
             .readiness
-            .live_proxy()
-            .map(|proxy| proxy.topology.clone())
+            .live()
+            .map(|live| live.topology())
             .unwrap_or_else(|| self.topology.clone());
         if let Some(reason) = topology.master_unknown() {
             return Err(reason);
@@ -312,8 +271,8 @@ async fn respond(route: Route, state: &AdminState) -> Response {
         Route::Metrics => match &state.metrics {
             Some(handle) => {
                 let mut body = handle.render();
-                if let Some(proxy) = state.readiness.live_proxy() {
-                    proxy.command_metrics.render_durations(&mut body);
+                if let Some(live) = state.readiness.live() {
+                    live.render_command_metrics(&mut body);
                 }
                 Response {
                     status: 200,

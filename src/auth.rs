@@ -24,36 +24,15 @@ use smallvec::SmallVec;
 use subtle::ConstantTimeEq;
 
 use crate::command::{acl_category_bit, CommandSpec, KeyList, NameMap};
-use crate::config::{Config, ScriptTrust, UserConfig};
 use crate::rewrite::glob::glob_match;
 
-/// `-WRONGPASS` text, as Redis 7.
-pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
-/// `-NOAUTH` text, as Redis 7.
-pub const NOAUTH: &str = "NOAUTH Authentication required.";
-/// HELLO without AUTH from a client that is not authenticated, as Redis 7.
-pub const NOAUTH_HELLO: &str = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time";
-/// Key ACL denial text, as Redis 7.
-pub const NOPERM_KEYS: &str =
-    "NOPERM this user has no permissions to access one of the keys used as arguments";
+mod user_config;
 
-/// Channel ACL denial text, as Redis 7.
-pub const NOPERM_CHANNELS: &str =
-    "NOPERM this user has no permissions to access one of the channels used as arguments";
+pub use user_config::{ScriptTrust, Secret, UserConfig};
 
-/// The command ACL denial text for `name` (`get`, `config|set`), as Redis 7.
-pub fn noperm_command(name: &str) -> String {
-    format!("NOPERM this user has no permissions to run the '{name}' command")
-}
-
-/// The denial of a script command `name` to a user whose scripts are not trusted: Redis's
-/// command denial, then why and the setting that allows it.
-pub fn noperm_script(name: &str) -> String {
-    format!(
-        "{}: scripts and functions run as the proxy's backend user, where this user's command, key and channel rules do not hold (allow them with 'scripts: trusted' in the user's entry)",
-        noperm_command(name)
-    )
-}
+pub use crate::reply::access::{
+    noperm_command, noperm_script, NOAUTH, NOAUTH_HELLO, NOPERM_CHANNELS, NOPERM_KEYS, WRONGPASS,
+};
 
 /// Commands that run code on the upstream, or change the code other users' FCALL runs.
 /// The code runs as the proxy's backend user, so none of a proxy user's rules hold inside
@@ -338,17 +317,17 @@ pub struct Auth {
 }
 
 impl Auth {
-    /// The users of `config`: `requirepass` (the `default` user's password) and `users`.
-    pub fn from_config(config: &Config) -> Result<Auth, String> {
+    /// The configured users: `requirepass` (the `default` user's password) and `users`.
+    pub fn new(configured: &[UserConfig], requirepass: Option<&Secret>) -> Result<Auth, String> {
         let mut users = NameMap::default();
-        for user in &config.users {
+        for user in configured {
             let user = User::from_config(user)?;
             if users.contains_key(&user.name) {
                 return Err(format!("users: user '{}' is defined twice", user.name));
             }
             users.insert(user.name.clone(), Arc::new(user));
         }
-        if let Some(password) = &config.requirepass {
+        if let Some(password) = requirepass {
             if users.contains_key("default") {
                 return Err(
                     "requirepass and a user named 'default' both set the default user's password; keep one"
@@ -519,7 +498,6 @@ fn parse_rule(rule: &str) -> Result<(bool, Selector), String> {
 mod tests {
     use super::*;
     use crate::command::CommandTable;
-    use crate::config::Secret;
 
     fn user(commands: &[&str], keys: &[&str]) -> User {
         User::from_config(&UserConfig {
@@ -718,18 +696,14 @@ mod tests {
     #[test]
     fn passwords_and_sha256_digests() {
         let sha = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8"; // "password"
-        let config = Config {
-            requirepass: Some(Secret("s3cret".into())),
-            users: vec![UserConfig {
-                name: "app".into(),
-                password_sha256: Some(Secret(sha.into())),
-                commands: vec!["+@all".into()],
-                keys: vec!["allkeys".into()],
-                ..UserConfig::default()
-            }],
-            ..Config::default()
-        };
-        let auth = Auth::from_config(&config).unwrap();
+        let users = [UserConfig {
+            name: "app".into(),
+            password_sha256: Some(Secret(sha.into())),
+            commands: vec!["+@all".into()],
+            keys: vec!["allkeys".into()],
+            ..UserConfig::default()
+        }];
+        let auth = Auth::new(&users, Some(&Secret("s3cret".into()))).unwrap();
         assert!(auth.auth_required());
         assert!(auth.check(b"default", b"s3cret").is_some());
         assert!(auth.check(b"default", b"s3cre").is_none());
@@ -739,16 +713,13 @@ mod tests {
 
     #[test]
     fn disabled_user_cannot_log_in() {
-        let config = Config {
-            users: vec![UserConfig {
-                name: "off".into(),
-                password: Some(Secret("pw".into())),
-                state: Some(false),
-                ..UserConfig::default()
-            }],
-            ..Config::default()
-        };
-        let auth = Auth::from_config(&config).unwrap();
+        let users = [UserConfig {
+            name: "off".into(),
+            password: Some(Secret("pw".into())),
+            state: Some(false),
+            ..UserConfig::default()
+        }];
+        let auth = Auth::new(&users, None).unwrap();
         assert!(auth.check(b"off", b"pw").is_none());
         // Users configured without a default user: the default user is closed.
         assert!(auth.auth_required());
@@ -757,7 +728,7 @@ mod tests {
 
     #[test]
     fn open_default_without_any_auth() {
-        let auth = Auth::from_config(&Config::default()).unwrap();
+        let auth = Auth::new(&[], None).unwrap();
         assert!(!auth.auth_required());
         assert!(auth.check(b"default", b"anything").is_some());
     }
@@ -777,12 +748,9 @@ mod tests {
 
     #[test]
     fn secrets_do_not_reach_debug_output() {
-        let config = Config {
-            requirepass: Some(Secret("hunter2".into())),
-            ..Config::default()
-        };
-        assert!(!format!("{config:?}").contains("hunter2"));
-        let auth = Auth::from_config(&config).unwrap();
+        let requirepass = Secret("hunter2".into());
+        assert!(!format!("{requirepass:?}").contains("hunter2"));
+        let auth = Auth::new(&[], Some(&requirepass)).unwrap();
         assert!(!format!("{auth:?}").contains("digests"));
     }
 }

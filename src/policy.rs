@@ -11,9 +11,19 @@ use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
 
 use bytes::Bytes;
+use serde::Deserialize;
 
 use crate::command::NameHasher;
-use crate::config::CommandsConfig;
+
+/// Which commands the proxy refuses, on top of its built-in list of dangerous ones.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct CommandsConfig {
+    /// Commands (`flushall`) or subcommands (`config|set`) allowed despite the default policy.
+    pub allow: Vec<String>,
+    /// Commands or subcommands refused as well.
+    pub deny: Vec<String>,
+}
 
 /// A set of command names, hashed like the command table's (checked for every command).
 type NameSet = HashSet<String, BuildHasherDefault<NameHasher>>;
@@ -114,11 +124,8 @@ impl Policy {
     /// The error reply refusing the command named `name`, or `None` when the policy lets
     /// it through.
     pub fn refusal(&self, name: &str) -> Option<Bytes> {
-        self.refuses(name).then(|| {
-            reply::error(&format!(
-                "ERR proxy: '{name}' is disabled by the proxy's command policy (allow it with commands.allow: [{name}])"
-            ))
-        })
+        self.refuses(name)
+            .then(|| reply::error(&reply::access::policy_refusal(name)))
     }
 }
 

@@ -56,6 +56,17 @@ pub struct Live {
     client_tls: ArcSwapOption<ClientTls>,
 }
 
+/// `/readyz` and `/metrics` follow the snapshot in force.
+impl crate::topology::LiveUpstream for Live {
+    fn topology(&self) -> Arc<Topology> {
+        self.proxy().topology.clone()
+    }
+
+    fn render_command_metrics(&self, body: &mut String) {
+        self.proxy().command_metrics.render_durations(body);
+    }
+}
+
 /// One connected client's place under `maxclients`; freed on drop.
 #[derive(Debug)]
 pub struct ClientSlot {

@@ -58,7 +58,7 @@ pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), 
     let scripts: Arc<crate::dispatch::ScriptCache> = Default::default();
     let topology = Topology::new(config, Some(scripts.preload()))?;
     // The admin endpoint answers from the start, so /readyz reports the wait below.
-    let readiness = Arc::new(admin::Readiness::new());
+    let readiness = Arc::new(crate::topology::Readiness::new());
     let admin_listener = admin::bind(&config.admin_listen).await?;
     let admin_state = admin::AdminState {
         topology: topology.clone(),
@@ -266,9 +266,7 @@ pub async fn serve_listeners(
 async fn refuse(stream: ClientStream) {
     let (_, mut writer) = stream.into_split();
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = writer
-            .write_all(b"-ERR max number of clients reached\r\n")
-            .await;
+        let _ = writer.write_all(crate::reply::text::MAX_CLIENTS).await;
         let _ = writer.shutdown().await;
     })
     .await;

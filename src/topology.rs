@@ -24,9 +24,11 @@ use crate::config::{Config, Upstream};
 use crate::protocol::Proto;
 use crate::route::{NodeAddr, SlotMap};
 
+mod readiness;
 mod script_conns;
 mod sentinel;
 
+pub use readiness::{LiveUpstream, Readiness};
 pub use script_conns::{ScriptConns, ScriptLease, IDLE_PER_NODE};
 pub use sentinel::FAILOVER_HOLD;
 
@@ -457,15 +459,7 @@ impl Topology {
 
     async fn read_slot_map(&self, addr: &str) -> Result<SlotMap, String> {
         let conn = self.node(addr, Proto::Resp2);
-        let shards = call_with_timeout(&conn, "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n").await?;
-        if !shards.starts_with(b"-") {
-            return SlotMap::from_cluster_shards_on(&shards, &self.remap, self.node_port());
-        }
-        let slots = call_with_timeout(&conn, "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n").await?;
-        if slots.starts_with(b"-") {
-            return Err(String::from_utf8_lossy(&slots[1..]).trim_end().to_string());
-        }
-        SlotMap::from_cluster_slots(&slots, addr, &self.remap)
+        read_slot_map(&conn, addr, &self.remap, self.node_port(), Coverage::AsServed).await
     }
 
     /// Runs forever: refreshes periodically and whenever asked, rate-limited; for a
@@ -507,6 +501,51 @@ impl Topology {
 /// Whether two lists of distinct addresses name the same nodes, in any order.
 fn same_members(a: &[NodeAddr], b: &[NodeAddr]) -> bool {
     a.len() == b.len() && a.iter().all(|addr| b.contains(addr))
+}
+
+/// What a slot map read must cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coverage {
+    /// The map as `CLUSTER SHARDS` serves it, gaps included: the proxy leaves the slots of
+    /// a failed master unserved rather than send commands to it.
+    AsServed,
+    /// Every slot (the offline tools): `CLUSTER SLOTS` is asked too when the shards leave
+    /// a gap or cannot be read, and a map with a gap is an error.
+    Complete,
+}
+
+/// The slot map as the cluster node behind `conn` (at `addr`) sees it: `CLUSTER SHARDS`,
+/// or `CLUSTER SLOTS` when the node refuses that (before Redis 7) or, for
+/// [`Coverage::Complete`], when the shards do not cover every slot. The one reader of a
+/// cluster's map, for the proxy and the offline tools alike.
+pub async fn read_slot_map(
+    conn: &NodeConn,
+    addr: &str,
+    remap: &HashMap<String, String>,
+    port: crate::route::NodePort,
+    coverage: Coverage,
+) -> Result<SlotMap, String> {
+    let shards = call_with_timeout(conn, "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n").await?;
+    if !shards.starts_with(b"-") {
+        let map = SlotMap::from_cluster_shards_on(&shards, remap, port);
+        match coverage {
+            Coverage::AsServed => return map,
+            Coverage::Complete if map.as_ref().is_ok_and(SlotMap::is_complete) => return map,
+            Coverage::Complete => {}
+        }
+    }
+    let slots = call_with_timeout(conn, "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n").await?;
+    if slots.starts_with(b"-") {
+        return Err(String::from_utf8_lossy(&slots[1..]).trim_end().to_string());
+    }
+    let map = SlotMap::from_cluster_slots(&slots, addr, remap)?;
+    if coverage == Coverage::Complete && !map.is_complete() {
+        return Err(format!(
+            "the cluster serves {} of 16384 slots",
+            map.slots_covered()
+        ));
+    }
+    Ok(map)
 }
 
 async fn call_with_timeout(conn: &NodeConn, request: &'static str) -> Result<Bytes, String> {

@@ -59,15 +59,14 @@ use super::step::Step;
 
 const OK: &[u8] = b"+OK\r\n";
 const QUEUED: &[u8] = b"+QUEUED\r\n";
-const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
-const EXEC_ARITY_ABORT: &str =
-    "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command";
-const NESTED: &str = "ERR MULTI calls can not be nested";
-const EXEC_WITHOUT_MULTI: &str = "ERR EXEC without MULTI";
-const DISCARD_WITHOUT_MULTI: &str = "ERR DISCARD without MULTI";
-const WATCH_IN_MULTI: &str = "ERR WATCH inside MULTI is not allowed";
-const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
-const SPLIT_WITH_WATCH: &str = "CROSSSLOT proxy: a transaction after WATCH must keep every key in the watched slot (cross_slot_transactions: split does not apply with WATCH)";
+const EXECABORT: &str = reply::transaction::EXECABORT;
+const EXEC_ARITY_ABORT: &str = reply::transaction::EXEC_ARITY_ABORT;
+const NESTED: &str = reply::transaction::NESTED;
+const EXEC_WITHOUT_MULTI: &str = reply::transaction::EXEC_WITHOUT_MULTI;
+const DISCARD_WITHOUT_MULTI: &str = reply::transaction::DISCARD_WITHOUT_MULTI;
+const WATCH_IN_MULTI: &str = reply::transaction::WATCH_IN_MULTI;
+const NOT_IN_MULTI: &str = reply::transaction::NOT_IN_MULTI;
+const SPLIT_WITH_WATCH: &str = reply::transaction::SPLIT_WITH_WATCH;
 
 /// Connection commands the proxy answers itself that may be queued: answered at EXEC,
 /// after the backend block (see the module doc).
@@ -486,7 +485,7 @@ pub fn splice_local_answers(
             Some((_, request)) => answer(&request),
             None => block
                 .next()
-                .unwrap_or_else(|| reply::error("ERR proxy: no reply")),
+                .unwrap_or_else(|| reply::error(reply::text::NO_REPLY)),
         };
         elements.push(element);
     }

@@ -17,12 +17,12 @@ use crate::protocol::Limits;
 mod overrides;
 mod sentinel;
 mod tls;
-mod users;
 
+pub use crate::auth::{ScriptTrust, Secret, UserConfig};
+pub use crate::policy::CommandsConfig;
 pub use overrides::{Override, TOP_LEVEL_FIELDS};
 pub use sentinel::SentinelConfig;
 pub use tls::{AuthClients, BackendTlsConfig, ClientCertUser, TlsConfig};
-pub use users::{ScriptTrust, UserConfig};
 
 /// The whole proxy configuration.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -164,27 +164,6 @@ impl LayoutConfig {
         }
         Ok(Some(layout))
     }
-}
-
-/// A secret (password): shown as `"<redacted>"` by `Debug`, so it never reaches a log.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("\"<redacted>\"")
-    }
-}
-
-/// Which commands the proxy refuses, on top of its built-in list of dangerous ones.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
-#[serde(default, deny_unknown_fields)]
-pub struct CommandsConfig {
-    /// Commands (`flushall`) or subcommands (`config|set`) allowed despite the default policy.
-    pub allow: Vec<String>,
-    /// Commands or subcommands refused as well.
-    pub deny: Vec<String>,
 }
 
 /// Admin endpoint options.
@@ -555,7 +534,8 @@ impl Config {
 
     /// Users, command policy, client limits and protected mode.
     fn validate_access(&self) -> Result<(), ConfigError> {
-        crate::auth::Auth::from_config(self).map_err(ConfigError::Invalid)?;
+        crate::auth::Auth::new(&self.users, self.requirepass.as_ref())
+            .map_err(ConfigError::Invalid)?;
         crate::policy::Policy::from_config(&self.commands).map_err(ConfigError::Invalid)?;
         if self.maxclients == 0 {
             return Err(ConfigError::Invalid("maxclients must be at least 1".into()));
@@ -613,6 +593,15 @@ pub(crate) fn check_host_port(field: &str, addr: &str) -> Result<(), ConfigError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_do_not_reach_debug_output() {
+        let config = Config {
+            requirepass: Some(Secret("hunter2".into())),
+            ..Config::default()
+        };
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
 
     #[test]
     fn debug_never_shows_the_backend_password() {

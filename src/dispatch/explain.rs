@@ -185,10 +185,9 @@ impl Proxy {
                 Forward::Unmatched { prefix } => {
                     let prefix = &active.layout.prefixes()[prefix];
                     if active.strict && refusal.is_none() {
-                        refusal = Some(crate::reply::error(&format!(
-                            "ERR key '{}' is under layout prefix '{prefix}' but matches no layout rule (layout.strict is on)",
-                            name.escape_ascii()
-                        )));
+                        refusal = Some(crate::reply::error(
+                            &crate::reply::refusals::layout_unmatched(name.escape_ascii(), prefix),
+                        ));
                     }
                     (name.clone(), format!("unmatched under prefix {prefix}"))
                 }

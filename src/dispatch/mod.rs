@@ -269,9 +269,8 @@ impl Proxy {
         }
         // One match on the shape the command table gave the command: see `command::Shape`.
         match spec.shape {
-            Shape::Refused => Plan::Answer(reply::error(&format!(
-                "ERR proxy: '{}' is not supported: it would change the backend connection it runs on, which other clients share",
-                spec.name
+            Shape::Refused => Plan::Answer(reply::error(&reply::refusals::changes_shared_connection(
+                &spec.name,
             ))),
             Shape::Sort => match sort::SortRequest::classify(&spec.name, args) {
                 Some(Ok(sort)) => Plan::Sort(sort),
@@ -290,9 +289,7 @@ impl Proxy {
             Shape::ShardPublish => Plan::Forward(Target::Slot(key_slot(&args[1]))),
             // Subscriptions live on the client's own connections (client::pubsub); on a
             // shared connection they would swallow every other client's replies.
-            Shape::Subscribe => Plan::Answer(reply::error(
-                "ERR proxy: subscriptions are only possible on a client connection",
-            )),
+            Shape::Subscribe => Plan::Answer(reply::error(reply::text::SUBSCRIBE_NEEDS_CLIENT)),
             Shape::Split(kind) => key_target(spec, args).map_or(Plan::Split(kind), Plan::Forward),
             Shape::Script(run) => by_keys(spec, args, |target| Plan::Script(run, target)),
             Shape::Blocking(_) if spec.blocks(args) => by_keys(spec, args, Plan::Blocking),

@@ -40,7 +40,7 @@ pub struct Proxy {
     /// (see `client::plain::plain_commands`): it routes them at once.
     pub plain_commands: Arc<CommandSet>,
     /// What `/readyz` reports; flip it when draining.
-    pub readiness: Arc<crate::admin::Readiness>,
+    pub readiness: Arc<crate::topology::Readiness>,
     /// Proxy users (AUTH, ACL).
     pub auth: crate::auth::Auth,
     /// Commands the proxy refuses.
@@ -67,7 +67,7 @@ pub struct Fixed {
     /// The commands of `commands` the client session routes at once.
     pub plain_commands: Arc<CommandSet>,
     /// What `/readyz` reports.
-    pub readiness: Arc<crate::admin::Readiness>,
+    pub readiness: Arc<crate::topology::Readiness>,
 }
 
 /// A [`Proxy`] snapshot in the making: its configuration, with the users and the command
@@ -81,7 +81,7 @@ pub struct Builder {
 impl Builder {
     /// Checks `config`'s users and command policy; nothing is connected yet.
     pub fn new(config: Config) -> Result<Builder, String> {
-        let auth = Auth::from_config(&config)?;
+        let auth = Auth::new(&config.users, config.requirepass.as_ref())?;
         let policy = Policy::from_config(&config.commands)?;
         Ok(Builder {
             config,

@@ -20,8 +20,9 @@ use futures_util::future::join_all;
 
 use crate::backend::{ConnOptions, NodeConn};
 use crate::protocol::encode::encode_request;
-use crate::protocol::{parse_frame, BytesFrame, Proto};
+use crate::protocol::{reply_nesting, Proto, ReplyView, MAX_PARSED_NESTING};
 use crate::route::{key_slot, NodeAddr, NodePort, SlotMap};
+use crate::topology::Coverage;
 
 use super::MigrateError;
 
@@ -41,32 +42,39 @@ pub enum Reply {
 }
 
 impl Reply {
-    fn from_frame(frame: BytesFrame) -> Reply {
-        match frame {
-            BytesFrame::Null => Reply::Nil,
-            BytesFrame::Number { data, .. } => Reply::Int(data),
-            BytesFrame::Boolean { data, .. } => Reply::Int(i64::from(data)),
-            BytesFrame::Double { data, .. } => Reply::Data(Bytes::from(data.to_string())),
-            BytesFrame::BlobString { data, .. }
-            | BytesFrame::SimpleString { data, .. }
-            | BytesFrame::BigNumber { data, .. }
-            | BytesFrame::VerbatimString { data, .. } => Reply::Data(data),
-            BytesFrame::BlobError { data, .. } => {
-                Reply::Error(String::from_utf8_lossy(&data).into_owned())
-            }
-            BytesFrame::SimpleError { data, .. } => Reply::Error(data.to_string()),
-            BytesFrame::Array { data, .. } | BytesFrame::Push { data, .. } => {
-                Reply::List(data.into_iter().map(Reply::from_frame).collect())
-            }
-            BytesFrame::Set { data, .. } => {
-                Reply::List(data.into_iter().map(Reply::from_frame).collect())
-            }
-            BytesFrame::Map { data, .. } => Reply::List(
-                data.into_iter()
-                    .flat_map(|(k, v)| [Reply::from_frame(k), Reply::from_frame(v)])
-                    .collect(),
+    /// Reads `raw`, one complete reply frame.
+    fn read(raw: &Bytes) -> Result<Reply, MigrateError> {
+        // Building the tree recurses: a reply deeper than any the tools ask for is refused.
+        let nesting = reply_nesting(raw).map_err(|e| MigrateError::Redis(e.0))?;
+        if nesting > MAX_PARSED_NESTING {
+            return Err(MigrateError::Redis(format!(
+                "Protocol error: reply nests deeper than {MAX_PARSED_NESTING} levels"
+            )));
+        }
+        let view = ReplyView::parse(raw).map_err(|e| MigrateError::Redis(e.0))?;
+        Ok(Reply::from_view(raw, view))
+    }
+
+    fn from_view(raw: &Bytes, view: ReplyView<'_>) -> Reply {
+        match view {
+            ReplyView::Null => Reply::Nil,
+            ReplyView::Int(n) => Reply::Int(n),
+            ReplyView::Boolean(b) => Reply::Int(i64::from(b)),
+            ReplyView::Double(text) => Reply::Data(
+                std::str::from_utf8(text)
+                    .ok()
+                    .and_then(|t| t.parse::<f64>().ok())
+                    .map_or_else(|| raw.slice_ref(text), |d| Bytes::from(d.to_string())),
             ),
-            other => Reply::Error(format!("unexpected reply {other:?}")),
+            ReplyView::Bulk(text)
+            | ReplyView::Simple(text)
+            | ReplyView::BigNumber(text)
+            | ReplyView::Verbatim { text, .. } => Reply::Data(raw.slice_ref(text)),
+            ReplyView::Error(text) => Reply::Error(String::from_utf8_lossy(text).into_owned()),
+            // A map reads as its keys and values in turn.
+            ReplyView::Aggregate(_, items) => {
+                Reply::List(items.map(|item| Reply::from_view(raw, item)).collect())
+            }
         }
     }
 
@@ -212,7 +220,7 @@ where
 }
 
 /// The slot map and one pipelined connection per master, swapped whole on a refresh.
-struct Topology {
+struct Masters {
     /// Slot owners; for a single node every slot maps to master 0.
     map: SlotMap,
     /// Indexed like `map.masters()`.
@@ -221,7 +229,7 @@ struct Topology {
 
 /// An open deployment: one node, or the masters of a cluster.
 pub struct Endpoint {
-    topology: ArcSwap<Topology>,
+    masters: ArcSwap<Masters>,
     /// Where the slot map was first read; asked again when every master fails to answer.
     seeds: Vec<NodeAddr>,
     opts: ConnOptions,
@@ -268,9 +276,9 @@ impl Endpoint {
         let mut failures = Vec::new();
         for addr in &addrs {
             match connect_seed(addr, &opts).await {
-                Ok((topology, is_cluster)) => {
+                Ok((masters, is_cluster)) => {
                     return Ok(Endpoint {
-                        topology: ArcSwap::from_pointee(topology),
+                        masters: ArcSwap::from_pointee(masters),
                         seeds: addrs.clone(),
                         opts,
                         is_cluster,
@@ -292,7 +300,7 @@ impl Endpoint {
         if !self.is_cluster {
             return Ok(());
         }
-        let current = self.topology.load_full();
+        let current = self.masters.load_full();
         let mut failures = Vec::new();
         let mut asked: Vec<&NodeAddr> = Vec::new();
         for (conn, addr) in current
@@ -324,7 +332,7 @@ impl Endpoint {
                                 })
                         })
                         .collect();
-                    self.topology.store(Arc::new(Topology { map, conns }));
+                    self.masters.store(Arc::new(Masters { map, conns }));
                     return Ok(());
                 }
                 Err(e) => failures.push(e.to_string()),
@@ -338,7 +346,7 @@ impl Endpoint {
 
     /// The current slot map, to compare with a later one.
     pub fn slot_map(&self) -> SlotMap {
-        self.topology.load().map.clone()
+        self.masters.load().map.clone()
     }
 
     /// Whether this is a cluster (as opposed to a single node).
@@ -348,7 +356,7 @@ impl Endpoint {
 
     /// The masters' addresses, in node order (of the current slot map).
     pub fn masters(&self) -> Vec<NodeAddr> {
-        self.topology.load().map.masters().to_vec()
+        self.masters.load().map.masters().to_vec()
     }
 
     /// Whether `other` is the same deployment (shares a master address).
@@ -359,7 +367,7 @@ impl Endpoint {
 
     /// The index of the master serving `key`.
     pub fn node_of(&self, key: &[u8]) -> usize {
-        self.topology
+        self.masters
             .load()
             .map
             .master_index(key_slot(key))
@@ -382,7 +390,7 @@ impl Endpoint {
         node: usize,
         args: &[&[u8]],
     ) -> impl std::future::Future<Output = Result<Reply, MigrateError>> + Send + 'static {
-        let conn = self.topology.load().conns.get(node).cloned();
+        let conn = self.masters.load().conns.get(node).cloned();
         let request = encode_request(args);
         async move {
             let conn =
@@ -391,8 +399,7 @@ impl Endpoint {
                 .call(request, false)
                 .await
                 .map_err(|e| MigrateError::Redis(e.to_string()))?;
-            let frame = parse_frame(&raw).map_err(|e| MigrateError::Redis(e.0))?;
-            let reply = Reply::from_frame(frame);
+            let reply = Reply::read(&raw)?;
             if let Some(e) = reply.error() {
                 if e.starts_with("MOVED") || e.starts_with("ASK") {
                     return Err(MigrateError::Redis(format!(
@@ -429,7 +436,7 @@ impl Endpoint {
     /// The masters are those of the current slot map: a refresh during the walk (a slot
     /// moved) does not send a cursor to another node.
     pub fn walk(&self, pattern: &[u8], count: usize) -> KeyWalk {
-        let mut nodes = self.topology.load().conns.clone();
+        let mut nodes = self.masters.load().conns.clone();
         nodes.reverse();
         KeyWalk {
             nodes,
@@ -442,7 +449,7 @@ impl Endpoint {
     /// Loads `script` on every master; returns its SHA1.
     pub async fn load_script(&self, script: &str) -> Result<Bytes, MigrateError> {
         let mut sha = None;
-        for node in 0..self.topology.load().conns.len() {
+        for node in 0..self.masters.load().conns.len() {
             let reply = self
                 .call_node(node, &[b"SCRIPT", b"LOAD", script.as_bytes()])
                 .await?;
@@ -522,7 +529,7 @@ impl KeyWalk {
 async fn connect_seed(
     addr: &NodeAddr,
     opts: &ConnOptions,
-) -> Result<(Topology, bool), MigrateError> {
+) -> Result<(Masters, bool), MigrateError> {
     let seed = NodeConn::spawn(addr.clone(), opts.clone());
     let info = call_conn(&seed, &[b"INFO", b"cluster"]).await?;
     let info = match info {
@@ -538,11 +545,11 @@ async fn connect_seed(
         .lines()
         .any(|line| line.trim() == "cluster_enabled:1");
     if !is_cluster {
-        let topology = Topology {
+        let masters = Masters {
             map: SlotMap::single(addr.clone()),
             conns: vec![seed],
         };
-        return Ok((topology, false));
+        return Ok((masters, false));
     }
     let map = read_slot_map(&seed, addr, opts.tls.is_some()).await?;
     let conns = map
@@ -556,34 +563,20 @@ async fn connect_seed(
             }
         })
         .collect();
-    Ok((Topology { map, conns }, true))
+    Ok((Masters { map, conns }, true))
 }
 
-/// The complete slot map as `conn` (a cluster node at `addr`) sees it: `CLUSTER SHARDS`, or
-/// `CLUSTER SLOTS` when that is missing or incomplete.
+/// The complete slot map as `conn` (a cluster node at `addr`) sees it, the nodes reached
+/// on their TLS ports when `tls`.
 async fn read_slot_map(
     conn: &NodeConn,
     addr: &NodeAddr,
     tls: bool,
 ) -> Result<SlotMap, MigrateError> {
-    let no_remap = HashMap::new();
-    let shards = raw_call(conn, &[b"CLUSTER", b"SHARDS"]).await?;
     let port = if tls { NodePort::Tls } else { NodePort::Plain };
-    let map = match SlotMap::from_cluster_shards_on(&shards, &no_remap, port) {
-        Ok(map) if map.is_complete() => map,
-        _ => {
-            let slots = raw_call(conn, &[b"CLUSTER", b"SLOTS"]).await?;
-            SlotMap::from_cluster_slots(&slots, addr, &no_remap)
-                .map_err(|e| MigrateError::Redis(format!("{addr}: slot map: {e}")))?
-        }
-    };
-    if !map.is_complete() {
-        return Err(MigrateError::Redis(format!(
-            "{addr}: the cluster serves {} of 16384 slots",
-            map.slots_covered()
-        )));
-    }
-    Ok(map)
+    crate::topology::read_slot_map(conn, addr, &HashMap::new(), port, Coverage::Complete)
+        .await
+        .map_err(|e| MigrateError::Redis(format!("{addr}: {e}")))
 }
 
 async fn raw_call(conn: &NodeConn, args: &[&[u8]]) -> Result<Bytes, MigrateError> {
@@ -594,8 +587,7 @@ async fn raw_call(conn: &NodeConn, args: &[&[u8]]) -> Result<Bytes, MigrateError
 
 async fn call_conn(conn: &NodeConn, args: &[&[u8]]) -> Result<Reply, MigrateError> {
     let raw = raw_call(conn, args).await?;
-    let frame = parse_frame(&raw).map_err(|e| MigrateError::Redis(e.0))?;
-    Ok(Reply::from_frame(frame))
+    Reply::read(&raw)
 }
 
 #[cfg(test)]

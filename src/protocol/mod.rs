@@ -4,8 +4,9 @@
 //! checking that a whole frame is buffered and within [`Limits`] before it parses anything,
 //! and keeping its scan position between calls so a large frame arriving in small reads
 //! costs linear time. Replies: [`ReplyScanner`] finds where one complete reply frame ends
-//! in a backend's byte stream, so replies can be forwarded as raw bytes; [`parse_frame`]
-//! reads one such frame into a value when a caller must look inside. [`encode`] writes
+//! in a backend's byte stream, so replies can be forwarded as raw bytes; [`ReplyView`]
+//! looks inside one such frame without copying it (the way every reader of a reply's
+//! contents reads it), and [`parse_frame`] reads one into an owned tree. [`encode`] writes
 //! replies the proxy builds itself.
 //!
 //! Nothing here does IO or panics on any input: malformed bytes become a [`ProtocolError`]
@@ -16,11 +17,13 @@ mod frame;
 mod inline;
 mod number;
 mod reply_scan;
+mod reply_view;
 mod request;
 
 pub use frame::{parse_frame, BytesFrame};
 pub(crate) use number::parse_i64;
 pub use reply_scan::{reply_nesting, ReplyScanner};
+pub use reply_view::{AggregateKind, ElementFrames, Elements, ReplyView};
 pub use request::{FoldedName, Request, RequestDecoder};
 
 /// Size limits on client input. Defaults are Redis's own.

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use crate::protocol::{encode, Limits, ReplyScanner};
+use crate::protocol::{encode, ReplyView};
 
 /// The element frames of an array (`*`), set (`~`) or push (`>`) reply, as slices of it.
 /// `None` when `frame` is not such an aggregate (an error, a null array...).
@@ -11,29 +11,18 @@ pub fn array_elements(frame: &Bytes) -> Option<Vec<Bytes>> {
     if !matches!(frame.first(), Some(b'*' | b'~' | b'>')) {
         return None;
     }
-    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
-    let count: i64 = std::str::from_utf8(&frame[1..header_end])
-        .ok()?
-        .parse()
-        .ok()?;
-    if count < 0 {
-        return None;
-    }
-    let mut elements = Vec::with_capacity(count as usize);
-    let mut offset = header_end + 2;
-    for _ in 0..count {
-        let mut scanner = ReplyScanner::new(Limits::default());
-        let len = scanner.next_frame_len(&frame[offset..]).ok()??;
-        elements.push(frame.slice(offset..offset + len));
-        offset += len;
-    }
-    Some(elements)
+    let elements = ReplyView::parse(frame).ok()?.elements()?;
+    let mut out = Vec::with_capacity(elements.len());
+    out.extend(elements.frames().map(|element| frame.slice_ref(element)));
+    Some(out)
 }
 
 /// The integer of a `:n` reply.
 pub fn integer(frame: &[u8]) -> Option<i64> {
-    let body = frame.strip_prefix(b":")?.strip_suffix(b"\r\n")?;
-    std::str::from_utf8(body).ok()?.parse().ok()
+    if frame.first() != Some(&b':') {
+        return None;
+    }
+    ReplyView::parse(frame).ok()?.int()
 }
 
 /// A `:n` reply.

@@ -1,8 +1,12 @@
 //! Replies the proxy writes itself: every client-visible error text lives here, worded like
 //! Redis's own, so clients and their error matching see familiar messages.
 
+pub mod access;
+pub mod connection;
 pub mod crossslot;
 pub mod merge;
+pub mod refusals;
+pub mod transaction;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -29,6 +33,34 @@ pub mod text {
     /// SORT ... GET pattern from a user without access to every key, as Redis 7.
     pub const SORT_GET_DENIED: &str =
         "ERR GET option of SORT denied due to insufficient ACL permissions.";
+    /// A number argument that is not an integer, as Redis 7.
+    pub const NOT_AN_INTEGER: &str = "ERR value is not an integer or out of range";
+    /// A SCAN cursor the proxy did not hand out, as Redis 7.
+    pub const INVALID_CURSOR: &str = "ERR invalid cursor";
+    /// SORT of values that are not numbers (without ALPHA), as Redis 7.
+    pub const SCORE_NOT_DOUBLE: &str = "ERR One or more scores can't be converted into double";
+    /// A client over `maxclients`, as Redis 7 (written raw, before the connection closes).
+    pub const MAX_CLIENTS: &[u8] = b"-ERR max number of clients reached\r\n";
+    /// A node connection closed before answering.
+    pub const NO_REPLY: &str = "ERR proxy: no reply";
+    /// A pinned connection closed before answering EXEC.
+    pub const NO_REPLY_TO_EXEC: &str = "ERR proxy: no reply to EXEC";
+    /// A node answered SORT with something that is not a list.
+    pub const SORT_UNEXPECTED_REPLY: &str = "ERR proxy: unexpected reply to SORT";
+    /// A command sent to every master got different answers.
+    pub const MASTERS_DISAGREE: &str =
+        "ERR proxy: the masters gave different replies; check each master";
+    /// A node answered SCAN with a cursor that is not a number.
+    pub const NODE_SCAN_CURSOR: &str = "ERR unexpected SCAN cursor from a node";
+    /// A layout listing cursor beyond what the proxy hands out.
+    pub const LISTING_CURSOR_RANGE: &str = "ERR listing cursor out of range";
+    /// An indexed layout write that names no key (a bug, never a client's doing).
+    pub const INDEXED_WRITE_WITHOUT_KEYS: &str = "ERR internal: indexed write without keys";
+    /// Keys of one request in different slots, without naming them (SSUBSCRIBE), as Redis 7.
+    pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
+    /// SUBSCRIBE and friends sent where no client connection holds them.
+    pub const SUBSCRIBE_NEEDS_CLIENT: &str =
+        "ERR proxy: subscriptions are only possible on a client connection";
 }
 
 /// A complete error frame `-<text>\r\n` (the text carries its own prefix, e.g. `ERR `).

@@ -9,8 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use redis_protocol::resp2::types::OwnedFrame as Resp2Frame;
-use redis_protocol::resp3::types::OwnedFrame;
+use crate::protocol::ReplyView;
 
 use super::SLOT_COUNT;
 
@@ -384,66 +383,33 @@ enum Value {
     Other,
 }
 
-/// Decodes a RESP3 reply, or a RESP2 one: RESP3 has no `$-1`/`*-1` nulls, so a RESP2
-/// reply holding one only parses as RESP2. Both decoders recurse: a reply nesting deeper
+/// Decodes a RESP2 or RESP3 reply. Building the tree recurses: a reply nesting deeper
 /// than any slot map does is refused unread.
 fn decode_reply(frame: &[u8]) -> Result<Value, String> {
     let nesting = crate::protocol::reply_nesting(frame).map_err(|error| error.0)?;
     if nesting > crate::protocol::MAX_PARSED_NESTING {
         return Err(format!("reply nests {nesting} levels deep"));
     }
-    let value = match redis_protocol::resp3::decode::complete::decode(frame) {
-        Ok(Some((frame, _))) => Value::from_frame(frame),
-        Ok(None) => return Err("incomplete reply".to_string()),
-        Err(resp3_error) => match redis_protocol::resp2::decode::decode(frame) {
-            Ok(Some((frame, _))) => Value::from_resp2(frame),
-            Ok(None) => return Err("incomplete reply".to_string()),
-            Err(_) => return Err(format!("unparsable reply: {resp3_error:?}")),
-        },
-    };
-    match value {
+    let view = ReplyView::parse(frame).map_err(|error| format!("unparsable reply: {}", error.0))?;
+    match Value::from_view(view) {
         Value::Error(text) => Err(text),
         value => Ok(value),
     }
 }
 
 impl Value {
-    fn from_resp2(frame: Resp2Frame) -> Value {
-        match frame {
-            Resp2Frame::SimpleString(data) | Resp2Frame::BulkString(data) => Value::Text(data),
-            Resp2Frame::Integer(n) => Value::Int(n),
-            Resp2Frame::Array(items) => {
-                Value::List(items.into_iter().map(Value::from_resp2).collect())
-            }
-            Resp2Frame::Null => Value::Null,
-            Resp2Frame::Error(text) => Value::Error(text),
-        }
-    }
-
-    fn from_frame(frame: OwnedFrame) -> Value {
-        match frame {
-            OwnedFrame::BlobString { data, .. }
-            | OwnedFrame::SimpleString { data, .. }
-            | OwnedFrame::VerbatimString { data, .. }
-            | OwnedFrame::BigNumber { data, .. } => Value::Text(data),
-            OwnedFrame::Number { data, .. } => Value::Int(data),
-            OwnedFrame::Array { data, .. } | OwnedFrame::Push { data, .. } => {
-                Value::List(data.into_iter().map(Value::from_frame).collect())
-            }
-            OwnedFrame::Set { data, .. } => {
-                Value::List(data.into_iter().map(Value::from_frame).collect())
-            }
-            OwnedFrame::Map { data, .. } => Value::List(
-                data.into_iter()
-                    .flat_map(|(k, v)| [Value::from_frame(k), Value::from_frame(v)])
-                    .collect(),
-            ),
-            OwnedFrame::Null => Value::Null,
-            OwnedFrame::SimpleError { data, .. } => Value::Error(data),
-            OwnedFrame::BlobError { data, .. } => {
-                Value::Error(String::from_utf8_lossy(&data).into_owned())
-            }
-            _ => Value::Other,
+    fn from_view(view: ReplyView<'_>) -> Value {
+        match view {
+            ReplyView::Bulk(text)
+            | ReplyView::Simple(text)
+            | ReplyView::BigNumber(text)
+            | ReplyView::Verbatim { text, .. } => Value::Text(text.to_vec()),
+            ReplyView::Int(n) => Value::Int(n),
+            // A map reads as its keys and values in turn, RESP2's shape.
+            ReplyView::Aggregate(_, items) => Value::List(items.map(Value::from_view).collect()),
+            ReplyView::Null => Value::Null,
+            ReplyView::Error(text) => Value::Error(String::from_utf8_lossy(text).into_owned()),
+            ReplyView::Double(_) | ReplyView::Boolean(_) => Value::Other,
         }
     }
 

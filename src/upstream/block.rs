@@ -132,7 +132,7 @@ pub async fn run_split(
                 let error = if reply.first() == Some(&b'-') {
                     reply
                 } else {
-                    reply::error("ERR proxy: this slot's part of the transaction did not run")
+                    reply::error(reply::transaction::PART_DID_NOT_RUN)
                 };
                 for &index in &indices {
                     placed[index] = Some(error.clone());
@@ -145,7 +145,7 @@ pub async fn run_split(
     for element in placed {
         match element {
             Some(element) => out.put_slice(&element),
-            None => out.put_slice(&reply::error("ERR proxy: no reply")),
+            None => out.put_slice(&reply::error(reply::text::NO_REPLY)),
         }
     }
     out.freeze()

@@ -147,7 +147,7 @@ impl Proxy {
         }
         finished
             .into_iter()
-            .map(|frame| frame.unwrap_or_else(|| reply::error("ERR proxy: no reply")))
+            .map(|frame| frame.unwrap_or_else(|| reply::error(reply::text::NO_REPLY)))
             .collect()
     }
 

@@ -52,15 +52,11 @@ pub(super) fn answer(
         (b"tracking", 3..) => tracking(registry, args),
         (b"trackinginfo", 2) => tracking_info(state.proto),
         // Tracking is never on, so this is Redis's answer whatever the argument.
-        (b"caching", 3) => reply::error(
-            "ERR CLIENT CACHING can be called only when the client is in tracking mode with \
-             OPTIN or OPTOUT mode enabled",
-        ),
+        (b"caching", 3) => reply::error(reply::connection::CACHING_WITHOUT_TRACKING),
         (b"pause", 3 | 4) => pause(registry, &args[2..]),
         (b"pause", 2) => reply::wrong_arity("client|pause"),
-        (b"pause", _) => reply::error(&format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
-            String::from_utf8_lossy(&args[1])
+        (b"pause", _) => reply::error(&reply::connection::client_subcommand(
+            &String::from_utf8_lossy(&args[1]),
         )),
         (b"unpause", 2) => {
             registry.pause().unpause();
@@ -107,13 +103,11 @@ fn setinfo(state: &ConnState, registry: &Registry, attr: &[u8], value: &[u8]) ->
     let attr_shown = String::from_utf8_lossy(attr);
     let is_name = attr.eq_ignore_ascii_case(b"lib-name");
     if !is_name && !attr.eq_ignore_ascii_case(b"lib-ver") {
-        return reply::error(&format!("ERR Unrecognized option '{attr_shown}'"));
+        return reply::error(&reply::connection::unrecognized_option(&attr_shown));
     }
     // Redis's check of what CLIENT LIST shows: printable ASCII, no space.
     if !value.iter().all(|b| (b'!'..=b'~').contains(b)) {
-        return reply::error(&format!(
-            "ERR {attr_shown} cannot contain spaces, newlines or special characters."
-        ));
+        return reply::error(&reply::connection::unshowable_value(&attr_shown));
     }
     // Printable ASCII, so the bytes are the text.
     let value = String::from_utf8_lossy(value).into_owned();
@@ -130,22 +124,22 @@ fn setinfo(state: &ConnState, registry: &Registry, attr: &[u8], value: &[u8]) ->
 /// CLIENT PAUSE timeout [WRITE|ALL], with Redis's checks and error texts.
 fn pause(registry: &Registry, args: &[Bytes]) -> Bytes {
     let Some(timeout) = parse_i64(&args[0]) else {
-        return reply::error("ERR timeout is not an integer or out of range");
+        return reply::error(reply::connection::TIMEOUT_NOT_INTEGER);
     };
     let Ok(timeout) = u64::try_from(timeout) else {
-        return reply::error("ERR timeout is negative");
+        return reply::error(reply::connection::TIMEOUT_NEGATIVE);
     };
     let mode = match args.get(1).map(|m| m.to_ascii_lowercase()).as_deref() {
         None | Some(b"all") => PauseMode::All,
         Some(b"write") => PauseMode::Write,
-        Some(_) => return reply::error("ERR CLIENT PAUSE mode must be WRITE or ALL"),
+        Some(_) => return reply::error(reply::connection::PAUSE_MODE),
     };
     match tokio::time::Instant::now().checked_add(std::time::Duration::from_millis(timeout)) {
         Some(until) => {
             registry.pause().pause(until, mode);
             ok()
         }
-        None => reply::error("ERR timeout is out of range"),
+        None => reply::error(reply::connection::TIMEOUT_RANGE),
     }
 }
 
@@ -163,14 +157,10 @@ fn unblock(registry: &Registry, proxy: &Arc<Proxy>, args: &[Bytes]) -> Option<An
     let mode: &'static [u8] = match args.get(3).map(|m| m.to_ascii_lowercase()).as_deref() {
         None | Some(b"timeout") => b"TIMEOUT",
         Some(b"error") => b"ERROR",
-        Some(_) => {
-            return Answer::reply(reply::error(
-                "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR",
-            ))
-        }
+        Some(_) => return Answer::reply(reply::error(reply::connection::UNBLOCK_REASON)),
     };
     let Some(id) = parse_i64(&args[2]) else {
-        return Answer::reply(reply::error("ERR value is not an integer or out of range"));
+        return Answer::reply(reply::error(reply::text::NOT_AN_INTEGER));
     };
     let blocked = u64::try_from(id)
         .ok()
@@ -249,7 +239,7 @@ fn list(proto: Proto, registry: &Registry, names: CommandName<'_>, args: &[Bytes
             let mut lines = String::new();
             for id in &args[3..] {
                 let Some(id) = parse_i64(id) else {
-                    return reply::error("ERR Invalid client ID");
+                    return reply::error(reply::connection::INVALID_CLIENT_ID);
                 };
                 if let Some(line) = u64::try_from(id)
                     .ok()
@@ -265,9 +255,8 @@ fn list(proto: Proto, registry: &Registry, names: CommandName<'_>, args: &[Bytes
 }
 
 fn unknown_client_type(name: &[u8]) -> Bytes {
-    reply::error(&format!(
-        "ERR Unknown client type '{}'",
-        String::from_utf8_lossy(name)
+    reply::error(&reply::connection::unknown_client_type(
+        &String::from_utf8_lossy(name),
     ))
 }
 
@@ -289,7 +278,7 @@ fn kill(state: &ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]) -> 
     };
     let (killed, caller_killed) = registry.kill(&filter, state.id);
     let reply = match (old_form, killed) {
-        (true, 0) => reply::error("ERR No such client"),
+        (true, 0) => reply::error(reply::connection::NO_SUCH_CLIENT),
         (true, _) => ok(),
         (false, n) => encode::integer_frame(n as i64),
     };
@@ -314,7 +303,7 @@ fn kill_filter(auth: &Auth, options: &[Bytes]) -> Result<KillFilter, Bytes> {
         match option.to_ascii_lowercase().as_slice() {
             b"id" => match parse_i64(value).filter(|&id| id > 0) {
                 Some(id) => filter.id = Some(id as u64),
-                None => return Err(reply::error("ERR client-id should be greater than 0")),
+                None => return Err(reply::error(reply::connection::CLIENT_ID_POSITIVE)),
             },
             b"type" => match ClientType::parse(value) {
                 Some(client_type) => filter.client_type = Some(client_type),
@@ -325,7 +314,7 @@ fn kill_filter(auth: &Auth, options: &[Bytes]) -> Result<KillFilter, Bytes> {
             b"user" => {
                 let name = lossy(value);
                 if !auth.exists(&name) {
-                    return Err(reply::error(&format!("ERR No such user '{name}'")));
+                    return Err(reply::error(&reply::connection::no_such_user(&name)));
                 }
                 filter.user = Some(name);
             }
@@ -352,14 +341,14 @@ fn tracking(registry: &Registry, args: &[Bytes]) -> Bytes {
             b"redirect" if more => {
                 j += 1;
                 if redirect {
-                    return reply::error("ERR A client can only redirect to a single other client");
+                    return reply::error(reply::connection::SINGLE_REDIRECT);
                 }
                 redirect = true;
                 let Some(id) = parse_i64(&args[j]) else {
-                    return reply::error("ERR value is not an integer or out of range");
+                    return reply::error(reply::text::NOT_AN_INTEGER);
                 };
                 if !u64::try_from(id).is_ok_and(|id| registry.contains(id)) {
-                    return reply::error("ERR The client ID you want redirect to does not exist");
+                    return reply::error(reply::connection::REDIRECT_TARGET_MISSING);
                 }
             }
             b"prefix" if more => j += 1,
@@ -370,10 +359,7 @@ fn tracking(registry: &Registry, args: &[Bytes]) -> Bytes {
     }
     match args[2].to_ascii_lowercase().as_slice() {
         b"off" => ok(),
-        b"on" => reply::error(
-            "ERR proxy: CLIENT TRACKING ON is not supported (slotbridge does not relay the \
-             invalidation messages client-side caching needs)",
-        ),
+        b"on" => reply::error(reply::connection::TRACKING_UNSUPPORTED),
         _ => reply::error(SYNTAX),
     }
 }

@@ -165,7 +165,7 @@ pub fn answer(
         b"select" if args.len() == 2 => Answer::reply(match parse_i64(&args[1]) {
             Some(0) => ok(),
             Some(_) => reply::error(reply::text::SELECT_RANGE),
-            None => reply::error("ERR value is not an integer or out of range"),
+            None => reply::error(reply::text::NOT_AN_INTEGER),
         }),
         b"select" => Answer::reply(reply::wrong_arity("select")),
         b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
@@ -254,7 +254,7 @@ fn hello(
             Some(2) => Proto::Resp2,
             Some(3) => Proto::Resp3,
             Some(_) => return reply::error(reply::text::NO_PROTO),
-            None => return reply::error("ERR Protocol version is not an integer or out of range"),
+            None => return reply::error(reply::connection::PROTOVER_NOT_INTEGER),
         };
         let mut i = 2;
         let mut authenticated = state.user.is_some();
@@ -275,10 +275,9 @@ fn hello(
                 name = Some(args[i + 1].clone());
                 i += 2;
             } else {
-                return reply::error(&format!(
-                    "ERR Syntax error in HELLO option '{}'",
-                    String::from_utf8_lossy(&args[i])
-                ));
+                return reply::error(&reply::connection::hello_syntax(&String::from_utf8_lossy(
+                    &args[i],
+                )));
             }
         }
         if !authenticated {
@@ -325,8 +324,8 @@ enum HelloValue<'a> {
     EmptyArray,
 }
 
-const SYNTAX: &str = "ERR syntax error";
-const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
+const SYNTAX: &str = reply::text::SYNTAX;
+const BAD_NAME: &str = reply::connection::BAD_NAME;
 
 fn valid_name(name: &[u8]) -> bool {
     name.iter().all(|&b| (b'!'..=b'~').contains(&b))

@@ -42,9 +42,7 @@ pub(super) fn subscribed_pong(argument: Option<&[u8]>) -> Bytes {
 /// Redis 7's refusal of a command in RESP2 subscribed mode; `name` is the command's full
 /// lower-case name (`get`, `client|id`).
 pub(super) fn refusal(name: &str) -> Bytes {
-    reply::error(&format!(
-        "ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
-    ))
+    reply::error(&reply::connection::subscribed_mode_refusal(name))
 }
 
 fn put_bulk(out: &mut BytesMut, data: &[u8]) {

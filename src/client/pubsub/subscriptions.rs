@@ -89,7 +89,7 @@ impl PubSub {
             async move {
                 match link.call(raw, kind, expected).await {
                     Ok(frames) => frames,
-                    Err(reason) => reply::error(&format!("ERR proxy: {reason}")),
+                    Err(reason) => reply::error(&reply::refusals::proxy_failure(reason)),
                 }
             }
             .boxed(),
@@ -299,9 +299,7 @@ impl Inner {
         }
         let slot = key_slot(&names[0]);
         if names.iter().any(|n| key_slot(n) != slot) {
-            return Step::Reply(reply::error(
-                "CROSSSLOT Keys in request don't hash to the same slot",
-            ));
+            return Step::Reply(reply::error(reply::text::CROSSSLOT));
         }
         // Counts as Redis reports them: shard subscriptions after each channel.
         let mut confirmations = BytesMut::new();
@@ -327,7 +325,7 @@ impl Inner {
                 match answer {
                     Ok(frame) if frame.first() == Some(&b'-') => frame,
                     Ok(_) => confirmations,
-                    Err(reason) => reply::error(&format!("ERR proxy: {reason}")),
+                    Err(reason) => reply::error(&reply::refusals::proxy_failure(reason)),
                 }
             }
             .boxed(),

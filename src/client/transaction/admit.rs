@@ -45,27 +45,19 @@ impl Transaction {
             return Ok(Admitted::Local);
         }
         if LOCAL_ONLY.contains(&base) {
-            return Err(reply::error(&format!(
-                "ERR proxy: '{}' is not supported inside MULTI",
-                spec.name
-            )));
+            return Err(reply::error(&reply::transaction::not_in_multi(&spec.name)));
         }
         if crate::dispatch::changes_its_connection(spec) {
-            return Err(reply::error(&format!(
-                "ERR proxy: '{}' is not supported inside MULTI",
-                spec.name
-            )));
+            return Err(reply::error(&reply::transaction::not_in_multi(&spec.name)));
         }
         if Proxy::spans_masters(spec) {
-            return Err(reply::error(&format!(
-                "ERR proxy: '{}' is not supported inside MULTI: it runs on every master, which one transaction cannot span",
-                spec.name
+            return Err(reply::error(&reply::transaction::spans_masters_in_multi(
+                &spec.name,
             )));
         }
         if crate::dispatch::sort_runs_in_steps(&request.args) {
-            return Err(reply::error(&format!(
-                "ERR proxy: '{}' with BY or GET patterns is not supported inside MULTI: its pattern keys live on other masters, which one transaction cannot span",
-                spec.name
+            return Err(reply::error(&reply::transaction::sort_steps_in_multi(
+                &spec.name,
             )));
         }
         let (args, queued) = match proxy.layout.as_deref() {

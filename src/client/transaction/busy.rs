@@ -27,7 +27,7 @@ use crate::reply;
 use super::{EXECABORT, QUEUED};
 
 /// Redis's EXECABORT when EXEC itself is refused, before the refusal's text.
-const EXECABORT_BECAUSE: &str = "EXECABORT Transaction discarded because of: ";
+const EXECABORT_BECAUSE: &str = reply::transaction::EXECABORT_BECAUSE;
 
 /// Whether a queued command met `-BUSY`, set by the future that answered it.
 #[derive(Debug, Default, Clone)]

@@ -96,9 +96,8 @@ impl Proxy {
             {
                 reply::unknown_subcommand("cluster", &request.args[1])
             }
-            Emulated::ClusterOther => reply::error(&format!(
-                "ERR proxy: CLUSTER {} is not available through slotbridge (it addresses real cluster nodes)",
-                String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase()
+            Emulated::ClusterOther => reply::error(&reply::refusals::cluster_subcommand_unavailable(
+                &String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase(),
             )),
             Emulated::Info => self.info(request, proto).await,
             Emulated::ConfigGet => {

@@ -275,16 +275,16 @@ impl Proxy {
 
     async fn scan_all(&self, args: &[Bytes], proto: Proto) -> Bytes {
         let Some(cursor) = parse_cursor(&args[1]) else {
-            return reply::error("ERR invalid cursor");
+            return reply::error(reply::text::INVALID_CURSOR);
         };
         let masters = match self.masters_in_order().await {
             Ok(masters) => masters,
             Err(error) => return error,
         };
         if masters.len() > MAX_SCAN_MASTERS {
-            return reply::error(&format!(
-                "ERR proxy: SCAN walks at most {MAX_SCAN_MASTERS} masters; the cluster has {}",
-                masters.len()
+            return reply::error(&reply::refusals::scan_too_many_masters(
+                MAX_SCAN_MASTERS,
+                masters.len(),
             ));
         }
         let (mut index, mut node_cursor) = resume_point(cursor, &masters);
@@ -308,9 +308,9 @@ impl Proxy {
             break (next_node_cursor, keys);
         };
         let Some(next) = next_cursor(index, next_node_cursor, &masters) else {
-            return reply::error(&format!(
-                "ERR proxy: {} returned a SCAN cursor above 2^{NODE_CURSOR_BITS}",
-                masters[index]
+            return reply::error(&reply::refusals::scan_cursor_too_large(
+                &masters[index],
+                NODE_CURSOR_BITS,
             ));
         };
         let next_text = next.to_string();
@@ -358,7 +358,7 @@ fn all_same(replies: Vec<Bytes>) -> Bytes {
     if replies.all(|r| r == first) {
         first
     } else {
-        reply::error("ERR proxy: the masters gave different replies; check each master")
+        reply::error(reply::text::MASTERS_DISAGREE)
     }
 }
 

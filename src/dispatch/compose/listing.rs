@@ -31,7 +31,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::future::join_all;
 
 use crate::protocol::encode::{self, encode_request};
-use crate::protocol::Proto;
+use crate::protocol::{Proto, ReplyView};
 use crate::reply;
 use crate::reply::merge;
 use crate::rewrite::{Forward, ListingPlan};
@@ -111,11 +111,10 @@ pub fn parse_scan_reply(reply: &Bytes) -> Option<(Bytes, Vec<Bytes>)> {
 }
 
 fn bulk(frame: &Bytes) -> Option<Bytes> {
-    let rest = frame.strip_prefix(b"$")?;
-    let end = rest.windows(2).position(|w| w == b"\r\n")?;
-    let len: usize = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
-    let start = frame.len() - rest.len() + end + 2;
-    (frame.len() >= start + len).then(|| frame.slice(start..start + len))
+    match ReplyView::parse(frame).ok()? {
+        ReplyView::Bulk(payload) => Some(frame.slice_ref(payload)),
+        _ => None,
+    }
 }
 
 fn keys_frame(keys: &[Bytes]) -> Bytes {
@@ -145,7 +144,7 @@ fn scan_options(args: &[Bytes]) -> Result<ScanOptions, Bytes> {
         let value = args
             .get(at + 1)
             .cloned()
-            .ok_or_else(|| reply::error("ERR syntax error"))?;
+            .ok_or_else(|| reply::error(reply::text::SYNTAX))?;
         let option = &args[at];
         if option.eq_ignore_ascii_case(b"match") {
             options.pattern = value;
@@ -155,13 +154,13 @@ fn scan_options(args: &[Bytes]) -> Result<ScanOptions, Bytes> {
                 .and_then(|v| v.parse::<i64>().ok())
             {
                 Some(n) if n >= 1 => options.count = value,
-                Some(_) => return Err(reply::error("ERR syntax error")),
-                None => return Err(reply::error("ERR value is not an integer or out of range")),
+                Some(_) => return Err(reply::error(reply::text::SYNTAX)),
+                None => return Err(reply::error(reply::text::NOT_AN_INTEGER)),
             }
         } else if option.eq_ignore_ascii_case(b"type") {
             options.kind = Some(value);
         } else {
-            return Err(reply::error("ERR syntax error"));
+            return Err(reply::error(reply::text::SYNTAX));
         }
         at += 2;
     }
@@ -225,10 +224,7 @@ impl Proxy {
                     Proto::Resp2,
                 )
                 .await;
-            reply
-                .strip_prefix(b"+")
-                .and_then(|t| t.strip_suffix(b"\r\n"))
-                .is_some_and(|t| t.eq_ignore_ascii_case(kind))
+            matches!(ReplyView::parse(&reply), Ok(ReplyView::Simple(t)) if t.eq_ignore_ascii_case(kind))
         });
         let keep = join_all(checks).await;
         names
@@ -307,7 +303,7 @@ impl Proxy {
         _proto: Proto,
     ) -> Bytes {
         let Some(cursor) = ListingCursor::decode(&args[1]) else {
-            return reply::error("ERR invalid cursor");
+            return reply::error(reply::text::INVALID_CURSOR);
         };
         let options = match scan_options(args) {
             Ok(options) => options,
@@ -374,7 +370,7 @@ impl Proxy {
             ListingCursor::Scan { .. } => (Some(0), Vec::new()),
         };
         let Some(next) = next else {
-            return reply::error("ERR listing cursor out of range");
+            return reply::error(reply::text::LISTING_CURSOR_RANGE);
         };
         let mut out = BytesMut::new();
         encode::array_header(&mut out, 2);

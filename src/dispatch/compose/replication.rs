@@ -118,9 +118,8 @@ impl Proxy {
             Err(error) => return crate::reply::unavailable(master.addr(), &error.to_string()),
         };
         let Some(state) = state else {
-            return crate::reply::error(&format!(
-                "ERR proxy: WAIT failed: {} did not report its replication offset as a master",
-                master.addr()
+            return crate::reply::error(&crate::reply::refusals::wait_without_offset(
+                master.addr(),
             ));
         };
         let replicas: Vec<NodeConn> = state

@@ -3,7 +3,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::protocol::{Limits, ReplyScanner};
+use crate::protocol::ReplyView;
 use crate::reply::merge;
 use crate::rewrite::Reverse;
 
@@ -83,7 +83,7 @@ impl ActiveLayout {
     /// XREAD/XREADGROUP: RESP2 `*N` of `[name, entries]` pairs; RESP3 `%N` name -> entries.
     fn rewrite_stream_names(&self, reply: Bytes) -> Bytes {
         if reply.first() == Some(&b'%') {
-            let Some(mut parts) = aggregate_elements(&reply, 2) else {
+            let Some(mut parts) = aggregate_elements(&reply) else {
                 return reply;
             };
             for pair in parts.chunks_mut(2) {
@@ -134,10 +134,10 @@ impl ReplyKeys {
 
 /// The payload of a `$len\r\n...\r\n` frame.
 pub(super) fn bulk_payload(frame: &[u8]) -> Option<&[u8]> {
-    let rest = frame.strip_prefix(b"$")?;
-    let end = rest.windows(2).position(|w| w == b"\r\n")?;
-    let len: usize = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
-    rest.get(end + 2..end + 2 + len)
+    match ReplyView::parse(frame).ok()? {
+        ReplyView::Bulk(payload) => Some(payload),
+        _ => None,
+    }
 }
 
 pub(super) fn bulk_frame(data: &[u8]) -> Bytes {
@@ -146,22 +146,17 @@ pub(super) fn bulk_frame(data: &[u8]) -> Bytes {
     out.freeze()
 }
 
-/// The element frames of any aggregate; `per_entry` is 2 for maps (keys and values).
-pub(super) fn aggregate_elements(frame: &Bytes, per_entry: usize) -> Option<Vec<Bytes>> {
-    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
-    let count: usize = std::str::from_utf8(frame.get(1..header_end)?)
-        .ok()?
-        .parse()
-        .ok()?;
-    let mut elements = Vec::new();
-    let mut offset = header_end + 2;
-    for _ in 0..count.checked_mul(per_entry)? {
-        let mut scanner = ReplyScanner::new(Limits::default());
-        let len = scanner.next_frame_len(frame.get(offset..)?).ok()??;
-        elements.push(frame.slice(offset..offset + len));
-        offset += len;
-    }
-    Some(elements)
+/// The element frames of any aggregate (a map's keys and values in turn).
+pub(super) fn aggregate_elements(frame: &Bytes) -> Option<Vec<Bytes>> {
+    let ReplyView::Aggregate(_, elements) = ReplyView::parse(frame).ok()? else {
+        return None;
+    };
+    Some(
+        elements
+            .frames()
+            .map(|element| frame.slice_ref(element))
+            .collect(),
+    )
 }
 
 /// `original`'s aggregate header followed by `parts`.

@@ -195,9 +195,9 @@ impl ActiveLayout {
                     }
                     if self.strict {
                         let prefix_name = &self.layout.prefixes()[prefix];
-                        return Err(reply::error(&format!(
-                            "ERR key '{}' is under layout prefix '{prefix_name}' but matches no layout rule (layout.strict is on)",
-                            name.escape_ascii()
+                        return Err(reply::error(&reply::refusals::layout_unmatched(
+                            name.escape_ascii(),
+                            prefix_name,
                         )));
                     }
                 }

@@ -116,7 +116,7 @@ impl Proxy {
             .iter()
             .all(|key| Some(key_slot(&args[key.index])) == first_slot);
         let Some(slot) = first_slot else {
-            return reply::error("ERR internal: indexed write without keys");
+            return reply::error(reply::text::INDEXED_WRITE_WITHOUT_KEYS);
         };
         if one_slot {
             let other_keys: SmallVec<[Bytes; 4]> = rewritten

@@ -116,9 +116,7 @@ impl<'a> Iterator for SortOptions<'a> {
             b"limit" if left >= 2 => {
                 if parse_i64(&args[j + 1]).is_none() || parse_i64(&args[j + 2]).is_none() {
                     self.next = args.len();
-                    return Some(Err(reply::error(
-                        "ERR value is not an integer or out of range",
-                    )));
+                    return Some(Err(reply::error(reply::text::NOT_AN_INTEGER)));
                 }
                 (SortOption::Limit(&args[j + 1], &args[j + 2]), 2)
             }
@@ -383,7 +381,7 @@ fn bulk_value(value: Value) -> Result<Option<Bytes>, Bytes> {
 }
 
 fn unexpected() -> Bytes {
-    reply::error("ERR proxy: unexpected reply to SORT")
+    reply::error(reply::text::SORT_UNEXPECTED_REPLY)
 }
 
 #[cfg(test)]

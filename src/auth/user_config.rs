@@ -1,9 +1,19 @@
-//! The `users` entries of the configuration: proxy-side ACL users, in Redis's ACL words.
-//! Validated where they are turned into users (`auth::Auth::from_config`).
+//! The `users` entries of the configuration: proxy-side ACL users, in Redis's ACL words,
+//! and the [`Secret`] their passwords are kept in. Validated where they are turned into
+//! users ([`super::Auth::new`]); the configuration holds them as they were written.
 
 use serde::Deserialize;
 
-use super::Secret;
+/// A secret (password): shown as `"<redacted>"` by `Debug`, so it never reaches a log.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"<redacted>\"")
+    }
+}
 
 /// An `on`/`off` switch; YAML `true`/`false` work too.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]

@@ -1,0 +1,571 @@
+//! Borrowing views over one complete reply frame (RESP2 or RESP3): what a reader looks at
+//! when it must see inside a reply, without copying it or building a tree.
+//!
+//! [`ReplyView::parse`] checks the whole frame once, in one pass and without recursion
+//! (a count of elements still to read says where the frame ends, at any depth), then
+//! hands out a view of its top level; an aggregate's [`Elements`] read their views one at
+//! a time, on demand, from the same bytes. Reading a bulk string or an integer allocates
+//! nothing.
+//!
+//! Invariants: a view exists only for bytes that [`ReplyView::parse`] accepted as exactly
+//! one frame, so iterating never meets a malformed element; an attribute (`|`) describes
+//! the frame after it and is skipped, so a view is always of the frame itself; no input
+//! panics. This is a reader for the callers that look inside replies, not the node
+//! connection's hot-path scanner ([`super::ReplyScanner`]), which only measures frames.
+
+use super::{parse_i64, ProtocolError};
+
+/// Which aggregate a [`ReplyView::Aggregate`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateKind {
+    /// `*`: an array.
+    Array,
+    /// `~`: a RESP3 set.
+    Set,
+    /// `>`: a RESP3 push.
+    Push,
+    /// `%`: a RESP3 map; its elements are its keys and values in turn.
+    Map,
+}
+
+/// One reply frame, or one element of an aggregate, as slices of the frame's bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplyView<'a> {
+    /// `+text`: a simple string.
+    Simple(&'a [u8]),
+    /// `-text` or `!len` (a RESP3 bulk error): the error's text.
+    Error(&'a [u8]),
+    /// `:n`: an integer.
+    Int(i64),
+    /// `$len`: a bulk string's payload.
+    Bulk(&'a [u8]),
+    /// `=len`: a RESP3 verbatim string, its three-letter format and its text.
+    Verbatim {
+        /// The format, as `txt` or `mkd`.
+        format: &'a [u8],
+        /// The text after the format's `:`.
+        text: &'a [u8],
+    },
+    /// `,x`: a RESP3 double, its text as sent (`1.5`, `inf`).
+    Double(&'a [u8]),
+    /// `(n`: a RESP3 big number, its digits as sent.
+    BigNumber(&'a [u8]),
+    /// `#t` or `#f`: a RESP3 boolean.
+    Boolean(bool),
+    /// `$-1`, `*-1` or `_`: a null.
+    Null,
+    /// An array, set, push or map, its elements read on demand.
+    Aggregate(AggregateKind, Elements<'a>),
+}
+
+/// The elements of an aggregate, read one at a time (a map's keys and values in turn).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Elements<'a> {
+    rest: &'a [u8],
+    remaining: usize,
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = ReplyView<'a>;
+
+    fn next(&mut self) -> Option<ReplyView<'a>> {
+        if self.remaining == 0 {
+            return None;
+        }
+        // The frame was checked whole, so an element always reads; stop rather than
+        // panic should that ever fail.
+        let len = frame_len(self.rest).ok()?;
+        let view = read_view(&self.rest[..len]).ok()?;
+        self.rest = &self.rest[len..];
+        self.remaining -= 1;
+        Some(view)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.remaining))
+    }
+}
+
+impl<'a> Elements<'a> {
+    /// How many elements are left to read (a map counts keys and values).
+    pub fn len(&self) -> usize {
+        self.remaining
+    }
+
+    /// Whether every element has been read.
+    pub fn is_empty(&self) -> bool {
+        self.remaining == 0
+    }
+
+    /// The bytes of each element's own frame, for callers that forward elements as they are.
+    pub fn frames(self) -> ElementFrames<'a> {
+        ElementFrames(self)
+    }
+}
+
+/// The raw frame of each element of an aggregate (see [`Elements::frames`]).
+#[derive(Debug, Clone)]
+pub struct ElementFrames<'a>(Elements<'a>);
+
+impl<'a> Iterator for ElementFrames<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let elements = &mut self.0;
+        if elements.remaining == 0 {
+            return None;
+        }
+        let len = frame_len(elements.rest).ok()?;
+        let (frame, rest) = elements.rest.split_at(len);
+        elements.rest = rest;
+        elements.remaining -= 1;
+        Some(frame)
+    }
+}
+
+impl<'a> ReplyView<'a> {
+    /// The view of `frame`, which must hold exactly one complete reply frame.
+    pub fn parse(frame: &'a [u8]) -> Result<ReplyView<'a>, ProtocolError> {
+        let len = frame_len(frame)?;
+        if len != frame.len() {
+            return Err(error("bytes after the reply frame"));
+        }
+        read_view(frame)
+    }
+
+    /// The text of a bulk, simple or verbatim string.
+    pub fn text(&self) -> Option<&'a [u8]> {
+        match *self {
+            ReplyView::Bulk(text) | ReplyView::Simple(text) => Some(text),
+            ReplyView::Verbatim { text, .. } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// The integer of an `:n` reply.
+    pub fn int(&self) -> Option<i64> {
+        match *self {
+            ReplyView::Int(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The elements of an array, set or push (not a map).
+    pub fn elements(&self) -> Option<Elements<'a>> {
+        match self {
+            ReplyView::Aggregate(kind, elements) if *kind != AggregateKind::Map => {
+                Some(elements.clone())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One frame's header: a complete scalar, or an aggregate's kind and element count.
+enum Head<'a> {
+    Scalar(ReplyView<'a>),
+    Aggregate(AggregateKind, usize),
+    /// `|n`: n key/value pairs about the frame that follows.
+    Attribute(usize),
+}
+
+/// The header at the front of `buf` and where the bytes after it start.
+fn read_head(buf: &[u8]) -> Result<(Head<'_>, usize), ProtocolError> {
+    let kind = *buf.first().ok_or_else(|| error("incomplete reply frame"))?;
+    let cr = buf
+        .iter()
+        .position(|&b| b == b'\r')
+        .ok_or_else(|| error("incomplete reply frame"))?;
+    if buf.get(cr + 1) != Some(&b'\n') {
+        return Err(error("expected CRLF"));
+    }
+    let line = &buf[1..cr];
+    let after = cr + 2;
+    let count = |line: &[u8]| -> Result<Option<usize>, ProtocolError> {
+        if line == b"-1" {
+            return Ok(None);
+        }
+        parse_i64(line)
+            .and_then(|n| usize::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| error("invalid length"))
+    };
+    let scalar = |view| Ok((Head::Scalar(view), after));
+    match kind {
+        b'+' => scalar(ReplyView::Simple(line)),
+        b'-' => scalar(ReplyView::Error(line)),
+        b':' => scalar(ReplyView::Int(
+            parse_i64(line).ok_or_else(|| error("invalid integer"))?,
+        )),
+        b',' => scalar(ReplyView::Double(line)),
+        b'(' => scalar(ReplyView::BigNumber(line)),
+        b'#' => match line {
+            b"t" => scalar(ReplyView::Boolean(true)),
+            b"f" => scalar(ReplyView::Boolean(false)),
+            _ => Err(error("invalid boolean")),
+        },
+        b'_' if line.is_empty() => scalar(ReplyView::Null),
+        b'$' | b'=' | b'!' => {
+            let Some(len) = count(line)? else {
+                return if kind == b'$' {
+                    scalar(ReplyView::Null)
+                } else {
+                    Err(error("invalid length"))
+                };
+            };
+            let end = after
+                .checked_add(len)
+                .ok_or_else(|| error("invalid length"))?;
+            let data = buf
+                .get(after..end)
+                .ok_or_else(|| error("incomplete reply frame"))?;
+            if buf.get(end..end + 2) != Some(b"\r\n") {
+                return Err(error("expected CRLF"));
+            }
+            let view = match kind {
+                b'!' => ReplyView::Error(data),
+                b'=' => match (data.get(..3), data.get(3), data.get(4..)) {
+                    (Some(format), Some(b':'), Some(text)) => ReplyView::Verbatim { format, text },
+                    _ => return Err(error("invalid verbatim string")),
+                },
+                _ => ReplyView::Bulk(data),
+            };
+            Ok((Head::Scalar(view), end + 2))
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let Some(n) = count(line)? else {
+                return if kind == b'*' {
+                    scalar(ReplyView::Null)
+                } else {
+                    Err(error("invalid length"))
+                };
+            };
+            let head = match kind {
+                b'*' => Head::Aggregate(AggregateKind::Array, n),
+                b'~' => Head::Aggregate(AggregateKind::Set, n),
+                b'>' => Head::Aggregate(AggregateKind::Push, n),
+                b'%' => Head::Aggregate(AggregateKind::Map, n),
+                _ => Head::Attribute(n),
+            };
+            Ok((head, after))
+        }
+        _ => Err(error("invalid reply type")),
+    }
+}
+
+/// The length of the frame at the front of `buf`, checked whole, without recursion.
+fn frame_len(buf: &[u8]) -> Result<usize, ProtocolError> {
+    let mut at = 0;
+    // Frames still to read: the one asked for plus every element opened since.
+    let mut pending: usize = 1;
+    while pending > 0 {
+        let (head, len) = read_head(&buf[at..])?;
+        at += len;
+        pending -= 1;
+        let more = match head {
+            Head::Scalar(_) => Some(0),
+            Head::Aggregate(AggregateKind::Map, n) => n.checked_mul(2),
+            Head::Aggregate(_, n) => Some(n),
+            // The pairs, then the frame they describe (still counted as one).
+            Head::Attribute(n) => n.checked_mul(2).and_then(|pairs| pairs.checked_add(1)),
+        };
+        let more = more.ok_or_else(|| error("invalid length"))?;
+        // Every element takes at least 3 bytes: a count beyond that is a lie.
+        if more > (buf.len() - at) / 3 + 1 {
+            return Err(error("incomplete reply frame"));
+        }
+        pending += more;
+    }
+    Ok(at)
+}
+
+/// The view of `frame`, one already checked frame, its attributes skipped.
+fn read_view(frame: &[u8]) -> Result<ReplyView<'_>, ProtocolError> {
+    let mut at = 0;
+    loop {
+        let (head, len) = read_head(&frame[at..])?;
+        at += len;
+        match head {
+            Head::Scalar(view) => return Ok(view),
+            Head::Aggregate(kind, n) => {
+                let remaining = if kind == AggregateKind::Map {
+                    n.saturating_mul(2)
+                } else {
+                    n
+                };
+                let elements = Elements {
+                    rest: &frame[at..],
+                    remaining,
+                };
+                return Ok(ReplyView::Aggregate(kind, elements));
+            }
+            Head::Attribute(n) => {
+                for _ in 0..n.saturating_mul(2) {
+                    at += frame_len(&frame[at..])?;
+                }
+            }
+        }
+    }
+}
+
+fn error(what: &str) -> ProtocolError {
+    ProtocolError(format!("Protocol error: {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{parse_frame, BytesFrame};
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    /// One reply in a form both readers' results reduce to: sets and maps sorted (the
+    /// parser keeps them in hash containers), a double by its value.
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+    enum Norm {
+        Text(u8, Vec<u8>),
+        Int(i64),
+        Double(u64),
+        Bool(bool),
+        Null,
+        List(u8, Vec<Norm>),
+        Set(Vec<Norm>),
+        Map(Vec<(Norm, Norm)>),
+    }
+
+    fn from_view(view: ReplyView<'_>) -> Norm {
+        match view {
+            ReplyView::Simple(text) => Norm::Text(b'+', text.to_vec()),
+            ReplyView::Error(text) => Norm::Text(b'-', text.to_vec()),
+            ReplyView::Bulk(text) => Norm::Text(b'$', text.to_vec()),
+            ReplyView::Verbatim { text, .. } => Norm::Text(b'=', text.to_vec()),
+            ReplyView::BigNumber(text) => Norm::Text(b'(', text.to_vec()),
+            ReplyView::Int(n) => Norm::Int(n),
+            ReplyView::Double(text) => {
+                let value: f64 = std::str::from_utf8(text).unwrap().parse().unwrap();
+                Norm::Double(value.to_bits())
+            }
+            ReplyView::Boolean(b) => Norm::Bool(b),
+            ReplyView::Null => Norm::Null,
+            ReplyView::Aggregate(AggregateKind::Array, items) => {
+                Norm::List(b'*', items.map(from_view).collect())
+            }
+            ReplyView::Aggregate(AggregateKind::Push, items) => {
+                Norm::List(b'>', items.map(from_view).collect())
+            }
+            ReplyView::Aggregate(AggregateKind::Set, items) => {
+                let set: std::collections::BTreeSet<Norm> = items.map(from_view).collect();
+                Norm::Set(set.into_iter().collect())
+            }
+            ReplyView::Aggregate(AggregateKind::Map, mut items) => {
+                let mut map = std::collections::BTreeMap::new();
+                while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                    map.insert(from_view(k), from_view(v));
+                }
+                Norm::Map(map.into_iter().collect())
+            }
+        }
+    }
+
+    fn from_frame(frame: &BytesFrame) -> Norm {
+        match frame {
+            BytesFrame::SimpleString { data, .. } => Norm::Text(b'+', data.to_vec()),
+            BytesFrame::SimpleError { data, .. } => Norm::Text(b'-', data.as_bytes().to_vec()),
+            BytesFrame::BlobError { data, .. } => Norm::Text(b'-', data.to_vec()),
+            BytesFrame::BlobString { data, .. } => Norm::Text(b'$', data.to_vec()),
+            BytesFrame::VerbatimString { data, .. } => Norm::Text(b'=', data.to_vec()),
+            BytesFrame::BigNumber { data, .. } => Norm::Text(b'(', data.to_vec()),
+            BytesFrame::Number { data, .. } => Norm::Int(*data),
+            BytesFrame::Double { data, .. } => Norm::Double(data.to_bits()),
+            BytesFrame::Boolean { data, .. } => Norm::Bool(*data),
+            BytesFrame::Null => Norm::Null,
+            BytesFrame::Array { data, .. } => {
+                Norm::List(b'*', data.iter().map(from_frame).collect())
+            }
+            BytesFrame::Push { data, .. } => {
+                Norm::List(b'>', data.iter().map(from_frame).collect())
+            }
+            BytesFrame::Set { data, .. } => {
+                let set: std::collections::BTreeSet<Norm> = data.iter().map(from_frame).collect();
+                Norm::Set(set.into_iter().collect())
+            }
+            BytesFrame::Map { data, .. } => {
+                let map: std::collections::BTreeMap<Norm, Norm> = data
+                    .iter()
+                    .map(|(k, v)| (from_frame(k), from_frame(v)))
+                    .collect();
+                Norm::Map(map.into_iter().collect())
+            }
+            other => panic!("not generated: {other:?}"),
+        }
+    }
+
+    /// A scalar both protocols share; RESP2's null bulk string aside (the parser's RESP3
+    /// reader takes `$-1` for a streamed string, and Redis sends `_` in RESP3).
+    fn common_scalar() -> BoxedStrategy<String> {
+        let text = "[a-zA-Z0-9 :_-]{0,12}";
+        prop_oneof![
+            text.prop_map(|t| format!("+{t}\r\n")),
+            text.prop_map(|t| format!("-ERR {t}\r\n")),
+            any::<i64>().prop_map(|n| format!(":{n}\r\n")),
+            proptest::collection::vec(any::<u8>(), 0..16).prop_map(|b| {
+                let text = String::from_utf8_lossy(&b).into_owned();
+                format!("${}\r\n{text}\r\n", text.len())
+            }),
+        ]
+        .boxed()
+    }
+
+    fn scalar(resp3: bool) -> BoxedStrategy<String> {
+        if !resp3 {
+            return prop_oneof![4 => common_scalar(), 1 => Just("$-1\r\n".to_owned())].boxed();
+        }
+        let text = "[a-zA-Z0-9 :_-]{0,12}";
+        prop_oneof![
+            4 => common_scalar(),
+            1 => Just("_\r\n".to_owned()),
+            1 => any::<bool>().prop_map(|b| format!("#{}\r\n", if b { 't' } else { 'f' })),
+            1 => (-1.0e6f64..1.0e6).prop_map(|d| format!(",{d}\r\n")),
+            1 => "-?[1-9][0-9]{20,30}".prop_map(|n| format!("({n}\r\n")),
+            1 => text.prop_map(|t| format!("={}\r\ntxt:{t}\r\n", t.len() + 4)),
+            1 => text.prop_map(|t| format!("!{}\r\nERR {t}\r\n", t.len() + 4)),
+        ]
+        .boxed()
+    }
+
+    /// A reply of either protocol; set members and map keys are scalars, as the parser
+    /// refuses aggregate ones.
+    fn reply(resp3: bool) -> impl Strategy<Value = String> {
+        scalar(resp3).prop_recursive(4, 32, 6, move |inner| {
+            let items = proptest::collection::vec(inner.clone(), 0..6);
+            let keys = proptest::collection::vec((common_scalar(), inner), 0..4);
+            let aggregate = |mark: char, items: Vec<String>| {
+                format!("{mark}{}\r\n{}", items.len(), items.concat())
+            };
+            let array = items.clone().prop_map(move |i| aggregate('*', i));
+            if !resp3 {
+                return prop_oneof![array, Just("*-1\r\n".to_owned())].boxed();
+            }
+            prop_oneof![
+                array,
+                items.prop_map(move |i| aggregate('>', i)),
+                proptest::collection::vec(scalar(true), 0..5).prop_map(move |i| aggregate('~', i)),
+                keys.prop_map(|pairs| {
+                    let body: String = pairs.iter().map(|(k, v)| format!("{k}{v}")).collect();
+                    format!("%{}\r\n{body}", pairs.len())
+                }),
+            ]
+            .boxed()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn the_view_agrees_with_the_parser(frame in prop_oneof![reply(false), reply(true)]) {
+            let bytes = Bytes::from(frame);
+            let parsed = parse_frame(&bytes).expect("the parser reads it");
+            let view = ReplyView::parse(&bytes).expect("the view reads it");
+            prop_assert_eq!(from_view(view), from_frame(&parsed));
+        }
+
+        #[test]
+        fn cut_or_extended_frames_are_refused(frame in reply(true), cut in any::<prop::sample::Index>()) {
+            let at = cut.index(frame.len());
+            prop_assert!(ReplyView::parse(&frame.as_bytes()[..at]).is_err());
+            let longer = format!("{frame}+OK\r\n");
+            prop_assert!(ReplyView::parse(longer.as_bytes()).is_err());
+        }
+
+        #[test]
+        fn no_input_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(view) = ReplyView::parse(&bytes) {
+                let _ = from_view(view);
+            }
+        }
+    }
+
+    #[test]
+    fn elements_are_read_on_demand_as_slices() {
+        let frame = b"*3\r\n$3\r\nfoo\r\n*2\r\n:1\r\n_\r\n:-7\r\n";
+        let view = ReplyView::parse(frame).unwrap();
+        let mut elements = view.elements().unwrap();
+        assert_eq!(elements.len(), 3);
+        let first = elements.next().unwrap();
+        assert_eq!(first.text(), Some(&b"foo"[..]));
+        assert!(std::ptr::eq(
+            first.text().unwrap().as_ptr(),
+            frame[8..].as_ptr()
+        ));
+        let inner: Vec<_> = elements.next().unwrap().elements().unwrap().collect();
+        assert_eq!(inner, [ReplyView::Int(1), ReplyView::Null]);
+        assert_eq!(elements.next().and_then(|v| v.int()), Some(-7));
+        assert_eq!(elements.next(), None);
+        let frames: Vec<_> = view.elements().unwrap().frames().collect();
+        assert_eq!(
+            frames,
+            [&b"$3\r\nfoo\r\n"[..], b"*2\r\n:1\r\n_\r\n", b":-7\r\n"]
+        );
+    }
+
+    #[test]
+    fn attributes_are_skipped_and_nulls_read() {
+        let frame = b"|1\r\n+key\r\n%1\r\n+a\r\n:1\r\n*2\r\n:1\r\n:2\r\n";
+        let view = ReplyView::parse(frame).unwrap();
+        assert_eq!(view.elements().unwrap().count(), 2);
+        for null in [&b"$-1\r\n"[..], b"*-1\r\n", b"_\r\n"] {
+            assert_eq!(ReplyView::parse(null), Ok(ReplyView::Null));
+        }
+        assert_eq!(
+            ReplyView::parse(b"=8\r\ntxt:abcd\r\n"),
+            Ok(ReplyView::Verbatim {
+                format: b"txt",
+                text: b"abcd"
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_frames_are_refused() {
+        for bad in [
+            &b""[..],
+            b"+OK",
+            b"+OK\r",
+            b":x\r\n",
+            b":01\r\n",
+            b"$5\r\nab\r\n",
+            b"$2\r\nabXY",
+            b"*2\r\n:1\r\n",
+            b"*99999999999\r\n:1\r\n",
+            b"%1\r\n+a\r\n",
+            b"#x\r\n",
+            b"~-1\r\n",
+            b"@\r\n",
+            b"=2\r\nab\r\n",
+        ] {
+            assert!(ReplyView::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn any_depth_reads_without_recursion() {
+        let deep = "*1\r\n".repeat(200_000) + ":1\r\n";
+        let outcome = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let mut view = ReplyView::parse(deep.as_bytes()).ok()?;
+                let mut depth = 0;
+                while let Some(mut items) = view.elements() {
+                    view = items.next()?;
+                    depth += 1;
+                    if depth > 3 {
+                        break;
+                    }
+                }
+                Some(depth)
+            })
+            .expect("spawn")
+            .join()
+            .expect("no overflow");
+        assert_eq!(outcome, Some(4));
+    }
+}
