@@ -34,6 +34,7 @@
 //! - [`auth`], [`policy`]: who a client is and what it may run. Pure.
 //! - [`reload`]: the live configuration (hot reload) and graceful drain (IO).
 
+pub mod acl;
 pub mod admin;
 pub mod auth;
 pub mod backend;
