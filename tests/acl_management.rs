@@ -259,7 +259,7 @@ fn setuser_sequences_match_redis_byte_for_byte() {
     let seed: u64 = std::env::var("ACL_DIFF_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_ac1);
+        .unwrap_or(0x05ee_dac1);
     let mut rng = Rng(seed | 1);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut cases = 0;
@@ -382,4 +382,128 @@ fn the_shipped_command_table_has_redis_categories() {
     expected.sort();
     got.sort();
     assert_eq!(got, expected);
+}
+
+/// Users files, good and bad, loaded by Redis and by the model from the same path. (An
+/// unclosed selector `(` is left out: it makes redis-server 7.0.15 crash in ACL LOAD.)
+const FILES: &[&str] = &[
+    "user default on nopass ~* &* +@all\nuser alice on #a1b2c3d4e5f60718293a4b5c6d7e8f90112233445566778899aabbccddeeff00 ~app:* resetchannels &news +@read -keys\n\nuser bob off resetchannels -@all +get\n",
+    "user default on nopass ~* &* +@all\n   user carol on >pw allkeys &* +@all -@dangerous   \r\n",
+    "user default on nopass ~* &* +@all\nuser dave on +nosuch ~x\n",
+    "user default on nopass ~* &* +@all\nuser erin on ~x allkeys\nuser frank +@nosuch\n",
+    "user default on nopass ~* &* +@all\nuser gina on\nuser gina off\n",
+    "user default on nopass ~* &* +@all\nusr henry on\n",
+    "user default on nopass ~* &* +@all\nuser judy on #ABC <nope\nuser\n",
+];
+
+#[test]
+fn load_and_save_match_redis_and_a_bad_file_changes_nothing() {
+    let server = start_server("acl-file");
+    let mut redis = Raw::connect(&server.addr);
+    let model = Model::new(&mut redis, Some(server.aclfile.clone()));
+    for (i, text) in FILES.iter().enumerate() {
+        std::fs::write(&server.aclfile, text).expect("write the users file");
+        let before = (
+            redis.call(&["ACL", "LIST"]),
+            model.call(&["ACL", "LIST"], Proto::Resp2),
+        );
+        let load = ["ACL", "LOAD"];
+        let expected = redis.call(&load);
+        assert_same(
+            &expected,
+            &model.call(&load, Proto::Resp2),
+            &format!("LOAD of file {i}"),
+            0,
+        );
+        let after = (
+            redis.call(&["ACL", "LIST"]),
+            model.call(&["ACL", "LIST"], Proto::Resp2),
+        );
+        assert_same(&after.0, &after.1, &format!("LIST after file {i}"), 0);
+        if expected.starts_with('-') {
+            assert_eq!(after, before, "a bad file {i} changed the users");
+        }
+    }
+    // SAVE: both write the same file for the same users.
+    let setuser = [
+        "ACL", "SETUSER", "kim", "on", ">pw", "~k:*", "&c", "+@all", "-@admin",
+    ];
+    assert_same(
+        &redis.call(&setuser),
+        &model.call(&setuser, Proto::Resp2),
+        "SETUSER",
+        0,
+    );
+    assert_eq!(redis.call(&["ACL", "SAVE"]), "+OK\r\n");
+    let saved_by_redis = std::fs::read_to_string(&server.aclfile).unwrap();
+    std::fs::write(&server.aclfile, "").unwrap();
+    assert_eq!(model.call(&["ACL", "SAVE"], Proto::Resp2), "+OK\r\n");
+    let saved_by_model = std::fs::read_to_string(&server.aclfile).unwrap();
+    assert_eq!(saved_by_model, saved_by_redis);
+    assert!(saved_by_model.contains("user kim on #"), "{saved_by_model}");
+}
+
+#[test]
+fn without_a_users_file_load_and_save_answer_as_redis_without_an_aclfile() {
+    require_tool("redis-server");
+    let server = common::Standalone::start();
+    let mut redis = Raw::connect(server.addr());
+    let model = Model::new(&mut redis, None);
+    for sub in ["LOAD", "SAVE"] {
+        let args = ["ACL", sub];
+        let expected = redis.call(&args);
+        assert!(
+            expected.starts_with("-ERR This Redis instance is not configured"),
+            "{expected}"
+        );
+        assert_same(&expected, &model.call(&args, Proto::Resp2), sub, 0);
+    }
+}
+
+#[test]
+fn config_set_requirepass_sets_the_default_users_password_as_redis() {
+    let server = start_server("acl-requirepass");
+    let mut redis = Raw::connect(&server.addr);
+    let mut redis3 = Raw::connect(&server.addr);
+    redis3.call(&["HELLO", "3"]);
+    let model = Model::new(&mut redis, None);
+    let getuser = ["ACL", "GETUSER", "default"];
+    for password in ["s3cret", "other", ""] {
+        assert_eq!(
+            redis.call(&["CONFIG", "SET", "requirepass", password]),
+            "+OK\r\n"
+        );
+        model.users.set_requirepass(password.as_bytes()).unwrap();
+        assert_same(
+            &redis.call(&getuser),
+            &model.call(&getuser, Proto::Resp2),
+            password,
+            0,
+        );
+        let expected = redis.call(&["CONFIG", "GET", "requirepass"]);
+        let got = model.users.config_get_requirepass(Proto::Resp2);
+        assert_same(
+            &expected,
+            &String::from_utf8_lossy(&got),
+            "CONFIG GET requirepass",
+            0,
+        );
+        let expected = redis3.call(&["CONFIG", "GET", "requirepass"]);
+        let got = model.users.config_get_requirepass(Proto::Resp3);
+        assert_same(
+            &expected,
+            &String::from_utf8_lossy(&got),
+            "CONFIG GET (RESP3)",
+            0,
+        );
+        let auth = model.users.check(b"default", password.as_bytes());
+        assert!(
+            auth.is_some(),
+            "default must take its new password '{password}'"
+        );
+    }
+    // The old password no longer works once a new one is set.
+    model.users.set_requirepass(b"new").unwrap();
+    assert!(model.users.check(b"default", b"other").is_none());
+    assert!(model.users.check(b"default", b"new").is_some());
 }

@@ -97,6 +97,8 @@ pub fn parse(text: &[u8], filename: &str, catalog: &Catalog) -> Result<Vec<AclUs
         }
         let mut user = AclUser::new(&name, catalog);
         let Some(rules) = super::commands::merge_selectors(&argv[2..]) else {
+            // The user exists from here on, as in Redis: a later line naming it is a duplicate.
+            users.push(user);
             errors.push_str(&format!(
                 "{filename}:{line_number}: Unmatched parenthesis in selector definition."
             ));
@@ -132,6 +134,9 @@ pub fn parse(text: &[u8], filename: &str, catalog: &Catalog) -> Result<Vec<AclUs
     if errors.is_empty() {
         Ok(users)
     } else {
+        errors.push_str(
+            "WARNING: ACL errors detected, no change to the previously active ACL rules was performed",
+        );
         Err(errors)
     }
 }

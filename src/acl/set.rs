@@ -11,11 +11,13 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use bytes::{Bytes, BytesMut};
 
 use super::catalog::Catalog;
 use super::user::AclUser;
 use crate::auth::User;
 use crate::config::{Config, ScriptTrust, UserConfig};
+use crate::protocol::{encode, Proto};
 
 const CURRENT: u8 = 0;
 const CHANGED: u8 = 1;
@@ -267,5 +269,15 @@ impl UserSet {
     /// `CONFIG GET requirepass`'s value: the last password set (empty: none).
     pub fn requirepass(&self) -> Vec<u8> {
         self.requirepass.load().as_ref().clone().unwrap_or_default()
+    }
+
+    /// The reply to `CONFIG GET requirepass`: `requirepass` and its value, an array
+    /// (RESP2) or a map (RESP3), as Redis.
+    pub fn config_get_requirepass(&self, proto: Proto) -> Bytes {
+        let mut out = BytesMut::new();
+        encode::map_header(&mut out, proto, 1);
+        encode::bulk(&mut out, b"requirepass");
+        encode::bulk(&mut out, &self.requirepass());
+        out.freeze()
     }
 }
