@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{free_port, new_dir, require_tool, Raw};
 use slotbridge::acl::{self, AclLog, AclRequest, Catalog, UserSet};
+use slotbridge::auth::Denial;
 use slotbridge::command::CommandTable;
 use slotbridge::config::Config;
 use slotbridge::protocol::Proto;
@@ -249,6 +250,47 @@ fn assert_same(redis: &str, model: &str, what: &str, seed: u64) {
     assert_eq!(model, redis, "{what} differs from Redis (seed {seed})");
 }
 
+/// The checks the proxy enforces for a user (`auth::User`, built from the model) decide as
+/// Redis's DRYRUN did: allowed, or denied for the same reason.
+fn enforcement_agrees(model: &Model, user: &str, command: &[&str], redis: &str, seed: u64) {
+    let Some(live) = model.users.get(user) else {
+        return;
+    };
+    let args: Vec<Bytes> = command
+        .iter()
+        .map(|a| Bytes::copy_from_slice(a.as_bytes()))
+        .collect();
+    let Some(spec) = model.table.lookup(&args) else {
+        return;
+    };
+    // Arity and unknown commands are answered before any check; AUTH and HELLO are open
+    // to everyone in the session, before the user's rules are looked at.
+    if redis.starts_with('-') || !spec.arity_ok(args.len()) || spec.name == "auth" {
+        return;
+    }
+    let denial = live.user.denial(spec, &args);
+    let expected = if redis == "+OK\r\n" {
+        None
+    } else if redis.contains("to run the") {
+        Some(Denial::Command)
+    } else if redis.contains("' key") {
+        Some(Denial::Keys)
+    } else {
+        Some(Denial::Channels)
+    };
+    assert_eq!(
+        denial, expected,
+        "{user} {command:?}: enforcement disagrees with {redis:?} (seed {seed})"
+    );
+    checked_enforcement();
+}
+
+static ENFORCEMENT_CHECKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn checked_enforcement() {
+    ENFORCEMENT_CHECKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 #[test]
 fn setuser_sequences_match_redis_byte_for_byte() {
     let server = start_server("acl-diff");
@@ -298,12 +340,14 @@ fn setuser_sequences_match_redis_byte_for_byte() {
         let dryrun = DRYRUNS[(rng.next() % DRYRUNS.len() as u64) as usize];
         let mut args = vec!["ACL", "DRYRUN", user.as_str()];
         args.extend_from_slice(dryrun);
+        let expected = redis.call(&args);
         assert_same(
-            &redis.call(&args),
+            &expected,
             &model.call(&args, Proto::Resp2),
             &args.join(" "),
             seed,
         );
+        enforcement_agrees(&model, &user, dryrun, &expected, seed);
         if cases % 50 == 49 {
             for sub in ["LIST", "USERS"] {
                 let args = ["ACL", sub];
@@ -326,7 +370,9 @@ fn setuser_sequences_match_redis_byte_for_byte() {
     }
     assert!(cases >= 200, "only {cases} cases ran before the deadline");
     assert!(errors >= 20, "only {errors} error cases among {cases}");
-    eprintln!("{cases} SETUSER sequences ({errors} refused) matched Redis (seed {seed})");
+    let enforced = ENFORCEMENT_CHECKS.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(enforced >= cases / 4, "only {enforced} enforcement checks");
+    eprintln!("{cases} SETUSER sequences ({errors} refused, {enforced} enforcement checks) matched Redis (seed {seed})");
 }
 
 #[test]
@@ -506,4 +552,82 @@ fn config_set_requirepass_sets_the_default_users_password_as_redis() {
     model.users.set_requirepass(b"new").unwrap();
     assert!(model.users.check(b"default", b"other").is_none());
     assert!(model.users.check(b"default", b"new").is_some());
+}
+
+/// `reply` with the values of `age-seconds` and `client-info` (which differ by nature)
+/// replaced by a mark; everything else stays byte for byte.
+fn without_age_and_client(reply: &str) -> String {
+    let mut out = Vec::new();
+    let mut lines = reply.split("\r\n");
+    while let Some(line) = lines.next() {
+        out.push(line.to_string());
+        if line == "age-seconds" || line == "client-info" {
+            let first = lines.next().unwrap_or_default();
+            // RESP2: `$len` then the text; RESP3 doubles are one `,value` line.
+            if first.starts_with('$') {
+                lines.next();
+            }
+            out.push(format!("<{line}>"));
+        }
+    }
+    out.join("\r\n")
+}
+
+#[test]
+fn acl_log_entries_have_redis_fields_and_grouping() {
+    let server = start_server("acl-log");
+    let mut redis = Raw::connect(&server.addr);
+    let mut redis3 = Raw::connect(&server.addr);
+    redis3.call(&["HELLO", "3"]);
+    let model = Model::new(&mut redis, None);
+    let setuser = [
+        "ACL", "SETUSER", "lim", "on", ">pw", "~k*", "+get", "+multi", "+exec",
+    ];
+    assert_eq!(redis.call(&setuser), "+OK\r\n");
+    let mut limited = Raw::connect(&server.addr);
+    // Redis's own denials; the model records the same events as the proxy would.
+    assert!(limited
+        .call(&["AUTH", "nobody", "x"])
+        .starts_with("-WRONGPASS"));
+    assert!(limited
+        .call(&["AUTH", "nobody", "x"])
+        .starts_with("-WRONGPASS"));
+    assert_eq!(limited.call(&["AUTH", "lim", "pw"]), "+OK\r\n");
+    assert!(limited.call(&["SET", "k1", "v"]).starts_with("-NOPERM"));
+    assert!(limited.call(&["GET", "other"]).starts_with("-NOPERM"));
+    assert_eq!(limited.call(&["MULTI"]), "+OK\r\n");
+    assert!(limited.call(&["SET", "k1", "v"]).starts_with("-NOPERM"));
+    use acl::{Context, Reason};
+    let log = &model.log;
+    log.record(Reason::Auth, Context::TopLevel, b"AUTH", b"nobody", b"id=1");
+    log.record(Reason::Auth, Context::TopLevel, b"AUTH", b"nobody", b"id=1");
+    log.record(Reason::Command, Context::TopLevel, b"set", b"lim", b"id=1");
+    log.record(Reason::Key, Context::TopLevel, b"other", b"lim", b"id=1");
+    log.record(Reason::Command, Context::Multi, b"set", b"lim", b"id=1");
+    for args in [
+        &["ACL", "LOG"][..],
+        &["ACL", "LOG", "2"],
+        &["ACL", "LOG", "-1"],
+        &["ACL", "LOG", "x"],
+    ] {
+        let expected = without_age_and_client(&redis.call(args));
+        let got = without_age_and_client(&model.call(args, Proto::Resp2));
+        assert_same(&expected, &got, &args.join(" "), 0);
+        let expected = without_age_and_client(&redis3.call(args));
+        let got = without_age_and_client(&model.call(args, Proto::Resp3));
+        assert_same(&expected, &got, &format!("{} (RESP3)", args.join(" ")), 0);
+    }
+    let reset = ["ACL", "LOG", "RESET"];
+    assert_same(
+        &redis.call(&reset),
+        &model.call(&reset, Proto::Resp2),
+        "LOG RESET",
+        0,
+    );
+    assert_same(
+        &redis.call(&["ACL", "LOG"]),
+        &model.call(&["ACL", "LOG"], Proto::Resp2),
+        "LOG",
+        0,
+    );
 }
