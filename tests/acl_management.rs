@@ -631,3 +631,47 @@ fn acl_log_entries_have_redis_fields_and_grouping() {
         0,
     );
 }
+
+#[test]
+fn arity_help_and_unknown_subcommands_answer_as_redis() {
+    let server = start_server("acl-edges");
+    let mut redis = Raw::connect(&server.addr);
+    let model = Model::new(&mut redis, None);
+    let cases: &[&[&str]] = &[
+        &["ACL", "SETUSER"],
+        &["ACL", "LIST", "x"],
+        &["ACL", "USERS", "x"],
+        &["ACL", "GETUSER"],
+        &["ACL", "DELUSER"],
+        &["ACL", "DRYRUN", "default"],
+        &["ACL", "CAT", "a", "b"],
+        &["ACL", "LOG", "1", "2"],
+        &["ACL", "WHOAMI", "x"],
+        &["ACL", "NOSUCH"],
+        &["ACL", "HELP"],
+        &["ACL", "GENPASS", "0"],
+        &["ACL", "GENPASS", "x"],
+        &["ACL", "GENPASS", "4097"],
+        &["ACL", "SETUSER", "a\tb"],
+        &["ACL", "DELUSER", "x", "default"],
+    ];
+    for args in cases {
+        assert_same(
+            &redis.call(args),
+            &model.call(args, Proto::Resp2),
+            &args.join(" "),
+            0,
+        );
+    }
+    for (args, len) in [(&["ACL", "GENPASS"][..], 64), (&["ACL", "GENPASS", "5"], 2)] {
+        let reply = model.call(args, Proto::Resp2);
+        let text = reply.split("\r\n").nth(1).unwrap_or_default();
+        assert_eq!(text.len(), len, "{reply:?}");
+        assert!(text.bytes().all(|b| b.is_ascii_hexdigit()), "{reply:?}");
+        assert_eq!(redis.call(args).len(), reply.len());
+    }
+    assert_ne!(
+        model.call(&["ACL", "GENPASS"], Proto::Resp2),
+        model.call(&["ACL", "GENPASS"], Proto::Resp2)
+    );
+}

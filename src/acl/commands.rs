@@ -33,11 +33,16 @@ pub fn answer(request: &AclRequest<'_>, args: &[Bytes]) -> Bytes {
     let Some(sub) = args.get(1) else {
         return reply::wrong_arity("acl");
     };
-    if let Some(spec) = request.commands.lookup(args) {
-        if spec.name.contains('|') && !spec.arity_ok(args.len()) {
+    let spec = request
+        .commands
+        .lookup(args)
+        .filter(|s| s.name.contains('|'));
+    if let Some(spec) = spec {
+        if !spec.arity_ok(args.len()) {
             return reply::wrong_arity(&spec.name);
         }
     }
+    let known_subcommand = spec.is_some();
     let sub = sub.to_ascii_lowercase();
     let users = request.users;
     let catalog = users.catalog();
@@ -76,10 +81,21 @@ pub fn answer(request: &AclRequest<'_>, args: &[Bytes]) -> Bytes {
         (b"cat", 3) => category(request.commands, &args[2]),
         (b"log", 2 | 3) => log(request, args.get(2)),
         (b"dryrun", n) if n >= 4 => dryrun(request, &args[2], &args[3..]),
-        _ => reply::error(&format!(
+        (b"genpass", 2 | 3) => genpass(args.get(2)),
+        (b"help", 2) => {
+            let mut out = BytesMut::new();
+            encode::array_header(&mut out, text::HELP.len());
+            for line in text::HELP {
+                encode::simple_string(&mut out, line.as_bytes());
+            }
+            out.freeze()
+        }
+        // A known subcommand with arguments aclCommand does not take (`CAT a b`).
+        _ if known_subcommand => reply::error(&format!(
             "ERR unknown subcommand or wrong number of arguments for '{}'. Try ACL HELP.",
             String::from_utf8_lossy(&args[1])
         )),
+        _ => reply::unknown_subcommand("acl", &args[1]),
     }
 }
 
@@ -245,6 +261,29 @@ fn category(commands: &CommandTable, name: &[u8]) -> Bytes {
         .map(|spec| spec.name.as_bytes())
         .collect();
     bulk_array(names)
+}
+
+/// `ACL GENPASS [bits]`: that many random bits (256 by default) as hex digits, from the
+/// operating system's random source.
+fn genpass(bits: Option<&Bytes>) -> Bytes {
+    let bits = match bits.map(|b| parse_i64(b)) {
+        None => 256,
+        Some(Some(bits)) => bits,
+        Some(None) => return reply::error("ERR value is not an integer or out of range"),
+    };
+    if !(1..=4096).contains(&bits) {
+        return reply::error(text::GENPASS_BITS);
+    }
+    let chars = (bits as usize).div_ceil(4);
+    let mut random = vec![0u8; chars.div_ceil(2)];
+    let read = std::fs::File::open("/dev/urandom")
+        .and_then(|mut source| std::io::Read::read_exact(&mut source, &mut random));
+    if let Err(e) = read {
+        return reply::error(&format!("ERR cannot read random bytes: {e}"));
+    }
+    let mut hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    hex.truncate(chars);
+    encode::bulk_frame(hex.as_bytes())
 }
 
 fn bulk_array<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Bytes {

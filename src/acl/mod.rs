@@ -31,7 +31,7 @@
 //! - Every `ACL <subcommand>`: `acl::answer(&AclRequest { users, log, commands, proto,
 //!   whoami }, &request.args)`, the reply as is. `whoami` is the held user's name (`None`
 //!   before authentication). SETUSER, DELUSER, GETUSER, LIST, USERS, CAT, LOG, DRYRUN,
-//!   WHOAMI, SAVE, LOAD; anything else gets Redis's subcommand error.
+//!   WHOAMI, SAVE, LOAD, GENPASS, HELP; anything else gets Redis's subcommand error.
 //! - `CONFIG SET requirepass <x>` (that one pair): [`UserSet::set_requirepass`], `+OK`;
 //!   `CONFIG GET requirepass`: [`UserSet::config_get_requirepass`]. A CONFIG SET or GET
 //!   naming other parameters as well is split by the handler, or refused.

@@ -40,6 +40,42 @@ pub const NO_ACL_FILE: &str = "ERR This Redis instance is not configured to use 
 /// ACL SAVE that could not write the file.
 pub const SAVE_FAILED: &str = "ERR There was an error trying to save the ACLs. Please check the server logs for more information";
 
+/// ACL GENPASS with a number of bits out of range.
+pub const GENPASS_BITS: &str = "ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096";
+
+/// The lines of ACL HELP, as Redis 7.0 (each sent as a status reply).
+pub const HELP: &[&str] = &[
+    "ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CAT [<category>]",
+    "    List all commands that belong to <category>, or all command categories",
+    "    when no category is specified.",
+    "DELUSER <username> [<username> ...]",
+    "    Delete a list of users.",
+    "DRYRUN <username> <command> [<arg> ...]",
+    "    Returns whether the user can execute the given command without executing the command.",
+    "GETUSER <username>",
+    "    Get the user's details.",
+    "GENPASS [<bits>]",
+    "    Generate a secure 256-bit user password. The optional `bits` argument can",
+    "    be used to specify a different size.",
+    "LIST",
+    "    Show users details in config file format.",
+    "LOAD",
+    "    Reload users from the ACL file.",
+    "LOG [<count> | RESET]",
+    "    Show the ACL log entries.",
+    "SAVE",
+    "    Save the current config to the ACL file.",
+    "SETUSER <username> <attribute> [<attribute> ...]",
+    "    Create or modify a user with the specified attributes.",
+    "USERS",
+    "    List all the registered usernames.",
+    "WHOAMI",
+    "    Return the current connection username.",
+    "HELP",
+    "    Prints this help.",
+];
+
 /// `ERR Error in ACL SETUSER modifier '<op>': <reason>`, as Redis (line breaks become spaces).
 pub fn setuser_error(op: &[u8], reason: &str) -> String {
     safe(&format!(
