@@ -140,7 +140,7 @@ pub fn setuser(users: &UserSet, name: &[u8], rules: &[Bytes]) -> Bytes {
         ));
     };
     let catalog = users.catalog();
-    let result = users.update(|set, generation| {
+    let result = users.update(false, |set, generation| {
         let old = set.get(&name);
         let mut acl = old.map_or_else(|| AclUser::new(&name, catalog), |live| live.acl.clone());
         for rule in &merged {
@@ -173,7 +173,7 @@ pub fn deluser(users: &UserSet, names: &[Bytes]) -> Bytes {
     if names.iter().any(|n| &n[..] == b"default") {
         return reply::error(text::DELETE_DEFAULT);
     }
-    let deleted = users.update(|set, _| {
+    let deleted = users.update(false, |set, _| {
         let mut deleted = 0;
         for name in names {
             if set.remove(&*String::from_utf8_lossy(name)).is_some() {
@@ -204,7 +204,7 @@ fn load(users: &UserSet) -> Bytes {
         Ok(loaded) => loaded,
         Err(errors) => return reply::error(&format!("ERR {errors}")),
     };
-    let result = users.update(|set, generation| {
+    let result = users.update(true, |set, generation| {
         let mut next = super::set::Users::new();
         for acl in loaded {
             let scripts = set.get(&acl.name).and_then(|live| live.scripts);

@@ -15,7 +15,8 @@
 //!   file first; a refused change leaves the set as it was.
 //! - What Redis accepts but the proxy cannot enforce is refused, naming the rule, never
 //!   approximated: selectors `(...)`, read-only / write-only key patterns (`%R~`, `%W~`;
-//!   `%RW~` is `~`), first-arg grants (`+select|0`), `skip-sanitize-payload`.
+//!   `%RW~` is `~`), first-arg grants (`+select|0`), `skip-sanitize-payload`, key or
+//!   channel patterns that are not UTF-8.
 //!   `sanitize-payload` is kept and shown (RESTORE payloads are checked by the masters'
 //!   own setting either way).
 //! - The proxy's `scripts: trusted|refused` of a configured user has no Redis rule: it
@@ -43,8 +44,9 @@
 //!   atomic load when nothing changed): `Changed(new)` -> hold `new` and check this
 //!   command with it; also, as Redis's `ACLKillPubsubClientsIfNeeded`, if a channel or
 //!   pattern the session is subscribed to is no longer allowed, close the connection;
-//!   `Deleted` (ACL DELUSER, or the user gone after ACL LOAD) -> close the connection
-//!   without running the command. A subscribed session that sends nothing is checked
+//!   `Deleted` (ACL DELUSER; after ACL LOAD every user but `default`, as Redis frees
+//!   them all and closes their clients) -> close the connection without running the
+//!   command. `off` does not end sessions (Redis: it only stops new logins). A subscribed session that sends nothing is checked
 //!   when its next message is relayed.
 //! - Policy: the ACL commands stay refused by the command policy unless the operator
 //!   allows them (`commands.allow`), as today, and the caller's own ACL must allow the

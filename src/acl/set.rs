@@ -205,15 +205,17 @@ impl UserSet {
     }
 
     /// Replaces the whole set with `next` (already validated), marking the users it
-    /// replaces changed and those it drops deleted.
-    pub(crate) fn install(&self, next: Users) {
+    /// replaces changed and those it drops deleted; with `end_sessions` (ACL LOAD, which
+    /// in Redis frees every old user but `default` and so closes their clients) every
+    /// user but `default` is marked deleted.
+    fn install(&self, next: Users, end_sessions: bool) {
         let previous = self.users.swap(Arc::new(next));
         let current = self.users.load();
         for (name, old) in previous.iter() {
-            let replaced = current.get(name).is_some_and(|new| !Arc::ptr_eq(new, old));
             let state = match current.get(name) {
                 None => DELETED,
-                Some(_) if replaced => CHANGED,
+                Some(_) if end_sessions && name != "default" => DELETED,
+                Some(new) if !Arc::ptr_eq(new, old) => CHANGED,
                 Some(_) => continue,
             };
             old.state.store(state, Ordering::Release);
@@ -221,16 +223,17 @@ impl UserSet {
     }
 
     /// Runs `change` on a copy of the set with the writer lock held, and installs the
-    /// copy when `change` succeeds.
+    /// copy when `change` succeeds (see [`UserSet::install`] for `end_sessions`).
     pub(crate) fn update<T>(
         &self,
+        end_sessions: bool,
         change: impl FnOnce(&mut Users, u64) -> Result<T, String>,
     ) -> Result<T, String> {
         let _writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut next = Users::clone(&self.users.load());
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let out = change(&mut next, generation)?;
-        self.install(next);
+        self.install(next, end_sessions);
         Ok(out)
     }
 
@@ -248,7 +251,7 @@ impl UserSet {
     /// (an empty password: `nopass`), as Redis's `ACLUpdateDefaultUserPassword`.
     pub fn set_requirepass(&self, password: &[u8]) -> Result<(), String> {
         let catalog = self.catalog;
-        self.update(|users, generation| {
+        self.update(false, |users, generation| {
             let old = users.get("default").ok_or("no default user")?;
             let mut acl = old.acl.clone();
             let _ = acl.apply(b"resetpass", catalog);

@@ -130,6 +130,13 @@ fn what_the_proxy_cannot_enforce_is_refused_by_name() {
         );
         assert!(reply.contains("not supported by this proxy"), "{reply}");
     }
+    let mut binary = AclUser::new("u", catalog());
+    binary.apply(b"~k\xff", catalog()).unwrap();
+    let (rule, reason) = binary.check_supported(catalog()).unwrap_err();
+    assert_eq!(
+        (rule.as_str(), reason.as_str()),
+        ("~k\u{fffd}", text::BINARY_PATTERN_UNSUPPORTED)
+    );
     // Nothing was created by the refused calls.
     assert!(users.get("u").is_none());
     // Both halves of a pattern make a whole one; a later rule can clear a first-arg grant.
@@ -282,6 +289,23 @@ fn users_files_load_all_or_nothing() {
         users.get("a").unwrap().acl.nopass,
         "a bad file changed the users"
     );
+    // A successful LOAD ends the sessions of every old user but default, as in Redis.
+    let held_a = users.get("a").unwrap();
+    let held_default = users.get("default").unwrap();
+    std::fs::write(
+        &path,
+        "user a on nopass +@all ~*\nuser default on nopass +@all\n",
+    )
+    .unwrap();
+    assert_eq!(call(&users, &["ACL", "LOAD"]), "+OK\r\n");
+    assert!(matches!(users.refresh(&held_a), Freshness::Deleted));
+    assert!(matches!(
+        users.refresh(&held_default),
+        Freshness::Changed(_)
+    ));
+    assert!(users.open_default().is_some());
+    std::fs::write(&path, "user a on nopass +@all ~*\n").unwrap();
+    assert_eq!(call(&users, &["ACL", "LOAD"]), "+OK\r\n");
     assert_eq!(call(&users, &["ACL", "SAVE"]), "+OK\r\n");
     let saved = std::fs::read_to_string(&path).unwrap();
     assert!(

@@ -28,6 +28,9 @@ pub const SELECTORS_UNSUPPORTED: &str = "Selectors are not supported by this pro
 pub const KEY_PERMISSIONS_UNSUPPORTED: &str = "Read-only and write-only key patterns are not supported by this proxy: its key patterns allow reading and writing alike (use ~pattern)";
 /// `+select|0`-style grants.
 pub const FIRST_ARGS_UNSUPPORTED: &str = "Allowing a first-arg of a command is not supported by this proxy: allow the whole command or one of its subcommands";
+/// A key or channel pattern that is not UTF-8 text.
+pub const BINARY_PATTERN_UNSUPPORTED: &str =
+    "Key and channel patterns must be UTF-8 text in this proxy";
 /// `skip-sanitize-payload`.
 pub const SKIP_SANITIZE_UNSUPPORTED: &str = "skip-sanitize-payload is not supported by this proxy: RESTORE payloads are checked by the masters' own settings";
 

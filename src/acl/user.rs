@@ -296,6 +296,12 @@ impl AclUser {
             );
             return Err((rule, text::FIRST_ARGS_UNSUPPORTED.into()));
         }
+        let keys = self.keys.iter().map(|(p, _)| ('~', p));
+        let mut patterns = keys.chain(self.channels.iter().map(|c| ('&', c)));
+        if let Some((prefix, pattern)) = patterns.find(|(_, p)| std::str::from_utf8(p).is_err()) {
+            let rule = format!("{prefix}{}", String::from_utf8_lossy(pattern));
+            return Err((rule, text::BINARY_PATTERN_UNSUPPORTED.into()));
+        }
         if self.sanitize == Some(Sanitize::Skip) {
             return Err((
                 "skip-sanitize-payload".into(),
