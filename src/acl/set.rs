@@ -181,9 +181,15 @@ impl UserSet {
     /// Checks a username/password pair as AUTH does: `None` for an unknown or disabled
     /// user or a wrong password (all answered with `-WRONGPASS`).
     pub fn check(&self, name: &[u8], password: &[u8]) -> Option<Arc<LiveUser>> {
-        let name = std::str::from_utf8(name).ok()?;
-        let live = self.get(name)?;
-        (live.acl.enabled && live.acl.password_matches(password)).then_some(live)
+        let live = std::str::from_utf8(name)
+            .ok()
+            .and_then(|name| self.get(name));
+        let Some(live) = live else {
+            // Same work as a known user, so timing does not tell which names exist.
+            let _ = super::user::sha256_hex(password);
+            return None;
+        };
+        (live.acl.password_matches(password) && live.acl.enabled).then_some(live)
     }
 
     /// The `default` user when it takes any password (new connections start as it).

@@ -4,6 +4,7 @@
 //! (see `acl` module docs): what it cannot enforce is refused by [`AclUser::check_supported`].
 
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use super::catalog::Catalog;
 use super::text;
@@ -311,9 +312,15 @@ impl AclUser {
         Ok(())
     }
 
-    /// Whether `password` is one of this user's (or the user is `nopass`).
+    /// Whether `password` is one of this user's (or the user is `nopass`), compared in
+    /// constant time over every stored digest, as `auth::User` compares.
     pub fn password_matches(&self, password: &[u8]) -> bool {
-        self.nopass || self.passwords.contains(&sha256_hex(password))
+        let offered: [u8; 32] = Sha256::digest(password).into();
+        let mut matched = subtle::Choice::from(0u8);
+        for stored in self.digests() {
+            matched |= stored.ct_eq(&offered);
+        }
+        self.nopass || bool::from(matched)
     }
 
     /// The password digests as bytes, for the proxy's `auth::User`.
