@@ -196,6 +196,24 @@ impl User {
         })
     }
 
+    /// A user managed at run time (`acl::UserSet`): `config`'s rules, with these password
+    /// digests (`nopass`: any password) instead of `config`'s password fields.
+    pub fn from_acl(
+        config: &UserConfig,
+        digests: Vec<[u8; 32]>,
+        nopass: bool,
+    ) -> Result<User, String> {
+        let rules_only = UserConfig {
+            password: Some(crate::config::Secret(String::new())),
+            password_sha256: None,
+            ..config.clone()
+        };
+        let mut user = User::from_config(&rules_only)?;
+        user.digests = digests;
+        user.nopass = nopass;
+        Ok(user)
+    }
+
     /// Why this user may not run `spec` with `args` (`None`: it may): its command rules,
     /// its key patterns on the keys the client named, its channel rules, its script trust.
     pub fn denial(&self, spec: &CommandSpec, args: &[Bytes]) -> Option<Denial> {

@@ -46,6 +46,7 @@
 //! - [`reload`]: the live configuration (hot reload) and graceful drain (IO).
 //! - [`tls`]: TLS for the client listener and the node connections (rustls).
 
+pub mod acl;
 pub mod admin;
 pub mod auth;
 pub mod backend;
