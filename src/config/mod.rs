@@ -14,12 +14,14 @@ use serde::Deserialize;
 
 use crate::protocol::Limits;
 
+mod cross_slot;
 mod overrides;
 mod sentinel;
 mod tls;
 
 pub use crate::auth::{ScriptTrust, Secret, UserConfig};
 pub use crate::policy::CommandsConfig;
+pub use cross_slot::{CrossSlotConfig, Emulation};
 pub use overrides::{Override, TOP_LEVEL_FIELDS};
 pub use sentinel::SentinelConfig;
 pub use tls::{AuthClients, BackendTlsConfig, ClientCertUser, TlsConfig};
@@ -64,6 +66,8 @@ pub struct Config {
     pub log_level: String,
     /// What MULTI/EXEC does when its keys span hash slots.
     pub cross_slot_transactions: CrossSlotTransactions,
+    /// Whether cross-slot reads and stores are computed in the proxy, and their limits.
+    pub cross_slot: CrossSlotConfig,
     /// Legacy key layout translation (off unless `layout.file` is set).
     pub layout: LayoutConfig,
     /// Password of the proxy's `default` user (clients send `AUTH password`); never logged.
@@ -117,6 +121,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             log_level: "info".into(),
             cross_slot_transactions: CrossSlotTransactions::default(),
+            cross_slot: CrossSlotConfig::default(),
             layout: LayoutConfig::default(),
             requirepass: None,
             protected_mode: true,

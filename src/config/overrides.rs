@@ -25,6 +25,7 @@ pub const TOP_LEVEL_FIELDS: &[&str] = &[
     "log_format",
     "log_level",
     "cross_slot_transactions",
+    "cross_slot",
     "layout",
     "requirepass",
     "protected_mode",

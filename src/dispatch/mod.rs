@@ -7,6 +7,7 @@
 //! session's; everything here is shared by all clients and read-only after start-up.
 
 mod compose;
+mod crossslot;
 mod direct;
 mod explain;
 mod functions;
@@ -109,6 +110,8 @@ enum Plan {
     Script(ScriptRun, Target),
     /// SORT with BY/GET patterns or a STORE into another slot.
     Sort(Box<sort::SortRequest>),
+    /// Keys span slots and the proxy computes the reply (and a STORE's writes) itself.
+    CrossSlot(Box<crate::crossslot::Request>),
 }
 
 impl Proxy {
@@ -256,6 +259,7 @@ impl Proxy {
                 Box::pin(self.run_script(run, target, &request, proto)).await
             }
             Plan::Sort(sort) => Box::pin(self.sort(&sort, proto)).await,
+            Plan::CrossSlot(request) => Box::pin(self.cross_slot(&request, proto)).await,
         }
     }
 
@@ -269,9 +273,9 @@ impl Proxy {
         }
         // One match on the shape the command table gave the command: see `command::Shape`.
         match spec.shape {
-            Shape::Refused => Plan::Answer(reply::error(&reply::refusals::changes_shared_connection(
-                &spec.name,
-            ))),
+            Shape::Refused => Plan::Answer(reply::error(
+                &reply::refusals::changes_shared_connection(&spec.name),
+            )),
             Shape::Sort => match sort::SortRequest::classify(&spec.name, args) {
                 Some(Ok(sort)) => Plan::Sort(sort),
                 Some(Err(refusal)) => Plan::Answer(refusal),
@@ -282,10 +286,12 @@ impl Proxy {
             Shape::ScriptAdmin(admin) => Plan::ScriptAdmin(admin),
             Shape::Channels => Plan::Forward(Target::Slot(PUBSUB_HOME_SLOT)),
             // An invalid slot gets the node's own error from any master.
-            Shape::NodeCluster => Plan::Forward(match args.get(2).and_then(|arg| slot_number(arg)) {
-                Some(slot) => Target::Slot(slot),
-                None => Target::AnyMaster,
-            }),
+            Shape::NodeCluster => {
+                Plan::Forward(match args.get(2).and_then(|arg| slot_number(arg)) {
+                    Some(slot) => Target::Slot(slot),
+                    None => Target::AnyMaster,
+                })
+            }
             Shape::ShardPublish => Plan::Forward(Target::Slot(key_slot(&args[1]))),
             // Subscriptions live on the client's own connections (client::pubsub); on a
             // shared connection they would swallow every other client's replies.
@@ -296,7 +302,8 @@ impl Proxy {
             Shape::Blocking(_)
             | Shape::Forward
             | Shape::ConnectionLocal(_)
-            | Shape::Transaction => by_keys(spec, args, Plan::Forward),
+            | Shape::Transaction => key_target(spec, args)
+                .map_or_else(|| self.cross_slot_plan(spec, args), Plan::Forward),
         }
     }
 }

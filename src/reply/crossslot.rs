@@ -41,3 +41,13 @@ pub fn too_large(command: &str, what: &str, size: u64, limit: u64) -> String {
          use keys with a common hash tag to run it on one node"
     )
 }
+
+/// Redis Cluster's `-CROSSSLOT` for a command the proxy could compute across slots but whose
+/// class `setting` (`cross_slot.reads` or `cross_slot.stores`) is set to `refuse`.
+pub fn emulation_off(setting: &str) -> String {
+    format!("CROSSSLOT Keys in request don't hash to the same slot (emulation off: {setting})")
+}
+
+/// A STORE's writes were not applied (EXEC answered null, or an element was an error).
+pub const STORE_NOT_APPLIED: &str =
+    "ERR proxy: the cross-slot result was not written to its destination";
