@@ -42,7 +42,7 @@ pub use scripts::ScriptCache;
 pub use snapshot::{Builder, Fixed, Proxy};
 
 /// Whether `spec` runs a client's script (EVAL, EVALSHA, FCALL and their `_RO` forms):
-/// it runs on a connection of its own (see `Proxy::run_script_alone`), so the session runs
+/// it runs on a connection of its own (see `Upstream::run_script_alone`), so the session runs
 /// it alone, as a sequence point, to keep the client's order.
 pub fn runs_a_script(spec: &CommandSpec) -> bool {
     matches!(spec.shape, Shape::Script(_))
@@ -246,9 +246,11 @@ impl Proxy {
         // path stays small and allocation-free.
         match self.plan(spec, &request) {
             Plan::Answer(reply) => reply,
-            Plan::Forward(target) => self.forward(target, request.raw, proto).await,
+            Plan::Forward(target) => self.upstream.forward(target, request.raw, proto).await,
             Plan::Split(kind) => Box::pin(self.split(kind, &request, proto)).await,
-            Plan::Blocking(target) => Box::pin(self.run_blocking(target, request.raw, proto)).await,
+            Plan::Blocking(target) => {
+                Box::pin(self.upstream.run_blocking(target, request.raw, proto)).await
+            }
             Plan::Emulate(local) => Box::pin(self.emulate(local, &request, proto)).await,
             Plan::Fanout(op) => Box::pin(self.fanout(op, &request, proto)).await,
             Plan::ScriptAdmin(admin) => Box::pin(self.script_admin(admin, &request, proto)).await,
@@ -269,9 +271,9 @@ impl Proxy {
         }
         // One match on the shape the command table gave the command: see `command::Shape`.
         match spec.shape {
-            Shape::Refused => Plan::Answer(reply::error(&reply::refusals::changes_shared_connection(
-                &spec.name,
-            ))),
+            Shape::Refused => Plan::Answer(reply::error(
+                &reply::refusals::changes_shared_connection(&spec.name),
+            )),
             Shape::Sort => match sort::SortRequest::classify(&spec.name, args) {
                 Some(Ok(sort)) => Plan::Sort(sort),
                 Some(Err(refusal)) => Plan::Answer(refusal),
@@ -282,10 +284,12 @@ impl Proxy {
             Shape::ScriptAdmin(admin) => Plan::ScriptAdmin(admin),
             Shape::Channels => Plan::Forward(Target::Slot(PUBSUB_HOME_SLOT)),
             // An invalid slot gets the node's own error from any master.
-            Shape::NodeCluster => Plan::Forward(match args.get(2).and_then(|arg| slot_number(arg)) {
-                Some(slot) => Target::Slot(slot),
-                None => Target::AnyMaster,
-            }),
+            Shape::NodeCluster => {
+                Plan::Forward(match args.get(2).and_then(|arg| slot_number(arg)) {
+                    Some(slot) => Target::Slot(slot),
+                    None => Target::AnyMaster,
+                })
+            }
             Shape::ShardPublish => Plan::Forward(Target::Slot(key_slot(&args[1]))),
             // Subscriptions live on the client's own connections (client::pubsub); on a
             // shared connection they would swallow every other client's replies.
