@@ -204,7 +204,7 @@ impl User {
         nopass: bool,
     ) -> Result<User, String> {
         let rules_only = UserConfig {
-            password: Some(crate::config::Secret(String::new())),
+            password: Some(Secret(String::new())),
             password_sha256: None,
             ..config.clone()
         };

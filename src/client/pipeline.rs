@@ -5,7 +5,7 @@
 //! to that master found in one read, and their replies come back tagged with the
 //! request's sequence number. Everything else runs as a future. A direct
 //! request whose reply is not final (a redirect, a retryable error, a lost connection)
-//! becomes a future that carries on as `Proxy::forward` would.
+//! becomes a future that carries on as `Upstream::forward` would.
 //!
 //! Order: a batch leaves when the session finishes a read's worth of requests, and before
 //! any later future is first polled, so requests reach each node in the order the client

@@ -384,7 +384,7 @@ impl Transaction {
         let raw = request.raw.clone();
         Step::Alone(
             async move {
-                let (frame, pin) = proxy.watch(slot, raw, proto).await;
+                let (frame, pin) = proxy.upstream.watch(slot, raw, proto).await;
                 lock(&cell).pin = pin;
                 frame
             }
@@ -452,14 +452,31 @@ impl Transaction {
                 (None, None) => Target::AnyMaster,
             };
             let reusable = if pin.is_none() {
-                self.reusable.get(&proxy, target, proto)
+                self.reusable.get(&proxy.upstream, target, proto)
             } else {
                 None
             };
-            return block::run_single(proxy, target, commands, pin, reusable, proto).boxed();
+            return async move {
+                let layout = proxy.layout.as_deref();
+                block::run_single(
+                    &proxy.upstream,
+                    layout,
+                    target,
+                    commands,
+                    pin,
+                    reusable,
+                    proto,
+                )
+                .await
+            }
+            .boxed();
         }
         crate::metrics::split_transaction();
-        block::run_split(proxy, commands, slots, proto).boxed()
+        async move {
+            let layout = proxy.layout.as_deref();
+            block::run_split(&proxy.upstream, layout, commands, slots, proto).await
+        }
+        .boxed()
     }
 }
 

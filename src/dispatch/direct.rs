@@ -187,7 +187,7 @@ impl Proxy {
 
     /// Finishes a [`Direct`] request whose first answer was not final (a redirect, a
     /// retryable error, a connection failure, `-NOSCRIPT` for the upkeep script), as
-    /// [`Proxy::forward`] and the upkeep path would have, and
+    /// [`Upstream::forward`](crate::upstream::Upstream::forward) and the upkeep path would have, and
     /// records it in the command metrics.
     pub async fn follow_up(
         self: Arc<Self>,
@@ -200,13 +200,14 @@ impl Proxy {
         let target = Target::Slot(direct.slot);
         let sent = (direct.kind != DirectKind::Plain).then(|| request.clone());
         let mut reply = self
+            .upstream
             .forward_after(target, request, proto, direct.conn, answer)
             .await;
         match (direct.kind, sent) {
             // The node lost its script cache (restart, failover, SCRIPT FLUSH): EVAL loads it.
             (DirectKind::Upkeep, Some(sent)) if reply.starts_with(b"-NOSCRIPT") => {
                 if let Some(eval) = layout::upkeep_as_eval(&sent) {
-                    reply = self.forward(target, eval, proto).await;
+                    reply = self.upstream.forward(target, eval, proto).await;
                 }
             }
             _ => {}

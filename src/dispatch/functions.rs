@@ -29,6 +29,7 @@ impl Proxy {
         proto: Proto,
     ) -> Bytes {
         let reply = self
+            .upstream
             .run_script_alone(target, request.raw.clone(), proto)
             .await;
         if !reply.starts_with(NOT_FOUND) {
@@ -36,7 +37,8 @@ impl Proxy {
         }
         match request.args.get(1) {
             Some(name) if self.copy_function_everywhere(name).await => {
-                self.run_script_alone(target, request.raw.clone(), proto)
+                self.upstream
+                    .run_script_alone(target, request.raw.clone(), proto)
                     .await
             }
             _ => reply,

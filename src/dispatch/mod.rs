@@ -43,7 +43,7 @@ pub use scripts::ScriptCache;
 pub use snapshot::{Builder, Fixed, Proxy};
 
 /// Whether `spec` runs a client's script (EVAL, EVALSHA, FCALL and their `_RO` forms):
-/// it runs on a connection of its own (see `Proxy::run_script_alone`), so the session runs
+/// it runs on a connection of its own (see `Upstream::run_script_alone`), so the session runs
 /// it alone, as a sequence point, to keep the client's order.
 pub fn runs_a_script(spec: &CommandSpec) -> bool {
     matches!(spec.shape, Shape::Script(_))
@@ -249,9 +249,11 @@ impl Proxy {
         // path stays small and allocation-free.
         match self.plan(spec, &request) {
             Plan::Answer(reply) => reply,
-            Plan::Forward(target) => self.forward(target, request.raw, proto).await,
+            Plan::Forward(target) => self.upstream.forward(target, request.raw, proto).await,
             Plan::Split(kind) => Box::pin(self.split(kind, &request, proto)).await,
-            Plan::Blocking(target) => Box::pin(self.run_blocking(target, request.raw, proto)).await,
+            Plan::Blocking(target) => {
+                Box::pin(self.upstream.run_blocking(target, request.raw, proto)).await
+            }
             Plan::Emulate(local) => Box::pin(self.emulate(local, &request, proto)).await,
             Plan::Fanout(op) => Box::pin(self.fanout(op, &request, proto)).await,
             Plan::ScriptAdmin(admin) => Box::pin(self.script_admin(admin, &request, proto)).await,

@@ -73,7 +73,10 @@ impl Proxy {
             }
         };
         let size_hint = request.raw.len() + parts.len() * (args[0].len() + 32);
-        let replies = self.forward_each(&slots, frame, size_hint, proto).await;
+        let replies = self
+            .upstream
+            .forward_each(&slots, frame, size_hint, proto)
+            .await;
         if let Some(error) = merge::first_error(&replies) {
             return error.clone();
         }

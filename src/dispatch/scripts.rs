@@ -9,7 +9,7 @@
 //! master that answered may have been reached through a redirect).
 //!
 //! A client's script runs on a connection of its own, never on the shared connection to
-//! its master (see `Proxy::run_script_alone`): a node reads nothing more from the
+//! its master (see `Upstream::run_script_alone`): a node reads nothing more from the
 //! connection of a script that runs, so a long one would hold every other client's
 //! requests there, where a single Redis answers them `-BUSY`.
 //!
@@ -257,7 +257,7 @@ impl Proxy {
         }
     }
 
-    /// A client's script call, on a connection of its own (see `Proxy::run_script_alone`).
+    /// A client's script call, on a connection of its own (see `Upstream::run_script_alone`).
     pub(super) async fn run_script(
         &self,
         run: ScriptRun,
@@ -275,11 +275,13 @@ impl Proxy {
                 self.scripts.remember(body);
             }
             let reply = self
+                .upstream
                 .run_script_alone(target, request.raw.clone(), proto)
                 .await;
             return with_key_slot_hint(reply);
         }
         let reply = self
+            .upstream
             .run_script_alone(target, request.raw.clone(), proto)
             .await;
         self.script_reply_of(target, request, reply, proto).await
@@ -294,7 +296,7 @@ impl Proxy {
         &self,
         slot: u16,
     ) -> Option<impl std::future::Future<Output = Option<Bytes>> + Send + 'static> {
-        let node = self.node_for(Target::Slot(slot))?;
+        let node = self.upstream.node_for(Target::Slot(slot))?;
         if self.topology.scripts_running_on(&node) == 0 {
             return None;
         }
@@ -335,6 +337,7 @@ impl Proxy {
             return reply;
         }
         let reply = self
+            .upstream
             .run_script_alone(target, request.raw.clone(), proto)
             .await;
         with_key_slot_hint(reply)

@@ -11,6 +11,7 @@ use crate::command::{CommandSet, CommandTable};
 use crate::config::Config;
 use crate::policy::Policy;
 use crate::topology::Topology;
+use crate::upstream::Upstream;
 
 use super::{layout, Forwardable, ScriptCache};
 
@@ -18,8 +19,10 @@ use super::{layout, Forwardable, ScriptCache};
 pub struct Proxy {
     /// The configuration the proxy runs with.
     pub config: Config,
-    /// The upstream: slot map and node connections.
+    /// The slot map and node connections (the same as `upstream`'s).
     pub topology: Arc<Topology>,
+    /// The concrete layer requests go through: redirects, retries, pinned connections.
+    pub upstream: Upstream,
     /// Command names, arities, flags and key positions.
     pub commands: CommandTable,
     /// The backend's Redis version, read with the command table (HELLO reports it).
@@ -113,6 +116,7 @@ impl Builder {
             readiness,
         } = fixed;
         Proxy {
+            upstream: Upstream::new(topology.clone(), self.config.retry.clone()),
             config: self.config,
             topology,
             forwardable: Arc::new(Forwardable::of(&commands, &self.policy)),

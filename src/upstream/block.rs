@@ -4,19 +4,17 @@
 //!
 //! Invariants: EXEC's reply has one element per queued command, in queue order; the
 //! index refreshes a layout adds inside a block are dropped from it, and key names in
-//! it are reverse-rewritten as the single command's reply would be.
-
-use std::sync::Arc;
+//! it are reverse-rewritten as the single command's reply would be. The layout itself is
+//! the dispatcher's: it comes in as a [`BlockLayout`].
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::future::join_all;
 use smallvec::SmallVec;
 
 use crate::backend::NodeConn;
-use crate::dispatch::Proxy;
 use crate::route::NodeAddr;
 
-use super::{Target, WatchPin};
+use super::{Target, Upstream, WatchPin};
 use crate::protocol::{encode, Proto};
 use crate::reply;
 use crate::reply::merge::array_elements;
@@ -28,15 +26,25 @@ pub struct ReusableConns(Vec<(NodeAddr, Proto, NodeConn)>);
 
 impl ReusableConns {
     /// The kept connection to the node serving `target`, made on first use.
-    pub fn get(&mut self, proxy: &Proxy, target: Target, proto: Proto) -> Option<NodeConn> {
-        let addr = proxy.node_for(target)?;
+    pub fn get(&mut self, upstream: &Upstream, target: Target, proto: Proto) -> Option<NodeConn> {
+        let addr = upstream.node_for(target)?;
         if let Some((_, _, conn)) = self.0.iter().find(|(a, p, _)| *a == addr && *p == proto) {
             return Some(conn.clone());
         }
-        let conn = proxy.topology.dedicated(&addr, proto);
+        let conn = upstream.topology.dedicated(&addr, proto);
         self.0.push((addr, proto, conn.clone()));
         Some(conn)
     }
+}
+
+/// What a block needs from the key layout in force: the script its index upkeep calls
+/// (loaded on the block's node first) and the reverse rewrite of a command's reply.
+pub trait BlockLayout: Sync {
+    /// The `SCRIPT LOAD` request of the layout's upkeep script.
+    fn script_load_request(&self) -> Bytes;
+    /// The reply of command `name` with its key names shown as the client wrote them;
+    /// `None` when it names a key the client cannot see.
+    fn reverse_reply(&self, name: &str, reply: Bytes) -> Option<Bytes>;
 }
 
 /// A command accepted between MULTI and EXEC.
@@ -54,15 +62,16 @@ pub struct Queued {
 /// A transaction on one slot (or none): one MULTI/EXEC block on `target`'s master, on
 /// the WATCH's pinned connection when there is one.
 pub async fn run_single(
-    proxy: Arc<Proxy>,
+    upstream: &Upstream,
+    layout: Option<&impl BlockLayout>,
     target: Target,
     commands: Vec<Queued>,
     pin: Option<WatchPin>,
     reusable: Option<NodeConn>,
     proto: Proto,
 ) -> Bytes {
-    let block = Block::of(commands);
-    let reply = proxy
+    let block = Block::of(commands, layout);
+    let reply = upstream
         .exec_block(
             target,
             &block.prelude,
@@ -72,7 +81,7 @@ pub async fn run_single(
             proto,
         )
         .await;
-    match block.client_elements(&proxy, &reply, proto) {
+    match block.client_elements(layout, &reply, proto) {
         Some(elements) => encode::array_frame(elements.len(), &elements),
         None => reply,
     }
@@ -83,7 +92,8 @@ pub async fn run_single(
 /// block failed as a whole (`-EXECABORT`, a lost connection) shows that error in the
 /// place of each of its commands.
 pub async fn run_split(
-    proxy: Arc<Proxy>,
+    upstream: &Upstream,
+    layout: Option<&impl BlockLayout>,
     commands: Vec<Queued>,
     slots: SmallVec<[u16; 4]>,
     proto: Proto,
@@ -102,22 +112,19 @@ pub async fn run_split(
     let runs = groups
         .into_iter()
         .zip(slots.iter())
-        .map(|((indices, queued), &slot)| {
-            let proxy = &proxy;
-            async move {
-                let block = Block::of(queued);
-                let reply = proxy
-                    .exec_block(
-                        Target::Slot(slot),
-                        &block.prelude,
-                        &block.requests,
-                        None,
-                        None,
-                        proto,
-                    )
-                    .await;
-                (indices, block.client_elements(proxy, &reply, proto), reply)
-            }
+        .map(|((indices, queued), &slot)| async move {
+            let block = Block::of(queued, layout);
+            let reply = upstream
+                .exec_block(
+                    Target::Slot(slot),
+                    &block.prelude,
+                    &block.requests,
+                    None,
+                    None,
+                    proto,
+                )
+                .await;
+            (indices, block.client_elements(layout, &reply, proto), reply)
         });
     let replies = join_all(runs).await;
     let mut placed: Vec<Option<Bytes>> = vec![None; total];
@@ -163,16 +170,14 @@ struct Block {
 }
 
 impl Block {
-    fn of(commands: Vec<Queued>) -> Block {
+    fn of(commands: Vec<Queued>, layout: Option<&impl BlockLayout>) -> Block {
         let mut block = Block {
             prelude: Vec::new(),
             requests: Vec::with_capacity(commands.len()),
             shapes: Vec::with_capacity(commands.len()),
         };
-        if commands.iter().any(|c| c.needs_script) {
-            block
-                .prelude
-                .push(crate::dispatch::layout::ActiveLayout::script_load_request());
+        if let Some(layout) = layout.filter(|_| commands.iter().any(|c| c.needs_script)) {
+            block.prelude.push(layout.script_load_request());
         }
         for command in commands {
             block.shapes.push((command.requests.len(), command.reverse));
@@ -185,7 +190,12 @@ impl Block {
     /// refreshes dropped), key names reverse-rewritten. `None` when there is nothing to
     /// change, or `reply` is not the array of the block's replies (a failed WATCH, an
     /// error): then `reply` goes to the client as it is.
-    fn client_elements(&self, proxy: &Proxy, reply: &Bytes, proto: Proto) -> Option<Vec<Bytes>> {
+    fn client_elements(
+        &self,
+        layout: Option<&impl BlockLayout>,
+        reply: &Bytes,
+        proto: Proto,
+    ) -> Option<Vec<Bytes>> {
         let elements = array_elements(reply).filter(|e| e.len() == self.requests.len())?;
         if self
             .shapes
@@ -194,14 +204,13 @@ impl Block {
         {
             return Some(elements);
         }
-        let active = proxy.layout.as_deref();
         let mut out = Vec::with_capacity(self.shapes.len());
         let mut at = 0;
         for (count, name) in &self.shapes {
             let element = elements.get(at)?.clone();
             at += count;
-            let shown = match (active, name) {
-                (Some(active), Some(name)) => active
+            let shown = match (layout, name) {
+                (Some(layout), Some(name)) => layout
                     .reverse_reply(name, element)
                     .unwrap_or_else(|| encode::null_frame(proto)),
                 _ => element,

@@ -19,14 +19,14 @@ use crate::protocol::Proto;
 use crate::reply;
 use crate::route::Redirect;
 
-use crate::dispatch::Proxy;
+use super::Upstream;
 
-/// Parts of [`Proxy::forward_each`] kept inline: a multi-key command splits per slot, and
+/// Parts of [`Upstream::forward_each`] kept inline: a multi-key command splits per slot, and
 /// the random keys of an MSET or MGET of up to 16 keys are as many parts, which then need no
 /// allocation per part list.
 pub const PARTS_INLINE: usize = 16;
 
-/// A part of [`Proxy::forward_each`] that goes on after its first answer.
+/// A part of [`Upstream::forward_each`] that goes on after its first answer.
 type Resumed<'a> = Pin<Box<dyn Future<Output = Bytes> + Send + 'a>>;
 
 /// Where the first attempt of a command goes.
@@ -38,14 +38,14 @@ pub enum Target {
     AnyMaster,
 }
 
-impl Proxy {
+impl Upstream {
     /// Sends `request` (one raw RESP command) and returns its reply frame, after redirects
     /// and retries. Errors that reach the client are final.
     pub async fn forward(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
         self.forward_from(target, request, proto, None).await
     }
 
-    /// Like [`Proxy::forward`] for a request already sent once to `conn` (the master of
+    /// Like [`Upstream::forward`] for a request already sent once to `conn` (the master of
     /// its slot) that came back with `answer`: the first attempt's outcome is handled as
     /// `forward` would have handled it.
     pub async fn forward_after(
@@ -61,7 +61,7 @@ impl Proxy {
     }
 
     /// Forwards `slots.len()` single-slot requests at once and returns their replies in
-    /// request order, each followed through redirects and retries as [`Proxy::forward`]
+    /// request order, each followed through redirects and retries as [`Upstream::forward`]
     /// would. Request `i` goes to the master of `slots[i]` and is framed by `frame(i, out)`.
     /// All are framed into one buffer, grouped per master, so each master's batch is one
     /// slice of it: one allocation and no copy whatever the number of parts.
@@ -158,7 +158,7 @@ impl Proxy {
         proto: Proto,
         mut answered: Option<(NodeConn, Result<Bytes, BackendError>)>,
     ) -> Bytes {
-        let retry = &self.config.retry;
+        let retry = &self.retry;
         let mut redirects = 0;
         let mut attempts = 0;
         // The node a redirect names, and whether it was an ASK (send ASKING first).
@@ -277,7 +277,7 @@ impl Proxy {
         }
         let masters = masters.get_or_insert_with(|| self.topology.watch_masters());
         tokio::select! {
-            () = tokio::time::sleep(self.config.retry.backoff(*attempts)) => {}
+            () = tokio::time::sleep(self.retry.backoff(*attempts)) => {}
             // An error (the topology is gone) only disables this branch.
             Ok(()) = masters.changed() => {}
         }

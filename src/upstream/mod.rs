@@ -13,6 +13,11 @@
 //! - [`subscription`]: a client's subscription connections, which read what nodes push;
 //!   [`pushes`] reads those frames.
 //!
+//! [`Upstream`] is what every request of this layer runs with: the topology and the
+//! retry settings, built once per snapshot. The layer knows nothing of the dispatcher
+//! above it: what it needs from there (a key layout's reply rewrite, see
+//! [`block::BlockLayout`]) comes in as an argument.
+//!
 //! `backend` stays the endpoint (one node connection, pipelined); `topology` owns the
 //! shared connections and the slot map this layer routes with. The client session reaches
 //! nodes only through this layer.
@@ -25,6 +30,27 @@ pub mod pinned;
 pub mod pushes;
 pub mod subscription;
 
+use std::sync::Arc;
+
+use crate::config::RetryConfig;
+use crate::topology::Topology;
+
 pub use blocked::{BlockedOn, BLOCKED_ON};
 pub use forward::{is_final, Target, PARTS_INLINE};
 pub use pinned::{watch_failed, WatchPin};
+
+/// The concrete layer of one snapshot: the node connections requests go on and the retry
+/// and redirect limits they follow.
+pub struct Upstream {
+    /// The slot map and node connections.
+    pub topology: Arc<Topology>,
+    /// How many retries and redirects one request may spend, and the backoff between.
+    retry: RetryConfig,
+}
+
+impl Upstream {
+    /// The upstream over `topology`, retrying as `retry` says.
+    pub fn new(topology: Arc<Topology>, retry: RetryConfig) -> Upstream {
+        Upstream { topology, retry }
+    }
+}

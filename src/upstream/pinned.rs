@@ -20,9 +20,8 @@ use crate::reply;
 use crate::route::{NodeAddr, Redirect};
 use crate::topology::ScriptLease;
 
-use crate::dispatch::Proxy;
-
 use super::blocked::ShownBlocked;
+use super::Upstream;
 // Where dispatch finds them with the rest of the pinned connections.
 pub use super::blocked::{BlockedOn, BLOCKED_ON};
 use super::Target;
@@ -56,7 +55,7 @@ impl WatchPin {
     }
 }
 
-impl Proxy {
+impl Upstream {
     /// The node that serves `target` now, if the slot map knows one.
     pub fn node_for(&self, target: Target) -> Option<NodeAddr> {
         let routing = self.topology.routing();
@@ -75,7 +74,7 @@ impl Proxy {
         request: Bytes,
         proto: Proto,
     ) -> (Bytes, Option<WatchPin>) {
-        let mut budget = RetryBudget::new(&self.config.retry);
+        let mut budget = RetryBudget::new(&self.retry);
         let mut addr = self.node_for(Target::Slot(slot));
         let mut asking = false;
         loop {
@@ -142,7 +141,7 @@ impl Proxy {
         reusable: Option<NodeConn>,
         proto: Proto,
     ) -> Bytes {
-        let mut budget = RetryBudget::new(&self.config.retry);
+        let mut budget = RetryBudget::new(&self.retry);
         let watched = pin.is_some();
         let (mut conn, mut asking) = match pin {
             Some(pin) => {
@@ -241,7 +240,7 @@ impl Proxy {
 
     /// Runs a client's script call (EVAL, EVALSHA, FCALL and their `_RO` forms) on a
     /// connection of its own from the script pool (see `topology::ScriptConns`), following
-    /// MOVED/ASK and retrying as [`Proxy::forward`] does: a script that runs long holds
+    /// MOVED/ASK and retrying as [`Upstream::forward`] does: a script that runs long holds
     /// only its own connection, and the other clients' commands to that master get the
     /// node's `-BUSY` as on one Redis. `-NOSCRIPT` is the caller's to handle.
     pub async fn run_script_alone(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
@@ -249,7 +248,7 @@ impl Proxy {
     }
 
     async fn run_alone(&self, target: Target, request: Bytes, proto: Proto, alone: Alone) -> Bytes {
-        let mut budget = RetryBudget::new(&self.config.retry);
+        let mut budget = RetryBudget::new(&self.retry);
         let mut redirected: Option<(NodeAddr, bool)> = None;
         loop {
             let (node, asking) = match redirected.take() {
@@ -323,7 +322,7 @@ impl Proxy {
     }
 }
 
-/// What runs on a connection of its own in [`Proxy::run_alone`].
+/// What runs on a connection of its own in [`Upstream::run_alone`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Alone {
     /// A blocking command: a new connection, shown in the session's [`BlockedOn`].
@@ -332,7 +331,7 @@ enum Alone {
     Script,
 }
 
-/// The connection one attempt of [`Proxy::run_alone`] runs on.
+/// The connection one attempt of [`Upstream::run_alone`] runs on.
 enum Lease {
     Own(NodeConn),
     Pooled(ScriptLease),

@@ -104,6 +104,7 @@ impl Proxy {
             Emulated::Info => self.info(request, proto).await,
             Emulated::ConfigGet => {
                 let upstream = self
+                    .upstream
                     .forward(Target::AnyMaster, request.raw.clone(), proto)
                     .await;
                 config_as_one_node(&upstream, &port.to_string()).unwrap_or(upstream)

@@ -102,6 +102,7 @@ impl Proxy {
             ]));
         };
         let replies = self
+            .upstream
             .forward_each(&slots, frame, channels.len() * 48, proto)
             .await;
         // Redis 7.0 answers a flat array; later versions a map in RESP3. Keep the nodes' form.

@@ -179,6 +179,7 @@ impl Proxy {
     async fn read_index(&self, index_key: &Bytes) -> Result<Vec<Bytes>, Bytes> {
         let call = encode_request(&[b"EVAL", LIST_SCRIPT.as_bytes(), b"1", index_key]);
         let reply = self
+            .upstream
             .forward(Target::Slot(key_slot(index_key)), call, Proto::Resp2)
             .await;
         merge::array_elements(&reply)
@@ -218,7 +219,7 @@ impl Proxy {
                 _ => name.clone(),
             };
             let reply = self
-                .forward(
+                .upstream.forward(
                     Target::Slot(key_slot(&cluster)),
                     encode_request(&[b"TYPE", &cluster]),
                     Proto::Resp2,

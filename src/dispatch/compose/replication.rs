@@ -106,6 +106,7 @@ impl Proxy {
             // Redis's own error for bad arguments; the retries of any command for a slot
             // without a master.
             return self
+                .upstream
                 .run_blocking(Target::Slot(slot), request.raw, proto)
                 .await;
         };

@@ -6,6 +6,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::protocol::ReplyView;
 use crate::reply::merge;
 use crate::rewrite::Reverse;
+use crate::upstream::block::BlockLayout;
 
 use super::ActiveLayout;
 
@@ -100,6 +101,17 @@ impl ActiveLayout {
             *stream = self.rewrite_first_element(stream.clone());
         }
         rebuild(&reply, &streams)
+    }
+}
+
+/// What a transaction's blocks need from the layout, for the concrete layer that runs them.
+impl BlockLayout for ActiveLayout {
+    fn script_load_request(&self) -> Bytes {
+        ActiveLayout::script_load_request()
+    }
+
+    fn reverse_reply(&self, name: &str, reply: Bytes) -> Option<Bytes> {
+        ActiveLayout::reverse_reply(self, name, reply)
     }
 }
 

@@ -22,6 +22,7 @@ pub async fn start(proxy: &Proxy, active: &ActiveLayout) -> Result<(), String> {
         };
         let get = encode_request(&[b"GET", &marker]);
         let reply = proxy
+            .upstream
             .forward(Target::Slot(key_slot(&marker)), get, Proto::Resp2)
             .await;
         if reply.first() == Some(&b'-') {

@@ -86,6 +86,7 @@ impl Proxy {
                 Some(shown) => return shown,
                 None => {
                     reply = self
+                        .upstream
                         .forward(
                             Target::AnyMaster,
                             Bytes::from_static(b"*1\r\n$9\r\nRANDOMKEY\r\n"),
@@ -167,7 +168,8 @@ impl Proxy {
                 part_args.iter().skip(1).step_by(stride).cloned().collect();
             if indexed.is_empty() {
                 let refs: Vec<&[u8]> = part_args.iter().map(|a| &a[..]).collect();
-                self.forward(Target::Slot(*slot), encode_request(&refs), proto)
+                self.upstream
+                    .forward(Target::Slot(*slot), encode_request(&refs), proto)
                     .await
             } else {
                 self.upkeep_call(active, *slot, indexed, &keys, part_args, proto)
@@ -308,6 +310,7 @@ impl Proxy {
         };
         if let Some(sha) = active.sha() {
             let reply = self
+                .upstream
                 .forward(Target::Slot(slot), build(b"EVALSHA", sha), proto)
                 .await;
             if !reply.starts_with(b"-NOSCRIPT") {
@@ -315,12 +318,13 @@ impl Proxy {
             }
         }
         // The node lost its script cache (restart, failover, SCRIPT FLUSH): EVAL loads it.
-        self.forward(
-            Target::Slot(slot),
-            build(b"EVAL", UPKEEP_SCRIPT.as_bytes()),
-            proto,
-        )
-        .await
+        self.upstream
+            .forward(
+                Target::Slot(slot),
+                build(b"EVAL", UPKEEP_SCRIPT.as_bytes()),
+                proto,
+            )
+            .await
     }
 }
 

@@ -23,6 +23,7 @@ impl Proxy {
     pub(in crate::dispatch) async fn info(&self, request: &Request, proto: Proto) -> Bytes {
         let wanted = InfoSections::of(&request.args[1..]);
         let upstream = self
+            .upstream
             .forward(Target::AnyMaster, request.raw.clone(), proto)
             .await;
         let Some(text) = info_text(&upstream) else {

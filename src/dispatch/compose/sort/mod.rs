@@ -232,6 +232,7 @@ impl Proxy {
             && sort.store.is_some()
             && self.key_type(&sort.key).await == "set";
         let listed = self
+            .upstream
             .forward(key_target, sort.node_request(force_alpha), Proto::Resp2)
             .await;
         let mut elements = match bulk_strings(&listed) {
@@ -283,6 +284,7 @@ impl Proxy {
     async fn key_type(&self, key: &Bytes) -> String {
         let request = encode::encode_request(&[b"TYPE", key]);
         let reply = self
+            .upstream
             .forward(Target::Slot(key_slot(key)), request, Proto::Resp2)
             .await;
         String::from_utf8_lossy(reply.strip_prefix(b"+").unwrap_or_default())
@@ -329,6 +331,7 @@ impl Proxy {
             out.extend_from_slice(&request);
         };
         let replies = self
+            .upstream
             .forward_each(&slots, frame, asked.len() * 32, Proto::Resp2)
             .await;
         let mut values: Vec<Option<Bytes>> = lookups
@@ -354,7 +357,8 @@ impl Proxy {
         let mut args: Vec<&[u8]> = vec![b"EVAL", STORE_SCRIPT.as_bytes(), b"1", destination];
         args.extend(values.iter().map(|v| v.as_deref().unwrap_or_default()));
         let request = encode::encode_request(&args);
-        self.forward(Target::Slot(key_slot(destination)), request, Proto::Resp2)
+        self.upstream
+            .forward(Target::Slot(key_slot(destination)), request, Proto::Resp2)
             .await
     }
 }
