@@ -22,6 +22,7 @@ const CHECKED_NAMES: &[&str] = &[
     "auth",
     "hello",
     "acl",
+    "config",
     "reset",
     "client",
     "multi",

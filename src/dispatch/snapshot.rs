@@ -43,6 +43,8 @@ pub struct Proxy {
     pub readiness: Arc<crate::topology::Readiness>,
     /// Proxy users (AUTH, ACL).
     pub auth: crate::auth::Auth,
+    /// The live users AUTH, HELLO and the ACL commands act on, and the ACL log.
+    pub acl: crate::acl::Shared,
     /// Commands the proxy refuses.
     pub policy: crate::policy::Policy,
 }
@@ -68,6 +70,8 @@ pub struct Fixed {
     pub plain_commands: Arc<CommandSet>,
     /// What `/readyz` reports.
     pub readiness: Arc<crate::topology::Readiness>,
+    /// The live users and the ACL log (a reload keeps them unless users change).
+    pub acl: crate::acl::Shared,
 }
 
 /// A [`Proxy`] snapshot in the making: its configuration, with the users and the command
@@ -111,6 +115,7 @@ impl Builder {
             command_metrics,
             plain_commands,
             readiness,
+            acl,
         } = fixed;
         Proxy {
             config: self.config,
@@ -126,6 +131,7 @@ impl Builder {
             plain_commands,
             readiness,
             auth: self.auth,
+            acl,
             policy: self.policy,
         }
     }
@@ -143,6 +149,7 @@ impl Proxy {
             command_metrics: self.command_metrics.clone(),
             plain_commands: self.plain_commands.clone(),
             readiness: self.readiness.clone(),
+            acl: self.acl.clone(),
         }
     }
 }
