@@ -143,7 +143,8 @@ impl AsyncWrite for ClientWriter {
 /// The user a new client starts as: the one its certificate names (see
 /// [`certificate_user`]), else the open `default` user, if any.
 pub fn initial_user(stream: &ClientStream, proxy: &crate::dispatch::Proxy) -> Option<String> {
-    certificate_user(stream, proxy).or_else(|| super::local::ConnState::initial_user(&proxy.acl.users))
+    certificate_user(stream, proxy)
+        .or_else(|| super::local::ConnState::initial_user(&proxy.acl.users))
 }
 
 /// The user a client's certificate logs it in as, with `tls.auth_clients_user: CN`: its

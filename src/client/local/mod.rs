@@ -228,7 +228,14 @@ pub fn client_info(state: &ConnState, registry: &Registry, proxy: &Proxy) -> Str
 }
 
 /// Records a refusal of `user`'s command in the ACL log.
-pub fn log_denial(log: &AclLog, reason: Reason, multi: bool, object: &[u8], user: &str, info: &str) {
+pub fn log_denial(
+    log: &AclLog,
+    reason: Reason,
+    multi: bool,
+    object: &[u8],
+    user: &str,
+    info: &str,
+) {
     let context = if multi {
         Context::Multi
     } else {
@@ -248,7 +255,12 @@ fn show_user(state: &ConnState, registry: &Registry) {
 }
 
 /// AUTH [user] password: on success the connection runs as that user.
-fn authenticate(state: &mut ConnState, registry: &Registry, proxy: &Proxy, args: &[Bytes]) -> Bytes {
+fn authenticate(
+    state: &mut ConnState,
+    registry: &Registry,
+    proxy: &Proxy,
+    args: &[Bytes],
+) -> Bytes {
     let users = &proxy.acl.users;
     let (user, password) = match args.len() {
         // With no password configured, `AUTH password` is a mistake worth naming, as in Redis.
@@ -267,10 +279,13 @@ fn authenticate(state: &mut ConnState, registry: &Registry, proxy: &Proxy, args:
         }
         None => {
             let info = client_info(state, registry, proxy);
-            proxy
-                .acl
-                .log
-                .record(Reason::Auth, Context::TopLevel, &args[0], user, info.as_bytes());
+            proxy.acl.log.record(
+                Reason::Auth,
+                Context::TopLevel,
+                &args[0],
+                user,
+                info.as_bytes(),
+            );
             crate::metrics::auth_failure();
             tracing::debug!(client = state.id, "authentication failed");
             reply::error(crate::auth::WRONGPASS)
