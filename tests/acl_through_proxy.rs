@@ -217,3 +217,29 @@ fn acl_changes_are_refused_unless_the_policy_allows_them() {
     assert_eq!(con.call(&["ACL", "USERS"]), "*1\r\n$7\r\ndefault\r\n");
     assert_eq!(con.call(&["GET", "policy:k"]), "$-1\r\n");
 }
+
+#[test]
+fn a_subscriber_whose_channel_rules_shrink_is_closed_at_its_next_command() {
+    let proxy = shared_proxy();
+    let mut admin = Raw::connect(proxy.addr());
+    let setuser = &[
+        "ACL", "SETUSER", "listener", "on", ">lpw", "+@all", "~*", "&news",
+    ];
+    assert_eq!(admin.call(setuser), "+OK\r\n");
+    let mut con = Raw::connect(proxy.addr());
+    assert_eq!(con.call(&["AUTH", "listener", "lpw"]), "+OK\r\n");
+    assert_eq!(
+        con.call(&["SUBSCRIBE", "news"]),
+        "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n"
+    );
+    // Widening the rules keeps the subscriber.
+    let widen = &["ACL", "SETUSER", "listener", "&sports"];
+    assert_eq!(admin.call(widen), "+OK\r\n");
+    assert_eq!(con.call(&["PING"]), "*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+    let narrow = &["ACL", "SETUSER", "listener", "resetchannels", "&sports"];
+    assert_eq!(admin.call(narrow), "+OK\r\n");
+    con.send(&["PING"]);
+    let (data, closed) = read_until_close(&mut con.stream, Duration::from_secs(5));
+    assert!(closed, "subscriber still connected");
+    assert!(data.is_empty(), "{:?}", String::from_utf8_lossy(&data));
+}

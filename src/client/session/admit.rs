@@ -85,7 +85,7 @@ impl Session<'_> {
         was_held: bool,
         pass_started: &mut Option<std::time::Instant>,
     ) -> ControlFlow<(), Option<Running>> {
-        if !self.ident.refresh_user() {
+        if !self.ident.refresh_user(self.subs.pubsub.is_subscribed()) {
             // As Redis's ACL DELUSER, which disconnects the user's clients.
             self.end.closing = true;
             return ControlFlow::Continue(None);

@@ -329,16 +329,18 @@ impl Identity {
     }
 
     /// Follows ACL SETUSER, DELUSER and LOAD since the last command (one atomic load when
-    /// nothing changed): `false` when the user was deleted, and the connection must close.
-    fn refresh_user(&mut self) -> bool {
+    /// nothing changed): `false` when the connection must close, as Redis closes it: the
+    /// user was deleted, or a `subscribed` session's user lost channel rules.
+    fn refresh_user(&mut self, subscribed: bool) -> bool {
         let Some(Some(held)) = &self.user else {
             return true;
         };
         match self.snapshot.acl.users.refresh(held) {
             Freshness::Current => true,
             Freshness::Changed(new) => {
+                let keep = !(subscribed && new.narrows_channels_of(held));
                 self.user = Some(Some(new));
-                true
+                keep
             }
             Freshness::Deleted => false,
         }
