@@ -85,7 +85,6 @@ mod tests {
             "info",
             "keys",
             "scan",
-            "config get",
             "object encoding",
             "script load",
             "flushall",

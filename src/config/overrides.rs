@@ -29,6 +29,7 @@ pub const TOP_LEVEL_FIELDS: &[&str] = &[
     "requirepass",
     "protected_mode",
     "users",
+    "aclfile",
     "commands",
     "maxclients",
     "timeout",

@@ -407,6 +407,9 @@ mod tests {
             &["echo", "x"],
             &["client", "setname", "x"],
             &["acl", "WHOAMI"],
+            &["acl", "cat"],
+            &["config", "set", "requirepass", "x"],
+            &["config", "GET", "maxmemory", "requirepass"],
             &["reset"],
             &["slotbridge", "explain", "get", "k"],
         ] {
@@ -417,7 +420,9 @@ mod tests {
         }
         for words in [
             &["get", "k"][..],
-            &["acl", "cat"],
+            &["acl"],
+            &["config", "get", "*"],
+            &["config", "set", "maxmemory", "requirepass"],
             &["client"],
             &["readonly", "x"],
             &["reset", "x"],
