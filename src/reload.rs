@@ -188,7 +188,9 @@ impl Live {
         } else {
             running.layout.clone()
         };
-        let next = builder.build(topology, layout, running.fixed());
+        let mut fixed = running.fixed();
+        fixed.acl = fixed.acl.for_reload(&running.config, config)?;
+        let next = builder.build(topology, layout, fixed);
         // New layout rules are checked (upkeep script loaded, marker read) before they serve.
         if let (true, Some(active)) = (layout_changed, &next.layout) {
             crate::dispatch::layout::start(&next, active).await?;

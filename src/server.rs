@@ -99,6 +99,7 @@ pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), 
         started: Instant::now(),
         scripts,
         readiness,
+        acl: crate::acl::Shared::from_config(builder.config())?,
     };
     let mut proxy = builder.build(topology, layout, fixed);
     // Before binding: a refused layout must not look like a proxy that is up.

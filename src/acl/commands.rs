@@ -186,43 +186,49 @@ pub fn deluser(users: &UserSet, names: &[Bytes]) -> Bytes {
 }
 
 fn load(users: &UserSet) -> Bytes {
+    match load_users_file(users, false) {
+        Ok(()) => ok(),
+        Err(e) => reply::error(&e),
+    }
+}
+
+/// ACL LOAD: the users file replaces the whole set (the error is the reply's text). With
+/// `missing_ok` (start-up and reload) a file that does not exist yet leaves the set as is,
+/// so ACL SAVE can create it.
+pub fn load_users_file(users: &UserSet, missing_ok: bool) -> Result<(), String> {
     let Some(path) = &users.users_file else {
-        return reply::error(text::NO_ACL_FILE);
+        return Err(text::NO_ACL_FILE.into());
     };
     let filename = path.display().to_string();
     let data = match std::fs::read(path) {
         Ok(data) => data,
+        Err(e) if missing_ok && e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => {
-            return reply::error(&format!(
+            return Err(format!(
                 "ERR Error loading ACLs, opening file '{filename}': {}",
                 io_text(&e)
             ))
         }
     };
     let catalog = users.catalog();
-    let loaded = match super::file::parse(&data, &filename, catalog) {
-        Ok(loaded) => loaded,
-        Err(errors) => return reply::error(&format!("ERR {errors}")),
-    };
-    let result = users.update(true, |set, generation| {
-        let mut next = super::set::Users::new();
-        for acl in loaded {
-            let scripts = set.get(&acl.name).and_then(|live| live.scripts);
-            next.insert(acl.name.clone(), users.live(acl, scripts, generation)?);
-        }
-        if !next.contains_key("default") {
-            let mut default = AclUser::default_user(catalog);
-            default.enabled = false;
-            default.nopass = false;
-            next.insert("default".into(), users.live(default, None, generation)?);
-        }
-        *set = next;
-        Ok(())
-    });
-    match result {
-        Ok(()) => ok(),
-        Err(e) => reply::error(&format!("ERR {e}")),
-    }
+    let loaded = super::file::parse(&data, &filename, catalog).map_err(|e| format!("ERR {e}"))?;
+    users
+        .update(true, |set, generation| {
+            let mut next = super::set::Users::new();
+            for acl in loaded {
+                let scripts = set.get(&acl.name).and_then(|live| live.scripts);
+                next.insert(acl.name.clone(), users.live(acl, scripts, generation)?);
+            }
+            if !next.contains_key("default") {
+                let mut default = AclUser::default_user(catalog);
+                default.enabled = false;
+                default.nopass = false;
+                next.insert("default".into(), users.live(default, None, generation)?);
+            }
+            *set = next;
+            Ok(())
+        })
+        .map_err(|e| format!("ERR {e}"))
 }
 
 /// The `strerror` text of an IO error, as Redis prints it.

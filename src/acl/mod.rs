@@ -59,15 +59,17 @@ mod describe;
 mod file;
 mod log;
 mod set;
-pub mod text;
+mod shared;
+pub use crate::reply::acl as text;
 mod user;
 
 pub use catalog::Catalog;
-pub use commands::{answer, deluser, merge_selectors, setuser, AclRequest};
+pub use commands::{answer, deluser, load_users_file, merge_selectors, setuser, AclRequest};
 pub use describe::{command_rules, getuser_reply, list_line};
 pub use file::{parse as parse_users_file, render as render_users_file, user_from_config};
 pub use log::{format_17g, AclLog, Context, Reason, ACLLOG_MAX_LEN};
 pub use set::{Freshness, LiveUser, UserSet, Users};
+pub use shared::Shared;
 pub use user::{sha256_hex, AclUser, RuleError, Sanitize};
 
 #[cfg(test)]

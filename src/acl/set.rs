@@ -89,6 +89,19 @@ impl LiveUser {
     pub fn is_deleted(&self) -> bool {
         self.state.load(Ordering::Acquire) == DELETED
     }
+
+    /// Whether `self`, the same user after a change, may no longer use some channel
+    /// `before` allowed: every channel rule `before` had is gone unless `self` keeps it or
+    /// has `allchannels` (Redis's `ACLKillPubsubClientsIfNeeded` shortcut). A subscribed
+    /// session then closes; unlike Redis, it does not first check whether its own
+    /// subscriptions are among those still allowed.
+    pub fn narrows_channels_of(&self, before: &LiveUser) -> bool {
+        let (old, new) = (&before.acl, &self.acl);
+        if new.allchannels {
+            return false;
+        }
+        old.allchannels || old.channels.iter().any(|c| !new.channels.contains(c))
+    }
 }
 
 /// What a session's held user has become (see [`UserSet::refresh`]).

@@ -143,7 +143,8 @@ impl AsyncWrite for ClientWriter {
 /// The user a new client starts as: the one its certificate names (see
 /// [`certificate_user`]), else the open `default` user, if any.
 pub fn initial_user(stream: &ClientStream, proxy: &crate::dispatch::Proxy) -> Option<String> {
-    certificate_user(stream, proxy).or_else(|| super::local::ConnState::initial_user(&proxy.auth))
+    certificate_user(stream, proxy)
+        .or_else(|| super::local::ConnState::initial_user(&proxy.acl.users))
 }
 
 /// The user a client's certificate logs it in as, with `tls.auth_clients_user: CN`: its
@@ -154,5 +155,10 @@ pub fn certificate_user(stream: &ClientStream, proxy: &crate::dispatch::Proxy) -
         return None;
     }
     let name = stream.peer_common_name()?;
-    proxy.auth.user(&name).map(|user| user.name.clone())
+    proxy
+        .acl
+        .users
+        .get(&name)
+        .filter(|live| live.acl.enabled)
+        .map(|live| live.acl.name.clone())
 }

@@ -76,6 +76,9 @@ pub struct Config {
     pub protected_mode: bool,
     /// Proxy-side ACL users (see [`UserConfig`]).
     pub users: Vec<UserConfig>,
+    /// The users file (Redis's `aclfile`): read at start-up and reload after `users`,
+    /// its users replacing those of the same name; written by ACL SAVE, read by ACL LOAD.
+    pub aclfile: Option<std::path::PathBuf>,
     /// Commands the proxy refuses or allows on top of its default policy.
     pub commands: CommandsConfig,
     /// Most clients connected at once; the next one gets an error and is closed.
@@ -126,6 +129,7 @@ impl Default for Config {
             requirepass: None,
             protected_mode: true,
             users: Vec::new(),
+            aclfile: None,
             commands: CommandsConfig::default(),
             maxclients: 10_000,
             timeout: 0,

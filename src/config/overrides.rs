@@ -30,6 +30,7 @@ pub const TOP_LEVEL_FIELDS: &[&str] = &[
     "requirepass",
     "protected_mode",
     "users",
+    "aclfile",
     "commands",
     "maxclients",
     "timeout",

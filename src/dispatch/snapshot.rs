@@ -46,6 +46,8 @@ pub struct Proxy {
     pub readiness: Arc<crate::topology::Readiness>,
     /// Proxy users (AUTH, ACL).
     pub auth: crate::auth::Auth,
+    /// The live users AUTH, HELLO and the ACL commands act on, and the ACL log.
+    pub acl: crate::acl::Shared,
     /// Commands the proxy refuses.
     pub policy: crate::policy::Policy,
 }
@@ -71,6 +73,8 @@ pub struct Fixed {
     pub plain_commands: Arc<CommandSet>,
     /// What `/readyz` reports.
     pub readiness: Arc<crate::topology::Readiness>,
+    /// The live users and the ACL log (a reload keeps them unless users change).
+    pub acl: crate::acl::Shared,
 }
 
 /// A [`Proxy`] snapshot in the making: its configuration, with the users and the command
@@ -114,6 +118,7 @@ impl Builder {
             command_metrics,
             plain_commands,
             readiness,
+            acl,
         } = fixed;
         Proxy {
             upstream: Upstream::new(topology.clone(), self.config.retry.clone()),
@@ -130,6 +135,7 @@ impl Builder {
             plain_commands,
             readiness,
             auth: self.auth,
+            acl,
             policy: self.policy,
         }
     }
@@ -147,6 +153,7 @@ impl Proxy {
             command_metrics: self.command_metrics.clone(),
             plain_commands: self.plain_commands.clone(),
             readiness: self.readiness.clone(),
+            acl: self.acl.clone(),
         }
     }
 }

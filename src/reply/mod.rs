@@ -2,6 +2,7 @@
 //! Redis's own, so clients and their error matching see familiar messages.
 
 pub mod access;
+pub mod acl;
 pub mod connection;
 pub mod crossslot;
 pub mod merge;

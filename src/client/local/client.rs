@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 
-use crate::auth::Auth;
+use crate::acl::UserSet;
 use crate::dispatch::Proxy;
 use crate::protocol::{encode, parse_i64, Proto};
 use crate::reply;
@@ -23,7 +23,7 @@ pub(super) fn answer(
     proxy: &Arc<Proxy>,
     args: &[Bytes],
 ) -> Option<Answer> {
-    let auth = &proxy.auth;
+    let auth = &*proxy.acl.users;
     let names = |index: usize| proxy.commands.spec(index).map(|spec| spec.name.as_str());
     let sub = args[1].to_ascii_lowercase();
     let reply = match (sub.as_slice(), args.len()) {
@@ -263,7 +263,7 @@ fn unknown_client_type(name: &[u8]) -> Bytes {
 /// CLIENT KILL addr (answers +OK, and may end the caller's own connection) or CLIENT KILL
 /// filter value ... (answers how many clients it ended, sparing the caller unless SKIPME
 /// no). Ended clients are closed at once, their pending replies dropped, as in Redis.
-fn kill(state: &ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]) -> Option<Answer> {
+fn kill(state: &ConnState, registry: &Registry, auth: &UserSet, args: &[Bytes]) -> Option<Answer> {
     let old_form = args.len() == 3;
     let filter = if old_form {
         KillFilter {
@@ -290,7 +290,7 @@ fn kill(state: &ConnState, registry: &Registry, auth: &Auth, args: &[Bytes]) -> 
     })
 }
 
-fn kill_filter(auth: &Auth, options: &[Bytes]) -> Result<KillFilter, Bytes> {
+fn kill_filter(auth: &UserSet, options: &[Bytes]) -> Result<KillFilter, Bytes> {
     let mut filter = KillFilter {
         skip_me: true,
         ..KillFilter::default()
@@ -313,7 +313,7 @@ fn kill_filter(auth: &Auth, options: &[Bytes]) -> Result<KillFilter, Bytes> {
             b"laddr" => filter.laddr = Some(lossy(value)),
             b"user" => {
                 let name = lossy(value);
-                if !auth.exists(&name) {
+                if auth.get(&name).is_none() {
                     return Err(reply::error(&reply::connection::no_such_user(&name)));
                 }
                 filter.user = Some(name);

@@ -1,7 +1,8 @@
 //! Commands about the connection itself, answered by the proxy as a single Redis would:
-//! PING, ECHO, QUIT, SELECT, HELLO, AUTH, RESET, READONLY/READWRITE, ASKING and CLIENT's
-//! connection subcommands. Everything else goes to the dispatcher.
+//! PING, ECHO, QUIT, SELECT, HELLO, AUTH, RESET, READONLY/READWRITE, ASKING, CLIENT's
+//! connection subcommands, ACL and CONFIG SET/GET requirepass (the proxy's own users). Everything else goes to the dispatcher.
 
+mod acl;
 mod client;
 mod slotbridge;
 
@@ -10,7 +11,8 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
 
-use crate::auth::{Auth, User};
+use crate::acl::{AclLog, Context, Reason, UserSet};
+use crate::auth::{Denial, User};
 use crate::command::{CommandFlags, CommandTable};
 use crate::dispatch::Proxy;
 use crate::protocol::{encode, parse_i64, FoldedName, Proto, Request};
@@ -69,8 +71,8 @@ pub fn sets_reply_mode(request: &Request) -> bool {
 
 impl ConnState {
     /// The user a new connection starts as: `default` when it needs no password.
-    pub fn initial_user(auth: &Auth) -> Option<String> {
-        auth.open_default().map(|user| user.name.clone())
+    pub fn initial_user(users: &UserSet) -> Option<String> {
+        users.open_default().map(|user| user.acl.name.clone())
     }
 }
 
@@ -88,7 +90,12 @@ pub fn allowed_before_auth(request: &Request) -> bool {
 /// subscriptions never reach the dispatcher's own check (which adds the key patterns).
 /// As in Redis, QUIT and the commands flagged `no_auth` (AUTH, HELLO, RESET) are open to
 /// every user.
-pub fn acl_refusal(commands: &CommandTable, user: &User, request: &Request) -> Option<Bytes> {
+pub fn acl_refusal(
+    commands: &CommandTable,
+    user: &User,
+    request: &Request,
+    on_denial: impl FnOnce(Reason, &[u8]),
+) -> Option<Bytes> {
     if user.is_unrestricted() || request.name().eq_ignore_ascii_case(b"quit") {
         return None;
     }
@@ -97,6 +104,15 @@ pub fn acl_refusal(commands: &CommandTable, user: &User, request: &Request) -> O
         return None;
     }
     let denial = user.denial_before_keys(spec, &request.args)?;
+    match denial {
+        // As Redis logs it: the first channel refused (approximated by the first named).
+        Denial::Channels => on_denial(
+            Reason::Channel,
+            request.args.get(1).map_or(&b""[..], |arg| &arg[..]),
+        ),
+        Denial::Keys => on_denial(Reason::Key, spec.name.as_bytes()),
+        Denial::Command | Denial::Scripts => on_denial(Reason::Command, spec.name.as_bytes()),
+    }
     Some(reply::error(&denial.text(&spec.name)))
 }
 
@@ -129,7 +145,8 @@ pub fn answered_here(name: &[u8], args: &[Bytes]) -> bool {
         b"ping" | b"echo" | b"quit" | b"select" | b"asking" | b"auth" | b"hello" => true,
         b"slotbridge" => true,
         b"readonly" | b"readwrite" | b"reset" => args.len() == 1,
-        b"acl" => args.len() == 2 && args[1].eq_ignore_ascii_case(b"whoami"),
+        b"acl" => args.len() >= 2,
+        b"config" => acl::names_requirepass(args),
         b"client" => args.len() >= 2,
         _ => false,
     }
@@ -143,7 +160,7 @@ pub fn answer(
     request: &Request,
     name: &FoldedName,
 ) -> Option<Answer> {
-    let auth = &proxy.auth;
+    let users = &proxy.acl.users;
     let args = &request.args;
     if !answered_here(name.as_bytes(), args) {
         return None;
@@ -175,22 +192,21 @@ pub fn answer(
         b"asking" if args.len() == 1 => Answer::reply(ok()),
         b"asking" => Answer::reply(reply::wrong_arity("asking")),
         b"auth" => {
-            let reply = authenticate(state, auth, args);
+            let reply = authenticate(state, registry, proxy, args);
             show_user(state, registry);
             Answer::reply(reply)
         }
         b"hello" => {
-            let reply = hello(state, registry, auth, &proxy.server_version, args);
+            let reply = hello(state, registry, proxy, args);
             show_user(state, registry);
             Answer::reply(reply)
         }
-        b"acl" if args.len() == 2 && args[1].eq_ignore_ascii_case(b"whoami") => Answer::reply(
-            encode::bulk_frame(state.user.as_deref().unwrap_or("default").as_bytes()),
-        ),
+        b"acl" => Answer::reply(acl::answer_acl(state, proxy, args)),
+        b"config" => Answer::reply(acl::answer_requirepass(state, proxy, args)),
         b"reset" if args.len() == 1 => {
             state.proto = Proto::Resp2;
             state.name = None;
-            state.user = ConnState::initial_user(auth);
+            state.user = ConnState::initial_user(users);
             state.replies = ReplyMode::On;
             registry.update(state.id, |e| {
                 e.name.clear();
@@ -205,6 +221,29 @@ pub fn answer(
     }
 }
 
+/// The client's CLIENT LIST line, as the ACL log keeps it.
+pub fn client_info(state: &ConnState, registry: &Registry, proxy: &Proxy) -> String {
+    let names = |index: usize| proxy.commands.spec(index).map(|spec| spec.name.as_str());
+    registry.line(state.id, &names).unwrap_or_default()
+}
+
+/// Records a refusal of `user`'s command in the ACL log.
+pub fn log_denial(
+    log: &AclLog,
+    reason: Reason,
+    multi: bool,
+    object: &[u8],
+    user: &str,
+    info: &str,
+) {
+    let context = if multi {
+        Context::Multi
+    } else {
+        Context::TopLevel
+    };
+    log.record(reason, context, object, user.as_bytes(), info.as_bytes());
+}
+
 /// Shows the connection's user in CLIENT LIST (`default` before authentication, as Redis).
 fn show_user(state: &ConnState, registry: &Registry) {
     let user = state.user.as_deref().unwrap_or("default");
@@ -216,10 +255,16 @@ fn show_user(state: &ConnState, registry: &Registry) {
 }
 
 /// AUTH [user] password: on success the connection runs as that user.
-fn authenticate(state: &mut ConnState, auth: &Auth, args: &[Bytes]) -> Bytes {
+fn authenticate(
+    state: &mut ConnState,
+    registry: &Registry,
+    proxy: &Proxy,
+    args: &[Bytes],
+) -> Bytes {
+    let users = &proxy.acl.users;
     let (user, password) = match args.len() {
         // With no password configured, `AUTH password` is a mistake worth naming, as in Redis.
-        2 if auth.open_default().is_some() => {
+        2 if users.open_default().is_some() => {
             return reply::error(reply::text::AUTH_NOT_CONFIGURED)
         }
         2 => (&b"default"[..], &args[1]),
@@ -227,12 +272,20 @@ fn authenticate(state: &mut ConnState, auth: &Auth, args: &[Bytes]) -> Bytes {
         0 | 1 => return reply::wrong_arity("auth"),
         _ => return reply::error(reply::text::SYNTAX),
     };
-    match auth.check(user, password) {
-        Some(user) => {
-            state.user = Some(user.name.clone());
+    match users.check(user, password) {
+        Some(live) => {
+            state.user = Some(live.acl.name.clone());
             ok()
         }
         None => {
+            let info = client_info(state, registry, proxy);
+            proxy.acl.log.record(
+                Reason::Auth,
+                Context::TopLevel,
+                &args[0],
+                user,
+                info.as_bytes(),
+            );
             crate::metrics::auth_failure();
             tracing::debug!(client = state.id, "authentication failed");
             reply::error(crate::auth::WRONGPASS)
@@ -240,13 +293,8 @@ fn authenticate(state: &mut ConnState, auth: &Auth, args: &[Bytes]) -> Bytes {
     }
 }
 
-fn hello(
-    state: &mut ConnState,
-    registry: &Registry,
-    auth: &Auth,
-    version: &str,
-    args: &[Bytes],
-) -> Bytes {
+fn hello(state: &mut ConnState, registry: &Registry, proxy: &Proxy, args: &[Bytes]) -> Bytes {
+    let version: &str = &proxy.server_version;
     let mut proto = state.proto;
     let mut name = None;
     if let Some(version) = args.get(1) {
@@ -261,8 +309,8 @@ fn hello(
         while i < args.len() {
             let more = args.len() - i - 1;
             if args[i].eq_ignore_ascii_case(b"AUTH") && more >= 2 {
-                let credentials = [args[i].clone(), args[i + 1].clone(), args[i + 2].clone()];
-                let answer = authenticate(state, auth, &credentials);
+                let credentials = [args[0].clone(), args[i + 1].clone(), args[i + 2].clone()];
+                let answer = authenticate(state, registry, proxy, &credentials);
                 if answer.first() == Some(&b'-') {
                     return answer;
                 }
@@ -359,6 +407,9 @@ mod tests {
             &["echo", "x"],
             &["client", "setname", "x"],
             &["acl", "WHOAMI"],
+            &["acl", "cat"],
+            &["config", "set", "requirepass", "x"],
+            &["config", "GET", "maxmemory", "requirepass"],
             &["reset"],
             &["slotbridge", "explain", "get", "k"],
         ] {
@@ -369,7 +420,9 @@ mod tests {
         }
         for words in [
             &["get", "k"][..],
-            &["acl", "cat"],
+            &["acl"],
+            &["config", "get", "*"],
+            &["config", "set", "maxmemory", "requirepass"],
             &["client"],
             &["readonly", "x"],
             &["reset", "x"],

@@ -35,7 +35,11 @@ pub(super) fn answer(state: &ConnState, proxy: &Proxy, args: &[Bytes]) -> Bytes 
         return reply::wrong_arity("slotbridge");
     };
     let sub = sub.to_ascii_lowercase();
-    let user = state.user.as_deref().and_then(|name| proxy.auth.user(name));
+    let live = state
+        .user
+        .as_deref()
+        .and_then(|name| proxy.acl.users.get(name));
+    let user = live.as_ref().map(|live| &live.user);
     match sub.as_slice() {
         b"help" if args.len() == 2 => help(),
         b"explain" if args.len() >= 3 => {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::acl::LiveUser;
 use crate::auth;
 use crate::command::CommandSpec;
 use crate::dispatch::{Proxy, Route, BLOCKED_ON};
@@ -84,6 +85,11 @@ impl Session<'_> {
         was_held: bool,
         pass_started: &mut Option<std::time::Instant>,
     ) -> ControlFlow<(), Option<Running>> {
+        if !self.ident.refresh_user(self.subs.pubsub.is_subscribed()) {
+            // As Redis's ACL DELUSER, which disconnects the user's clients.
+            self.end.closing = true;
+            return ControlFlow::Continue(None);
+        }
         let snapshot = &self.ident.snapshot;
         // One lookup of the command serves the checks below and the routing.
         let command = snapshot.commands.lookup_index(&request.args);
@@ -203,7 +209,12 @@ impl Session<'_> {
         }
         let mut refusal = match user {
             Some(user) if !whole || !transaction.in_multi() => {
-                local::acl_refusal(&proxy.commands, user, request)
+                let (state, registry) = (&ident.state, self.client.registry);
+                local::acl_refusal(&proxy.commands, user, request, |reason, object| {
+                    let info = local::client_info(state, registry, proxy);
+                    let name = state.user.as_deref().unwrap_or("default");
+                    local::log_denial(&proxy.acl.log, reason, false, object, name, &info);
+                })
             }
             _ => None,
         };
@@ -350,13 +361,14 @@ impl Session<'_> {
 /// The client's user under `proxy`, looked up once per snapshot and login (`cache`), by
 /// the name it is logged in as.
 fn user_of<'u>(
-    cache: &'u mut Option<Option<Arc<auth::User>>>,
+    cache: &'u mut Option<Option<Arc<LiveUser>>>,
     proxy: &Proxy,
     name: Option<&str>,
 ) -> Option<&'u Arc<auth::User>> {
     cache
-        .get_or_insert_with(|| name.and_then(|name| proxy.auth.user(name)).cloned())
+        .get_or_insert_with(|| name.and_then(|name| proxy.acl.users.get(name)))
         .as_ref()
+        .map(|live| &live.user)
 }
 
 /// Whether `request` is a sequence point of its own: it may wait for data on its own

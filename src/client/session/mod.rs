@@ -33,7 +33,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::time::Instant;
 
-use crate::auth;
+use crate::acl::{Freshness, LiveUser};
 use crate::buffer::Resizer;
 use crate::dispatch::{BlockedOn, Proxy};
 use crate::protocol::{Proto, Request, RequestDecoder};
@@ -177,7 +177,7 @@ struct Identity {
     snapshot: Arc<Proxy>,
     /// The client's user under `snapshot`; looked up again after a reload and when a
     /// local command (AUTH, HELLO, RESET) logged the client in as someone else.
-    user: Option<Option<Arc<auth::User>>>,
+    user: Option<Option<Arc<LiveUser>>>,
     state: ConnState,
 }
 
@@ -322,9 +322,27 @@ impl Identity {
         let switched = self
             .user
             .as_ref()
-            .is_some_and(|user| user.as_ref().map(|user| user.name.as_str()) != now);
+            .is_some_and(|user| user.as_ref().map(|user| user.acl.name.as_str()) != now);
         if switched {
             self.user = None;
+        }
+    }
+
+    /// Follows ACL SETUSER, DELUSER and LOAD since the last command (one atomic load when
+    /// nothing changed): `false` when the connection must close, as Redis closes it: the
+    /// user was deleted, or a `subscribed` session's user lost channel rules.
+    fn refresh_user(&mut self, subscribed: bool) -> bool {
+        let Some(Some(held)) = &self.user else {
+            return true;
+        };
+        match self.snapshot.acl.users.refresh(held) {
+            Freshness::Current => true,
+            Freshness::Changed(new) => {
+                let keep = !(subscribed && new.narrows_channels_of(held));
+                self.user = Some(Some(new));
+                keep
+            }
+            Freshness::Deleted => false,
         }
     }
 }

@@ -99,3 +99,12 @@ pub fn unmatched_parenthesis(arg: &[u8]) -> String {
 pub fn safe(text: &str) -> String {
     text.replace(['\r', '\n'], " ")
 }
+
+/// CONFIG SET naming `requirepass` and other parameters: `requirepass` is the proxy's own
+/// (its `default` user's password), the others the masters'; one command cannot set both
+/// atomically, so it is refused rather than half applied.
+pub const CONFIG_SET_REQUIREPASS_ALONE: &str =
+    "ERR CONFIG SET requirepass sets the proxy's default password: send it alone, without other parameters";
+/// CONFIG GET naming `requirepass` and other parameters.
+pub const CONFIG_GET_REQUIREPASS_ALONE: &str =
+    "ERR CONFIG GET requirepass is answered by the proxy: send it alone, without other parameters";
