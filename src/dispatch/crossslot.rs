@@ -108,6 +108,7 @@ impl Proxy {
         }
         let size_hint = frames.iter().map(Bytes::len).sum();
         let replies = self
+            .upstream
             .forward_each(
                 &slots,
                 |i, out: &mut BytesMut| out.extend_from_slice(&frames[i]),
@@ -142,7 +143,10 @@ impl Proxy {
                 .is_some_and(|n| n.eq_ignore_ascii_case(name))
         };
         if let [write] = writes {
-            let reply = self.forward(target, request_frame(write), proto).await;
+            let reply = self
+                .upstream
+                .forward(target, request_frame(write), proto)
+                .await;
             return if is_error(&reply) { Err(reply) } else { Ok(()) };
         }
         let inner = match writes {
@@ -153,6 +157,7 @@ impl Proxy {
         };
         let commands: Vec<Bytes> = inner.iter().map(|c| request_frame(c)).collect();
         let exec = self
+            .upstream
             .exec_block(target, &[], &commands, None, None, proto)
             .await;
         if is_error(&exec) {
