@@ -129,7 +129,11 @@ mod tests {
         resizer.release_if_empty(&mut buf);
         assert_eq!(buf.capacity(), 0);
         resizer.shrink_if_idle(&mut buf);
-        assert_eq!(buf.capacity(), 0, "a released buffer is not taken again while idle");
+        assert_eq!(
+            buf.capacity(),
+            0,
+            "a released buffer is not taken again while idle"
+        );
     }
 
     #[test]

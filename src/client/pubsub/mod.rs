@@ -142,7 +142,9 @@ impl PubSub {
 
     /// Whether the client has any subscription (Redis's subscribed mode).
     pub fn is_subscribed(&self) -> bool {
-        self.linked.as_ref().is_some_and(|linked| linked.is_subscribed())
+        self.linked
+            .as_ref()
+            .is_some_and(|linked| linked.is_subscribed())
     }
 
     /// How many channels, patterns and shard channels the client is subscribed to.

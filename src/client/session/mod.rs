@@ -373,7 +373,7 @@ mod tests {
         let size = future_size(super::serve);
         eprintln!("session future: {size} bytes");
         assert!(
-            size < 8 * 1024,
+            size < 3 * 1024,
             "the session future is {size} bytes: every connected client's task holds it, \
              idle or not; box what only some sessions use"
         );
