@@ -144,8 +144,7 @@ impl Topology {
     /// dedicated ones need not).
     pub fn new(config: &Config, prelude: Option<Prelude>) -> Result<Arc<Topology>, String> {
         let upstream = config.upstream().map_err(|e| e.to_string())?;
-        let tls =
-            crate::tls::NodeTls::from_config(&config.backend.tls).map_err(|e| e.to_string())?;
+        let tls = crate::tls::NodeTls::from_config(&config.backend.tls).map_err(|e| e.to_string())?;
         let (seeds, standalone, sentinel) = match upstream {
             Upstream::Cluster(seeds) => (seeds, false, None),
             Upstream::Standalone(addr) => (vec![addr], true, None),
@@ -460,14 +459,7 @@ impl Topology {
 
     async fn read_slot_map(&self, addr: &str) -> Result<SlotMap, String> {
         let conn = self.node(addr, Proto::Resp2);
-        read_slot_map(
-            &conn,
-            addr,
-            &self.remap,
-            self.node_port(),
-            Coverage::AsServed,
-        )
-        .await
+        read_slot_map(&conn, addr, &self.remap, self.node_port(), Coverage::AsServed).await
     }
 
     /// Runs forever: refreshes periodically and whenever asked, rate-limited; for a

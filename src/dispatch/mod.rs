@@ -269,9 +269,9 @@ impl Proxy {
         }
         // One match on the shape the command table gave the command: see `command::Shape`.
         match spec.shape {
-            Shape::Refused => Plan::Answer(reply::error(
-                &reply::refusals::changes_shared_connection(&spec.name),
-            )),
+            Shape::Refused => Plan::Answer(reply::error(&reply::refusals::changes_shared_connection(
+                &spec.name,
+            ))),
             Shape::Sort => match sort::SortRequest::classify(&spec.name, args) {
                 Some(Ok(sort)) => Plan::Sort(sort),
                 Some(Err(refusal)) => Plan::Answer(refusal),
@@ -282,12 +282,10 @@ impl Proxy {
             Shape::ScriptAdmin(admin) => Plan::ScriptAdmin(admin),
             Shape::Channels => Plan::Forward(Target::Slot(PUBSUB_HOME_SLOT)),
             // An invalid slot gets the node's own error from any master.
-            Shape::NodeCluster => {
-                Plan::Forward(match args.get(2).and_then(|arg| slot_number(arg)) {
-                    Some(slot) => Target::Slot(slot),
-                    None => Target::AnyMaster,
-                })
-            }
+            Shape::NodeCluster => Plan::Forward(match args.get(2).and_then(|arg| slot_number(arg)) {
+                Some(slot) => Target::Slot(slot),
+                None => Target::AnyMaster,
+            }),
             Shape::ShardPublish => Plan::Forward(Target::Slot(key_slot(&args[1]))),
             // Subscriptions live on the client's own connections (client::pubsub); on a
             // shared connection they would swallow every other client's replies.

@@ -21,9 +21,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::NodeStream;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use crate::backend::NodeStream;
 use tokio::time::Instant;
 
 use super::Topology;

@@ -28,8 +28,8 @@ mod proxy;
 mod raw;
 mod sentinel;
 mod standalone;
-mod tls;
 mod wait;
+mod tls;
 
 use std::sync::OnceLock;
 
@@ -55,8 +55,8 @@ pub use raw::{
 };
 pub use sentinel::{data_connect, GroupOptions, Sentinel, SentinelGroup};
 pub use standalone::Standalone;
-pub use tls::{require_openssl, Certs, TlsClient, TlsCluster};
 pub use wait::{wait_until, wait_until_async};
+pub use tls::{require_openssl, Certs, TlsClient, TlsCluster};
 
 /// A 3-master cluster without replicas, started on first use and shared by every test of this
 /// binary. Do not move slots, fail over or kill nodes on it; start a [`Cluster`] for that.

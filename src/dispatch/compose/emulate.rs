@@ -96,11 +96,9 @@ impl Proxy {
             {
                 reply::unknown_subcommand("cluster", &request.args[1])
             }
-            Emulated::ClusterOther => {
-                reply::error(&reply::refusals::cluster_subcommand_unavailable(
-                    &String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase(),
-                ))
-            }
+            Emulated::ClusterOther => reply::error(&reply::refusals::cluster_subcommand_unavailable(
+                &String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase(),
+            )),
             Emulated::Info => self.info(request, proto).await,
             Emulated::ConfigGet => {
                 let upstream = self
