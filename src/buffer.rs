@@ -55,6 +55,16 @@ impl Resizer {
         }
     }
 
+    /// Gives `buf`'s allocation back (capacity 0) when it is empty: for a connection that
+    /// went idle, which takes a buffer again when it next has bytes to hold.
+    pub fn release_if_empty(&mut self, buf: &mut BytesMut) {
+        if buf.is_empty() {
+            *buf = BytesMut::new();
+            self.grown = false;
+            self.peak = 0;
+        }
+    }
+
     /// Replaces `buf` by a buffer of the usual capacity when it has grown and is empty now.
     /// Slices split off it earlier keep the old allocation alive until they are dropped.
     pub fn shrink_if_idle(&mut self, buf: &mut BytesMut) {
@@ -105,6 +115,25 @@ mod tests {
             "the 1 MiB allocation is let go"
         );
         assert!(buf.iter().all(|&b| b == b'x'));
+    }
+
+    #[test]
+    fn an_empty_buffer_is_released_and_one_holding_bytes_kept() {
+        let mut resizer = Resizer::new(16 * 1024);
+        let mut buf = BytesMut::with_capacity(1 << 20);
+        resizer.note(&buf);
+        buf.extend_from_slice(b"+OK\r\n");
+        resizer.release_if_empty(&mut buf);
+        assert_eq!(&buf[..], b"+OK\r\n", "bytes still to send are kept");
+        buf.clear();
+        resizer.release_if_empty(&mut buf);
+        assert_eq!(buf.capacity(), 0);
+        resizer.shrink_if_idle(&mut buf);
+        assert_eq!(
+            buf.capacity(),
+            0,
+            "a released buffer is not taken again while idle"
+        );
     }
 
     #[test]

@@ -106,6 +106,19 @@ impl Pipeline {
         self.running.shrink_to(USUAL_DEPTH);
     }
 
+    /// Gives back the bookkeeping's allocations when nothing is in flight: for a client
+    /// that went idle (they are taken again by its next request).
+    pub fn release_if_idle(&mut self) {
+        if !self.slots.is_empty() {
+            return;
+        }
+        self.slots.shrink_to(0);
+        self.read_starts.shrink_to(0);
+        self.muted.shrink_to(0);
+        self.staging.shrink_to(0);
+        self.running.shrink_to(0);
+    }
+
     /// What the client owes, with `output` its unwritten replies (see `flow`).
     pub fn owed(&self, output: usize) -> Owed {
         Owed {

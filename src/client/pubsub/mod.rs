@@ -106,8 +106,105 @@ enum Family {
     Shard,
 }
 
-/// One client's Pub/Sub state; see the module docs.
+impl Family {
+    /// The family of a subscription command, by its lower-case name.
+    fn of(name: &[u8]) -> Option<Family> {
+        match name {
+            b"subscribe" | b"unsubscribe" => Some(Family::Channels),
+            b"psubscribe" | b"punsubscribe" => Some(Family::Patterns),
+            b"ssubscribe" | b"sunsubscribe" => Some(Family::Shard),
+            _ => None,
+        }
+    }
+}
+
+/// One client's Pub/Sub state; see the module docs. Nothing is allocated for it (no
+/// channel, no shared state) until the client first subscribes: most clients never do.
 pub struct PubSub {
+    client_id: u64,
+    linked: Option<Box<Linked>>,
+}
+
+impl PubSub {
+    /// The state of client `client_id`, with no subscription.
+    pub fn new(client_id: u64) -> PubSub {
+        PubSub {
+            client_id,
+            linked: None,
+        }
+    }
+
+    /// Whether the client subscribed since it connected or last sent RESET: until then it
+    /// has no subscription, no message can arrive for it, and its session need not look.
+    pub fn is_used(&self) -> bool {
+        self.linked.as_ref().is_some_and(|linked| linked.used)
+    }
+
+    /// Whether the client has any subscription (Redis's subscribed mode).
+    pub fn is_subscribed(&self) -> bool {
+        self.linked
+            .as_ref()
+            .is_some_and(|linked| linked.is_subscribed())
+    }
+
+    /// How many channels, patterns and shard channels the client is subscribed to.
+    pub fn counts(&self) -> super::registry::Subscriptions {
+        self.linked
+            .as_ref()
+            .map(|linked| linked.counts())
+            .unwrap_or_default()
+    }
+
+    /// See [`Linked::follow`].
+    pub fn follow(&mut self, current: &Arc<Proxy>) {
+        if let Some(linked) = &mut self.linked {
+            linked.follow(current);
+        }
+    }
+
+    /// See [`Linked::intercept`]; the state is made by the client's first subscription
+    /// command.
+    pub fn intercept(
+        &mut self,
+        request: &Request,
+        name: &FoldedName,
+        proto: Proto,
+        muted: bool,
+        current: &Arc<Proxy>,
+    ) -> Step {
+        if self.linked.is_none() && Family::of(name.as_bytes()).is_none() {
+            return Step::Next;
+        }
+        let client_id = self.client_id;
+        let linked = self
+            .linked
+            .get_or_insert_with(|| Box::new(Linked::new(current.clone(), client_id)));
+        linked.intercept(request, name, proto, muted, current)
+    }
+
+    /// See [`Linked::next_event`]; never returns before the client subscribed.
+    pub async fn next_event(&mut self) -> Relay {
+        match &mut self.linked {
+            Some(linked) => linked.next_event().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Resolves once the client exceeded its message buffer limit; never before it
+    /// subscribed. Borrows nothing, so it can race a write that the client stopped reading.
+    pub fn overflowed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let state = self.linked.as_ref().map(|linked| linked.sink_state.clone());
+        async move {
+            match state {
+                Some(state) => overflowed(state).await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+}
+
+/// The state of a client that subscribed.
+struct Linked {
     inner: Arc<Mutex<Inner>>,
     events: mpsc::UnboundedReceiver<Event>,
     sink_state: Arc<SinkState>,
@@ -147,12 +244,11 @@ struct Inner {
     restoring_shard: bool,
 }
 
-impl PubSub {
-    /// The state of client `client_id`, with no subscription.
-    pub fn new(proxy: Arc<Proxy>, client_id: u64) -> PubSub {
+impl Linked {
+    fn new(proxy: Arc<Proxy>, client_id: u64) -> Linked {
         let (sink, events) = Sink::new(proxy.config.pubsub.max_buffer_bytes, client_id);
         let sink_state = sink.state().clone();
-        PubSub {
+        Linked {
             inner: Arc::new(Mutex::new(Inner {
                 proxy,
                 sink,
@@ -177,19 +273,13 @@ impl PubSub {
         }
     }
 
-    /// Whether the client subscribed since it connected or last sent RESET: until then it
-    /// has no subscription, no message can arrive for it, and its session need not look.
-    pub fn is_used(&self) -> bool {
-        self.used
-    }
-
     /// Whether the client has any subscription (Redis's subscribed mode).
-    pub fn is_subscribed(&self) -> bool {
+    fn is_subscribed(&self) -> bool {
         lock(&self.inner).total() > 0
     }
 
     /// How many channels, patterns and shard channels the client is subscribed to.
-    pub fn counts(&self) -> super::registry::Subscriptions {
+    fn counts(&self) -> super::registry::Subscriptions {
         let inner = lock(&self.inner);
         super::registry::Subscriptions {
             channels: inner.channels.len(),
@@ -202,7 +292,7 @@ impl PubSub {
     /// upstream, its subscriptions are subscribed again there. The session calls it when a
     /// reload wakes it, so a subscriber that only listens moves too, and [`PubSub::intercept`]
     /// before each request.
-    pub fn follow(&mut self, current: &Arc<Proxy>) {
+    fn follow(&mut self, current: &Arc<Proxy>) {
         if !self.used {
             return;
         }
@@ -251,7 +341,7 @@ impl PubSub {
     /// live snapshot: new subscriptions use its upstream, and after a reload that switched
     /// the upstream the client's subscriptions move there too. `muted`: CLIENT REPLY mutes
     /// this request's reply, which for a subscription command leaves out only an error.
-    pub fn intercept(
+    fn intercept(
         &mut self,
         request: &Request,
         name: &FoldedName,
@@ -261,12 +351,7 @@ impl PubSub {
     ) -> Step {
         let args = &request.args;
         let name = name.as_bytes();
-        let family = match name {
-            b"subscribe" | b"unsubscribe" => Some(Family::Channels),
-            b"psubscribe" | b"punsubscribe" => Some(Family::Patterns),
-            b"ssubscribe" | b"sunsubscribe" => Some(Family::Shard),
-            _ => None,
-        };
+        let family = Family::of(name);
         if family.is_none() && !self.used {
             return Step::Next;
         }
@@ -317,11 +402,11 @@ impl PubSub {
 
     /// The next thing for the session: a message, a reason to close, or nothing. Never
     /// returns while there is nothing to do.
-    pub async fn next_event(&mut self) -> Relay {
+    async fn next_event(&mut self) -> Relay {
         if self.sink_state.overflowed.load(Ordering::Relaxed) {
             return Relay::Close;
         }
-        let overflowed = self.overflowed();
+        let overflowed = overflowed(self.sink_state.clone());
         tokio::select! {
             Some(result) = self.background.next(), if !self.background.is_empty() => {
                 match result {
@@ -389,20 +474,6 @@ impl PubSub {
         }
     }
 
-    /// Resolves once the client exceeded its message buffer limit. Borrows nothing, so
-    /// it can race a write that the client stopped reading.
-    pub fn overflowed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let state = self.sink_state.clone();
-        async move {
-            loop {
-                if state.overflowed.load(Ordering::Relaxed) {
-                    return;
-                }
-                state.wake.notified().await;
-            }
-        }
-    }
-
     fn on_link_down(&mut self, id: u64) {
         let mut inner = lock(&self.inner);
         inner.proxy.topology.request_refresh();
@@ -422,6 +493,16 @@ impl PubSub {
         if inner.shard_links.len() != before && !inner.shard.is_empty() {
             Restore::Shard.start(&mut inner, &self.inner, &mut self.background);
         }
+    }
+}
+
+/// Resolves once the client exceeded its message buffer limit.
+async fn overflowed(state: Arc<SinkState>) {
+    loop {
+        if state.overflowed.load(Ordering::Relaxed) {
+            return;
+        }
+        state.wake.notified().await;
     }
 }
 

@@ -13,14 +13,14 @@ use futures_util::FutureExt;
 
 use super::keyspace::{self, PatternClass, Upstream};
 use super::restore::{command_bytes, shard_call};
-use super::{classify, frames, lock, Family, Inner, PubSub, Step};
+use super::{classify, frames, lock, Family, Inner, Linked, Step};
 use crate::dispatch::layout::ActiveLayout;
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::key_slot;
 use crate::upstream::subscription::Link;
 
-impl PubSub {
+impl Linked {
     /// A subscription command of `family` (already arity-checked).
     pub(super) fn subscription(
         &mut self,

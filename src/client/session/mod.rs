@@ -228,7 +228,8 @@ impl<'a> Session<'a> {
                 reader,
                 writer,
                 decoder: RequestDecoder::new(config.limits.protocol()),
-                input: BytesMut::with_capacity(READ_BUFFER),
+                // Taken when the client first sends (see `Session::wait`).
+                input: BytesMut::new(),
                 output: BytesMut::new(),
                 input_resizer: Resizer::new(READ_BUFFER),
                 output_resizer: Resizer::new(READ_BUFFER),
@@ -252,7 +253,7 @@ impl<'a> Session<'a> {
                 pass_routing: None,
             },
             subs: Subscribers {
-                pubsub: PubSub::new(snapshot.clone(), guard.id),
+                pubsub: PubSub::new(guard.id),
                 shown: ShownSubscriptions::new(registry, guard.id),
             },
             ident: Identity {
@@ -375,5 +376,24 @@ impl<'a> ShownSubscriptions<'a> {
             self.registry.update(self.id, |e| e.subscriptions = now);
             self.gauge.update(now.any());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The size of the future `f` returns, without making one.
+    fn future_size<A, B, C, F>(_: impl Fn(A, B, C) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn an_idle_session_task_stays_small() {
+        let size = future_size(super::serve);
+        eprintln!("session future: {size} bytes");
+        assert!(
+            size < 3 * 1024,
+            "the session future is {size} bytes: every connected client's task holds it, \
+             idle or not; box what only some sessions use"
+        );
     }
 }

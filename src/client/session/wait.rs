@@ -222,7 +222,13 @@ impl Session<'_> {
             {
                 return Poll::Ready(woken);
             }
-            if can_read {
+            // An idle connection holds no input buffer: it takes one once the socket is
+            // readable, and the read that follows is the one `read_buf` would have made.
+            let ready = can_read && (input.capacity() > 0 || reader.poll_read_ready(cx).is_ready());
+            if ready {
+                if input.capacity() == 0 {
+                    input.reserve(READ_BUFFER);
+                }
                 // The read future holds only references: one made per poll keeps
                 // Tokio's own readiness bookkeeping (a short read needs no second
                 // read to learn the socket is drained).
@@ -272,8 +278,15 @@ impl Session<'_> {
                 tracing::debug!(client = %conn.peer, "closing client killed by CLIENT KILL");
                 return ControlFlow::Break(());
             }
-            // The limits are read again at the top of the loop.
-            Woken::Signal(Signal::Nudge) => {}
+            // The limits are read again at the top of the loop. A client nudged for idling
+            // gives back its buffers (they are taken again when it next sends).
+            Woken::Signal(Signal::Nudge) => {
+                if self.order.in_flight.is_empty() && self.order.held.is_none() {
+                    conn.input_resizer.release_if_empty(&mut conn.input);
+                    conn.output_resizer.release_if_empty(&mut conn.output);
+                    self.order.in_flight.release_if_idle();
+                }
+            }
             Woken::Signal(Signal::Drain) => {
                 self.end.draining = true;
                 self.end.drain_until = Some(Instant::now() + DRAIN_GRACE);
