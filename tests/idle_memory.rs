@@ -1,6 +1,6 @@
 //! Resident memory per idle client connection: 2,000 clients each send PING and GET, then
-//! idle; the proxy's RSS may grow by at most `PER_CLIENT_LIMIT` bytes per client once their
-//! sessions gave back the buffers of an idle connection (see `Registry::nudge_idle`).
+//! idle; the proxy's RSS may grow by at most `PER_CLIENT_LIMIT` bytes per client (an idle
+//! session holds no input buffer and no pub/sub state).
 //!
 //! Runs the binary cargo builds for tests (the debug build, whose futures and frames are
 //! larger than the release build's, so passing here bounds the release figure too) in

@@ -15,11 +15,6 @@ use crate::dispatch::BlockedOn;
 
 use super::pause::ClientPause;
 
-/// How often the registry looks for idle clients (see [`Registry::nudge_idle`]).
-const IDLE_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);
-/// How long a client neither reads nor writes before its session gives back its buffers.
-const IDLE_BUFFERS: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// What CLIENT LIST shows of one client.
 #[derive(Debug, Clone)]
 pub struct ClientEntry {
@@ -56,12 +51,9 @@ struct Activity {
     last_command: AtomicUsize,
     /// Set by CLIENT KILL; `signal_waker` wakes the session for it and for nudges.
     killed: AtomicBool,
-    /// Bumped by [`Registry::wake_all`] and by the idle sweep: the session looks at its
-    /// configuration again and gives back the buffers of an idle connection.
+    /// Bumped by [`Registry::wake_all`]: the session looks at its configuration again and
+    /// gives back the buffers of an idle connection.
     nudges: AtomicU64,
-    /// `last_active_ms` when the idle sweep last nudged the session (`u64::MAX`: never),
-    /// so an idle client is nudged once per idle spell, not once per sweep.
-    swept_at_ms: AtomicU64,
     signal_waker: AtomicWaker,
     /// Where its blocking command waits, if one runs (CLIENT UNBLOCK, `flags=b`).
     blocked: Arc<BlockedOn>,
@@ -153,8 +145,6 @@ pub struct Registry {
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
     pause: ClientPause,
     budget: super::flow::SharedBudget,
-    /// Set once the idle sweep (see [`Registry::nudge_idle`]) runs.
-    sweeping: AtomicBool,
 }
 
 impl Registry {
@@ -178,10 +168,8 @@ impl Registry {
         blocked: Arc<BlockedOn>,
     ) -> ClientGuard {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        self.start_idle_sweep();
         let activity = Arc::new(Activity {
             blocked,
-            swept_at_ms: AtomicU64::new(u64::MAX),
             ..Activity::default()
         });
         let created = Instant::now();
@@ -292,49 +280,6 @@ impl Registry {
             entry.activity.nudges.fetch_add(1, Ordering::Release);
             entry.activity.signal_waker.wake();
         }
-    }
-
-    /// Nudges once the sessions of clients that neither read nor wrote for `idle`, so
-    /// they give back their buffers (as Redis's `clientsCron` frees the query buffer of an
-    /// idle client). A client that keeps sending is never nudged: its buffers stay and its
-    /// requests allocate nothing.
-    pub fn nudge_idle(&self, idle: std::time::Duration) {
-        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-        for entry in self.lock().values() {
-            let activity = &entry.activity;
-            let last = activity.last_active_ms.load(Ordering::Relaxed);
-            if activity.swept_at_ms.load(Ordering::Relaxed) == last {
-                continue;
-            }
-            let now = u64::try_from(entry.created.elapsed().as_millis()).unwrap_or(u64::MAX);
-            if now.saturating_sub(last) >= idle_ms {
-                activity.swept_at_ms.store(last, Ordering::Relaxed);
-                activity.nudges.fetch_add(1, Ordering::Release);
-                activity.signal_waker.wake();
-            }
-        }
-    }
-
-    /// Starts the idle sweep on the current runtime, once (none outside a runtime).
-    fn start_idle_sweep(self: &Arc<Self>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if self.sweeping.swap(true, Ordering::Relaxed) {
-            return;
-        }
-        let registry = Arc::downgrade(self);
-        runtime.spawn(async move {
-            let mut ticks = tokio::time::interval(IDLE_SWEEP);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticks.tick().await;
-                let Some(registry) = registry.upgrade() else {
-                    return;
-                };
-                registry.nudge_idle(IDLE_BUFFERS);
-            }
-        });
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ClientEntry>> {
