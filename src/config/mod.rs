@@ -499,13 +499,7 @@ impl Config {
 
     /// Checks everything that can be checked without network access.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.sentinel.validate()?;
-        if self.sentinel.tls && !self.backend.tls.enabled {
-            return Err(ConfigError::Invalid(
-                "sentinel.tls reaches the Sentinels with backend.tls's settings: set backend.tls.enabled too"
-                    .into(),
-            ));
-        }
+        self.sentinel.validate(self.backend.tls.enabled)?;
         self.upstream()?;
         // An empty `listen` turns the plain listener off when the TLS one serves instead.
         if !(self.listen.is_empty() && self.tls.is_enabled()) {

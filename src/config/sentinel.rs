@@ -29,8 +29,15 @@ impl SentinelConfig {
         !self.addresses.is_empty()
     }
 
-    /// Checks the section on its own: a master name with the addresses, each `host:port`.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// Checks the section: a master name with the addresses, each `host:port`, and TLS to
+    /// the Sentinels only with backend TLS (`backend_tls`), whose settings it uses.
+    pub fn validate(&self, backend_tls: bool) -> Result<(), ConfigError> {
+        if self.tls && !backend_tls {
+            return Err(ConfigError::Invalid(
+                "sentinel.tls reaches the Sentinels with backend.tls's settings: set backend.tls.enabled too"
+                    .into(),
+            ));
+        }
         if !self.is_set() {
             if !self.master_name.is_empty() {
                 return Err(ConfigError::Invalid(
