@@ -175,7 +175,10 @@ fn a_client_over_the_soft_output_limit_for_its_seconds_is_disconnected() {
         "+OK\r\n"
     );
     let before = disconnects(&proxy);
-    let mut slow = TcpStream::connect(proxy.addr()).unwrap();
+    // A small receive buffer, so the reply waits in the proxy, not in this socket: with the
+    // kernel's buffers grown to their largest, a 4 MB reply can fit in them whole, and flow
+    // control holds back the GETs after it (its budget is 1 MiB).
+    let mut slow = connect_with_small_receive_buffer(proxy.addr());
     slow.write_all(&b"*2\r\n$3\r\nGET\r\n$11\r\nlimits:soft\r\n".repeat(4))
         .unwrap();
     std::thread::sleep(Duration::from_millis(1200));
@@ -203,6 +206,16 @@ fn a_client_over_the_soft_output_limit_for_its_seconds_is_disconnected() {
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     assert_eq!(reader.call(&["GET", "limits:soft"]).len(), VALUE + 12);
+}
+
+/// A connection to `addr` whose receive buffer is as small as the kernel allows, set
+/// before connecting so the window never grows.
+fn connect_with_small_receive_buffer(addr: &str) -> TcpStream {
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&addr.into()).unwrap();
+    socket.into()
 }
 
 fn disconnects(proxy: &Proxy) -> f64 {
