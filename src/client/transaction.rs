@@ -68,31 +68,6 @@ const WATCH_IN_MULTI: &str = reply::transaction::WATCH_IN_MULTI;
 const NOT_IN_MULTI: &str = reply::transaction::NOT_IN_MULTI;
 const SPLIT_WITH_WATCH: &str = reply::transaction::SPLIT_WITH_WATCH;
 
-/// Connection commands the proxy answers itself that may be queued: answered at EXEC,
-/// after the backend block (see the module doc).
-const ANSWERED_AT_EXEC: &[&str] = &["select", "client", "readonly", "readwrite", "acl|whoami"];
-
-/// CLIENT subcommands refused inside MULTI: their effect is on how the session itself
-/// goes on (muting replies, closing connections), which the EXEC reply cannot carry, or
-/// their answer comes from a node (UNBLOCK).
-const CLIENT_NOT_QUEUED: &[&str] = &["client|reply", "client|kill", "client|unblock"];
-
-/// Commands the proxy answers itself or that would change what the pinned backend
-/// connection is (protocol, user, subscriptions): they cannot run inside a transaction.
-const LOCAL_ONLY: &[&str] = &[
-    "hello",
-    "auth",
-    "client",
-    "cluster",
-    "subscribe",
-    "psubscribe",
-    "ssubscribe",
-    "unsubscribe",
-    "punsubscribe",
-    "sunsubscribe",
-    "monitor",
-];
-
 /// Queued commands the proxy answers itself, with their places among all queued commands.
 pub type LocalCommands = Vec<(usize, Request)>;
 

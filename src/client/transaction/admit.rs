@@ -12,10 +12,7 @@ use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::key_slot;
 
-use super::{
-    Admitted, Transaction, ANSWERED_AT_EXEC, CLIENT_NOT_QUEUED, LOCAL_ONLY, NOT_IN_MULTI,
-    SPLIT_WITH_WATCH,
-};
+use super::{Admitted, Transaction, NOT_IN_MULTI, SPLIT_WITH_WATCH};
 use crate::upstream::block::Queued;
 
 impl Transaction {
@@ -37,17 +34,12 @@ impl Transaction {
         if spec.flags.has(CommandFlags::NO_MULTI) {
             return Err(reply::error(NOT_IN_MULTI));
         }
-        let base = spec.name.split('|').next().unwrap_or_default();
-        let name = spec.name.as_str();
-        if (ANSWERED_AT_EXEC.contains(&base) || ANSWERED_AT_EXEC.contains(&name))
-            && !CLIENT_NOT_QUEUED.contains(&name)
-        {
+        // Which connection commands are answered at EXEC and which may not be queued is the
+        // command's shape (see `command::Shape`).
+        if spec.shape.answered_at_exec() {
             return Ok(Admitted::Local);
         }
-        if LOCAL_ONLY.contains(&base) {
-            return Err(reply::error(&reply::transaction::not_in_multi(&spec.name)));
-        }
-        if crate::dispatch::changes_its_connection(spec) {
+        if spec.shape.refused_in_multi() {
             return Err(reply::error(&reply::transaction::not_in_multi(&spec.name)));
         }
         if Proxy::spans_masters(spec) {
