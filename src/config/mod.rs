@@ -301,6 +301,11 @@ pub struct LimitsConfig {
     /// until it reads (0: no limit but `max_pipeline`). A client that owes nothing may always
     /// send one request.
     pub max_owed_bytes: usize,
+    /// The kernel send buffer of each client socket, set at connect (0: the kernel's own,
+    /// which grows to megabytes). Bytes the kernel holds for a client are outside the
+    /// proxy's accounting; kept small, a client that stops reading owes what it has not
+    /// read to the proxy, where flow control sees it and holds the client back.
+    pub client_send_buffer_bytes: usize,
 }
 
 /// See [`Config::client_output_buffer_soft_limit`].
@@ -320,6 +325,7 @@ impl Default for LimitsConfig {
             max_inline_len: limits.max_inline_len,
             max_pipeline: 1024,
             max_owed_bytes: 1024 * 1024,
+            client_send_buffer_bytes: 256 * 1024,
         }
     }
 }

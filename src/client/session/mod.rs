@@ -78,12 +78,16 @@ pub async fn serve(stream: ClientStream, live: Arc<Live>, registry: Arc<Registry
     // Read before the snapshot: a reload in between is followed at once.
     let reloads = live.reloads();
     let snapshot = live.proxy();
-    // TCP keepalive is set at connect (as Redis's `tcp-keepalive`); the other limits
-    // follow reloads (see `ClientLimits`).
+    // TCP keepalive and the send buffer are set at connect (as Redis's `tcp-keepalive`);
+    // the other limits follow reloads (see `ClientLimits`).
+    let socket = socket2::SockRef::from(stream.socket());
     if snapshot.config.tcp_keepalive > 0 {
         let time = Duration::from_secs(snapshot.config.tcp_keepalive);
         let keepalive = socket2::TcpKeepalive::new().with_time(time);
-        let _ = socket2::SockRef::from(stream.socket()).set_tcp_keepalive(&keepalive);
+        let _ = socket.set_tcp_keepalive(&keepalive);
+    }
+    if snapshot.config.limits.client_send_buffer_bytes > 0 {
+        let _ = socket.set_send_buffer_size(snapshot.config.limits.client_send_buffer_bytes);
     }
     let user = super::stream::initial_user(&stream, &snapshot);
     // Where a blocking command of the client waits (CLIENT UNBLOCK).
