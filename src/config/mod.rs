@@ -15,6 +15,7 @@ use serde::Deserialize;
 use crate::protocol::Limits;
 
 mod cross_slot;
+mod error;
 mod overrides;
 mod sentinel;
 mod tls;
@@ -22,6 +23,7 @@ mod tls;
 pub use crate::auth::{ScriptTrust, Secret, UserConfig};
 pub use crate::policy::CommandsConfig;
 pub use cross_slot::{CrossSlotConfig, Emulation};
+pub use error::{ConfigError, OverrideError};
 pub use overrides::{Override, TOP_LEVEL_FIELDS};
 pub use sentinel::SentinelConfig;
 pub use tls::{AuthClients, BackendTlsConfig, ClientCertUser, TlsConfig};
@@ -399,30 +401,6 @@ pub enum Upstream {
     },
 }
 
-/// A configuration problem, with the file it came from when there is one.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why reading failed.
-        source: std::io::Error,
-    },
-    /// The file is not valid YAML for the configuration.
-    #[error("{path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message.
-        message: String,
-    },
-    /// The settings parse but do not make sense together.
-    #[error("{0}")]
-    Invalid(String),
-}
-
 impl Config {
     /// Reads a YAML file; errors name the file, and serde's message names line and field.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
@@ -437,38 +415,40 @@ impl Config {
         })?;
         // The file alone first: typed parsing names the file's line, which the merged
         // tree (parsed again below) no longer can.
-        Config::from_yaml(&text).map_err(|message| ConfigError::Parse {
-            path: path.into(),
-            message,
+        Config::from_yaml(&text).map_err(|error| match error {
+            ConfigError::Yaml(source) => ConfigError::Parse {
+                path: path.into(),
+                source,
+            },
+            other => other,
         })?;
-        Config::from_yaml_with(&text, overrides).map_err(ConfigError::Invalid)
+        Config::from_yaml_with(&text, overrides)
     }
 
     /// Parses YAML text (an empty document is the default config).
-    pub fn from_yaml(text: &str) -> Result<Config, String> {
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
         if text.trim().is_empty() {
             return Ok(Config::default());
         }
-        serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
+        Ok(serde_yaml_ng::from_str(text)?)
     }
 
     /// Parses YAML text and sets `overrides` over it; an error names the override.
-    pub fn from_yaml_with(text: &str, overrides: &[Override]) -> Result<Config, String> {
+    pub fn from_yaml_with(text: &str, overrides: &[Override]) -> Result<Config, ConfigError> {
         let mut tree: serde_yaml_ng::Value = if text.trim().is_empty() {
             serde_yaml_ng::Value::Mapping(Default::default())
         } else {
-            serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?
+            serde_yaml_ng::from_str(text)?
         };
         for over in overrides {
             over.apply(&mut tree)
-                .and_then(|()| {
-                    serde_yaml_ng::from_value::<Config>(tree.clone())
-                        .map(drop)
-                        .map_err(|e| e.to_string())
-                })
-                .map_err(|e| format!("{}: {e}", over.source))?;
+                .and_then(|()| Ok(serde_yaml_ng::from_value::<Config>(tree.clone()).map(drop)?))
+                .map_err(|reason| ConfigError::Override {
+                    origin: over.source.clone(),
+                    reason,
+                })?;
         }
-        serde_yaml_ng::from_value(tree).map_err(|e| e.to_string())
+        Ok(serde_yaml_ng::from_value(tree)?)
     }
 
     /// The upstream, once validated.
@@ -635,7 +615,9 @@ mod tests {
 
     #[test]
     fn unknown_field_names_field_and_line() {
-        let err = Config::from_yaml("listen: 127.0.0.1:1\nlisen: x\n").unwrap_err();
+        let err = Config::from_yaml("listen: 127.0.0.1:1\nlisen: x\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("lisen") && err.contains("line 2"), "{err}");
     }
 
