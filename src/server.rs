@@ -208,37 +208,13 @@ pub async fn serve_listeners(
             registry.wake_all()
         }
     }));
-    {
-        let proxy = live.proxy();
-        let routing = proxy.topology.routing();
-        tracing::info!(
-            listen = %proxy.listen_addr,
-            tls_listen = ?listeners.tls.as_ref().and_then(|l| l.local_addr().ok()),
-            slots_covered = routing.map.slots_covered(),
-            masters = routing.map.masters().len(),
-            upstream = proxy.topology.upstream_kind().label(),
-            "slotbridge ready"
-        );
-    }
+    announce(&live, &listeners);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = tls::accept(listeners.plain.as_ref()) => match accepted {
-                Ok((stream, _)) => match live.client_slot() {
-                    Some(slot) => {
-                        let session =
-                            client::serve(ClientStream::Tcp(stream), live.clone(), registry.clone());
-                        tokio::spawn(async move {
-                            session.await;
-                            drop(slot);
-                        });
-                    }
-                    None => {
-                        crate::metrics::client_rejected();
-                        tokio::spawn(refuse(ClientStream::Tcp(stream)));
-                    }
-                },
+                Ok((stream, _)) => serve_plain(stream, &live, &registry),
                 Err(e) => {
                     // Out of file descriptors and the like: pause instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -260,6 +236,43 @@ pub async fn serve_listeners(
     }
     drop(listeners);
     reloader.abort();
+    drain(&live, &registry).await;
+}
+
+/// Logs that the proxy serves, and on what.
+fn announce(live: &Live, listeners: &Listeners) {
+    let proxy = live.proxy();
+    let routing = proxy.topology.routing();
+    tracing::info!(
+        listen = %proxy.listen_addr,
+        tls_listen = ?listeners.tls.as_ref().and_then(|l| l.local_addr().ok()),
+        slots_covered = routing.map.slots_covered(),
+        masters = routing.map.masters().len(),
+        upstream = proxy.topology.upstream_kind().label(),
+        "slotbridge ready"
+    );
+}
+
+/// Starts the session of a client of the plain listener, or refuses it past `maxclients`.
+fn serve_plain(stream: tokio::net::TcpStream, live: &Arc<Live>, registry: &Arc<Registry>) {
+    match live.client_slot() {
+        Some(slot) => {
+            let session = client::serve(ClientStream::Tcp(stream), live.clone(), registry.clone());
+            tokio::spawn(async move {
+                session.await;
+                drop(slot);
+            });
+        }
+        None => {
+            crate::metrics::client_rejected();
+            tokio::spawn(refuse(ClientStream::Tcp(stream)));
+        }
+    }
+}
+
+/// After the listeners closed: lets the connected clients finish, up to
+/// `shutdown_timeout_ms`, then stops the refresher.
+async fn drain(live: &Live, registry: &Registry) {
     let timeout = Duration::from_millis(live.proxy().config.shutdown_timeout_ms);
     tracing::info!(clients = live.clients(), ?timeout, "draining");
     if !live.drain_clients(timeout, || registry.start_drain()).await {
