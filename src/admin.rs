@@ -94,10 +94,8 @@ async fn probe_master(addr: &str, conn: &NodeConn) -> Result<(), String> {
 }
 
 /// Binds the admin listener.
-pub async fn bind(addr: &str) -> Result<TcpListener, String> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr} (admin): {e}"))
+pub async fn bind(addr: &str) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
 }
 
 /// Serves admin requests forever.

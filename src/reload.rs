@@ -20,14 +20,40 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::dispatch::layout::ActiveLayout;
 use crate::dispatch::{Builder, Proxy};
-use crate::tls::ClientTls;
-use crate::topology::Topology;
+use crate::tls::{ClientTls, TlsError};
+use crate::topology::{Topology, TopologyError};
 
 /// Reads the configuration again (file, then flags and environment), validated.
-pub type Loader = Box<dyn Fn() -> Result<Config, String> + Send + Sync>;
+pub type Loader = Box<dyn Fn() -> Result<Config, ConfigError> + Send + Sync>;
+
+/// Why a reload changed nothing: the running configuration keeps serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// [`Live::new`] was given no [`Loader`].
+    #[error("this proxy was started without a configuration source")]
+    NoSource,
+    /// The new configuration could not be read or does not hold.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A certificate or key it names could not be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// Its upstream could not be set up.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    /// Its new upstream gave no complete slot map in time.
+    #[error("new upstream not usable: {0}")]
+    NewUpstream(#[source] TopologyError),
+    /// Its users (`users`, `requirepass`, `aclfile`) could not be loaded.
+    #[error("{0}")]
+    Users(String),
+    /// Its layout's checks refused the keyspace (marker, legacy data).
+    #[error("{0}")]
+    LayoutRefused(String),
+}
 
 /// How long a reload waits for a new upstream's first complete slot map.
 const NEW_UPSTREAM_WAIT: Duration = Duration::from_secs(5);
@@ -161,19 +187,15 @@ impl Live {
     }
 
     /// Reads the configuration again and installs it; on error nothing changes.
-    pub async fn reload(&self) -> Result<(), String> {
+    pub async fn reload(&self) -> Result<(), ReloadError> {
         let _one_at_a_time = self.reloading.lock().await;
-        let loader = self
-            .loader
-            .as_ref()
-            .ok_or("this proxy was started without a configuration source")?;
+        let loader = self.loader.as_ref().ok_or(ReloadError::NoSource)?;
         let mut config = loader()?;
         let running = self.proxy();
         keep_startup_settings(&running.config, &mut config);
         // Read before anything changes: a bad certificate fails the whole reload.
-        let client_tls = ClientTls::from_config(&config.tls).map_err(|e| e.to_string())?;
-        let node_tls =
-            crate::tls::NodeTls::from_config(&config.backend.tls).map_err(|e| e.to_string())?;
+        let client_tls = ClientTls::from_config(&config.tls)?;
+        let node_tls = crate::tls::NodeTls::from_config(&config.backend.tls)?;
         let builder = Builder::new(config)?;
         let config = builder.config();
         let new_upstream = upstream_changed(&running.config, config);
@@ -189,11 +211,16 @@ impl Live {
             running.layout.clone()
         };
         let mut fixed = running.fixed();
-        fixed.acl = fixed.acl.for_reload(&running.config, config)?;
+        fixed.acl = fixed
+            .acl
+            .for_reload(&running.config, config)
+            .map_err(ReloadError::Users)?;
         let next = builder.build(topology, layout, fixed);
         // New layout rules are checked (upkeep script loaded, marker read) before they serve.
         if let (true, Some(active)) = (layout_changed, &next.layout) {
-            crate::dispatch::layout::start(&next, active).await?;
+            crate::dispatch::layout::start(&next, active)
+                .await
+                .map_err(ReloadError::LayoutRefused)?;
         }
         self.current.store(Arc::new(next));
         self.client_tls.store(client_tls.map(Arc::new));
@@ -311,7 +338,7 @@ fn upstream_changed(running: &Config, next: &Config) -> bool {
 async fn connect_upstream(
     config: &Config,
     scripts: &Arc<crate::dispatch::ScriptCache>,
-) -> Result<Arc<Topology>, String> {
+) -> Result<Arc<Topology>, ReloadError> {
     let topology = Topology::new(config, Some(scripts.preload()))?;
     let deadline = Instant::now() + NEW_UPSTREAM_WAIT;
     loop {
@@ -320,13 +347,26 @@ async fn connect_upstream(
             return Ok(topology);
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "new upstream not usable: {}",
-                outcome
-                    .err()
-                    .unwrap_or_else(|| "slot map incomplete".into())
+            return Err(ReloadError::NewUpstream(
+                outcome.err().unwrap_or(TopologyError::Incomplete),
             ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_upstream_without_a_full_map_says_so() {
+        let error = ReloadError::NewUpstream(TopologyError::Incomplete);
+        assert_eq!(
+            error.to_string(),
+            "new upstream not usable: slot map incomplete"
+        );
+        let error = ReloadError::NewUpstream(TopologyError::NoSeeds);
+        assert_eq!(error.to_string(), "new upstream not usable: no seed nodes");
     }
 }

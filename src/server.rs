@@ -19,7 +19,10 @@ use crate::protocol::Proto;
 use crate::reload::{Live, Loader};
 use crate::topology::Topology;
 
+mod error;
 mod tls;
+
+pub use error::StartError;
 
 /// How long start-up waits for a first complete slot map before serving anyway.
 const STARTUP_MAP_WAIT: Duration = Duration::from_secs(10);
@@ -34,17 +37,15 @@ pub struct Listeners {
 
 /// Builds the proxy for `config` (see [`start_listeners`]) with its plain listener only,
 /// which `config` must have.
-pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), String> {
+pub async fn start(config: Config) -> Result<(Arc<Proxy>, TcpListener), StartError> {
     let (proxy, listeners) = start_listeners(config).await?;
-    let plain = listeners
-        .plain
-        .ok_or("no plain listener: listen is empty")?;
+    let plain = listeners.plain.ok_or(StartError::NoPlainListener)?;
     Ok((proxy, plain))
 }
 
 /// Builds the proxy for `config`: connects to the upstream, reads its slot map and command
 /// table (falling back to the built-in table), and binds the client listeners.
-pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), String> {
+pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), StartError> {
     let metrics = if config.admin.metrics {
         crate::metrics::install()
             .map_err(|e| tracing::warn!(error = %e, "metrics recorder not installed"))
@@ -59,7 +60,13 @@ pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), 
     let topology = Topology::new(config, Some(scripts.preload()))?;
     // The admin endpoint answers from the start, so /readyz reports the wait below.
     let readiness = Arc::new(crate::topology::Readiness::new());
-    let admin_listener = admin::bind(&config.admin_listen).await?;
+    let admin_listener =
+        admin::bind(&config.admin_listen)
+            .await
+            .map_err(|source| StartError::AdminListen {
+                addr: config.admin_listen.clone(),
+                source,
+            })?;
     let admin_state = admin::AdminState {
         topology: topology.clone(),
         readiness: readiness.clone(),
@@ -99,12 +106,14 @@ pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), 
         started: Instant::now(),
         scripts,
         readiness,
-        acl: crate::acl::Shared::from_config(builder.config())?,
+        acl: crate::acl::Shared::from_config(builder.config()).map_err(StartError::Users)?,
     };
     let mut proxy = builder.build(topology, layout, fixed);
     // Before binding: a refused layout must not look like a proxy that is up.
     if let Some(active) = &proxy.layout {
-        crate::dispatch::layout::start(&proxy, active).await?;
+        crate::dispatch::layout::start(&proxy, active)
+            .await
+            .map_err(StartError::LayoutRefused)?;
     }
     let listeners = crate::server::tls::bind(&mut proxy).await?;
     Ok((Arc::new(proxy), listeners))
@@ -199,37 +208,13 @@ pub async fn serve_listeners(
             registry.wake_all()
         }
     }));
-    {
-        let proxy = live.proxy();
-        let routing = proxy.topology.routing();
-        tracing::info!(
-            listen = %proxy.listen_addr,
-            tls_listen = ?listeners.tls.as_ref().and_then(|l| l.local_addr().ok()),
-            slots_covered = routing.map.slots_covered(),
-            masters = routing.map.masters().len(),
-            upstream = proxy.topology.upstream_kind().label(),
-            "slotbridge ready"
-        );
-    }
+    announce(&live, &listeners);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = tls::accept(listeners.plain.as_ref()) => match accepted {
-                Ok((stream, _)) => match live.client_slot() {
-                    Some(slot) => {
-                        let session =
-                            client::serve(ClientStream::Tcp(stream), live.clone(), registry.clone());
-                        tokio::spawn(async move {
-                            session.await;
-                            drop(slot);
-                        });
-                    }
-                    None => {
-                        crate::metrics::client_rejected();
-                        tokio::spawn(refuse(ClientStream::Tcp(stream)));
-                    }
-                },
+                Ok((stream, _)) => serve_plain(stream, &live, &registry),
                 Err(e) => {
                     // Out of file descriptors and the like: pause instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -251,6 +236,43 @@ pub async fn serve_listeners(
     }
     drop(listeners);
     reloader.abort();
+    drain(&live, &registry).await;
+}
+
+/// Logs that the proxy serves, and on what.
+fn announce(live: &Live, listeners: &Listeners) {
+    let proxy = live.proxy();
+    let routing = proxy.topology.routing();
+    tracing::info!(
+        listen = %proxy.listen_addr,
+        tls_listen = ?listeners.tls.as_ref().and_then(|l| l.local_addr().ok()),
+        slots_covered = routing.map.slots_covered(),
+        masters = routing.map.masters().len(),
+        upstream = proxy.topology.upstream_kind().label(),
+        "slotbridge ready"
+    );
+}
+
+/// Starts the session of a client of the plain listener, or refuses it past `maxclients`.
+fn serve_plain(stream: tokio::net::TcpStream, live: &Arc<Live>, registry: &Arc<Registry>) {
+    match live.client_slot() {
+        Some(slot) => {
+            let session = client::serve(ClientStream::Tcp(stream), live.clone(), registry.clone());
+            tokio::spawn(async move {
+                session.await;
+                drop(slot);
+            });
+        }
+        None => {
+            crate::metrics::client_rejected();
+            tokio::spawn(refuse(ClientStream::Tcp(stream)));
+        }
+    }
+}
+
+/// After the listeners closed: lets the connected clients finish, up to
+/// `shutdown_timeout_ms`, then stops the refresher.
+async fn drain(live: &Live, registry: &Registry) {
     let timeout = Duration::from_millis(live.proxy().config.shutdown_timeout_ms);
     tracing::info!(clients = live.clients(), ?timeout, "draining");
     if !live.drain_clients(timeout, || registry.start_drain()).await {

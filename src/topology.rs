@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
 use crate::backend::{ConnOptions, NodeConn, Prelude};
@@ -24,13 +23,19 @@ use crate::config::{Config, Upstream};
 use crate::protocol::Proto;
 use crate::route::{NodeAddr, SlotMap};
 
+mod error;
 mod readiness;
+mod routing;
 mod script_conns;
 mod sentinel;
+mod slot_map_reader;
 
+pub use error::{SentinelAskError, SentinelError, SlotMapError, TopologyError};
 pub use readiness::{LiveUpstream, Readiness};
+pub use routing::{NodeConns, Routing};
 pub use script_conns::{ScriptConns, ScriptLease, IDLE_PER_NODE};
 pub use sentinel::FAILOVER_HOLD;
+pub use slot_map_reader::{read_slot_map, Coverage};
 
 /// What kind of upstream the proxy sends commands to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,45 +64,6 @@ impl UpstreamKind {
 /// node counts only its own subscribers, and on one node those are all of the proxy's, as
 /// on a single Redis. When the slot moves, the subscriptions follow it.
 pub const PUBSUB_HOME_SLOT: u16 = 0;
-
-/// One node's shared connections, one per protocol version, so replies pass byte-exact.
-#[derive(Clone)]
-pub struct NodeConns {
-    resp2: NodeConn,
-    resp3: NodeConn,
-}
-
-impl NodeConns {
-    /// The connection that speaks `proto`.
-    pub fn get(&self, proto: Proto) -> &NodeConn {
-        match proto {
-            Proto::Resp2 => &self.resp2,
-            Proto::Resp3 => &self.resp3,
-        }
-    }
-}
-
-/// An immutable routing snapshot: the slot map and a connection handle per master.
-pub struct Routing {
-    /// The slot map this snapshot was built from.
-    pub map: SlotMap,
-    /// Connections of `map.masters()`, same order.
-    masters: Vec<NodeConns>,
-}
-
-impl Routing {
-    /// The master serving `slot`, if the slot is covered.
-    pub fn master_for_slot(&self, slot: u16) -> Option<&NodeConns> {
-        self.map
-            .master_index(slot)
-            .and_then(|i| self.masters.get(i))
-    }
-
-    /// Every master's connections.
-    pub fn masters(&self) -> &[NodeConns] {
-        &self.masters
-    }
-}
 
 /// Connection settings shared by every node connection.
 struct ConnSettings {
@@ -142,10 +108,9 @@ impl Topology {
     /// [`Topology::refresh`] to load the slot map. Every shared node connection runs
     /// `prelude` when it opens (a node's script cache serves all its connections, so the
     /// dedicated ones need not).
-    pub fn new(config: &Config, prelude: Option<Prelude>) -> Result<Arc<Topology>, String> {
-        let upstream = config.upstream().map_err(|e| e.to_string())?;
-        let tls =
-            crate::tls::NodeTls::from_config(&config.backend.tls).map_err(|e| e.to_string())?;
+    pub fn new(config: &Config, prelude: Option<Prelude>) -> Result<Arc<Topology>, TopologyError> {
+        let upstream = config.upstream()?;
+        let tls = crate::tls::NodeTls::from_config(&config.backend.tls)?;
         let (seeds, standalone, sentinel) = match upstream {
             Upstream::Cluster(seeds) => (seeds, false, None),
             Upstream::Standalone(addr) => (vec![addr], true, None),
@@ -426,7 +391,7 @@ impl Topology {
 
     /// Reads the slot map from the first known node that answers and installs it.
     /// For a Sentinel-managed upstream: asks the Sentinels which node is the master.
-    pub async fn refresh(&self) -> Result<(), String> {
+    pub async fn refresh(&self) -> Result<(), TopologyError> {
         if self.standalone && self.sentinel.is_none() {
             return Ok(());
         }
@@ -434,7 +399,7 @@ impl Topology {
         if let Some(sentinel) = &self.sentinel {
             let outcome = sentinel.discover(self).await;
             crate::metrics::topology_refresh(outcome.is_ok());
-            return outcome;
+            return Ok(outcome?);
         }
         let mut candidates: Vec<NodeAddr> = self.routing.load().map.nodes().to_vec();
         for seed in &self.seeds {
@@ -443,7 +408,7 @@ impl Topology {
                 candidates.push(seed);
             }
         }
-        let mut last_error = String::from("no seed nodes");
+        let mut last_error = TopologyError::NoSeeds;
         for addr in candidates {
             match self.read_slot_map(&addr).await {
                 Ok(map) => {
@@ -451,14 +416,14 @@ impl Topology {
                     crate::metrics::topology_refresh(true);
                     return Ok(());
                 }
-                Err(e) => last_error = format!("{addr}: {e}"),
+                Err(source) => last_error = TopologyError::SlotMap { addr, source },
             }
         }
         crate::metrics::topology_refresh(false);
         Err(last_error)
     }
 
-    async fn read_slot_map(&self, addr: &str) -> Result<SlotMap, String> {
+    async fn read_slot_map(&self, addr: &str) -> Result<SlotMap, SlotMapError> {
         let conn = self.node(addr, Proto::Resp2);
         read_slot_map(
             &conn,
@@ -509,60 +474,6 @@ impl Topology {
 /// Whether two lists of distinct addresses name the same nodes, in any order.
 fn same_members(a: &[NodeAddr], b: &[NodeAddr]) -> bool {
     a.len() == b.len() && a.iter().all(|addr| b.contains(addr))
-}
-
-/// What a slot map read must cover.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Coverage {
-    /// The map as `CLUSTER SHARDS` serves it, gaps included: the proxy leaves the slots of
-    /// a failed master unserved rather than send commands to it.
-    AsServed,
-    /// Every slot (the offline tools): `CLUSTER SLOTS` is asked too when the shards leave
-    /// a gap or cannot be read, and a map with a gap is an error.
-    Complete,
-}
-
-/// The slot map as the cluster node behind `conn` (at `addr`) sees it: `CLUSTER SHARDS`,
-/// or `CLUSTER SLOTS` when the node refuses that (before Redis 7) or, for
-/// [`Coverage::Complete`], when the shards do not cover every slot. The one reader of a
-/// cluster's map, for the proxy and the offline tools alike.
-pub async fn read_slot_map(
-    conn: &NodeConn,
-    addr: &str,
-    remap: &HashMap<String, String>,
-    port: crate::route::NodePort,
-    coverage: Coverage,
-) -> Result<SlotMap, String> {
-    let shards = call_with_timeout(conn, "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n").await?;
-    if !shards.starts_with(b"-") {
-        let map = SlotMap::from_cluster_shards_on(&shards, remap, port);
-        match coverage {
-            Coverage::AsServed => return map,
-            Coverage::Complete if map.as_ref().is_ok_and(SlotMap::is_complete) => return map,
-            Coverage::Complete => {}
-        }
-    }
-    let slots = call_with_timeout(conn, "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n").await?;
-    if slots.starts_with(b"-") {
-        return Err(String::from_utf8_lossy(&slots[1..]).trim_end().to_string());
-    }
-    let map = SlotMap::from_cluster_slots(&slots, addr, remap)?;
-    if coverage == Coverage::Complete && !map.is_complete() {
-        return Err(format!(
-            "the cluster serves {} of 16384 slots",
-            map.slots_covered()
-        ));
-    }
-    Ok(map)
-}
-
-async fn call_with_timeout(conn: &NodeConn, request: &'static str) -> Result<Bytes, String> {
-    let call = conn.call(Bytes::from_static(request.as_bytes()), false);
-    match tokio::time::timeout(Duration::from_secs(2), call).await {
-        Ok(Ok(reply)) => Ok(reply),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("timed out".into()),
-    }
 }
 
 #[cfg(test)]

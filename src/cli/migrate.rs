@@ -174,13 +174,15 @@ pub struct TlsArgs {
     pub tls_insecure_skip_verify: bool,
 }
 
-fn redis_url(text: &str, tls: &TlsArgs) -> Result<slotbridge::migrate::RedisUrl, String> {
+fn redis_url(
+    text: &str,
+    tls: &TlsArgs,
+) -> Result<slotbridge::migrate::RedisUrl, slotbridge::migrate::MigrateError> {
     let mut url = slotbridge::migrate::RedisUrl::parse(
         text,
         std::env::var("REDIS_USERNAME").ok(),
         std::env::var("REDIS_PASSWORD").ok(),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     if let Some(settings) = &mut url.tls {
         settings.ca_cert_file.clone_from(&tls.tls_ca_cert_file);
         settings.cert_file.clone_from(&tls.tls_cert_file);
@@ -206,14 +208,14 @@ pub fn migrate(args: MigrateArgs) -> ExitCode {
     use std::io::IsTerminal;
     let source = match redis_url(&args.source, &args.tls) {
         Ok(url) => url,
-        Err(e) => return usage_error(&e),
+        Err(e) => return usage_error(&e.to_string()),
     };
     // `--target URL` or every `--cluster` seed, in order: the first that answers is used.
     let mut seeds = Vec::new();
     for text in args.target.iter().chain(&args.cluster) {
         match redis_url(text, &args.tls) {
             Ok(url) => seeds.push(url),
-            Err(e) => return usage_error(&e),
+            Err(e) => return usage_error(&e.to_string()),
         }
     }
     let mut seeds = seeds.into_iter();
@@ -277,7 +279,7 @@ pub fn migrate(args: MigrateArgs) -> ExitCode {
 pub fn inspect(args: InspectArgs) -> ExitCode {
     let source = match redis_url(&args.source, &args.tls) {
         Ok(url) => url,
-        Err(e) => return usage_error(&e),
+        Err(e) => return usage_error(&e.to_string()),
     };
     let runtime = match tool_runtime() {
         Ok(runtime) => runtime,

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use slotbridge::config::{LogFormat, Override};
+use slotbridge::config::{ConfigError, LogFormat, Override};
 
 use explain::ExplainArgs;
 use migrate::{InspectArgs, MigrateArgs};
@@ -197,7 +197,7 @@ pub fn dispatch(cli: Cli) -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::CheckConfig { file, set } => match option_overrides(&set) {
             Ok(overrides) => tools::check_config(&file, &overrides),
-            Err(e) => usage_error(&e),
+            Err(e) => usage_error(&e.to_string()),
         },
         Command::ExplainKey {
             key,
@@ -213,7 +213,7 @@ pub fn dispatch(cli: Cli) -> ExitCode {
 }
 
 /// The options set by `SLOTBRIDGE_<PATH>` variables (in name order), then by `--set`.
-fn option_overrides(set: &[String]) -> Result<Vec<Override>, String> {
+fn option_overrides(set: &[String]) -> Result<Vec<Override>, ConfigError> {
     // Names or values that are not UTF-8 cannot be options: skipped, not a panic.
     let mut variables: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))

@@ -7,17 +7,17 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use slotbridge::config::{Config, LogFormat, Secret};
+use slotbridge::config::{Config, ConfigError, LogFormat, Secret};
 
 use super::RunArgs;
 
 impl RunArgs {
     /// The file's configuration with these flags and the backend credential variables
     /// applied over it.
-    fn config(&self) -> Result<Config, String> {
+    fn config(&self) -> Result<Config, ConfigError> {
         let overrides = super::option_overrides(&self.set)?;
         let mut config = match &self.config {
-            Some(path) => Config::from_file_with(path, &overrides).map_err(|e| e.to_string())?,
+            Some(path) => Config::from_file_with(path, &overrides)?,
             None => Config::from_yaml_with("", &overrides)?,
         };
         if let Some(listen) = &self.listen {
@@ -75,7 +75,7 @@ impl RunArgs {
         if let Ok(password) = std::env::var("REDIS_PASSWORD") {
             config.backend.password = Some(password);
         }
-        config.validate().map_err(|e| e.to_string())?;
+        config.validate()?;
         Ok(config)
     }
 

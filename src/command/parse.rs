@@ -52,39 +52,31 @@ fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String
     let last_key = int_field(4, "last key is not a small integer")?;
     let step = int_field(5, "key step is not a small integer")?;
 
-    let mut flags = CommandFlags::default();
-    for flag in fields[2]
-        .list()
-        .ok_or_else(|| context("flags are not a list"))?
-    {
-        let flag = flag
-            .text()
-            .ok_or_else(|| context("a flag is not a string"))?;
-        flags.0 |= CommandFlags::from_name(flag).unwrap_or(0);
-    }
+    let flags = CommandFlags(
+        named_bits(
+            &fields[2],
+            ["flags are not a list", "a flag is not a string"],
+            CommandFlags::from_name,
+        )
+        .map_err(context)?,
+    );
+    let acl_categories = match fields.get(6) {
+        Some(categories) => named_bits(
+            categories,
+            [
+                "ACL categories are not a list",
+                "an ACL category is not a string",
+            ],
+            acl_category_bit,
+        )
+        .map_err(context)?,
+        None => 0,
+    };
 
-    let mut acl_categories = 0u64;
-    if let Some(categories) = fields.get(6) {
-        for category in categories
-            .list()
-            .ok_or_else(|| context("ACL categories are not a list"))?
-        {
-            let category = category
-                .text()
-                .ok_or_else(|| context("an ACL category is not a string"))?;
-            acl_categories |= acl_category_bit(category).unwrap_or(0);
-        }
-    }
-
-    let mut key_specs = Vec::new();
-    if let Some(raw_specs) = fields.get(8) {
-        for raw in raw_specs
-            .list()
-            .ok_or_else(|| context("key specs are not a list"))?
-        {
-            key_specs.push(parse_key_spec(raw).map_err(|e| context(&e))?);
-        }
-    }
+    let key_specs = match fields.get(8) {
+        Some(raw_specs) => parse_key_specs(raw_specs).map_err(|e| context(&e))?,
+        None => Vec::new(),
+    };
 
     let subcommands = match fields.get(9) {
         Some(subs) => subs
@@ -112,6 +104,31 @@ fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String
         parse_entry(sub, specs)?;
     }
     Ok(())
+}
+
+/// The bits of a list of names (command flags, ACL categories) ORed together; a name
+/// `bit` does not know adds none. `errors`: what to say when `list` is not a list, and
+/// when one of its names is not a string.
+fn named_bits<T: Default + std::ops::BitOrAssign>(
+    list: &Value,
+    errors: [&'static str; 2],
+    bit: impl Fn(&[u8]) -> Option<T>,
+) -> Result<T, &'static str> {
+    let mut bits = T::default();
+    for name in list.list().ok_or(errors[0])? {
+        bits |= bit(name.text().ok_or(errors[1])?).unwrap_or_default();
+    }
+    Ok(bits)
+}
+
+/// A command's key specs (the 9th field of its `COMMAND` entry).
+fn parse_key_specs(raw_specs: &Value) -> Result<Vec<KeySpec>, String> {
+    raw_specs
+        .list()
+        .ok_or("key specs are not a list")?
+        .iter()
+        .map(parse_key_spec)
+        .collect()
 }
 
 fn parse_key_spec(raw: &Value) -> Result<KeySpec, String> {

@@ -14,14 +14,18 @@ use serde::Deserialize;
 
 use crate::protocol::Limits;
 
+mod backend;
 mod cross_slot;
+mod error;
 mod overrides;
 mod sentinel;
 mod tls;
 
 pub use crate::auth::{ScriptTrust, Secret, UserConfig};
 pub use crate::policy::CommandsConfig;
+pub use backend::{BackendConfig, RetryConfig, TopologyConfig};
 pub use cross_slot::{CrossSlotConfig, Emulation};
+pub use error::{ConfigError, OverrideError};
 pub use overrides::{Override, TOP_LEVEL_FIELDS};
 pub use sentinel::SentinelConfig;
 pub use tls::{AuthClients, BackendTlsConfig, ClientCertUser, TlsConfig};
@@ -189,101 +193,6 @@ impl Default for AdminConfig {
     }
 }
 
-/// How the proxy talks to the upstream nodes. Its `Debug` never shows the password.
-#[derive(Clone, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct BackendConfig {
-    /// ACL user; empty means legacy `AUTH password`. Env: `REDIS_USERNAME`.
-    pub username: Option<String>,
-    /// Password; never logged. Env: `REDIS_PASSWORD`.
-    pub password: Option<String>,
-    /// TCP connect timeout, milliseconds.
-    pub connect_timeout_ms: u64,
-    /// How long a shared node connection with replies due may read nothing before it is
-    /// closed (its requests fail with an "outcome unknown" error), milliseconds; 0: never.
-    /// Connections of blocking commands, transactions and subscriptions are exempt.
-    pub read_timeout_ms: u64,
-    /// TLS to the nodes (see [`BackendTlsConfig`]).
-    pub tls: BackendTlsConfig,
-}
-
-impl Default for BackendConfig {
-    fn default() -> Self {
-        BackendConfig {
-            username: None,
-            password: None,
-            connect_timeout_ms: 1000,
-            read_timeout_ms: 0,
-            tls: BackendTlsConfig::default(),
-        }
-    }
-}
-
-impl std::fmt::Debug for BackendConfig {
-    // By hand, so the password never reaches a log.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BackendConfig")
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field("read_timeout_ms", &self.read_timeout_ms)
-            .field("tls", &self.tls)
-            .finish()
-    }
-}
-
-/// Redirects and retries (see DESIGN.md, "Redirects and retries").
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetryConfig {
-    /// Attempts for TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY and unreachable nodes.
-    pub attempts: u32,
-    /// First backoff, milliseconds; doubles up to `max_backoff_ms`.
-    pub base_backoff_ms: u64,
-    /// Backoff cap, milliseconds. Defaults give 10 attempts in about 2.5 s.
-    pub max_backoff_ms: u64,
-    /// MOVED/ASK hops one command may follow.
-    pub max_redirects: u32,
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        RetryConfig {
-            attempts: 10,
-            base_backoff_ms: 10,
-            max_backoff_ms: 500,
-            max_redirects: 5,
-        }
-    }
-}
-
-impl RetryConfig {
-    /// The pause before retry number `attempt` (0-based).
-    pub fn backoff(&self, attempt: u32) -> Duration {
-        let ms = self.base_backoff_ms.saturating_mul(1u64 << attempt.min(20));
-        Duration::from_millis(ms.min(self.max_backoff_ms))
-    }
-}
-
-/// When the slot map is re-read.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct TopologyConfig {
-    /// Periodic refresh, milliseconds.
-    pub refresh_interval_ms: u64,
-    /// Least time between two refreshes, so a reshard's MOVED burst can't cause a storm.
-    pub min_refresh_interval_ms: u64,
-}
-
-impl Default for TopologyConfig {
-    fn default() -> Self {
-        TopologyConfig {
-            refresh_interval_ms: 10_000,
-            min_refresh_interval_ms: 200,
-        }
-    }
-}
-
 /// Limits on client input (Redis's defaults).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -399,30 +308,6 @@ pub enum Upstream {
     },
 }
 
-/// A configuration problem, with the file it came from when there is one.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why reading failed.
-        source: std::io::Error,
-    },
-    /// The file is not valid YAML for the configuration.
-    #[error("{path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message.
-        message: String,
-    },
-    /// The settings parse but do not make sense together.
-    #[error("{0}")]
-    Invalid(String),
-}
-
 impl Config {
     /// Reads a YAML file; errors name the file, and serde's message names line and field.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
@@ -437,38 +322,40 @@ impl Config {
         })?;
         // The file alone first: typed parsing names the file's line, which the merged
         // tree (parsed again below) no longer can.
-        Config::from_yaml(&text).map_err(|message| ConfigError::Parse {
-            path: path.into(),
-            message,
+        Config::from_yaml(&text).map_err(|error| match error {
+            ConfigError::Yaml(source) => ConfigError::Parse {
+                path: path.into(),
+                source,
+            },
+            other => other,
         })?;
-        Config::from_yaml_with(&text, overrides).map_err(ConfigError::Invalid)
+        Config::from_yaml_with(&text, overrides)
     }
 
     /// Parses YAML text (an empty document is the default config).
-    pub fn from_yaml(text: &str) -> Result<Config, String> {
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
         if text.trim().is_empty() {
             return Ok(Config::default());
         }
-        serde_yaml_ng::from_str(text).map_err(|e| e.to_string())
+        Ok(serde_yaml_ng::from_str(text)?)
     }
 
     /// Parses YAML text and sets `overrides` over it; an error names the override.
-    pub fn from_yaml_with(text: &str, overrides: &[Override]) -> Result<Config, String> {
+    pub fn from_yaml_with(text: &str, overrides: &[Override]) -> Result<Config, ConfigError> {
         let mut tree: serde_yaml_ng::Value = if text.trim().is_empty() {
             serde_yaml_ng::Value::Mapping(Default::default())
         } else {
-            serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?
+            serde_yaml_ng::from_str(text)?
         };
         for over in overrides {
             over.apply(&mut tree)
-                .and_then(|()| {
-                    serde_yaml_ng::from_value::<Config>(tree.clone())
-                        .map(drop)
-                        .map_err(|e| e.to_string())
-                })
-                .map_err(|e| format!("{}: {e}", over.source))?;
+                .and_then(|()| Ok(serde_yaml_ng::from_value::<Config>(tree.clone()).map(drop)?))
+                .map_err(|reason| ConfigError::Override {
+                    origin: over.source.clone(),
+                    reason,
+                })?;
         }
-        serde_yaml_ng::from_value(tree).map_err(|e| e.to_string())
+        Ok(serde_yaml_ng::from_value(tree)?)
     }
 
     /// The upstream, once validated.
@@ -635,7 +522,9 @@ mod tests {
 
     #[test]
     fn unknown_field_names_field_and_line() {
-        let err = Config::from_yaml("listen: 127.0.0.1:1\nlisen: x\n").unwrap_err();
+        let err = Config::from_yaml("listen: 127.0.0.1:1\nlisen: x\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("lisen") && err.contains("line 2"), "{err}");
     }
 

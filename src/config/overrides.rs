@@ -4,6 +4,8 @@
 
 use serde_yaml_ng::Value;
 
+use super::{ConfigError, OverrideError};
+
 /// The top-level fields of [`Config`]: a `SLOTBRIDGE_*` variable sets an option only when
 /// its name leads to one of them, so the variables of other tools sharing the prefix are
 /// left alone. (A test keeps this list equal to the struct's fields.)
@@ -54,16 +56,16 @@ pub struct Override {
 
 impl Override {
     /// Sets this option in `tree`, the configuration as YAML.
-    pub(super) fn apply(&self, tree: &mut Value) -> Result<(), String> {
+    pub(super) fn apply(&self, tree: &mut Value) -> Result<(), OverrideError> {
         set_path(tree, &self.path, &self.value)
     }
 
     /// Parses a `--set PATH=VALUE` argument.
-    pub fn from_flag(arg: &str) -> Result<Override, String> {
+    pub fn from_flag(arg: &str) -> Result<Override, ConfigError> {
         let (path, value) = arg
             .split_once('=')
             .filter(|(path, _)| !path.is_empty())
-            .ok_or_else(|| format!("--set {arg}: expected PATH=VALUE, e.g. maxclients=100"))?;
+            .ok_or_else(|| ConfigError::SetSyntax { arg: arg.into() })?;
         Ok(Override {
             path: path.trim().to_owned(),
             value: value.to_owned(),
@@ -89,22 +91,23 @@ impl Override {
 
 /// Sets `value` (read as YAML) at the dotted `path` of `tree`, making the mappings on the
 /// way.
-fn set_path(tree: &mut Value, path: &str, value: &str) -> Result<(), String> {
+fn set_path(tree: &mut Value, path: &str, value: &str) -> Result<(), OverrideError> {
     let parsed: Value =
         serde_yaml_ng::from_str(value).unwrap_or_else(|_| Value::String(value.to_owned()));
     let mut node = tree;
     let mut parts = path.split('.').peekable();
     while let Some(part) = parts.next() {
         if part.is_empty() {
-            return Err(format!("`{path}` is not an option path"));
+            return Err(OverrideError::NotAPath { path: path.into() });
         }
         if node.is_null() {
             *node = Value::Mapping(Default::default());
         }
         let Value::Mapping(map) = node else {
-            return Err(format!(
-                "`{path}`: the option above `{part}` is not a section"
-            ));
+            return Err(OverrideError::NotASection {
+                path: path.into(),
+                part: part.into(),
+            });
         };
         let key = Value::String(part.to_owned());
         if parts.peek().is_none() {
@@ -161,7 +164,9 @@ mod tests {
             ("maxclients.x", "1", "invalid type: map"),
             ("retry..attempts", "1", "not an option path"),
         ] {
-            let error = Config::from_yaml_with("", &[set(path, value)]).unwrap_err();
+            let error = Config::from_yaml_with("", &[set(path, value)])
+                .unwrap_err()
+                .to_string();
             assert!(
                 error.starts_with(&format!("--set {path}={value}: ")) && error.contains(wanted),
                 "{error}"
@@ -194,7 +199,9 @@ mod tests {
 
     #[test]
     fn the_top_level_field_list_is_the_config_structs() {
-        let error = Config::from_yaml("no_such_field: 1\n").unwrap_err();
+        let error = Config::from_yaml("no_such_field: 1\n")
+            .unwrap_err()
+            .to_string();
         let expected: Vec<&str> = error
             .split("expected one of ")
             .nth(1)

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::auth::Auth;
 use crate::command::{CommandSet, CommandTable};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::policy::Policy;
 use crate::topology::Topology;
 use crate::upstream::Upstream;
@@ -87,9 +87,10 @@ pub struct Builder {
 
 impl Builder {
     /// Checks `config`'s users and command policy; nothing is connected yet.
-    pub fn new(config: Config) -> Result<Builder, String> {
-        let auth = Auth::new(&config.users, config.requirepass.as_ref())?;
-        let policy = Policy::from_config(&config.commands)?;
+    pub fn new(config: Config) -> Result<Builder, ConfigError> {
+        let auth =
+            Auth::new(&config.users, config.requirepass.as_ref()).map_err(ConfigError::Invalid)?;
+        let policy = Policy::from_config(&config.commands).map_err(ConfigError::Invalid)?;
         Ok(Builder {
             config,
             auth,
@@ -167,7 +168,7 @@ mod tests {
         let mut config = Config::default();
         config.commands.allow = vec!["get".to_string()];
         config.commands.deny = vec!["GET".to_string()];
-        let error = Builder::new(config).err().expect("refused");
+        let error = Builder::new(config).err().expect("refused").to_string();
         assert!(
             error.contains("'get' is both allowed and denied"),
             "{error}"

@@ -31,24 +31,26 @@
 //! otherwise copied byte for byte (so their tokens travel unchanged).
 
 pub mod copy;
+mod finish;
 pub mod inspect;
 pub mod plan;
+mod reply;
 pub mod report;
+mod run;
 pub mod source;
+mod url;
 
-use std::collections::HashSet;
-use std::hash::Hasher;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use bytes::Bytes;
-use futures_util::future::join_all;
 
-use crate::rewrite::{Forward, Layout, Reverse, CLUSTER_V1};
-use copy::{Copier, Outcome, RESTORE_SCRIPT, SET_IF_GREATER_SCRIPT};
-use plan::{kind_of, CopyStep, FamilyFilter, Kind, MessageRules, Step};
-use report::{MarkerOutcome, Report};
-use source::{Endpoint, KeyWalk, Reply};
+use crate::rewrite::Layout;
+use copy::{Copier, RESTORE_SCRIPT, SET_IF_GREATER_SCRIPT};
+use plan::{FamilyFilter, Step};
+use report::Report;
+use run::Run;
+use source::Endpoint;
 
 pub use inspect::{inspect, Inspection};
 pub use source::RedisUrl;
@@ -189,189 +191,51 @@ pub async fn migrate(
             "the way back writes legacy names, which need a single-node target".to_owned(),
         ));
     }
-
-    let pattern = format!("{}:*", glob_escape(&opts.prefix));
-    let page = opts.batch_size.max(1);
-    let filter = FamilyFilter::new(&opts.include);
-    let plan = |key: &Bytes| match opts.direction {
-        Direction::LegacyToCluster => plan::plan_forward(&layout, key, distinct_target, &filter),
-        Direction::ClusterToLegacy => plan::plan_reverse(&layout, key, distinct_target, &filter),
-    };
-    let estimate = survey(
-        &pattern,
-        page,
-        opts.allow_live,
-        &layout,
-        &source,
-        distinct_target.then_some(target),
-        &plan,
-    )
-    .await?;
-
-    let (restore_sha, raise_sha) = if opts.dry_run {
-        (Bytes::new(), Bytes::new())
-    } else {
-        (
-            target.load_script(RESTORE_SCRIPT).await?,
-            target.load_script(SET_IF_GREATER_SCRIPT).await?,
-        )
-    };
     let mirror = opts.mirror && opts.direction == Direction::ClusterToLegacy;
-    let copier = Copier {
+    let run = Run {
+        opts,
+        layout: &layout,
         source: &source,
         target,
-        restore_sha,
-        raise_sha,
-        replace: opts.overwrite || mirror,
-        dry_run: opts.dry_run,
-        delete_source: opts.delete_source,
-        distinct_target,
+        copier: Copier {
+            source: &source,
+            target,
+            restore_sha: Bytes::new(),
+            raise_sha: Bytes::new(),
+            replace: opts.overwrite || mirror,
+            dry_run: opts.dry_run,
+            delete_source: opts.delete_source,
+            distinct_target,
+        },
+        filter: FamilyFilter::new(&opts.include),
+        pattern: format!("{}:*", glob_escape(&opts.prefix)),
+        page: opts.batch_size.max(1),
+        mirror,
     };
+    let estimate = survey(&run, distinct_target.then_some(target)).await?;
+    execute(run, estimate, progress, started).await
+}
+
+/// The run once nothing refuses it: scripts loaded, the copy pass, then its end.
+async fn execute(
+    mut run: Run<'_>,
+    estimate: u64,
+    progress: &mut dyn FnMut(Progress),
+    started: Instant,
+) -> Result<Report, MigrateError> {
+    if !run.opts.dry_run {
+        run.copier.restore_sha = run.target.load_script(RESTORE_SCRIPT).await?;
+        run.copier.raise_sha = run.target.load_script(SET_IF_GREATER_SCRIPT).await?;
+    }
     let mut report = Report {
-        direction: opts.direction.name().to_owned(),
-        dry_run: opts.dry_run,
+        direction: run.opts.direction.name().to_owned(),
+        dry_run: run.opts.dry_run,
         ..Report::default()
     };
-
-    // The copy, one page of the walk at a time: a page's keys are planned, its logs
-    // expanded into their items, and the lot copied before the next page is read. What
-    // outlives a page is one fingerprint per listed item (for the orphan check) and, for a
-    // mirroring way back, per key written (for the pruning).
-    let mut listed_items = Fingerprints::default();
-    let mut produced = Fingerprints::default();
-    let mut items_found = 0u64;
-    let mut internal: Vec<Bytes> = Vec::new();
-    let mut done = 0u64;
-    let mut reported = Progress::default();
-    let source_map = source.is_cluster().then(|| source.slot_map());
-    let mut walk = source.walk(pattern.as_bytes(), page);
-    'walk: while let Some(keys) = walk.next_page().await? {
-        let mut copies: Vec<CopyStep> = Vec::new();
-        let mut logs: Vec<CopyStep> = Vec::new();
-        for key in &keys {
-            match plan(key) {
-                Step::Copy(copy) => copies.push(copy),
-                Step::Log(log) => logs.push(log),
-                Step::Item { .. } => items_found += 1,
-                Step::Skip { family, .. } => {
-                    report.family(layout.family_name(family)).skipped += 1;
-                }
-                Step::Unmatched => report.unmatched += 1,
-                Step::Other => {
-                    if opts.direction == Direction::ClusterToLegacy
-                        && layout.reverse(key) == Reverse::Internal
-                    {
-                        internal.push(key.clone());
-                    }
-                }
-            }
-        }
-        expand_logs(
-            &layout,
-            &opts.prefix,
-            &source,
-            page,
-            logs,
-            &mut copies,
-            &mut report,
-        )
+    let source_map = run.source.is_cluster().then(|| run.source.slot_map());
+    let passed = run.copy_pass(estimate, &mut report, progress).await?;
+    run.finish(&passed, source_map, &mut report, progress)
         .await?;
-        for copy in &copies {
-            if copy.kind == Kind::Item {
-                listed_items.insert(&copy.from);
-            }
-            if mirror {
-                produced.insert(&copy.to);
-            }
-        }
-        for chunk in copies.chunks(page) {
-            let room = opts
-                .stop_after
-                .map_or(usize::MAX, |limit| limit.saturating_sub(done) as usize);
-            let batch = &chunk[..chunk.len().min(room)];
-            if batch.is_empty() {
-                report.interrupted = true;
-                break 'walk;
-            }
-            let results = copy_following_moves(&copier, batch).await?;
-            for (step, result) in batch.iter().zip(results) {
-                count_outcome(&mut report, &layout, opts, distinct_target, step, result);
-            }
-            done += batch.len() as u64;
-            reported = Progress {
-                done,
-                total: estimate.max(done),
-            };
-            progress(reported);
-            if batch.len() < chunk.len() {
-                report.interrupted = true;
-                break 'walk;
-            }
-        }
-    }
-    // A slot that changed masters during the walk may have taken keys from a master not
-    // yet walked to one already walked: this pass is not complete, the next one is.
-    let mut source_moved = false;
-    if let (Some(before), false) = (&source_map, report.interrupted) {
-        source.refresh().await?;
-        source_moved = !source.slot_map().same_owners(before);
-        report.interrupted = source_moved;
-    }
-    if !report.interrupted && reported.done != reported.total {
-        // The estimate counted keys that were gone, or items no log lists, by now.
-        progress(Progress { done, total: done });
-    }
-    if items_found > 0 && !report.interrupted {
-        let walk = source.walk(pattern.as_bytes(), page);
-        report_orphans(&layout, walk, &filter, &listed_items, &mut report).await?;
-    }
-
-    let complete = !report.interrupted && filter.is_all() && report.totals().errors == 0;
-    let marker_key = crate::rewrite::marker_key(&opts.prefix);
-    report.marker = Some(if !complete {
-        MarkerOutcome::NotWritten(
-            if source_moved {
-                "slots of the source moved during the pass: run again to finish"
-            } else if report.interrupted {
-                "run stopped early"
-            } else if !filter.is_all() {
-                "--include limits the pass"
-            } else {
-                "errors in the pass"
-            }
-            .to_owned(),
-        )
-    } else {
-        match opts.direction {
-            Direction::LegacyToCluster if opts.dry_run => {
-                MarkerOutcome::NotWritten("dry run".to_owned())
-            }
-            Direction::LegacyToCluster => {
-                let value = layout.layout_name().unwrap_or(CLUSTER_V1);
-                let set: &[&[u8]] = &[b"SET", &marker_key, value.as_bytes()];
-                expect_ok("SET marker", target, &[(&marker_key, set)]).await?;
-                MarkerOutcome::Written
-            }
-            Direction::ClusterToLegacy => {
-                if mirror {
-                    let walk = target.walk(pattern.as_bytes(), page);
-                    prune(&layout, &copier, walk, &produced, &filter, &mut report).await?;
-                }
-                if opts.dry_run {
-                    MarkerOutcome::NotWritten("dry run".to_owned())
-                } else {
-                    if opts.delete_source {
-                        delete_keys(&source, &internal).await?;
-                    }
-                    let del: &[&[u8]] = &[b"DEL", &marker_key];
-                    for endpoint in [&source, target] {
-                        expect_ok("DEL marker", endpoint, &[(&marker_key, del)]).await?;
-                    }
-                    MarkerOutcome::Removed
-                }
-            }
-        }
-    });
     report.elapsed = started.elapsed();
     Ok(report)
 }
@@ -379,31 +243,29 @@ pub async fn migrate(
 /// A first walk, before anything is written: refuses while coordinators are live (on the
 /// source, and on `other_target`), and counts the keys the copy will take, for the
 /// progress display.
-async fn survey(
-    pattern: &str,
-    page: usize,
-    allow_live: bool,
-    layout: &Layout,
-    source: &Endpoint,
-    other_target: Option<&Endpoint>,
-    plan: &impl Fn(&Bytes) -> Step,
-) -> Result<u64, MigrateError> {
+async fn survey(run: &Run<'_>, other_target: Option<&Endpoint>) -> Result<u64, MigrateError> {
+    let (pattern, page, allow_live) = (run.pattern.as_bytes(), run.page, run.opts.allow_live);
     let mut live = Vec::new();
     let mut estimate = 0u64;
-    let mut walk = source.walk(pattern.as_bytes(), page);
+    let mut walk = run.source.walk(pattern, page);
     while let Some(keys) = walk.next_page().await? {
         estimate += keys
             .iter()
-            .filter(|key| matches!(plan(key), Step::Copy(_) | Step::Log(_) | Step::Item { .. }))
+            .filter(|key| {
+                matches!(
+                    run.plan(key),
+                    Step::Copy(_) | Step::Log(_) | Step::Item { .. }
+                )
+            })
             .count() as u64;
         if !allow_live {
-            live.extend(inspect::live_coordination(source, layout, &keys).await?);
+            live.extend(inspect::live_coordination(run.source, run.layout, &keys).await?);
         }
     }
     if let Some(target) = other_target.filter(|_| !allow_live) {
-        let mut walk = target.walk(pattern.as_bytes(), page);
+        let mut walk = target.walk(pattern, page);
         while let Some(keys) = walk.next_page().await? {
-            live.extend(inspect::live_coordination(target, layout, &keys).await?);
+            live.extend(inspect::live_coordination(target, run.layout, &keys).await?);
         }
     }
     if live.is_empty() {
@@ -411,223 +273,4 @@ async fn survey(
     } else {
         Err(MigrateError::Live(live))
     }
-}
-
-/// Copies `batch`; steps that meet a moved slot are retried after re-reading both slot maps
-/// (and loading the scripts on any new master). Retrying is safe: a step's writes are
-/// idempotent (an existing target key is kept or replaced by the same rules, a counter only
-/// rises). Steps still moving after [`source::MOVED_RETRIES`] attempts are reported as errors.
-async fn copy_following_moves(
-    copier: &Copier<'_>,
-    batch: &[CopyStep],
-) -> Result<Vec<Result<Outcome, String>>, MigrateError> {
-    let mut results = copier.copy_batch(batch).await;
-    let refresh = || async move {
-        copier.source.refresh().await?;
-        copier.target.refresh().await?;
-        if !copier.dry_run {
-            copier.target.load_script(RESTORE_SCRIPT).await?;
-            copier.target.load_script(SET_IF_GREATER_SCRIPT).await?;
-        }
-        Ok(())
-    };
-    let redo = |again: Vec<usize>| async move {
-        let retry: Vec<CopyStep> = again.iter().map(|&i| batch[i].clone()).collect();
-        copier.copy_batch(&retry).await
-    };
-    source::follow_moves(&mut results, |e| source::is_moved(e), refresh, redo).await?;
-    Ok(results)
-}
-
-/// Reads every log's members and plans the items they name (in the log's chat only).
-async fn expand_logs(
-    layout: &Layout,
-    prefix: &str,
-    source: &Endpoint,
-    page: usize,
-    logs: Vec<CopyStep>,
-    copies: &mut Vec<CopyStep>,
-    report: &mut Report,
-) -> Result<(), MigrateError> {
-    if logs.is_empty() {
-        return Ok(());
-    }
-    let rules = MessageRules::new(layout, prefix).ok_or_else(|| {
-        MigrateError::Layout("the message log and item rules have an unexpected shape".into())
-    })?;
-    for batch in logs.chunks(page) {
-        let members = join_all(batch.iter().map(|log| async move {
-            source
-                .call_key(&log.from, &[b"ZRANGE", &log.from, b"0", b"-1"])
-                .await
-        }))
-        .await;
-        for (log, members) in batch.iter().zip(members) {
-            let members = match members? {
-                Reply::List(members) => members,
-                Reply::Error(e) => {
-                    report.error(layout.family_name(log.family), format!("ZRANGE: {e}"));
-                    continue;
-                }
-                _ => Vec::new(),
-            };
-            let Some(chat) = rules.chat_of(&log.from) else {
-                continue;
-            };
-            for member in members.iter().filter_map(Reply::data) {
-                let item = rules.item_key(chat, member);
-                match plan::plan_item(layout, log, &item) {
-                    Some(copy) => copies.push(copy),
-                    None => report.family(plan::ITEM_FAMILY).skipped += 1,
-                }
-            }
-            copies.push(log.clone());
-        }
-    }
-    Ok(())
-}
-
-/// The mirror's second half: deletes legacy records on the target that the source no
-/// longer has (none of the `produced` names). Counters (fences, terms) and ephemeral keys are
-/// never pruned.
-async fn prune(
-    layout: &Layout,
-    copier: &Copier<'_>,
-    mut walk: KeyWalk,
-    produced: &Fingerprints,
-    filter: &FamilyFilter,
-    report: &mut Report,
-) -> Result<(), MigrateError> {
-    while let Some(keys) = walk.next_page().await? {
-        let mut doomed = Vec::new();
-        for key in keys {
-            if produced.contains(&key) {
-                continue;
-            }
-            let Forward::Rewritten(r) = layout.forward(&key) else {
-                continue;
-            };
-            // In place, a cluster:v1 key of the source can also look like a legacy name.
-            if !copier.distinct_target
-                && matches!(layout.reverse(&key), Reverse::Legacy(ref l) if *l != key)
-            {
-                continue;
-            }
-            let name = layout.family_name(r.family);
-            let kind = kind_of(name, &key, &r.key, r.index.is_some());
-            let prunable = match kind {
-                Kind::Counter | Kind::Ephemeral => false,
-                Kind::Unchanged => copier.distinct_target,
-                _ => true,
-            };
-            if prunable && filter.allows(name) {
-                report.family(name).pruned += 1;
-                doomed.push(key);
-            }
-        }
-        if !copier.dry_run {
-            delete_keys(copier.target, &doomed).await?;
-        }
-    }
-    Ok(())
-}
-
-/// Reports the message items under the prefix that no log listed (a second walk: whether
-/// an item is listed is known only once every log has been read).
-async fn report_orphans(
-    layout: &Layout,
-    mut walk: KeyWalk,
-    filter: &FamilyFilter,
-    listed: &Fingerprints,
-    report: &mut Report,
-) -> Result<(), MigrateError> {
-    while let Some(keys) = walk.next_page().await? {
-        for key in &keys {
-            if let Step::Item { family, key } = plan::plan_forward(layout, key, false, filter) {
-                if !listed.contains(&key) {
-                    report.orphan(layout.family_name(family), &key);
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Adds one copied step's outcome to the report.
-fn count_outcome(
-    report: &mut Report,
-    layout: &Layout,
-    opts: &MigrateOptions,
-    distinct_target: bool,
-    step: &CopyStep,
-    result: Result<Outcome, String>,
-) {
-    let deletes_source = opts.delete_source
-        && !opts.dry_run
-        && (step.from != step.to || distinct_target)
-        && matches!(
-            result,
-            Ok(Outcome::Copied | Outcome::Replaced | Outcome::Kept)
-        );
-    let counts = report.family(layout.family_name(step.family));
-    if deletes_source {
-        counts.deleted += 1;
-    }
-    match result {
-        Ok(Outcome::Copied) => counts.copied += 1,
-        Ok(Outcome::Replaced) => counts.overwritten += 1,
-        Ok(Outcome::Kept) | Ok(Outcome::Vanished) => counts.skipped += 1,
-        Err(message) => report.error(layout.family_name(step.family), message),
-    }
-}
-
-/// 64-bit fingerprints of key names: what a run keeps of the keys it has passed, 8 bytes
-/// a key instead of its name. Two of n names share one with a chance of about n²/2⁶⁵ (one
-/// run in 370,000 at ten million keys); an orphan sharing a listed item's would go
-/// unreported, and a record sharing a written key's would not be pruned.
-#[derive(Default)]
-struct Fingerprints(HashSet<u64>);
-
-impl Fingerprints {
-    fn of(key: &[u8]) -> u64 {
-        // SipHash with fixed keys: the same name gives the same fingerprint all run long.
-        let mut hasher = std::hash::DefaultHasher::new();
-        hasher.write(key);
-        hasher.finish()
-    }
-
-    fn insert(&mut self, key: &[u8]) {
-        self.0.insert(Self::of(key));
-    }
-
-    fn contains(&self, key: &[u8]) -> bool {
-        self.0.contains(&Self::of(key))
-    }
-}
-
-async fn delete_keys(endpoint: &Endpoint, keys: &[Bytes]) -> Result<(), MigrateError> {
-    for batch in keys.chunks(BATCH) {
-        let commands: Vec<[&[u8]; 2]> = batch.iter().map(|k| [b"DEL", &k[..]]).collect();
-        let requests: Vec<(&[u8], &[&[u8]])> = batch
-            .iter()
-            .zip(&commands)
-            .map(|(k, command)| (&k[..], &command[..]))
-            .collect();
-        expect_ok("DEL", endpoint, &requests).await?;
-    }
-    Ok(())
-}
-
-/// Sends `requests` (following moved slots) and fails on the first error, naming `what`.
-async fn expect_ok(
-    what: &str,
-    endpoint: &Endpoint,
-    requests: &[(&[u8], &[&[u8]])],
-) -> Result<(), MigrateError> {
-    for reply in endpoint.call_keys_following_moves(requests).await? {
-        if let Some(e) = reply?.error() {
-            return Err(MigrateError::Redis(format!("{what}: {e}")));
-        }
-    }
-    Ok(())
 }

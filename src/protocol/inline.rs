@@ -79,7 +79,7 @@ pub(crate) fn decode_inline(
 /// ends (a short line needs no allocation).
 #[derive(Debug, Default)]
 pub(crate) struct InlineArgs {
-    bytes: SmallVec<[u8; 64]>,
+    bytes: ArgBytes,
     ends: SmallVec<[usize; 8]>,
 }
 
@@ -145,85 +145,111 @@ pub(crate) fn split_args(line: &[u8]) -> Option<InlineArgs> {
         Some(nul) => &line[..nul],
         None => line,
     };
-    // Reading past the end yields 0, standing for the C string's terminator.
-    let at = |index: usize| line.get(index).copied().unwrap_or(0);
+    let mut cursor = Cursor { line, pos: 0 };
     let mut args = InlineArgs::default();
-    let mut pos = 0;
     loop {
-        while at(pos) != 0 && is_c_space(at(pos)) {
-            pos += 1;
+        while cursor.at(0) != 0 && is_c_space(cursor.at(0)) {
+            cursor.pos += 1;
         }
-        if at(pos) == 0 {
+        if cursor.at(0) == 0 {
             return Some(args);
         }
         // The argument's bytes go straight after the previous one's.
-        let current = &mut args.bytes;
-        let mut in_double = false;
-        let mut in_single = false;
+        cursor.argument(&mut args.bytes)?;
+        args.ends.push(args.bytes.len());
+    }
+}
+
+/// Every argument's bytes, one after another.
+type ArgBytes = SmallVec<[u8; 64]>;
+
+/// A position in a line that [`split_args`] reads.
+struct Cursor<'a> {
+    line: &'a [u8],
+    pos: usize,
+}
+
+impl Cursor<'_> {
+    /// The byte `ahead` of the position; past the end 0, standing for the C string's
+    /// terminator.
+    fn at(&self, ahead: usize) -> u8 {
+        self.line.get(self.pos + ahead).copied().unwrap_or(0)
+    }
+
+    /// Reads one argument into `out`: bare bytes up to a blank or the end, where a quote
+    /// opens a quoted part whose closing quote ends the argument. `None`: bad quoting.
+    fn argument(&mut self, out: &mut ArgBytes) -> Option<()> {
         loop {
-            let byte = at(pos);
-            if in_double {
-                if byte == b'\\' && at(pos + 1) == b'x' {
-                    if let (Some(high), Some(low)) =
-                        (hex_value(at(pos + 2)), hex_value(at(pos + 3)))
-                    {
-                        current.push(high * 16 + low);
-                        pos += 4;
-                        continue;
-                    }
-                }
-                if byte == b'\\' && at(pos + 1) != 0 {
-                    pos += 1;
-                    current.push(match at(pos) {
-                        b'n' => b'\n',
-                        b'r' => b'\r',
-                        b't' => b'\t',
-                        b'b' => 0x08,
-                        b'a' => 0x07,
-                        other => other,
-                    });
-                } else if byte == b'"' {
-                    if at(pos + 1) != 0 && !is_c_space(at(pos + 1)) {
-                        return None;
-                    }
-                    pos += 1;
-                    break;
-                } else if byte == 0 {
-                    return None;
-                } else {
-                    current.push(byte);
-                }
-            } else if in_single {
-                if byte == b'\\' && at(pos + 1) == b'\'' {
-                    pos += 1;
-                    current.push(b'\'');
-                } else if byte == b'\'' {
-                    if at(pos + 1) != 0 && !is_c_space(at(pos + 1)) {
-                        return None;
-                    }
-                    pos += 1;
-                    break;
-                } else if byte == 0 {
-                    return None;
-                } else {
-                    current.push(byte);
-                }
-            } else {
-                match byte {
-                    // Unlike the blank skipping above, only these four end a bare word.
-                    b' ' | b'\n' | b'\r' | b'\t' => {
-                        pos += 1;
-                        break;
-                    }
-                    0 => break,
-                    b'"' => in_double = true,
-                    b'\'' => in_single = true,
-                    other => current.push(other),
+            let byte = self.at(0);
+            self.pos += 1;
+            match byte {
+                // Unlike the blank skipping between arguments, only these four end a bare word.
+                b' ' | b'\n' | b'\r' | b'\t' | 0 => return Some(()),
+                b'"' => return self.double_quoted(out),
+                b'\'' => return self.single_quoted(out),
+                other => out.push(other),
+            }
+        }
+    }
+
+    /// The rest of a double-quoted part, with its escapes (`\n`, `\xHH`, ...), through the
+    /// closing quote.
+    fn double_quoted(&mut self, out: &mut ArgBytes) -> Option<()> {
+        loop {
+            let byte = self.at(0);
+            if byte == b'\\' && self.at(1) == b'x' {
+                if let (Some(high), Some(low)) = (hex_value(self.at(2)), hex_value(self.at(3))) {
+                    out.push(high * 16 + low);
+                    self.pos += 4;
+                    continue;
                 }
             }
-            pos += 1;
+            if byte == b'\\' && self.at(1) != 0 {
+                self.pos += 1;
+                out.push(match self.at(0) {
+                    b'n' => b'\n',
+                    b'r' => b'\r',
+                    b't' => b'\t',
+                    b'b' => 0x08,
+                    b'a' => 0x07,
+                    other => other,
+                });
+            } else if byte == b'"' {
+                return self.close_quote();
+            } else if byte == 0 {
+                return None;
+            } else {
+                out.push(byte);
+            }
+            self.pos += 1;
         }
-        args.ends.push(args.bytes.len());
+    }
+
+    /// The rest of a single-quoted part (only `\'` is an escape) through the closing quote.
+    fn single_quoted(&mut self, out: &mut ArgBytes) -> Option<()> {
+        loop {
+            let byte = self.at(0);
+            if byte == b'\\' && self.at(1) == b'\'' {
+                self.pos += 1;
+                out.push(b'\'');
+            } else if byte == b'\'' {
+                return self.close_quote();
+            } else if byte == 0 {
+                return None;
+            } else {
+                out.push(byte);
+            }
+            self.pos += 1;
+        }
+    }
+
+    /// Steps over a closing quote, which must be followed by a blank or the end.
+    fn close_quote(&mut self) -> Option<()> {
+        if self.at(1) != 0 && !is_c_space(self.at(1)) {
+            return None;
+        }
+        self.pos += 1;
+        Some(())
     }
 }
 

@@ -179,44 +179,20 @@ pub(crate) fn compile_rule(entry: &RuleEntry, family: u16) -> Result<Rule, Strin
     let index = match &entry.index {
         None => None,
         Some(spec) => {
-            let key = ClusterTemplate::compile(&after_prefix(&spec.key)?, &names, &spec.key)?;
-            let member_pieces = tokenize(&spec.member)?;
-            no_prefix(&member_pieces, &spec.member)?;
-            let member = ClusterTemplate::compile(&member_pieces, &names, &spec.member)?;
-            if member.uses_bucket() {
-                return Err("an index member cannot hold `<b>`".into());
-            }
-            let mut covered = [false; MAX_CAPTURES];
-            key.capture_slots()
-                .chain(member.capture_slots())
-                .for_each(|slot| covered[usize::from(slot)] = true);
-            if let Some(missing) = names.iter().enumerate().find(|(slot, _)| !covered[*slot]) {
-                return Err(format!(
-                    "capture `<{}>` is in neither the index key nor the member, so listings could not name the key",
-                    missing.1
-                ));
-            }
-            let index_tag = key.hash_tag()?;
+            let index = compile_index(spec, &names)?;
+            let index_tag = index.key.hash_tag()?;
             if index_tag.is_none() || index_tag != cluster_tag {
                 return Err(
                     "the index key must carry the same hash tag as the cluster key (one slot)"
                         .into(),
                 );
             }
-            Some(IndexTemplates { key, member })
+            Some(index)
         }
     };
     let needs_bucket =
         cluster.uses_bucket() || index.as_ref().is_some_and(|index| index.key.uses_bucket());
-    let bucket_of =
-        match (&entry.bucket_of, needs_bucket) {
-            (Some(name), _) => Some(names.iter().position(|known| known == name).ok_or_else(
-                || format!("bucket_of `{name}` is not a capture of the legacy pattern"),
-            )? as u8),
-            (None, true) if names.len() == 1 => Some(0),
-            (None, true) => return Err("`<b>` with several captures needs `bucket_of`".into()),
-            (None, false) => None,
-        };
+    let bucket_of = bucket_slot(entry.bucket_of.as_deref(), &names, needs_bucket)?;
     Ok(Rule {
         family,
         legacy,
@@ -224,6 +200,53 @@ pub(crate) fn compile_rule(entry: &RuleEntry, family: u16) -> Result<Rule, Strin
         index,
         bucket_of,
     })
+}
+
+/// Compiles a rule's index: key and member together must carry every capture of the
+/// legacy pattern (`names`), so a listing can name the key. (Its hash tag is checked
+/// against the cluster key's by the caller.)
+fn compile_index(spec: &IndexSpec, names: &[String]) -> Result<IndexTemplates, String> {
+    let key = ClusterTemplate::compile(&after_prefix(&spec.key)?, names, &spec.key)?;
+    let member_pieces = tokenize(&spec.member)?;
+    no_prefix(&member_pieces, &spec.member)?;
+    let member = ClusterTemplate::compile(&member_pieces, names, &spec.member)?;
+    if member.uses_bucket() {
+        return Err("an index member cannot hold `<b>`".into());
+    }
+    let mut covered = [false; MAX_CAPTURES];
+    key.capture_slots()
+        .chain(member.capture_slots())
+        .for_each(|slot| covered[usize::from(slot)] = true);
+    if let Some(missing) = names.iter().enumerate().find(|(slot, _)| !covered[*slot]) {
+        return Err(format!(
+            "capture `<{}>` is in neither the index key nor the member, so listings could not name the key",
+            missing.1
+        ));
+    }
+    Ok(IndexTemplates { key, member })
+}
+
+/// The capture slot a rule's bucket hashes: `bucket_of` by name, or the only capture when
+/// a template holds `<b>` (`needs_bucket`) and there is just one.
+fn bucket_slot(
+    bucket_of: Option<&str>,
+    names: &[String],
+    needs_bucket: bool,
+) -> Result<Option<u8>, String> {
+    match (bucket_of, needs_bucket) {
+        (Some(name), _) => {
+            let slot = names
+                .iter()
+                .position(|known| known == name)
+                .ok_or_else(|| {
+                    format!("bucket_of `{name}` is not a capture of the legacy pattern")
+                })?;
+            Ok(Some(slot as u8))
+        }
+        (None, true) if names.len() == 1 => Ok(Some(0)),
+        (None, true) => Err("`<b>` with several captures needs `bucket_of`".into()),
+        (None, false) => Ok(None),
+    }
 }
 
 /// Checks the prefix list: non-empty names, no hash-tag braces, none inside another.

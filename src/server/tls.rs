@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::net::{TcpListener, TcpStream};
 
-use super::{refuse, Listeners};
+use super::{refuse, Listeners, StartError};
 use crate::client::{self, ClientStream, Registry};
 use crate::dispatch::Proxy;
 use crate::reload::Live;
@@ -15,9 +15,9 @@ use crate::tls::ClientTls;
 
 /// Binds `listen` (unless empty) and `tls.listen` (when set), after checking the TLS
 /// files; records the plain listener's bound address in `proxy.listen_addr`.
-pub(super) async fn bind(proxy: &mut Proxy) -> Result<Listeners, String> {
+pub(super) async fn bind(proxy: &mut Proxy) -> Result<Listeners, StartError> {
     // Read now so a bad certificate stops start-up, not the first TLS client.
-    ClientTls::from_config(&proxy.config.tls).map_err(|e| e.to_string())?;
+    ClientTls::from_config(&proxy.config.tls)?;
     let plain = match proxy.config.listen.as_str() {
         "" => None,
         listen => Some(bind_one(listen).await?),
@@ -37,10 +37,13 @@ pub(super) async fn bind(proxy: &mut Proxy) -> Result<Listeners, String> {
     Ok(Listeners { plain, tls })
 }
 
-async fn bind_one(listen: &str) -> Result<TcpListener, String> {
+async fn bind_one(listen: &str) -> Result<TcpListener, StartError> {
     TcpListener::bind(listen)
         .await
-        .map_err(|e| format!("cannot listen on {listen}: {e}"))
+        .map_err(|source| StartError::Listen {
+            addr: listen.into(),
+            source,
+        })
 }
 
 /// The next connection of `listener`; never returns without one.
@@ -82,5 +85,24 @@ pub(super) async fn serve(
             crate::metrics::client_rejected();
             refuse(stream).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_address_in_use_names_the_address() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = taken.local_addr().unwrap().to_string();
+        let error = bind_one(&addr).await.unwrap_err();
+        assert!(matches!(error, StartError::Listen { .. }), "{error:?}");
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("cannot listen on {addr}: ")),
+            "{error}"
+        );
     }
 }

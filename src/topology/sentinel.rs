@@ -26,6 +26,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+use super::error::{SentinelAskError, SentinelError};
 use super::Topology;
 use crate::backend::ConnOptions;
 use crate::config::Config;
@@ -116,7 +117,7 @@ impl SentinelWatch {
 
     /// Asks the Sentinels in turn for the master and installs it once it says it is one.
     /// While a promotion is under way nothing changes: its end is an event of its own.
-    pub(super) async fn discover(&self, topology: &Topology) -> Result<(), String> {
+    pub(super) async fn discover(&self, topology: &Topology) -> Result<(), SentinelError> {
         let _one_at_a_time = self.deciding.lock().await;
         if self.holding() {
             return Ok(());
@@ -128,14 +129,14 @@ impl SentinelWatch {
                     let source = format!("Sentinel {sentinel}");
                     return self.check_and_install(topology, &addr, &source).await;
                 }
-                Err(e) => errors.push(format!("Sentinel {sentinel}: {e}")),
+                Err(e) => errors.push((sentinel.clone(), e)),
             }
         }
-        Err(errors.join("; "))
+        Err(SentinelError::Unanswered(errors))
     }
 
     /// `SENTINEL GET-MASTER-ADDR-BY-NAME` on one Sentinel.
-    async fn ask_master(&self, sentinel: &str) -> Result<String, String> {
+    async fn ask_master(&self, sentinel: &str) -> Result<String, SentinelAskError> {
         let ask = async {
             let mut link = Link::open(sentinel, &self.options).await?;
             link.send(&[
@@ -148,7 +149,7 @@ impl SentinelWatch {
         };
         match tokio::time::timeout(ASK_TIMEOUT, ask).await {
             Ok(answer) => answer,
-            Err(_) => Err("no answer in time".into()),
+            Err(_) => Err(SentinelAskError::TimedOut),
         }
     }
 
@@ -159,25 +160,32 @@ impl SentinelWatch {
         topology: &Topology,
         addr: &str,
         source: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), SentinelError> {
         let addr = topology.remapped(addr);
         let conn = topology.node(&addr, Proto::Resp2);
         let call = conn.call(Bytes::from_static(b"*1\r\n$4\r\nROLE\r\n"), false);
         let role = match tokio::time::timeout(ASK_TIMEOUT, call).await {
             Ok(Ok(reply)) => role_of(&reply)?,
-            Ok(Err(e)) => return Err(format!("master {addr} (named by {source}): {e}")),
-            Err(_) => return Err(format!("master {addr} did not answer ROLE in time")),
+            Ok(Err(e)) => {
+                return Err(SentinelError::Unreachable {
+                    addr,
+                    named_by: source.into(),
+                    source: e,
+                })
+            }
+            Err(_) => return Err(SentinelError::RoleTimedOut { addr }),
         };
         if role == "master" {
             self.install(topology, Some(addr));
             return Ok(());
         }
         self.install(topology, None);
-        Err(format!(
-            "{addr}, the master {source} names for '{}', says its role is '{role}': \
-             not used until it is a master",
-            self.master_name
-        ))
+        Err(SentinelError::NotMaster {
+            addr,
+            named_by: source.into(),
+            master_name: self.master_name.clone(),
+            role,
+        })
     }
 
     /// Makes `master` the one node every command goes to (`None`: no master known).
@@ -239,7 +247,7 @@ impl SentinelWatch {
         }
     }
 
-    async fn subscribe(&self, sentinel: &str) -> Result<Link, String> {
+    async fn subscribe(&self, sentinel: &str) -> Result<Link, SentinelAskError> {
         let mut link = Link::open(sentinel, &self.options).await?;
         let mut request: Vec<&[u8]> = vec![b"SUBSCRIBE"];
         request.extend(CHANNELS.iter().map(|c| c.as_bytes()));
@@ -288,8 +296,10 @@ struct Link {
 }
 
 impl Link {
-    async fn open(addr: &str, options: &ConnOptions) -> Result<Link, String> {
-        let (stream, buf) = crate::backend::connect(addr, options).await?;
+    async fn open(addr: &str, options: &ConnOptions) -> Result<Link, SentinelAskError> {
+        let (stream, buf) = crate::backend::connect(addr, options)
+            .await
+            .map_err(SentinelAskError::Connect)?;
         Ok(Link {
             stream,
             buf,
@@ -297,28 +307,28 @@ impl Link {
         })
     }
 
-    async fn send(&mut self, args: &[&[u8]]) -> Result<(), String> {
+    async fn send(&mut self, args: &[&[u8]]) -> Result<(), SentinelAskError> {
         self.stream
             .write_all(&encode_request(args))
             .await
-            .map_err(|e| format!("write failed: {e}"))
+            .map_err(SentinelAskError::Write)
     }
 
     /// The next frame the Sentinel sends (a reply or a published message).
-    async fn reply(&mut self) -> Result<BytesFrame, String> {
+    async fn reply(&mut self) -> Result<BytesFrame, SentinelAskError> {
         loop {
             match self.scanner.next_frame_len(&self.buf) {
                 Ok(Some(len)) => {
                     let frame = self.buf.split_to(len).freeze();
-                    return parse_frame(&frame).map_err(|e| e.0);
+                    return parse_frame(&frame).map_err(|e| SentinelAskError::Protocol(e.0));
                 }
                 Ok(None) => {}
-                Err(e) => return Err(e.0),
+                Err(e) => return Err(SentinelAskError::Protocol(e.0)),
             }
             match self.stream.read_buf(&mut self.buf).await {
-                Ok(0) => return Err("connection closed".into()),
+                Ok(0) => return Err(SentinelAskError::Closed),
                 Ok(_) => {}
-                Err(e) => return Err(format!("read failed: {e}")),
+                Err(e) => return Err(SentinelAskError::Read(e)),
             }
         }
     }
@@ -342,31 +352,33 @@ fn elements(frame: &BytesFrame) -> Option<&[BytesFrame]> {
 }
 
 /// `host:port` from a `GET-MASTER-ADDR-BY-NAME` reply (`[ip, port]`; null: no such master).
-fn master_addr(frame: &BytesFrame, name: &str) -> Result<String, String> {
+fn master_addr(frame: &BytesFrame, name: &str) -> Result<String, SentinelAskError> {
     match frame {
-        BytesFrame::Null => Err(format!("monitors no master named '{name}'")),
-        BytesFrame::SimpleError { data, .. } => Err(data.to_string()),
-        BytesFrame::BlobError { data, .. } => Err(String::from_utf8_lossy(data).into_owned()),
+        BytesFrame::Null => Err(SentinelAskError::NoSuchMaster { name: name.into() }),
+        BytesFrame::SimpleError { data, .. } => Err(SentinelAskError::Refused(data.to_string())),
+        BytesFrame::BlobError { data, .. } => Err(SentinelAskError::Refused(
+            String::from_utf8_lossy(data).into_owned(),
+        )),
         _ => match elements(frame).map(|items| items.iter().map(text).collect::<Vec<_>>()) {
             Some(parts) if parts.len() == 2 => match (&parts[0], &parts[1]) {
                 (Some(ip), Some(port)) => Ok(join_host_port(ip, port)),
-                _ => Err("unreadable master address".into()),
+                _ => Err(SentinelAskError::UnreadableAddress),
             },
-            _ => Err("unreadable master address".into()),
+            _ => Err(SentinelAskError::UnreadableAddress),
         },
     }
 }
 
 /// The role a `ROLE` reply names (`master`, `slave`, `sentinel`), or its error.
-fn role_of(reply: &Bytes) -> Result<String, String> {
-    let frame = parse_frame(reply).map_err(|e| e.0)?;
+fn role_of(reply: &Bytes) -> Result<String, SentinelError> {
+    let frame = parse_frame(reply).map_err(|e| SentinelError::Role(e.0))?;
     if let BytesFrame::SimpleError { data, .. } = &frame {
-        return Err(format!("ROLE refused: {data}"));
+        return Err(SentinelError::Role(format!("ROLE refused: {data}")));
     }
     elements(&frame)
         .and_then(|items| items.first())
         .and_then(text)
-        .ok_or_else(|| "unreadable ROLE reply".to_string())
+        .ok_or_else(|| SentinelError::Role("unreadable ROLE reply".into()))
 }
 
 /// `(channel, text)` of a published message (`["message", channel, text]`).
@@ -429,10 +441,15 @@ mod tests {
         assert_eq!(master_addr(&reply, "m").unwrap(), "127.0.0.1:6379");
         let reply = frame(b"*2\r\n$3\r\n::1\r\n$4\r\n6379\r\n");
         assert_eq!(master_addr(&reply, "m").unwrap(), "[::1]:6379");
-        let none = master_addr(&frame(b"*-1\r\n"), "ragmaster").unwrap_err();
-        assert!(none.contains("'ragmaster'"), "{none}");
+        let none = master_addr(&frame(b"*-1\r\n"), "ragmaster")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(none, "monitors no master named 'ragmaster'");
         let refused = master_addr(&frame(b"-NOAUTH Authentication required.\r\n"), "m");
-        assert_eq!(refused.unwrap_err(), "NOAUTH Authentication required.");
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            "NOAUTH Authentication required."
+        );
     }
 
     #[test]

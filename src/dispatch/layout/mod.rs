@@ -121,8 +121,8 @@ impl ActiveLayout {
     /// when no rule file is configured. Startup and hot reload both build it here.
     pub fn from_config(
         config: &crate::config::LayoutConfig,
-    ) -> Result<Option<Arc<ActiveLayout>>, String> {
-        let layout = config.load().map_err(|e| e.to_string())?;
+    ) -> Result<Option<Arc<ActiveLayout>>, crate::config::ConfigError> {
+        let layout = config.load()?;
         Ok(layout.map(|layout| {
             Arc::new(ActiveLayout::new(
                 layout,
