@@ -65,10 +65,10 @@ pub enum Route {
     Planned(Option<usize>),
 }
 
-/// Per command-table index: whether the planner forwards a single-slot request of that
+/// Per command-table index: whether the planner may forward a single-slot request of that
 /// command as is (its shape says so, see [`crate::command::Shape::forwards_as_is`]) and the
-/// command policy allows it, so [`Proxy::direct`] skips the planner and the policy's name
-/// lookup for the common commands.
+/// command policy allows it: [`Proxy::route`] stages and plans only those, and skips the
+/// policy's name lookup for them; the plan decides.
 pub struct Forwardable(Box<[Batchable]>);
 
 /// How [`Proxy::direct`] may batch a command (see [`Forwardable`]).
@@ -102,8 +102,9 @@ impl Forwardable {
 impl Proxy {
     /// Whether `request`, of the table's `command` (its [`CommandTable::lookup_index`]),
     /// can go straight to a master ([`Route::Direct`]: the same checks, the same layout
-    /// stage and the same plan as [`Proxy::execute_as`], stopped where that would forward
-    /// one frame to one slot) or runs as a future. `routing` is this proxy's topology's, as recent as the caller's routing.
+    /// stage and the same plan as [`Proxy::execute_as`], stopped where that would send
+    /// one frame to one slot) or runs as a future. `routing` is this proxy's topology's, as
+    /// recent as the caller's routing.
     pub fn route(
         &self,
         command: Option<usize>,

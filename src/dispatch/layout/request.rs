@@ -49,7 +49,7 @@ pub enum ReplyNames {
 pub enum Listing {
     /// KEYS `pattern`.
     Keys,
-    /// SCAN `cursor` [MATCH] [COUNT] [TYPE].
+    /// SCAN `cursor` with its options.
     Scan,
 }
 
