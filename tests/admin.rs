@@ -934,7 +934,7 @@ fn a_renamed_key_whose_slot_has_no_master_is_counted_once() {
         .query::<()>(&mut con);
     assert!(refused.is_err(), "no master serves the slot: {refused:?}");
     let after = scrape(&proxy);
-    // The batched path declines it (no master) and the layout path counts it.
+    // The batched path declines it (no master) and the planned path counts it.
     assert_eq!(
         after.value("slotbridge_layout_rewrites_total{family=\"lock\"}")
             - before.value("slotbridge_layout_rewrites_total{family=\"lock\"}"),

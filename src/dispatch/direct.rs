@@ -6,21 +6,21 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use smallvec::SmallVec;
 
 use crate::backend::{BackendError, NodeConn};
-use crate::command::{CommandTable, KeyList};
+use crate::command::CommandTable;
 use crate::protocol::{Proto, Request};
 use crate::topology::Routing;
 
-use super::{common_slot, is_final, layout, Plan, Proxy, Target};
+use super::layout::ReplyNames;
+use super::{is_final, layout, Plan, Proxy, Staged, Target};
 
 /// A request the client session may send straight to the master of its slot, batched
-/// with its neighbours: a known command, allowed, whose keys share one slot, and whose plan
-/// is a plain forward (no split, block, emulation or script: a client's script runs on a
-/// connection of its own, see `scripts`); under a layout
-/// prefix, one that needs no more than its keys renamed or the upkeep script around it
-/// (see [`layout::DirectRewrite`]).
+/// with its neighbours: a known command, allowed, whose plan (after the layout stage, when
+/// a layout concerns it) forwards it to one slot (no split, block, emulation or script: a
+/// client's script runs on a connection of its own, see `scripts`), or runs it inside the
+/// loaded upkeep script in one slot; and whose reply names no key the layout would show
+/// under another name.
 pub struct Direct {
     /// The command's index in the command table (for its metrics).
     pub command: usize,
@@ -39,8 +39,8 @@ pub struct Direct {
 pub enum DirectKind {
     /// A command sent as it came, or with its keys renamed by the layout.
     Plain,
-    /// A command inside an EVALSHA of the layout's upkeep script (see
-    /// [`layout::DirectRewrite::upkeep`]): `-NOSCRIPT` means "again, by the script's body".
+    /// A command inside an EVALSHA of the layout's upkeep script: `-NOSCRIPT` means
+    /// "again, by the script's body" (see [`layout::upkeep_as_eval`]).
     Upkeep,
 }
 
@@ -65,10 +65,10 @@ pub enum Route {
     Planned(Option<usize>),
 }
 
-/// Per command-table index: whether the planner forwards a single-slot request of that
+/// Per command-table index: whether the planner may forward a single-slot request of that
 /// command as is (its shape says so, see [`crate::command::Shape::forwards_as_is`]) and the
-/// command policy allows it, so [`Proxy::direct`] skips the planner and the policy's name
-/// lookup for the common commands.
+/// command policy allows it: [`Proxy::route`] stages and plans only those, and skips the
+/// policy's name lookup for them; the plan decides.
 pub struct Forwardable(Box<[Batchable]>);
 
 /// How [`Proxy::direct`] may batch a command (see [`Forwardable`]).
@@ -101,9 +101,10 @@ impl Forwardable {
 
 impl Proxy {
     /// Whether `request`, of the table's `command` (its [`CommandTable::lookup_index`]),
-    /// can go straight to a master ([`Route::Direct`]: the same checks and the same plan as
-    /// [`Proxy::execute_as`], stopped where that would forward the raw bytes) or runs as a
-    /// future. `routing` is this proxy's topology's, as recent as the caller's routing.
+    /// can go straight to a master ([`Route::Direct`]: the same checks, the same layout
+    /// stage and the same plan as [`Proxy::execute_as`], stopped where that would send
+    /// one frame to one slot) or runs as a future. `routing` is this proxy's topology's, as
+    /// recent as the caller's routing.
     pub fn route(
         &self,
         command: Option<usize>,
@@ -136,45 +137,37 @@ impl Proxy {
         if !spec.arity_ok(args.len()) || Self::user_refusal(spec, request, user).is_some() {
             return None;
         }
-        let mut keys: KeyList = SmallVec::new();
-        spec.keys(args, &mut keys);
-        let concerns_layout = self
-            .layout
+        // The one plan, with the layout stage before it when a layout concerns the request.
+        let Staged { plan, layout } = self.stage_and_plan(Some(spec), request);
+        let shown_as_sent = layout
             .as_ref()
-            .is_some_and(|active| active.concerns_keys(args, &keys));
-        let (slot, rewrite, kind) = match &self.layout {
-            Some(active) if concerns_layout => {
-                let rewrite = active.direct_rewrite(spec, args, &keys, proto)?;
-                let kind = if rewrite.upkeep {
-                    DirectKind::Upkeep
-                } else {
-                    DirectKind::Plain
-                };
-                (rewrite.slot, Some((active, rewrite)), kind)
+            .is_none_or(|staging| staging.reply == ReplyNames::Unchanged);
+        if !shown_as_sent {
+            return None;
+        }
+        let renamed = layout.as_ref().and_then(|staging| staging.renamed.as_ref());
+        let (slot, kind, frame) = match plan {
+            Plan::Forward(Target::Slot(slot)) => (
+                slot,
+                DirectKind::Plain,
+                renamed.map(|request| request.raw.clone()),
+            ),
+            Plan::Upkeep(upkeep) => {
+                let args = &renamed.unwrap_or(request).args;
+                let (slot, frame) = upkeep.batched(args, proto)?;
+                (slot, DirectKind::Upkeep, Some(frame))
             }
-            _ => {
-                let Ok(Some(slot)) = common_slot(args, &keys) else {
-                    return None;
-                };
-                let kind = DirectKind::Plain;
-                debug_assert!(
-                    matches!(
-                        self.plan(Some(spec), request),
-                        Plan::Forward(Target::Slot(s)) if s == slot
-                    ),
-                    "{} is flagged forwardable but the planner does otherwise",
-                    spec.name
-                );
-                (slot, None, kind)
-            }
+            _ => return None,
         };
         let conn = routing.master_for_slot(slot)?.get(proto).clone();
         // Counted once it is sure to leave this way: without a master for its slot it
-        // takes the layout path, which counts it.
-        let frame = rewrite.and_then(|(active, rewrite)| {
-            active.count_direct(&rewrite);
-            rewrite.frame
-        });
+        // takes the planned path, which counts it.
+        if let Some(staging) = &layout {
+            staging.active.count(&staging.counts);
+            if kind == DirectKind::Upkeep {
+                crate::metrics::index_upkeep();
+            }
+        }
         let direct = Direct {
             command,
             slot,

@@ -278,7 +278,7 @@ impl Proxy {
             return;
         }
         let every_master = || format!("every master: {}", self.master_addrs().join(", "));
-        let (shape, route) = match self.plan(spec, request) {
+        let (shape, route) = match self.plan_without_layout(spec, request) {
             Plan::Answer(reply) => {
                 out.push(("shape", "refused".into()));
                 out.push(("reply", error_text(&reply)));
@@ -316,8 +316,11 @@ impl Proxy {
                 "each key read on its master, computed by the proxy, a STORE as one MULTI/EXEC"
                     .into(),
             ),
+            // The plan without the layout's part has neither (see the `layout` line).
+            Plan::Upkeep(_) => ("forward", "with its index upkeep".into()),
+            Plan::Listing(..) => ("fanout", every_master()),
         };
-        // Under a layout, KEYS and SCAN list through the layout (see `execute_layout`).
+        // Under a layout, KEYS and SCAN list through the layout (see `layout::Listing`).
         let listing = self.layout.is_some()
             && spec.is_some_and(|spec| matches!(spec.name.as_str(), "keys" | "scan"));
         let route = if listing {

@@ -4,11 +4,16 @@
 //! One job: make a legacy client see its legacy keyspace while the data lives under the
 //! cluster:v1 names. The pieces, in the order a request meets them:
 //!
-//! - **Forward rewrite** ([`ActiveLayout::rewrite_request`]): every key position the command
-//!   table knows (`spec.keys()`) goes through [`Layout::forward`] before routing. A new frame
-//!   is built only when some key changes; a key outside every prefix costs a prefix check.
-//!   A key under a prefix that no rule matches passes through (counted per prefix) or, with
-//!   `strict`, the command is refused.
+//! - **The layout stage** ([`ActiveLayout::stage`]), once per request, before the plan:
+//!   every key position the command table knows (`spec.keys()`) goes through
+//!   [`Layout::forward`]. Pure: it returns the request in cluster names with what the rest
+//!   of the way needs (the index-backed records written, what the reply needs rewritten
+//!   back, what to count), and the one `plan()` then sees the same request shape with or
+//!   without a layout; a plain forward of it is batched by the client session like any
+//!   other. A new frame is built only when some key changes; a request whose keys are all
+//!   outside every prefix costs a prefix check per key and is left alone. A key under a
+//!   prefix that no rule matches passes through (counted per prefix) or, with `strict`,
+//!   the command is refused.
 //! - **Index upkeep**: a command that writes (`KeyFlags::writes`) a key of an index-backed
 //!   family runs inside `lua/index_upkeep.lua` (EVALSHA, EVAL on NOSCRIPT): the command,
 //!   then the index entry (score = PEXPIRETIME, `+inf` when persistent; removed when the
@@ -21,7 +26,8 @@
 //!   refusal at queue time), run as they are, followed by the refresh: atomic on its own,
 //!   not together with the command.
 //! - **Reverse rewrite** of replies that carry key names (RANDOMKEY, the list/zset pops,
-//!   XREAD/XREADGROUP); KEYS and SCAN are answered by the `listing` module.
+//!   XREAD/XREADGROUP), as the stage recorded; KEYS and SCAN are planned as listings
+//!   through the layout (the `listing` module).
 //!
 //! Replies of wrapped commands pass through Lua. Under RESP2 every reply a write command
 //! gives (status, integer, bulk, null, array, error) survives byte for byte. Under RESP3
@@ -44,9 +50,11 @@ use crate::command::{CommandSpec, KeyList, KeyPos};
 use crate::protocol::Request;
 use crate::rewrite::{Forward, IndexEntry, Layout, Reverse};
 
-pub use request::{upkeep_as_eval, DirectRewrite};
+pub use reply::ReplyKeys;
+pub use request::{upkeep_as_eval, Listing, Refused, ReplyNames, Rewrite, RewriteCounts};
 pub use startup::{start, LEGACY_CHECK_LIMIT};
 pub use upkeep::QueuedUnderLayout;
+pub(in crate::dispatch) use upkeep::{upkeep_plan, Upkeep};
 
 #[cfg(test)]
 use crate::protocol::encode::encode_request;
@@ -83,7 +91,7 @@ pub struct IndexedKey {
     pub entry: IndexEntry,
 }
 
-/// A request after the forward rewrite.
+/// A request after the layout stage, for a transaction's queue.
 #[derive(Debug, Clone)]
 pub struct RewrittenRequest {
     /// The request to send: the original when no key changed.
@@ -132,20 +140,10 @@ impl ActiveLayout {
         }))
     }
 
-    /// Whether a request needs the layout path: a key under one of its prefixes, or no key
-    /// at all (KEYS, SCAN, RANDOMKEY and the like list names the layout must translate or
-    /// hide). Requests whose keys are all outside every prefix take the plain path: a
-    /// prefix check per key, no rewrite, no allocation.
-    pub fn concerns(&self, spec: Option<&CommandSpec>, args: &[Bytes]) -> bool {
-        let Some(spec) = spec else {
-            return false;
-        };
-        let mut keys: KeyList = SmallVec::new();
-        spec.keys(args, &mut keys);
-        self.concerns_keys(args, &keys)
-    }
-
-    /// [`ActiveLayout::concerns`] for a request whose key positions are known.
+    /// Whether the layout concerns a request with these key positions: a key under one of
+    /// its prefixes, or no key at all (KEYS, SCAN, RANDOMKEY and the like list names the
+    /// layout must translate or hide). Requests whose keys are all outside every prefix
+    /// are left alone: a prefix check per key, no rewrite, no allocation.
     pub fn concerns_keys(&self, args: &[Bytes], keys: &[KeyPos]) -> bool {
         keys.is_empty()
             || keys

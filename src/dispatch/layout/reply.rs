@@ -54,12 +54,20 @@ impl ActiveLayout {
     pub fn reverse_reply(&self, name: &str, reply: Bytes) -> Option<Bytes> {
         match ReplyKeys::of(name) {
             None => Some(reply),
-            Some(ReplyKeys::Bulk) => match bulk_payload(&reply) {
+            Some(keys) => self.reverse_keys(keys, reply),
+        }
+    }
+
+    /// Rewrites the key names `keys` says `reply` carries to legacy names; `None` when the
+    /// reply names an internal key and must not be shown (RANDOMKEY).
+    pub fn reverse_keys(&self, keys: ReplyKeys, reply: Bytes) -> Option<Bytes> {
+        match keys {
+            ReplyKeys::Bulk => match bulk_payload(&reply) {
                 Some(key) => self.legacy_name(key).map(|legacy| bulk_frame(&legacy)),
                 None => Some(reply),
             },
-            Some(ReplyKeys::FirstElement) => Some(self.rewrite_first_element(reply)),
-            Some(ReplyKeys::StreamNames) => Some(self.rewrite_stream_names(reply)),
+            ReplyKeys::FirstElement => Some(self.rewrite_first_element(reply)),
+            ReplyKeys::StreamNames => Some(self.rewrite_stream_names(reply)),
         }
     }
 
@@ -115,15 +123,9 @@ impl BlockLayout for ActiveLayout {
     }
 }
 
-/// Whether replies of command `name` carry key names (which the layout path shows as
-/// legacy names).
-pub(super) fn names_keys(name: &str) -> bool {
-    ReplyKeys::of(name).is_some()
-}
-
 /// Which part of a reply carries key names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReplyKeys {
+pub enum ReplyKeys {
     /// The reply is one key (RANDOMKEY).
     Bulk,
     /// The first element of an array reply is a key (BLPOP, LMPOP, BZPOPMIN...).
@@ -133,7 +135,8 @@ enum ReplyKeys {
 }
 
 impl ReplyKeys {
-    fn of(name: &str) -> Option<ReplyKeys> {
+    /// Where the replies of command `name` carry key names; `None` when they carry none.
+    pub fn of(name: &str) -> Option<ReplyKeys> {
         Some(match name {
             "randomkey" => ReplyKeys::Bulk,
             "blpop" | "brpop" | "blmpop" | "lmpop" | "bzpopmin" | "bzpopmax" | "bzmpop"

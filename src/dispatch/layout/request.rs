@@ -1,23 +1,23 @@
-//! The forward rewrite: a request's legacy key names to cluster names, noting the
-//! index-backed records the command writes.
+//! The layout stage: a request's legacy key names to cluster names, once, before the
+//! plan. Pure: [`ActiveLayout::stage`] reads the rules and the request and says what the
+//! rest of the way needs (the renamed request, the index-backed records it writes, what
+//! the reply needs rewritten back, what to count); callers count and send.
 
 use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
-use crate::command::{CommandFlags, CommandSpec, KeyList, KeyPos};
+use crate::command::{CommandSpec, KeyList, KeyPos};
 use crate::protocol::encode::encode_request;
-use crate::protocol::{Limits, Proto, Request, RequestDecoder};
+use crate::protocol::{Limits, Request, RequestDecoder};
 use crate::reply;
 use crate::rewrite::Forward;
-use crate::route::key_slot;
 
-use super::reply::names_keys;
-use super::upkeep::upkeep_frame;
-use super::{is_script_call, ActiveLayout, IndexedKey, RewrittenRequest, UPKEEP_SCRIPT};
+use super::reply::ReplyKeys;
+use super::{ActiveLayout, IndexedKey, RewrittenRequest, UPKEEP_SCRIPT};
 
-/// An upkeep EVALSHA `frame` (see [`DirectRewrite::upkeep`]) as the same call by the
-/// script's body, for a node that answered `-NOSCRIPT` (a restart, a failover, a SCRIPT
-/// FLUSH). `None` when `frame` is not a request of at least two arguments.
+/// An upkeep EVALSHA `frame` (see [`crate::dispatch::DirectKind::Upkeep`]) as the same
+/// call by the script's body, for a node that answered `-NOSCRIPT` (a restart, a failover,
+/// a SCRIPT FLUSH). `None` when `frame` is not a request of at least two arguments.
 pub fn upkeep_as_eval(frame: &[u8]) -> Option<Bytes> {
     let request = RequestDecoder::new(Limits::default())
         .decode(&mut BytesMut::from(frame))
@@ -31,151 +31,143 @@ pub fn upkeep_as_eval(frame: &[u8]) -> Option<Bytes> {
     Some(encode_request(&args))
 }
 
-/// A request the client session may batch like a plain forward although the layout
-/// concerns it (see [`ActiveLayout::direct_rewrite`]).
+/// How the key names in a request's reply reach the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyNames {
+    /// The reply names no key: it goes back as the node gave it.
+    Unchanged,
+    /// The reply names keys (RANDOMKEY, the list/zset pops, XREAD): cluster names back to
+    /// legacy ones, internal keys hidden.
+    Rewritten(ReplyKeys),
+    /// The request lists key names (KEYS, SCAN): it is answered by listing through the
+    /// layout (index reads, SCAN by pattern), not by forwarding it.
+    Listed(Listing),
+}
+
+/// A request that lists key names under a layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// KEYS `pattern`.
+    Keys,
+    /// SCAN `cursor` with its options.
+    Scan,
+}
+
+/// What the layout stage makes of a request it concerns.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirectRewrite {
-    /// The slot of its keys' cluster names.
-    pub slot: u16,
-    /// The frame to send; `None` when no key is renamed (the request's own).
-    pub frame: Option<Bytes>,
-    /// The frame is the command inside an EVALSHA of the upkeep script: a `-NOSCRIPT`
-    /// answer means "send it again as EVAL" (see [`upkeep_as_eval`]).
-    pub upkeep: bool,
-    /// The families of the renamed keys and the prefixes of keys no rule matched, counted
-    /// by [`ActiveLayout::count_direct`] once the request is sent this way.
-    renamed_families: SmallVec<[u16; 4]>,
-    unmatched_prefixes: SmallVec<[usize; 2]>,
+pub struct Rewrite {
+    /// The request in cluster names; `None` when no key is renamed (the client's own
+    /// request, frame included, is the cluster's).
+    pub renamed: Option<Request>,
+    /// Record keys of index-backed families the command may create, change or delete: the
+    /// plan runs it with their index upkeep.
+    pub indexed: SmallVec<[IndexedKey; 2]>,
+    /// What the reply needs rewritten back.
+    pub reply: ReplyNames,
+    /// What the metrics count once the request is sent.
+    pub counts: RewriteCounts,
+}
+
+/// A request the strict layout refuses: a key under a prefix that no rule matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The error to answer.
+    pub reply: Bytes,
+    /// What the metrics count (the unmatched prefix, the keys renamed before it).
+    pub counts: RewriteCounts,
+}
+
+/// The layout metrics one request adds: the family of each renamed key
+/// (`slotbridge_layout_rewrites_total`) and the prefix of each key no rule matched
+/// (`slotbridge_layout_unmatched_keys_total`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RewriteCounts {
+    pub(super) families: SmallVec<[u16; 4]>,
+    pub(super) prefixes: SmallVec<[usize; 2]>,
+}
+
+impl Rewrite {
+    /// The request to plan and send: the renamed one, or `original` when no key changed.
+    pub fn request<'r>(&'r self, original: &'r Request) -> &'r Request {
+        self.renamed.as_ref().unwrap_or(original)
+    }
 }
 
 impl ActiveLayout {
-    /// The slot and frame of a request (of a command the planner forwards as is, or a
-    /// client's script) that the layout needs no more for than its keys renamed and, when
-    /// it writes a record of an index-backed family, wrapped in the upkeep script: no key
-    /// refused under `strict`, no key name in the reply, the renamed keys (and their index
-    /// keys) in one slot, the upkeep script loaded, and no script on an index-backed
-    /// record. Such a request joins the client's batch for its master as a plain one does,
-    /// instead of running as a future of its own; `None` sends it down the layout path,
-    /// which answers every other case the same way. Counts nothing: a request that leaves
-    /// this way is counted by [`ActiveLayout::count_direct`], one that takes the layout path
-    /// after all (its slot has no master) is counted there.
-    pub fn direct_rewrite(
+    /// The layout stage of `request` (a `spec` command with a valid arity, its key
+    /// positions `keys`): `Ok(None)` when the layout leaves the request and its reply
+    /// alone (every key outside every prefix: a prefix check per key, nothing built);
+    /// otherwise the request in cluster names with what the plan and the reply need, or
+    /// the strict layout's refusal. Keyless requests always concern the layout (KEYS,
+    /// SCAN and RANDOMKEY list names it must translate or hide). Counts nothing: see
+    /// [`ActiveLayout::count`].
+    pub fn stage(
         &self,
         spec: &CommandSpec,
-        args: &[Bytes],
+        request: &Request,
         keys: &[KeyPos],
-        proto: Proto,
-    ) -> Option<DirectRewrite> {
-        if keys.is_empty() || names_keys(&spec.name) {
-            return None;
+    ) -> Result<Option<Rewrite>, Refused> {
+        let args = &request.args;
+        if !self.concerns_keys(args, keys) {
+            return Ok(None);
         }
-        // Scripts declare keys they may write whatever the key spec flags say; one on an
-        // index-backed record runs with the refresh of its entries (the layout path).
-        let script = is_script_call(spec);
-        let mut renamed: SmallVec<[(usize, Bytes, u16); 4]> = SmallVec::new();
+        let mut counts = RewriteCounts::default();
+        let mut renamed: SmallVec<[(usize, Bytes); 4]> = SmallVec::new();
         let mut indexed: SmallVec<[IndexedKey; 2]> = SmallVec::new();
-        let mut unmatched: SmallVec<[usize; 2]> = SmallVec::new();
-        let mut slot = None;
-        let mut same_slot = |key: &[u8]| {
-            let this = key_slot(key);
-            *slot.get_or_insert(this) == this
-        };
         for key in keys {
             let name = &args[key.index];
-            let cluster_name = match self.layout.forward_shared(name) {
-                Forward::Outside => None,
-                Forward::Unmatched { .. } if self.strict => return None,
+            match self.layout.forward_shared(name) {
+                Forward::Outside => {}
                 Forward::Unmatched { prefix } => {
-                    unmatched.push(prefix);
-                    None
+                    counts.prefixes.push(prefix);
+                    if self.strict {
+                        let prefix_name = &self.layout.prefixes()[prefix];
+                        let reply = reply::error(&reply::refusals::layout_unmatched(
+                            name.escape_ascii(),
+                            prefix_name,
+                        ));
+                        return Err(Refused { reply, counts });
+                    }
                 }
                 Forward::Rewritten(rewritten) => {
-                    if let Some(entry) = rewritten.index.filter(|_| script || key.flags.writes()) {
-                        if script || !same_slot(&entry.key) {
-                            return None;
-                        }
+                    if let Some(entry) = rewritten.index.filter(|_| super::upkeeps(spec, key)) {
                         indexed.push(IndexedKey {
                             arg: key.index,
                             record: rewritten.key.clone(),
                             entry,
                         });
                     }
-                    (rewritten.key != *name).then_some((rewritten.key, rewritten.family.0))
+                    if rewritten.key != *name {
+                        counts.families.push(rewritten.family.0);
+                        renamed.push((key.index, rewritten.key));
+                    }
                 }
-            };
-            if !same_slot(
-                cluster_name
-                    .as_ref()
-                    .map_or(name, |(cluster_key, _)| cluster_key),
-            ) {
-                return None;
-            }
-            if let Some((cluster_key, family)) = cluster_name {
-                renamed.push((key.index, cluster_key, family));
             }
         }
-        let slot = slot?;
-        let upkeep = !indexed.is_empty();
-        // A `noscript` command cannot run inside the upkeep script.
-        let sha = if !upkeep {
-            None
-        } else if spec.flags.has(CommandFlags::NOSCRIPT) {
-            return None;
-        } else {
-            Some(self.sha()?)
-        };
-        let cluster_args = || {
-            args.iter().enumerate().map(|(at, arg)| {
-                renamed
-                    .iter()
-                    .find(|(index, _, _)| *index == at)
-                    .map_or(arg, |(_, key, _)| key)
-            })
-        };
-        let frame = match sha {
-            Some(sha) => {
-                let command: SmallVec<[Bytes; 8]> = cluster_args().cloned().collect();
-                let key_names: SmallVec<[Bytes; 4]> =
-                    keys.iter().map(|key| command[key.index].clone()).collect();
-                Some(upkeep_frame(
-                    b"EVALSHA", sha, &indexed, &key_names, &command, proto,
-                ))
-            }
-            None if renamed.is_empty() => None,
-            None => {
-                let refs: SmallVec<[&[u8]; 8]> = cluster_args().map(|arg| &arg[..]).collect();
-                Some(encode_request(&refs))
-            }
-        };
-        Some(DirectRewrite {
-            slot,
-            frame,
-            upkeep,
-            renamed_families: renamed.iter().map(|(_, _, family)| *family).collect(),
-            unmatched_prefixes: unmatched,
-        })
+        Ok(Some(Rewrite {
+            renamed: (!renamed.is_empty()).then(|| renamed_request(args, renamed)),
+            indexed,
+            reply: reply_names(spec),
+            counts,
+        }))
     }
 
-    /// Counts what [`ActiveLayout::rewrite_request`] and the upkeep would have counted for
-    /// a request sent as `rewrite` says.
-    pub fn count_direct(&self, rewrite: &DirectRewrite) {
-        for prefix in &rewrite.unmatched_prefixes {
+    /// Counts what a request's layout stage found, once it is sure to be sent (or refused).
+    pub fn count(&self, counts: &RewriteCounts) {
+        for prefix in &counts.prefixes {
             if let Some(counter) = self.unmatched_counters.get(*prefix) {
                 counter.increment(1);
             }
         }
-        for family in &rewrite.renamed_families {
+        for family in &counts.families {
             if let Some(counter) = self.rewrite_counters.get(usize::from(*family)) {
                 counter.increment(1);
             }
         }
-        if rewrite.upkeep {
-            crate::metrics::index_upkeep();
-        }
     }
 
-    /// Rewrites every key of `request` (a `spec` command) to its cluster name; `Err` is the
-    /// reply to give instead (a key matching no rule under `strict`).
+    /// The layout stage of `request` (a `spec` command), counted, for a transaction's
+    /// queue; `Err` is the reply to give instead (a key matching no rule under `strict`).
     pub fn rewrite_request(
         &self,
         spec: &CommandSpec,
@@ -183,63 +175,43 @@ impl ActiveLayout {
     ) -> Result<RewrittenRequest, Bytes> {
         let mut keys: KeyList = SmallVec::new();
         spec.keys(&request.args, &mut keys);
-        let mut replaced: SmallVec<[(usize, Bytes); 4]> = SmallVec::new();
-        let mut indexed: SmallVec<[IndexedKey; 2]> = SmallVec::new();
-        for key in &keys {
-            let name = &request.args[key.index];
-            match self.layout.forward_shared(name) {
-                Forward::Outside => {}
-                Forward::Unmatched { prefix } => {
-                    if let Some(counter) = self.unmatched_counters.get(prefix) {
-                        counter.increment(1);
-                    }
-                    if self.strict {
-                        let prefix_name = &self.layout.prefixes()[prefix];
-                        return Err(reply::error(&reply::refusals::layout_unmatched(
-                            name.escape_ascii(),
-                            prefix_name,
-                        )));
-                    }
-                }
-                Forward::Rewritten(rewritten) => {
-                    if rewritten.key != *name {
-                        if let Some(counter) =
-                            self.rewrite_counters.get(usize::from(rewritten.family.0))
-                        {
-                            counter.increment(1);
-                        }
-                    }
-                    if let Some(entry) = rewritten.index {
-                        if super::upkeeps(spec, key) {
-                            indexed.push(IndexedKey {
-                                arg: key.index,
-                                record: rewritten.key.clone(),
-                                entry,
-                            });
-                        }
-                    }
-                    if rewritten.key != *name {
-                        replaced.push((key.index, rewritten.key));
-                    }
-                }
+        let (request, indexed) = match self.stage(spec, &request, &keys) {
+            Ok(None) => (request, SmallVec::new()),
+            Ok(Some(rewrite)) => {
+                self.count(&rewrite.counts);
+                (rewrite.renamed.unwrap_or(request), rewrite.indexed)
             }
-        }
-        let request = if replaced.is_empty() {
-            request
-        } else {
-            let mut args = request.args;
-            for (at, key) in replaced {
-                args[at] = key;
+            Err(refused) => {
+                self.count(&refused.counts);
+                return Err(refused.reply);
             }
-            let refs: SmallVec<[&[u8]; 8]> = args.iter().map(|arg| &arg[..]).collect();
-            let raw = encode_request(&refs);
-            drop(refs);
-            Request { raw, args }
         };
         Ok(RewrittenRequest {
             request,
             keys,
             indexed,
         })
+    }
+}
+
+/// `args` with the `renamed` positions replaced, and its frame. The cluster names are
+/// moved in, not cloned: a clone would give each its shared handle, an allocation.
+fn renamed_request(args: &[Bytes], renamed: SmallVec<[(usize, Bytes); 4]>) -> Request {
+    let mut args: SmallVec<[Bytes; 4]> = args.iter().cloned().collect();
+    for (at, key) in renamed {
+        args[at] = key;
+    }
+    let refs: SmallVec<[&[u8]; 8]> = args.iter().map(|arg| &arg[..]).collect();
+    let raw = encode_request(&refs);
+    drop(refs);
+    Request { raw, args }
+}
+
+/// What the reply of a `spec` request needs from the layout.
+fn reply_names(spec: &CommandSpec) -> ReplyNames {
+    match spec.name.as_str() {
+        "keys" => ReplyNames::Listed(Listing::Keys),
+        "scan" => ReplyNames::Listed(Listing::Scan),
+        name => ReplyKeys::of(name).map_or(ReplyNames::Unchanged, ReplyNames::Rewritten),
     }
 }

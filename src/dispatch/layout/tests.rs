@@ -277,113 +277,136 @@ fn keyspace_channels_map_back_and_internal_ones_drop() {
     );
 }
 
-/// `direct_rewrite` of `args`, next to what the layout path's rewrite makes of them.
-fn direct(
-    active: &ActiveLayout,
-    args: &[&str],
-) -> (Option<DirectRewrite>, Result<RewrittenRequest, Bytes>) {
+/// The layout stage of `args` (a known command with a valid arity).
+fn stage(active: &ActiveLayout, args: &[&str]) -> Result<Option<Rewrite>, Refused> {
     let table = CommandTable::builtin();
     let request = request(args);
-    let spec = table.lookup(&request.args).expect("known command").clone();
+    let spec = table.lookup(&request.args).expect("known command");
     let mut keys: KeyList = SmallVec::new();
     spec.keys(&request.args, &mut keys);
-    let direct = active.direct_rewrite(&spec, &request.args, &keys, Proto::Resp2);
-    (direct, active.rewrite_request(&spec, request))
+    active.stage(spec, &request, &keys)
+}
+
+/// The upkeep plan of `args` (a write on an index-backed record) and its batched form.
+fn batched_upkeep(active: &Arc<ActiveLayout>, args: &[&str]) -> Option<(u16, Bytes)> {
+    let table = CommandTable::builtin();
+    let original = request(args);
+    let spec = table.lookup(&original.args).expect("known command");
+    let mut keys: KeyList = SmallVec::new();
+    spec.keys(&original.args, &mut keys);
+    let rewrite = active.stage(spec, &original, &keys).ok()??;
+    if rewrite.indexed.is_empty() {
+        // The plan is the plain one: no upkeep to batch.
+        return None;
+    }
+    let cluster = rewrite.request(&original);
+    let plan = upkeep_plan(active, spec, cluster, &keys, &rewrite.indexed, || {
+        crate::dispatch::Plan::Answer(Bytes::new())
+    });
+    match plan {
+        crate::dispatch::Plan::Upkeep(upkeep) => upkeep.batched(&cluster.args, Proto::Resp2),
+        _ => None,
+    }
 }
 
 #[test]
-fn requests_the_layout_only_renames_are_batched_with_the_layout_paths_frame() {
+fn requests_outside_every_prefix_are_left_alone() {
+    let layout = active(true);
+    for args in [
+        &["GET", "other:chat:1"][..],
+        &["MSET", "a", "1", "b", "2"],
+        &["BLPOP", "q", "0"],
+    ] {
+        assert_eq!(stage(&layout, args), Ok(None), "{args:?}");
+    }
+}
+
+#[test]
+fn the_stage_records_what_the_reply_needs_back() {
     let layout = active(false);
-    for args in [
-        &["SET", "mybot:lock:a", "1", "NX"][..],
-        &["GET", "mybot:chat:chat-1"],
-        &["HGETALL", "mybot:user:u1:prefs:theme"],
-        &["GET", "mybot:conv:kept"],
-        &["GET", "mybot:nosuchfamily:x"],
-        &["MGET", "mybot:lock:a", "mybot:fence:a"],
-    ] {
-        let (direct, rewritten) = direct(&layout, args);
-        let direct = direct.unwrap_or_else(|| panic!("{args:?} is batched"));
-        let rewritten = rewritten.expect("the layout path accepts it");
-        assert_eq!(
-            direct.frame.as_ref().unwrap_or(&request(args).raw),
-            &rewritten.request.raw,
-            "{args:?}"
-        );
-        assert_eq!(
-            direct.slot,
-            crate::route::key_slot(&rewritten.request.args[rewritten.keys[0].index]),
-            "{args:?}"
-        );
-        assert_eq!(
-            direct.frame.is_none(),
-            rewritten.request.raw == request(args).raw
-        );
-    }
+    let names = |args: &[&str]| stage(&layout, args).unwrap().expect("concerned").reply;
+    assert_eq!(names(&["KEYS", "*"]), ReplyNames::Listed(Listing::Keys));
+    assert_eq!(names(&["SCAN", "0"]), ReplyNames::Listed(Listing::Scan));
+    assert_eq!(
+        names(&["RANDOMKEY"]),
+        ReplyNames::Rewritten(ReplyKeys::Bulk)
+    );
+    assert_eq!(
+        names(&["BLPOP", "mybot:msgs:a", "0"]),
+        ReplyNames::Rewritten(ReplyKeys::FirstElement)
+    );
+    assert_eq!(
+        names(&["XREAD", "STREAMS", "mybot:msgs:a", "0"]),
+        ReplyNames::Rewritten(ReplyKeys::StreamNames)
+    );
+    assert_eq!(names(&["GET", "mybot:chat:a"]), ReplyNames::Unchanged);
+    // Keyless requests concern the layout but rename nothing.
+    let ping = stage(&layout, &["PING"]).unwrap().expect("keyless");
+    assert_eq!(ping.renamed, None);
+    assert_eq!(ping.counts, RewriteCounts::default());
 }
 
 #[test]
-fn requests_needing_more_than_a_rename_take_the_layout_path() {
+fn the_stage_counts_renamed_families_and_unmatched_prefixes() {
     let lenient = active(false);
-    for args in [
-        // Writes to an index-backed family while the upkeep script is not loaded.
-        &["SET", "mybot:chat:chat-1", "v"][..],
-        &["EXPIRE", "mybot:chat:chat-1", "10"],
-        &["DEL", "mybot:user:u1:prefs:theme"],
-        // The reply names a key.
-        &["LMPOP", "1", "mybot:conv:q", "LEFT"],
-        // Renamed into different slots.
-        &["MGET", "mybot:lock:a", "mybot:lock:b"],
-        // A script on an index-backed record (it runs with the refresh in one EXEC).
-        &["EVAL", "return 1", "1", "mybot:chat:c1"],
-        &[
-            "EVALSHA",
-            "0123456789012345678901234567890123456789",
-            "1",
-            "mybot:user:u1:ns:k",
-        ],
-    ] {
-        assert_eq!(direct(&lenient, args).0, None, "{args:?}");
-    }
-    // A script on renamed keys without an index is renamed only.
-    let script = direct(
+    let rewrite = stage(
         &lenient,
-        &["EVAL", "return 1", "2", "mybot:lock:a", "mybot:fence:a"],
+        &["MGET", "mybot:lock:a", "mybot:conv:kept", "mybot:nosuch:x"],
+    )
+    .unwrap()
+    .expect("concerned");
+    let lock = lenient
+        .layout
+        .families()
+        .iter()
+        .position(|family| family == "lock")
+        .expect("a lock family");
+    assert_eq!(
+        rewrite.counts,
+        RewriteCounts {
+            families: SmallVec::from_elem(u16::try_from(lock).unwrap(), 1),
+            prefixes: SmallVec::from_elem(0, 1),
+        }
     );
-    assert!(script.0.is_some_and(|d| !d.upkeep && d.frame.is_some()));
-    let strict = active(true);
-    assert_eq!(direct(&strict, &["GET", "mybot:nosuchfamily:x"]).0, None);
-    assert!(direct(&strict, &["GET", "mybot:lock:a"]).0.is_some());
+    // Under strict the refusal counts what was seen up to the unmatched key.
+    let refused = stage(
+        &active(true),
+        &["MGET", "mybot:lock:a", "mybot:nosuch:x", "mybot:lock:b"],
+    )
+    .unwrap_err();
+    assert!(refused.reply.starts_with(b"-ERR key 'mybot:nosuch:x'"));
+    assert_eq!(refused.counts.families.len(), 1);
+    assert_eq!(refused.counts.prefixes.as_slice(), &[0]);
 }
 
 #[test]
 fn writes_to_index_backed_records_are_batched_inside_the_upkeep_script() {
-    let layout = active(false);
+    let layout = Arc::new(active(false));
+    let table = CommandTable::builtin();
+    // Without the script loaded they run on the planned path (EVAL by body).
+    assert_eq!(
+        batched_upkeep(&layout, &["SET", "mybot:chat:chat-1", "v"]),
+        None
+    );
     let sha = Bytes::from_static(b"0123456789012345678901234567890123456789");
     layout.script_sha.set(sha.clone()).unwrap();
-    let table = CommandTable::builtin();
     for args in [
         &["SET", "mybot:chat:chat-1", "v"][..],
         &["EXPIRE", "mybot:chat:chat-1", "10"],
         &["DEL", "mybot:user:u1:prefs:theme"],
         &["HSET", "mybot:contact:c1", "f", "v"],
     ] {
-        let (direct, rewritten) = direct(&layout, args);
-        let direct = direct.unwrap_or_else(|| panic!("{args:?} is batched"));
-        let rewritten = rewritten.unwrap();
+        let (slot, frame) =
+            batched_upkeep(&layout, args).unwrap_or_else(|| panic!("{args:?} is batched"));
+        let rewritten = rewrite(&layout, args).unwrap();
         let spec = table.lookup(&rewritten.request.args).unwrap();
-        // What the layout path queues inside MULTI: the command inside the script.
+        // What a transaction queues: the command inside the script.
         let queued = layout.queued_requests(spec, &rewritten, Proto::Resp2);
-        assert!(direct.upkeep, "{args:?}");
-        assert_eq!(direct.frame.as_ref(), Some(&queued.requests[0]), "{args:?}");
-        assert_eq!(
-            direct.slot,
-            crate::route::key_slot(&rewritten.indexed[0].record)
-        );
+        assert_eq!(frame, queued.requests[0], "{args:?}");
+        assert_eq!(slot, crate::route::key_slot(&rewritten.indexed[0].record));
         // On NOSCRIPT the same call goes again by the script's body.
-        let eval = upkeep_as_eval(direct.frame.as_ref().unwrap()).unwrap();
+        let eval = upkeep_as_eval(&frame).unwrap();
         let expected = {
-            let frame = &queued.requests[0][..];
             let tail_at = frame
                 .windows(sha.len())
                 .position(|w| w == &sha[..])
@@ -403,19 +426,26 @@ fn writes_to_index_backed_records_are_batched_inside_the_upkeep_script() {
         };
         assert_eq!(&eval[..], &expected[..], "{args:?}");
     }
-    // Reads of the same records are renamed only.
-    let (read, _) = direct(&layout, &["GET", "mybot:chat:chat-1"]);
-    assert!(!read.unwrap().upkeep);
+    for args in [
+        // Reads of the same records need no upkeep.
+        &["GET", "mybot:chat:chat-1"][..],
+        // A script on an index-backed record runs with the refresh in one EXEC.
+        &["EVAL", "return 1", "1", "mybot:chat:c1"],
+        // Records in two slots: split per slot on the planned path.
+        &["DEL", "mybot:chat:a", "mybot:chat:b"],
+    ] {
+        assert_eq!(batched_upkeep(&layout, args), None, "{args:?}");
+    }
     assert_eq!(upkeep_as_eval(b"*1\r\n$4\r\nPING\r\n"), None);
 }
 
 /// Every command the batched path may take, over every pair of layout keys (kept, renamed,
-/// index-backed, unmatched, outside) in its key positions: when `direct_rewrite` batches
-/// a request, it sends exactly the frame the layout path would send, to the slot of every
-/// cluster name, wrapped in the upkeep script exactly when the layout path wraps it.
+/// index-backed, unmatched, outside) in its key positions: the stage's request, or its
+/// batched upkeep call, is exactly what a transaction queues for it, in the slot of every
+/// cluster name.
 #[test]
-fn the_batched_frame_is_the_layout_paths_for_every_forwardable_command() {
-    let layout = active(false);
+fn the_stage_gives_the_batched_and_the_queued_path_one_frame() {
+    let layout = Arc::new(active(false));
     layout
         .script_sha
         .set(Bytes::from_static(
@@ -433,7 +463,7 @@ fn the_batched_frame_is_the_layout_paths_for_every_forwardable_command() {
         "mybot:nomatch",
         "outside:a",
     ];
-    let mut batched = 0;
+    let mut compared = 0;
     for index in 0..table.len() {
         let spec = table.spec(index).unwrap();
         if spec.name.contains('|') || flags.get(index) != crate::dispatch::direct::Batchable::AsIs {
@@ -445,44 +475,132 @@ fn the_batched_frame_is_the_layout_paths_for_every_forwardable_command() {
                     let mut args = vec![spec.name.as_str()];
                     args.extend([first, second]);
                     args.extend_from_slice(extra);
-                    let request = request(&args);
-                    if !spec.arity_ok(request.args.len()) {
+                    let original = request(&args);
+                    if !spec.arity_ok(original.args.len()) {
                         continue;
                     }
                     let mut positions: KeyList = SmallVec::new();
-                    spec.keys(&request.args, &mut positions);
-                    if !layout.concerns_keys(&request.args, &positions) {
-                        continue;
-                    }
-                    let Some(direct) =
-                        layout.direct_rewrite(spec, &request.args, &positions, Proto::Resp2)
-                    else {
+                    spec.keys(&original.args, &mut positions);
+                    let Some(rewrite) = layout.stage(spec, &original, &positions).unwrap() else {
                         continue;
                     };
-                    batched += 1;
-                    let raw = request.raw.clone();
+                    let cluster = rewrite.request(&original);
                     let rewritten = layout
-                        .rewrite_request(spec, request)
+                        .rewrite_request(spec, original.clone())
                         .unwrap_or_else(|e| panic!("{args:?}: {e:?}"));
                     let queued = layout.queued_requests(spec, &rewritten, Proto::Resp2);
+                    let (slot, frame) = if rewrite.indexed.is_empty() {
+                        let names = positions.iter().map(|k| &cluster.args[k.index]);
+                        let slots: Vec<u16> = names.map(|n| crate::route::key_slot(n)).collect();
+                        // Keyless (any master) or spanning slots: not batched.
+                        if slots.is_empty() || slots.iter().any(|slot| *slot != slots[0]) {
+                            continue;
+                        }
+                        (slots[0], cluster.raw.clone())
+                    } else {
+                        let plan = upkeep_plan(
+                            &layout,
+                            spec,
+                            cluster,
+                            &positions,
+                            &rewrite.indexed,
+                            || crate::dispatch::Plan::Answer(Bytes::new()),
+                        );
+                        let crate::dispatch::Plan::Upkeep(upkeep) = plan else {
+                            continue;
+                        };
+                        let Some(batched) = upkeep.batched(&cluster.args, Proto::Resp2) else {
+                            continue;
+                        };
+                        batched
+                    };
+                    compared += 1;
                     assert_eq!(queued.requests.len(), 1, "{args:?}");
-                    assert_eq!(
-                        direct.frame.as_ref().unwrap_or(&raw),
-                        &queued.requests[0],
-                        "{args:?}"
-                    );
-                    assert_eq!(direct.upkeep, !rewritten.indexed.is_empty(), "{args:?}");
-                    let names = rewritten
-                        .keys
-                        .iter()
-                        .map(|k| &rewritten.request.args[k.index]);
-                    let indices = rewritten.indexed.iter().map(|k| &k.entry.key);
+                    assert_eq!(frame, queued.requests[0], "{args:?}");
+                    let names = positions.iter().map(|k| &cluster.args[k.index]);
+                    let indices = rewrite.indexed.iter().map(|k| &k.entry.key);
                     for name in names.chain(indices) {
-                        assert_eq!(crate::route::key_slot(name), direct.slot, "{args:?}");
+                        assert_eq!(crate::route::key_slot(name), slot, "{args:?}");
                     }
                 }
             }
         }
     }
-    assert!(batched > 5000, "only {batched} requests were batched");
+    assert!(compared > 5000, "only {compared} requests were compared");
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn key() -> impl Strategy<Value = String> {
+        let id = "[a-z0-9:{}%-]{1,12}";
+        prop_oneof![
+            id.prop_map(|i| format!("mybot:chat:{i}")),
+            id.prop_map(|i| format!("mybot:lock:{i}")),
+            id.prop_map(|i| format!("mybot:msgs:{i}")),
+            id.prop_map(|i| format!("mybot:conv:{i}")),
+            id.prop_map(|i| format!("mybot:nosuch:{i}")),
+            id.prop_map(|i| format!("other:{i}")),
+        ]
+    }
+
+    proptest! {
+        /// The stage renames exactly the key positions, each as the rules forward it alone,
+        /// leaves every other argument as it was, frames what it renamed, and names each
+        /// record it writes with its rule's index entry; the reverse rule gives every
+        /// renamed key's legacy name back.
+        #[test]
+        fn the_stage_is_the_rules_applied_at_the_key_positions(
+            keys in proptest::collection::vec(key(), 1..5),
+            command in prop_oneof![Just("MGET"), Just("DEL"), Just("MSET"), Just("EXISTS")],
+        ) {
+            let layout = active(false);
+            let mut args: Vec<String> = vec![command.to_string()];
+            for (at, key) in keys.iter().enumerate() {
+                args.push(key.clone());
+                if command == "MSET" {
+                    args.push(format!("v{at}"));
+                }
+            }
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let original = request(&refs);
+            let table = CommandTable::builtin();
+            let spec = table.lookup(&original.args).unwrap();
+            let mut positions: KeyList = SmallVec::new();
+            spec.keys(&original.args, &mut positions);
+            let staged = layout.stage(spec, &original, &positions).unwrap();
+            let under_a_prefix = keys.iter().any(|key| key.starts_with("mybot:"));
+            prop_assert_eq!(staged.is_some(), under_a_prefix);
+            let Some(rewrite) = staged else { return Ok(()) };
+            let cluster = rewrite.request(&original);
+            prop_assert_eq!(cluster.args.len(), original.args.len());
+            let mut renamed = 0;
+            for (at, (before, after)) in original.args.iter().zip(&cluster.args).enumerate() {
+                let key = positions.iter().find(|k| k.index == at);
+                let expected = match (key, layout.layout.forward(before)) {
+                    (Some(_), Forward::Rewritten(r)) => r.key,
+                    _ => before.clone(),
+                };
+                prop_assert_eq!(after, &expected);
+                if after != before {
+                    renamed += 1;
+                    prop_assert_eq!(layout.legacy_name(after), Some(before.clone()));
+                }
+            }
+            prop_assert_eq!(rewrite.counts.families.len(), renamed);
+            prop_assert_eq!(rewrite.renamed.is_some(), renamed > 0);
+            let frame: Vec<&[u8]> = cluster.args.iter().map(|a| &a[..]).collect();
+            prop_assert_eq!(&cluster.raw, &encode_request(&frame));
+            for indexed in &rewrite.indexed {
+                let Forward::Rewritten(r) = layout.layout.forward(&original.args[indexed.arg]) else {
+                    return Err(TestCaseError::fail("an indexed key the rules do not rename"));
+                };
+                prop_assert_eq!(&indexed.record, &r.key);
+                prop_assert_eq!(Some(&indexed.entry), r.index.as_ref());
+                prop_assert!(command != "MGET" && command != "EXISTS", "a read keeps no index");
+            }
+        }
+    }
 }

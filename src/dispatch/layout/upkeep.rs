@@ -1,5 +1,6 @@
-//! Running a command with the layout in force: rewrite, route, index upkeep around
-//! index-backed writes (the upkeep script, per slot), and the reverse rewrite of the reply.
+//! Running what the layout stage adds to a plan: index upkeep around index-backed writes
+//! (the upkeep script, per slot, or a refresh after the command), KEYS and SCAN listed
+//! through the layout, and the reverse rewrite of the reply.
 
 use std::sync::Arc;
 
@@ -7,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
 use crate::backend::{BackendError, Batch, ReplySink};
-use crate::command::{CommandSpec, ScriptRun, Shape, SplitKind};
+use crate::command::{CommandSpec, KeyPos, ScriptRun, Shape, SplitKind};
 use crate::protocol::encode::encode_request;
 use crate::protocol::{Proto, Request};
 use crate::reply;
@@ -15,74 +16,200 @@ use crate::reply::merge;
 use crate::route::key_slot;
 
 use super::super::pinned::{EXEC, MULTI};
-use super::super::{scripts, Proxy, Target};
-use super::{is_script_call, ActiveLayout, IndexedKey, RewrittenRequest, UPKEEP_SCRIPT};
+use super::super::{cross_slot_error, scripts, Plan, Proxy, Target};
+use super::reply::ReplyKeys;
+use super::{
+    is_script_call, ActiveLayout, IndexedKey, Listing, ReplyNames, RewrittenRequest, UPKEEP_SCRIPT,
+};
 
 /// Tries of RANDOMKEY before answering null when it keeps drawing internal keys.
 const RANDOMKEY_TRIES: usize = 8;
 
+/// How a write on index-backed records runs with its index upkeep (see the module doc):
+/// the plan of such a request.
+pub(in crate::dispatch) struct Upkeep {
+    active: Arc<ActiveLayout>,
+    /// The records it writes, with their index entries.
+    indexed: SmallVec<[IndexedKey; 2]>,
+    how: UpkeepRun,
+}
+
+enum UpkeepRun {
+    /// Inside the upkeep script in `slot`, the one slot of its keys, whose cluster names
+    /// the script gets as its other keys.
+    InScript {
+        slot: u16,
+        key_names: SmallVec<[Bytes; 4]>,
+    },
+    /// A DEL/UNLINK (`Count`) or MSET whose keys span slots: one script call per slot.
+    SplitInScript(SplitKind),
+    /// A command that cannot run inside the script: in one MULTI/EXEC with a refresh in
+    /// `block_slot` when it can, else its own plan `then` followed by the refresh.
+    Refreshed {
+        block_slot: Option<u16>,
+        /// An EVAL: its body is remembered, as the script path does.
+        remembers_body: bool,
+        /// A client's script: its reply gets the key-slot hint.
+        script_call: bool,
+        then: Plan,
+    },
+}
+
+/// The plan of `request` (a `spec` command in cluster names, with its key positions
+/// `keys`) that writes the index-backed records `indexed`; `then` makes the plan it
+/// would have without them.
+pub(in crate::dispatch) fn upkeep_plan(
+    active: &Arc<ActiveLayout>,
+    spec: &CommandSpec,
+    request: &Request,
+    keys: &[KeyPos],
+    indexed: &[IndexedKey],
+    then: impl FnOnce() -> Plan,
+) -> Plan {
+    let args = &request.args;
+    let in_one_slot = |slot: u16| keys.iter().all(|key| key_slot(&args[key.index]) == slot);
+    let how = if super::upkeep_in_script(spec, args) {
+        let Some(slot) = keys.first().map(|key| key_slot(&args[key.index])) else {
+            return Plan::Answer(reply::error(reply::text::INDEXED_WRITE_WITHOUT_KEYS));
+        };
+        match spec.shape {
+            _ if in_one_slot(slot) => UpkeepRun::InScript {
+                slot,
+                key_names: keys.iter().map(|key| args[key.index].clone()).collect(),
+            },
+            Shape::Split(kind @ (SplitKind::Count | SplitKind::Mset)) => {
+                UpkeepRun::SplitInScript(kind)
+            }
+            // Not splittable: the cross-slot answer the plain plan would give.
+            _ => return Plan::Answer(cross_slot_error(spec, args)),
+        }
+    } else {
+        // A blocking command would not block inside MULTI.
+        let block_slot = indexed
+            .first()
+            .map(|key| key_slot(&key.record))
+            .filter(|&slot| !spec.blocks(args) && in_one_slot(slot))
+            .filter(|&slot| indexed.iter().all(|key| key_slot(&key.record) == slot));
+        UpkeepRun::Refreshed {
+            block_slot,
+            remembers_body: spec.shape == Shape::Script(ScriptRun::Eval),
+            script_call: is_script_call(spec),
+            then: then(),
+        }
+    };
+    Plan::Upkeep(Box::new(Upkeep {
+        active: active.clone(),
+        indexed: indexed.iter().cloned().collect(),
+        how,
+    }))
+}
+
+impl Upkeep {
+    /// The slot and frame of this upkeep when the client session may batch it like a
+    /// plain forward: one call of the loaded upkeep script (EVALSHA) in one slot, records
+    /// and index entries included; `args` is the command in cluster names.
+    pub(in crate::dispatch) fn batched(
+        &self,
+        args: &[Bytes],
+        proto: Proto,
+    ) -> Option<(u16, Bytes)> {
+        let UpkeepRun::InScript { slot, key_names } = &self.how else {
+            return None;
+        };
+        if self
+            .indexed
+            .iter()
+            .any(|key| key_slot(&key.entry.key) != *slot)
+        {
+            return None;
+        }
+        let sha = self.active.sha()?;
+        let frame = upkeep_frame(b"EVALSHA", sha, &self.indexed, key_names, args, proto);
+        Some((*slot, frame))
+    }
+}
+
 impl Proxy {
-    /// Runs one request with the layout in force: rewrite, route (with index upkeep where
-    /// needed), and reverse-rewrite the reply.
-    pub(in crate::dispatch) async fn execute_layout(
+    /// Runs `request` (in cluster names) with the index upkeep `upkeep` plans.
+    pub(in crate::dispatch) async fn run_upkeep(
         self: Arc<Self>,
-        active: &ActiveLayout,
+        upkeep: Upkeep,
         request: Request,
         proto: Proto,
     ) -> Bytes {
-        let Some(spec) = self
-            .commands
-            .lookup(&request.args)
-            .filter(|spec| spec.arity_ok(request.args.len()))
-        else {
-            return self.execute_plain(request, proto).await;
-        };
-        match spec.name.as_str() {
-            "keys" => return self.layout_keys(active, &request.args[1], proto).await,
-            "scan" => return self.layout_scan(active, &request.args, proto).await,
-            _ => {}
+        let Upkeep {
+            active,
+            indexed,
+            how,
+        } = upkeep;
+        match how {
+            UpkeepRun::InScript { slot, key_names } => {
+                self.upkeep_call(&active, slot, &indexed, &key_names, &request.args, proto)
+                    .await
+            }
+            UpkeepRun::SplitInScript(kind) => {
+                self.split_with_upkeep(&active, kind, &indexed, &request.args, proto)
+                    .await
+            }
+            UpkeepRun::Refreshed {
+                block_slot,
+                remembers_body,
+                script_call,
+                then,
+            } => {
+                let block = Refresh {
+                    remembers_body,
+                    script_call,
+                };
+                if let Some(slot) = block_slot {
+                    let ran = self.exec_with_refresh(slot, &indexed, &request, block, proto);
+                    if let Some(reply) = ran.await {
+                        return reply;
+                    }
+                }
+                let reply = Box::pin(self.clone().run(then, request, proto)).await;
+                self.refresh_entries(&active, &indexed, proto).await;
+                reply
+            }
         }
-        let name = spec.name.clone();
-        let blocks = spec.blocks(&request.args);
-        let in_script = super::upkeep_in_script(spec, &request.args);
-        let split = match spec.shape {
-            Shape::Split(kind) => Some(kind),
-            _ => None,
-        };
-        let rewritten = match active.rewrite_request(spec, request) {
-            Ok(rewritten) => rewritten,
-            Err(reply) => return reply,
-        };
-        let reply = if rewritten.indexed.is_empty() {
-            self.clone()
-                .execute_plain(rewritten.request.clone(), proto)
-                .await
-        } else if in_script {
-            self.run_with_upkeep(active, &rewritten, split, proto).await
-        } else if let Some(reply) = self
-            .exec_with_refresh(spec, &rewritten, proto, blocks)
-            .await
-        {
-            reply
-        } else {
-            let reply = self
-                .clone()
-                .execute_plain(rewritten.request.clone(), proto)
-                .await;
-            self.refresh_entries(active, &rewritten.indexed, proto)
-                .await;
-            reply
-        };
-        if name == "randomkey" {
-            return self.randomkey(active, reply, proto).await;
+    }
+
+    /// KEYS or SCAN (`request`) listed through the layout, with legacy names.
+    pub(in crate::dispatch) async fn run_listing(
+        &self,
+        listing: Listing,
+        active: &ActiveLayout,
+        request: &Request,
+        proto: Proto,
+    ) -> Bytes {
+        match listing {
+            Listing::Keys => self.layout_keys(active, &request.args[1], proto).await,
+            Listing::Scan => self.layout_scan(active, &request.args, proto).await,
         }
-        active.reverse_reply(&name, reply.clone()).unwrap_or(reply)
+    }
+
+    /// `reply` with the key names `names` says it carries shown as legacy names;
+    /// RANDOMKEY draws again while it draws an internal key.
+    pub(in crate::dispatch) async fn show_reply(
+        &self,
+        active: &ActiveLayout,
+        names: ReplyNames,
+        reply: Bytes,
+        proto: Proto,
+    ) -> Bytes {
+        match names {
+            ReplyNames::Rewritten(ReplyKeys::Bulk) => self.randomkey(active, reply, proto).await,
+            ReplyNames::Rewritten(keys) => {
+                active.reverse_keys(keys, reply.clone()).unwrap_or(reply)
+            }
+            ReplyNames::Unchanged | ReplyNames::Listed(_) => reply,
+        }
     }
 
     async fn randomkey(&self, active: &ActiveLayout, first: Bytes, proto: Proto) -> Bytes {
         let mut reply = first;
         for _ in 0..RANDOMKEY_TRIES {
-            match active.reverse_reply("randomkey", reply.clone()) {
+            match active.reverse_keys(ReplyKeys::Bulk, reply.clone()) {
                 Some(shown) => return shown,
                 None => {
                     reply = self
@@ -102,42 +229,16 @@ impl Proxy {
         out.freeze()
     }
 
-    /// Runs a write on index-backed keys inside the upkeep script, per slot.
-    async fn run_with_upkeep(
+    /// A DEL/UNLINK or MSET whose keys span slots, per slot, each part with an index-backed
+    /// record inside the upkeep script.
+    async fn split_with_upkeep(
         &self,
         active: &ActiveLayout,
-        rewritten: &RewrittenRequest,
-        split: Option<SplitKind>,
+        kind: SplitKind,
+        indexed: &[IndexedKey],
+        args: &[Bytes],
         proto: Proto,
     ) -> Bytes {
-        let args = &rewritten.request.args;
-        let first_slot = rewritten.keys.first().map(|key| key_slot(&args[key.index]));
-        let one_slot = rewritten
-            .keys
-            .iter()
-            .all(|key| Some(key_slot(&args[key.index])) == first_slot);
-        let Some(slot) = first_slot else {
-            return reply::error(reply::text::INDEXED_WRITE_WITHOUT_KEYS);
-        };
-        if one_slot {
-            let other_keys: SmallVec<[Bytes; 4]> = rewritten
-                .keys
-                .iter()
-                .map(|key| args[key.index].clone())
-                .collect();
-            return self
-                .upkeep_call(active, slot, &rewritten.indexed, &other_keys, args, proto)
-                .await;
-        }
-        let Some(kind @ (SplitKind::Count | SplitKind::Mset)) = split else {
-            // Not splittable: let the plain path give the cross-slot answer.
-            let keys: Vec<(&[u8], u16)> = rewritten
-                .keys
-                .iter()
-                .map(|k| (&args[k.index][..], key_slot(&args[k.index])))
-                .collect();
-            return reply::cross_slot(&keys);
-        };
         let stride = if kind == SplitKind::Mset { 2 } else { 1 };
         let mut parts: Vec<(u16, Vec<Bytes>, SmallVec<[IndexedKey; 2]>)> = Vec::new();
         for first in (1..args.len()).step_by(stride) {
@@ -155,13 +256,8 @@ impl Proxy {
                     .iter()
                     .cloned(),
             );
-            part.2.extend(
-                rewritten
-                    .indexed
-                    .iter()
-                    .filter(|key| key.arg == first)
-                    .cloned(),
-            );
+            part.2
+                .extend(indexed.iter().filter(|key| key.arg == first).cloned());
         }
         let calls = parts.iter().map(|(slot, part_args, indexed)| async move {
             let keys: SmallVec<[Bytes; 4]> =
@@ -187,56 +283,36 @@ impl Proxy {
     }
 
     /// Runs a command that cannot run inside the upkeep script (a script of the client's
-    /// own, a `noscript` command) and the refresh of its index entries in one MULTI/EXEC,
-    /// written as one piece on the slot's shared connection, so no other request runs
-    /// between the two and nothing of it runs without the other. `None` when nothing ran and
-    /// the caller must run the two apart: a blocking command (it would not block inside
-    /// MULTI), keys in more than one slot, a refusal at queue time (a redirect, the slot
-    /// moving), an EVALSHA whose script the node lacks, or the node not reachable.
+    /// own, a `noscript` command) and the refresh of its index entries (`indexed`, in
+    /// `slot` with every key of `request`) in one MULTI/EXEC, written as one piece on the
+    /// slot's shared connection, so no other request runs between the two and nothing of
+    /// it runs without the other. `None` when nothing ran and the caller must run the two
+    /// apart: a refusal at queue time (a redirect, the slot moving), an EVALSHA whose
+    /// script the node lacks, or the node not reachable. (A blocking command, which would
+    /// not block inside MULTI, and keys in more than one slot are planned apart.)
     async fn exec_with_refresh(
         &self,
-        spec: &CommandSpec,
-        rewritten: &RewrittenRequest,
+        slot: u16,
+        indexed: &[IndexedKey],
+        request: &Request,
+        block: Refresh,
         proto: Proto,
-        blocks: bool,
     ) -> Option<Bytes> {
-        if blocks {
-            return None;
-        }
-        let args = &rewritten.request.args;
-        let slot = key_slot(&rewritten.indexed.first()?.record);
-        let one_slot = rewritten
-            .keys
-            .iter()
-            .all(|key| key_slot(&args[key.index]) == slot)
-            && rewritten
-                .indexed
-                .iter()
-                .all(|key| key_slot(&key.record) == slot);
-        if !one_slot {
-            return None;
-        }
+        let args = &request.args;
         let conn = self.topology.master_for_slot(slot, proto)?;
         // The body, not its SHA: inside EXEC there is no falling back on NOSCRIPT.
-        let refresh = upkeep_frame(
-            b"EVAL",
-            UPKEEP_SCRIPT.as_bytes(),
-            &rewritten.indexed,
-            &[],
-            &[],
-            proto,
-        );
-        let mut block = BytesMut::with_capacity(rewritten.request.raw.len() + refresh.len() + 32);
-        block.extend_from_slice(MULTI);
-        block.extend_from_slice(&rewritten.request.raw);
-        block.extend_from_slice(&refresh);
-        block.extend_from_slice(EXEC);
-        if spec.shape == Shape::Script(ScriptRun::Eval) {
+        let refresh = upkeep_frame(b"EVAL", UPKEEP_SCRIPT.as_bytes(), indexed, &[], &[], proto);
+        let mut frames = BytesMut::with_capacity(request.raw.len() + refresh.len() + 32);
+        frames.extend_from_slice(MULTI);
+        frames.extend_from_slice(&request.raw);
+        frames.extend_from_slice(&refresh);
+        frames.extend_from_slice(EXEC);
+        if block.remembers_body {
             self.scripts.remember(&args[1]);
         }
         crate::metrics::index_upkeep();
         let sink = ReplySink::new();
-        conn.send_batch(Batch::joined(block.freeze(), &[0, 1, 2, 3], sink.clone()));
+        conn.send_batch(Batch::joined(frames.freeze(), &[0, 1, 2, 3], sink.clone()));
         let mut exec = None;
         let mut taken = Vec::new();
         while exec.is_none() {
@@ -265,7 +341,7 @@ impl Proxy {
                 "index refresh in the block of a command failed"
             );
         }
-        Some(if is_script_call(spec) {
+        Some(if block.script_call {
             scripts::with_key_slot_hint(command.clone())
         } else {
             command.clone()
@@ -326,6 +402,15 @@ impl Proxy {
             )
             .await
     }
+}
+
+/// What the MULTI/EXEC of a command with its refresh does besides sending the block.
+#[derive(Debug, Clone, Copy)]
+struct Refresh {
+    /// The command is an EVAL: its body is remembered, as the script path does.
+    remembers_body: bool,
+    /// The command is a client's script: its reply gets the key-slot hint.
+    script_call: bool,
 }
 
 /// One upkeep script call (`verb` EVAL or EVALSHA, `script` its body or SHA) running
