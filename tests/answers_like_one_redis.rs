@@ -324,6 +324,27 @@ fn client_reply_modes_match_redis() {
     );
 }
 
+/// A subcommand's internal name sent as a command (`CONFIG|GET`) is an unknown command,
+/// as on Redis, whether the proxy would answer, fan out or forward the subcommand.
+#[test]
+fn a_subcommands_internal_name_is_an_unknown_command() {
+    let lines = [
+        "CONFIG|GET x",
+        "config|get maxmemory",
+        "OBJECT|ENCODING k",
+        "client|id",
+        "cluster|count-failure-reports id",
+        "PING",
+    ];
+    let through_proxy = proxy_matches_redis(&lines);
+    assert!(
+        through_proxy
+            .starts_with("-ERR unknown command 'CONFIG|GET', with args beginning with: 'x' \r\n"),
+        "{through_proxy:?}"
+    );
+    assert!(through_proxy.ends_with("+PONG\r\n"), "{through_proxy:?}");
+}
+
 /// RESET clears what the proxy holds for the connection as Redis clears it: the open
 /// MULTI (EXEC then has none), the name, RESP3 (back to RESP2), the subscriptions
 /// (PING answers as outside subscribed mode), CLIENT REPLY OFF (RESET's own reply is
