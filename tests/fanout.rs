@@ -414,6 +414,27 @@ fn slowlog_reads_and_resets_every_master() {
         let left: i64 = query(&master, redis::cmd("SLOWLOG").arg("LEN")).unwrap();
         assert_eq!(left, 0, "{master}");
     }
+
+    // As redis-py's test_slowlog_get: a GET after SLOWLOG RESET, both usually in one
+    // second, is newer than every master's copy of the RESET, also when the GET's master
+    // is the last one in the proxy's (address) order.
+    set_threshold("0");
+    let last = cluster.masters().into_iter().max().unwrap();
+    let key = (0..)
+        .map(|i| format!("slow:after-reset:{i}"))
+        .find(|k| cluster.node_for_slot(cluster.keyslot(k)) == last)
+        .unwrap();
+    let _: String = redis::cmd("SLOWLOG").arg("RESET").query(&mut con).unwrap();
+    let _: Option<String> = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+    let log: Vec<Entry> = redis::cmd("SLOWLOG").arg("GET").query(&mut con).unwrap();
+    set_threshold("100000000");
+    let commands: Vec<String> = log.iter().map(|entry| entry.3.join(" ")).collect();
+    let get = commands.iter().position(|c| *c == format!("GET {key}"));
+    let reset = commands.iter().position(|c| c == "SLOWLOG RESET");
+    assert!(
+        get.is_some() && reset.is_some() && get < reset,
+        "{commands:?}"
+    );
 }
 
 /// LATENCY through the proxy reads every master's monitor as one: LATEST lists an event
