@@ -46,6 +46,8 @@ pub const CLIENT_CONNECTIONS_REJECTED: &str = "slotbridge_client_connections_rej
 /// Clients disconnected for exceeding their output buffer limit.
 pub const CLIENT_OUTPUT_LIMIT_DISCONNECTS: &str =
     "slotbridge_client_output_limit_disconnects_total";
+/// Monitors dropped for not reading their lines fast enough.
+pub const MONITOR_DROPS: &str = "slotbridge_monitor_drops_total";
 /// Bytes every client owes together: replies held for them and the estimate of those in
 /// flight (flow control, against `max_buffered_bytes`).
 pub const BUFFERED_BYTES: &str = "slotbridge_buffered_bytes";
@@ -143,6 +145,11 @@ fn describe() {
         CLIENT_OUTPUT_LIMIT_DISCONNECTS,
         Unit::Count,
         "Clients disconnected for exceeding their output buffer limit (hard, or soft for its seconds)"
+    );
+    describe_counter!(
+        MONITOR_DROPS,
+        Unit::Count,
+        "MONITOR clients disconnected for holding more unsent lines than their buffer allows"
     );
     describe_gauge!(
         BUFFERED_BYTES,
@@ -424,6 +431,11 @@ pub fn flow_paused_clients() -> metrics::Gauge {
 /// A client was disconnected for exceeding its output buffer limit.
 pub fn client_output_limit_disconnect() {
     counter!(CLIENT_OUTPUT_LIMIT_DISCONNECTS).increment(1);
+}
+
+/// A monitor was disconnected for falling behind its feed.
+pub fn monitor_drop() {
+    counter!(MONITOR_DROPS).increment(1);
 }
 
 /// A connect (TCP or handshake) to `node` failed.

@@ -56,7 +56,6 @@ pub const DEFAULT_DENY: &[&str] = &[
     "failover",
     "swapdb",
     "move",
-    "monitor",
     "sync",
     "psync",
     // Sent to every master, these kill whatever script or function runs there, other

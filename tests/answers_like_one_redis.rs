@@ -324,6 +324,84 @@ fn client_reply_modes_match_redis() {
     );
 }
 
+/// A subcommand's internal name sent as a command (`CONFIG|GET`) is an unknown command,
+/// as on Redis, whether the proxy would answer, fan out or forward the subcommand.
+#[test]
+fn a_subcommands_internal_name_is_an_unknown_command() {
+    let lines = [
+        "CONFIG|GET x",
+        "config|get maxmemory",
+        "OBJECT|ENCODING k",
+        "client|id",
+        "cluster|count-failure-reports id",
+        "PING",
+    ];
+    let through_proxy = proxy_matches_redis(&lines);
+    assert!(
+        through_proxy
+            .starts_with("-ERR unknown command 'CONFIG|GET', with args beginning with: 'x' \r\n"),
+        "{through_proxy:?}"
+    );
+    assert!(through_proxy.ends_with("+PONG\r\n"), "{through_proxy:?}");
+}
+
+/// RESET clears what the proxy holds for the connection as Redis clears it: the open
+/// MULTI (EXEC then has none), the name, RESP3 (back to RESP2), the subscriptions
+/// (PING answers as outside subscribed mode), CLIENT REPLY OFF (RESET's own reply is
+/// sent); tracking stays off and the database is 0. (MONITOR: `tests/monitor.rs`; the
+/// user: `tests/auth.rs`.)
+#[test]
+fn reset_clears_the_connection_as_redis_does() {
+    let lines = [
+        "CLIENT SETNAME before",
+        "HELLO 3",
+        "MULTI",
+        "SET reset:{k}a 1",
+        "RESET",
+        "EXEC",
+        "CLIENT GETNAME",
+        "GET reset:{k}a",
+        "SUBSCRIBE reset:channel",
+        "PSUBSCRIBE reset:*",
+        "RESET",
+        "PING",
+        "CLIENT REPLY OFF",
+        "PING",
+        "RESET",
+        "PING",
+        "CLIENT TRACKINGINFO",
+        "SELECT 0",
+        "HELLO 3 SETNAME again",
+        "RESET",
+        "CLIENT GETNAME",
+    ];
+    // HELLO's client ids are the only difference.
+    let without_ids = |transcript: String| {
+        let parts: Vec<&str> = transcript.split("$2\r\nid\r\n:").collect();
+        let rest = parts[1..]
+            .iter()
+            .map(|part| &part[part.find('\r').unwrap()..]);
+        std::iter::once(parts[0])
+            .chain(rest)
+            .collect::<Vec<_>>()
+            .join("ID")
+    };
+    let through_proxy = without_ids(transcript(proxy().addr(), &lines));
+    let server = Standalone::start();
+    assert_eq!(
+        through_proxy,
+        without_ids(transcript(server.addr(), &lines))
+    );
+    assert!(
+        through_proxy.contains("+RESET\r\n-ERR EXEC without MULTI\r\n$-1\r\n$-1\r\n"),
+        "{through_proxy:?}"
+    );
+    assert!(
+        through_proxy.ends_with("+RESET\r\n$-1\r\n"),
+        "{through_proxy:?}"
+    );
+}
+
 /// Commands the proxy answers itself reject a wrong argument count as Redis does: AUTH's
 /// arity, EXEC's (EXECABORT even outside MULTI, and the WATCH is dropped), an unknown
 /// CLUSTER subcommand.

@@ -155,6 +155,49 @@ fn keys_scan_dbsize_randomkey_config_flushall_over_three_masters() {
     assert_eq!(listed.len(), 1);
 }
 
+/// A keyspace smaller than COUNT, one key on each master, is scanned in one call as on
+/// one Redis: cursor 0 and every key; with COUNT 1 the walk still returns each key once.
+#[test]
+fn a_small_keyspace_is_scanned_in_one_call_as_on_one_redis() {
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let standalone = Standalone::start();
+    // One key per master: three slots owned by the three masters.
+    let mut keys = Vec::new();
+    for master in cluster.masters() {
+        let key = (0..)
+            .map(|i| format!("small:{i}"))
+            .find(|k| cluster.node_for_slot(cluster.keyslot(k)) == master && !keys.contains(k))
+            .unwrap();
+        keys.push(key);
+    }
+    let mut con = proxy.connect();
+    let mut reference = standalone.connect();
+    write_keys(&mut con, &keys);
+    write_keys(&mut reference, &keys);
+    let sorted = |(cursor, mut keys): (String, Vec<String>)| {
+        keys.sort();
+        (cursor, keys)
+    };
+    let scan: (String, Vec<String>) = redis::cmd("SCAN").arg(0).query(&mut con).unwrap();
+    let on_redis: (String, Vec<String>) = redis::cmd("SCAN").arg(0).query(&mut reference).unwrap();
+    let mut expected = keys.clone();
+    expected.sort();
+    assert_eq!(sorted(scan), ("0".to_string(), expected.clone()));
+    assert_eq!(sorted(on_redis), ("0".to_string(), expected.clone()));
+    // MATCH filters within the same call.
+    let matched: (String, Vec<String>) = redis::cmd("SCAN")
+        .arg(0)
+        .arg("MATCH")
+        .arg(&keys[2])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(matched, ("0".to_string(), vec![keys[2].clone()]));
+    let mut walked = scan_all(&mut con, &["COUNT", "1"]);
+    walked.sort();
+    assert_eq!(walked, expected);
+}
+
 #[test]
 fn invalid_scan_cursor_is_refused_like_redis() {
     let standalone = Standalone::start();
@@ -371,6 +414,27 @@ fn slowlog_reads_and_resets_every_master() {
         let left: i64 = query(&master, redis::cmd("SLOWLOG").arg("LEN")).unwrap();
         assert_eq!(left, 0, "{master}");
     }
+
+    // As redis-py's test_slowlog_get: a GET after SLOWLOG RESET, both usually in one
+    // second, is newer than every master's copy of the RESET, also when the GET's master
+    // is the last one in the proxy's (address) order.
+    set_threshold("0");
+    let last = cluster.masters().into_iter().max().unwrap();
+    let key = (0..)
+        .map(|i| format!("slow:after-reset:{i}"))
+        .find(|k| cluster.node_for_slot(cluster.keyslot(k)) == last)
+        .unwrap();
+    let _: String = redis::cmd("SLOWLOG").arg("RESET").query(&mut con).unwrap();
+    let _: Option<String> = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+    let log: Vec<Entry> = redis::cmd("SLOWLOG").arg("GET").query(&mut con).unwrap();
+    set_threshold("100000000");
+    let commands: Vec<String> = log.iter().map(|entry| entry.3.join(" ")).collect();
+    let get = commands.iter().position(|c| *c == format!("GET {key}"));
+    let reset = commands.iter().position(|c| c == "SLOWLOG RESET");
+    assert!(
+        get.is_some() && reset.is_some() && get < reset,
+        "{commands:?}"
+    );
 }
 
 /// LATENCY through the proxy reads every master's monitor as one: LATEST lists an event

@@ -5,12 +5,13 @@
 //! [`stream::ClientStream`]; `transaction` and [`pubsub`] are interceptors of that chain,
 //! and the node side of both lives in `upstream`;
 //! `local` answers what belongs to the connection itself (HELLO, CLIENT, SELECT, AUTH,
-//! PING, ...); [`registry`] lists the connected clients for CLIENT LIST; [`plain`] marks
+//! PING, ...); `monitor` feeds MONITOR the commands every client sends; [`registry`] lists the connected clients for CLIENT LIST; [`plain`] marks
 //! the commands the session routes without its own checks.
 
 mod flow;
 mod limits;
 mod local;
+mod monitor;
 mod ordered;
 mod pause;
 mod pipeline;

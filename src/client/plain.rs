@@ -24,6 +24,7 @@ const CHECKED_NAMES: &[&str] = &[
     "acl",
     "config",
     "reset",
+    "monitor",
     "client",
     "multi",
     "exec",

@@ -145,9 +145,24 @@ pub struct Registry {
     clients: Mutex<BTreeMap<u64, ClientEntry>>,
     pause: ClientPause,
     budget: super::flow::SharedBudget,
+    monitors: Arc<super::monitor::Monitors>,
 }
 
 impl Registry {
+    /// The clients that monitor (MONITOR).
+    pub fn monitors(&self) -> &Arc<super::monitor::Monitors> {
+        &self.monitors
+    }
+
+    /// Closes client `id` as CLIENT KILL ID would (a monitor dropped for falling behind).
+    pub fn kill_one(&self, id: u64) {
+        let filter = KillFilter {
+            id: Some(id),
+            ..KillFilter::default()
+        };
+        self.kill(&filter, 0);
+    }
+
     /// What all clients owe together (flow control, `max_buffered_bytes`).
     pub fn budget(&self) -> &super::flow::SharedBudget {
         &self.budget

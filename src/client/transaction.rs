@@ -140,6 +140,11 @@ impl Transaction {
         self.multi.is_some()
     }
 
+    /// Whether EXEC will answer EXECABORT (a queued command was refused).
+    pub fn aborted(&self) -> bool {
+        self.multi.as_ref().is_some_and(|queue| queue.failed)
+    }
+
     /// Whether the block EXEC would run writes or may replicate.
     pub fn queued_writes(&self) -> bool {
         self.multi.as_ref().is_some_and(|queue| queue.writes)

@@ -288,7 +288,10 @@ impl CommandTable {
         let mut by_packed = PackedMap::with_capacity_and_hasher(specs.len(), Default::default());
         for (i, spec) in specs.iter().enumerate() {
             by_name.insert(spec.name.as_bytes().into(), i);
-            if let Some(packed) = PackedName::of(spec.name.as_bytes()) {
+            // A subcommand's own name (`config|get`) is no command a client can send, as
+            // in Redis: the first argument never finds it.
+            let packed = PackedName::of(spec.name.as_bytes()).filter(|_| !spec.name.contains('|'));
+            if let Some(packed) = packed {
                 by_packed.insert(packed, i);
             }
         }
@@ -331,8 +334,12 @@ impl CommandTable {
         Some(sub.unwrap_or(index))
     }
 
-    /// The index of the command named `name`, in any case, by the byte-slice map.
+    /// The index of the command named `name`, in any case, by the byte-slice map (never
+    /// a subcommand's `container|sub` name).
     fn index_by_name(&self, name: &[u8]) -> Option<usize> {
+        if name.contains(&b'|') {
+            return None;
+        }
         let mut buf = [0u8; MAX_NAME_LEN];
         let name_len = fold_into(&mut buf, 0, name)?;
         self.data.by_name.get(&buf[..name_len]).copied()

@@ -129,6 +129,10 @@ fn lookup_is_case_insensitive_and_resolves_subcommands() {
     // A plain command never reads its first argument as a subcommand.
     assert_eq!(name(&["GET", "encoding"]).as_deref(), Some("get"));
     assert_eq!(name(&["nosuchcommand"]), None);
+    // A subcommand's internal name sent as a command is unknown, as on Redis.
+    assert_eq!(name(&["CONFIG|GET", "x"]), None);
+    assert_eq!(name(&["object|encoding", "k"]), None);
+    assert_eq!(name(&["cluster|count-failure-reports", "id"]), None);
     assert_eq!(name(&[&"g".repeat(MAX_NAME_LEN + 1)]), None);
     assert_eq!(name(&[""]), None);
     assert_eq!(name(&[]), None);
@@ -340,7 +344,8 @@ fn every_command_survives_short_and_odd_arguments() {
 fn lookup_by_search(table: &CommandTable, argv: &[Bytes]) -> Option<usize> {
     let folded = |word: &[u8]| word.to_ascii_lowercase();
     let first = folded(argv.first()?);
-    if first.len() > MAX_NAME_LEN {
+    // A subcommand's `container|sub` name is no command, as in Redis.
+    if first.len() > MAX_NAME_LEN || first.contains(&b'|') {
         return None;
     }
     let position = |name: &[u8]| table.iter().position(|spec| spec.name.as_bytes() == name);

@@ -25,6 +25,8 @@ pub const SINGLE_REDIRECT: &str = "ERR A client can only redirect to a single ot
 pub const REDIRECT_TARGET_MISSING: &str = "ERR The client ID you want redirect to does not exist";
 /// CLIENT TRACKING ON: the proxy does not relay invalidations.
 pub const TRACKING_UNSUPPORTED: &str = "ERR proxy: CLIENT TRACKING ON is not supported (slotbridge does not relay the invalidation messages client-side caching needs)";
+/// A keyspace command from a client in MONITOR mode, as Redis 7 refuses it to a replica.
+pub const MONITOR_KEYSPACE: &str = "ERR Replica can't interact with the keyspace";
 /// HELLO's protocol version is not a number.
 pub const PROTOVER_NOT_INTEGER: &str = "ERR Protocol version is not an integer or out of range";
 /// CLIENT SETNAME (or HELLO SETNAME) with a name CLIENT LIST could not show.

@@ -1,6 +1,8 @@
 //! Commands about the connection itself, answered by the proxy as a single Redis would:
 //! PING, ECHO, QUIT, SELECT, HELLO, AUTH, RESET, READONLY/READWRITE, ASKING, CLIENT's
-//! connection subcommands, ACL and CONFIG SET/GET requirepass (the proxy's own users). Everything else goes to the dispatcher.
+//! connection subcommands, ACL and CONFIG SET/GET requirepass (the proxy's own users),
+//! MONITOR (of this proxy's traffic, see `monitor`). Everything else goes to the
+//! dispatcher.
 
 mod acl;
 mod client;
@@ -10,6 +12,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
+use smallvec::SmallVec;
 
 use crate::acl::{AclLog, Context, Reason, UserSet};
 use crate::auth::{Denial, User};
@@ -18,6 +21,7 @@ use crate::dispatch::Proxy;
 use crate::protocol::{encode, parse_i64, FoldedName, Proto, Request};
 use crate::reply;
 
+use super::monitor::Feed;
 use super::registry::Registry;
 
 /// What a single Redis keeps per connection, as far as the proxy emulates it.
@@ -30,6 +34,11 @@ pub struct ConnState {
     pub user: Option<String>,
     /// Which replies the client is sent (CLIENT REPLY).
     pub replies: ReplyMode,
+    /// The lines MONITOR shows the client, while it monitors.
+    pub monitor: Option<Box<Feed>>,
+    /// The arguments of the commands queued in MULTI while somebody monitors: MONITOR
+    /// shows them at EXEC, as Redis.
+    pub shown_at_exec: Vec<SmallVec<[Bytes; 4]>>,
 }
 
 /// What CLIENT REPLY set.
@@ -144,7 +153,7 @@ pub fn answered_here(name: &[u8], args: &[Bytes]) -> bool {
     match name {
         b"ping" | b"echo" | b"quit" | b"select" | b"asking" | b"auth" | b"hello" => true,
         b"slotbridge" => true,
-        b"readonly" | b"readwrite" | b"reset" => args.len() == 1,
+        b"readonly" | b"readwrite" | b"reset" | b"monitor" => args.len() == 1,
         b"acl" => args.len() >= 2,
         b"config" => acl::names_requirepass(args),
         b"client" => args.len() >= 2,
@@ -208,6 +217,7 @@ pub fn answer(
             state.name = None;
             state.user = ConnState::initial_user(users);
             state.replies = ReplyMode::On;
+            state.monitor = None;
             registry.update(state.id, |e| {
                 e.name.clear();
                 e.resp = 2;
@@ -215,10 +225,29 @@ pub fn answer(
             show_user(state, registry);
             Answer::reply(Bytes::from_static(b"+RESET\r\n"))
         }
+        b"monitor" => monitor(state, registry, proxy),
         b"client" if args.len() >= 2 => client::answer(state, registry, proxy, args),
         b"slotbridge" => Answer::reply(slotbridge::answer(state, proxy, args)),
         _ => None,
     }
+}
+
+/// MONITOR: the client is shown every command of every client from now on. As Redis, a
+/// second MONITOR is not answered.
+fn monitor(state: &mut ConnState, registry: &Registry, proxy: &Proxy) -> Option<Answer> {
+    if let Some(refusal) = proxy.policy.refusal("monitor") {
+        return Answer::reply(refusal);
+    }
+    let silent = state.monitor.is_some();
+    if !silent {
+        state.monitor = Some(Box::new(Feed::open(registry.monitors(), state.id)));
+    }
+    Some(Answer {
+        reply: ok(),
+        close: false,
+        silent,
+        pending: None,
+    })
 }
 
 /// The client's CLIENT LIST line, as the ACL log keeps it.
@@ -411,6 +440,7 @@ mod tests {
             &["config", "set", "requirepass", "x"],
             &["config", "GET", "maxmemory", "requirepass"],
             &["reset"],
+            &["monitor"],
             &["slotbridge", "explain", "get", "k"],
         ] {
             assert!(
@@ -426,6 +456,7 @@ mod tests {
             &["client"],
             &["readonly", "x"],
             &["reset", "x"],
+            &["monitor", "x"],
         ] {
             assert!(
                 !answered_here(words[0].as_bytes(), &args(words)),

@@ -27,6 +27,7 @@ use crate::reply;
 
 use super::super::flow::Gate;
 use super::super::local;
+use super::super::monitor;
 use super::super::pipeline::Running;
 use super::super::pubsub;
 use super::super::registry::Registry;
@@ -118,7 +119,12 @@ impl Session<'_> {
         if muted && (self.tx.transaction.in_multi() || !pubsub::confirms_unmuted(&request)) {
             in_flight.mute_next();
         }
-        let step = match self.access_step(&request, &name, command, checked) {
+        let mut access = self.access_step(&request, &name, command, checked);
+        // MONITOR: one relaxed load while nobody monitors.
+        if self.client.registry.monitors().watched() {
+            access = self.monitor_step(access, &request, &name, command);
+        }
+        let step = match access {
             Step::Next if checked => self.intercept(&request, &name, command, muted),
             step => step,
         };
@@ -229,6 +235,24 @@ impl Session<'_> {
             Some(refusal) => Step::Reply(refusal),
             None => Step::Next,
         }
+    }
+
+    /// Shows the request to the monitors (see `monitor::observe`).
+    fn monitor_step(
+        &mut self,
+        access: Step,
+        request: &Request,
+        name: &FoldedName,
+        command: Option<usize>,
+    ) -> Step {
+        let origin = monitor::Origin {
+            peer: &self.conn.peer,
+            db: 0,
+            state: &mut self.ident.state,
+            transaction: &self.tx.transaction,
+        };
+        let spec = command.and_then(|command| self.ident.snapshot.commands.spec(command));
+        monitor::observe(self.client.registry, origin, access, request, name, spec)
     }
 
     /// The interceptors that act on some commands only: the transaction, Pub/Sub, then

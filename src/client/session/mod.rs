@@ -269,6 +269,8 @@ impl<'a> Session<'a> {
                     name: None,
                     user,
                     replies: ReplyMode::On,
+                    monitor: None,
+                    shown_at_exec: Vec::new(),
                 },
             },
             tx: Tx {

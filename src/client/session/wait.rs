@@ -58,6 +58,8 @@ pub(super) enum Woken {
     /// The subscriber exceeded its message buffer.
     Overflowed,
     Relay(Relay),
+    /// MONITOR lines for the client; `None`: it was dropped for falling behind.
+    Monitor(Option<bytes::Bytes>),
     Read(std::io::Result<usize>),
     Signal(Signal),
     /// The CLIENT PAUSE holding a request ended or changed.
@@ -137,7 +139,7 @@ impl Session<'_> {
             .limits
             .idle_timeout
             .filter(|_| answered && order.paused_until.is_none())
-            .filter(|_| !subscribed)
+            .filter(|_| !subscribed && self.ident.state.monitor.is_none())
             .map(|timeout| conn.last_active + timeout);
         let soft_deadline = flow.soft_watch.deadline(flow.limits.soft_limit);
         let drain_deadline = end.drain_until.filter(|_| answered);
@@ -177,6 +179,7 @@ impl Session<'_> {
             order,
             end,
             subs,
+            ident,
             ..
         } = self;
         let Turn {
@@ -194,6 +197,8 @@ impl Session<'_> {
         // are polled in place: a `select!` over all of them, which built every branch's
         // future on each turn, cost 3 % of an unpipelined request's instructions.
         let listening = subscribed || relaying;
+        let open = !end.closing && output.len() < OUTPUT_BACKPRESSURE;
+        let mut monitor = ident.state.monitor.as_deref_mut().filter(|_| open);
         let pubsub = &mut subs.pubsub;
         let mut pubsub_event = pin!(listening.then(|| pubsub_event(pubsub, subscribed, relaying)));
         let paused_until = order.paused_until;
@@ -221,6 +226,9 @@ impl Session<'_> {
                 .map(|event| event.poll(cx))
             {
                 return Poll::Ready(woken);
+            }
+            if let Some(Poll::Ready(lines)) = monitor.as_mut().map(|feed| feed.poll_lines(cx)) {
+                return Poll::Ready(Woken::Monitor(lines));
             }
             // An idle connection holds no input buffer: it takes one once the socket is
             // readable, and the read that follows is the one `read_buf` would have made.
@@ -272,6 +280,8 @@ impl Session<'_> {
                 Relay::Close => return ControlFlow::Break(()),
                 Relay::Idle => {}
             },
+            Woken::Monitor(Some(lines)) => self.order.in_flight.push_ready(lines),
+            Woken::Monitor(None) => return ControlFlow::Break(()),
             Woken::Read(read) => return self.on_read(read),
             // CLIENT KILL from another client: closed at once, as Redis frees it.
             Woken::Signal(Signal::Kill) => {

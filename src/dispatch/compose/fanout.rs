@@ -20,8 +20,8 @@
 //! bits 48..54 a 6-bit fingerprint of that master's address, bits 54..64 its index in
 //! the address-sorted master list (so at most [`MAX_SCAN_MASTERS`] masters). Cursor 0
 //! starts at master 0; a master's cursor 0 moves on to the next master (at once, in the
-//! same call, when that master's last page was empty); past the last master the cursor is
-//! 0 again. Redis's own cursors are reverse-binary bucket indexes
+//! same call, while the page holds fewer keys than COUNT, so a page is filled across
+//! masters); past the last master the cursor is 0 again. Redis's own cursors are reverse-binary bucket indexes
 //! of a table that would need 2^48 buckets to reach bit 48, so a node cursor that does
 //! not fit is answered with an error rather than truncated.
 //!
@@ -288,8 +288,10 @@ impl Proxy {
                 masters.len(),
             ));
         }
+        let wanted = scan_count(args);
         let (mut index, mut node_cursor) = resume_point(cursor, &masters);
-        let (next_node_cursor, keys) = loop {
+        let mut page = ScanPage::default();
+        let next_node_cursor = loop {
             let node_cursor_text = node_cursor.to_string();
             let mut node_args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
             node_args[1] = node_cursor_text.as_bytes();
@@ -299,14 +301,16 @@ impl Proxy {
             let Some((next_node_cursor, keys)) = scan_reply(&frame) else {
                 return frame;
             };
-            // A master that ended with an empty page hands over to the next one in the
-            // same call, so an empty keyspace answers cursor 0 at once, as Redis does.
-            if next_node_cursor == 0 && &keys[..] == b"*0\r\n" && index + 1 < masters.len() {
+            page.add(&keys);
+            // A master whose scan ended before the page holds COUNT keys hands over to
+            // the next one in the same call, so a small keyspace is scanned in one call
+            // and an empty one answers cursor 0 at once, as on one Redis.
+            if next_node_cursor == 0 && page.count < wanted && index + 1 < masters.len() {
                 index += 1;
                 node_cursor = 0;
                 continue;
             }
-            break (next_node_cursor, keys);
+            break next_node_cursor;
         };
         let Some(next) = next_cursor(index, next_node_cursor, &masters) else {
             return reply::error(&reply::refusals::scan_cursor_too_large(
@@ -315,12 +319,43 @@ impl Proxy {
             ));
         };
         let next_text = next.to_string();
-        let mut out = BytesMut::with_capacity(keys.len() + 32);
+        let mut out = BytesMut::with_capacity(page.body.len() + 48);
         encode::array_header(&mut out, 2);
         encode::bulk(&mut out, next_text.as_bytes());
-        out.put_slice(&keys);
+        encode::array_header(&mut out, page.count);
+        out.put_slice(&page.body);
         out.freeze()
     }
+}
+
+/// The keys of one SCAN call, gathered from one master or several.
+#[derive(Default)]
+struct ScanPage {
+    count: usize,
+    body: BytesMut,
+}
+
+impl ScanPage {
+    /// Adds the keys of a node's key array (checked by `scan_reply`).
+    fn add(&mut self, keys: &Bytes) {
+        if let Some((count, body)) = aggregate_body(keys) {
+            self.count += count;
+            self.body.extend_from_slice(body);
+        }
+    }
+}
+
+/// SCAN's COUNT (Redis's default, 10, when not given or not a positive number: the
+/// masters answer a wrong one with their own error).
+fn scan_count(args: &[Bytes]) -> usize {
+    args.iter()
+        .skip(2)
+        .zip(args.iter().skip(3))
+        .step_by(2)
+        .find(|(option, _)| option.eq_ignore_ascii_case(b"count"))
+        .and_then(|(_, value)| std::str::from_utf8(value).ok()?.parse::<usize>().ok())
+        .filter(|&count| count > 0)
+        .unwrap_or(10)
 }
 
 /// `+OK` when every reply is `+OK`; else the first one that is not.
@@ -550,6 +585,28 @@ mod tests {
         assert_eq!(parse_cursor(b""), Some(0));
         assert_eq!(parse_cursor(b" 1"), None);
         assert_eq!(parse_cursor(b"1x"), None);
+    }
+
+    #[test]
+    fn scan_count_reads_the_count_option_or_is_redis_default() {
+        let args = |words: &[&str]| -> Vec<Bytes> {
+            words
+                .iter()
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect()
+        };
+        assert_eq!(scan_count(&args(&["SCAN", "0"])), 10);
+        assert_eq!(scan_count(&args(&["SCAN", "0", "count", "250"])), 250);
+        assert_eq!(
+            scan_count(&args(&["SCAN", "0", "MATCH", "count", "COUNT", "3"])),
+            3
+        );
+        assert_eq!(
+            scan_count(&args(&["SCAN", "0", "TYPE", "string", "COUNT", "7"])),
+            7
+        );
+        assert_eq!(scan_count(&args(&["SCAN", "0", "COUNT", "0"])), 10);
+        assert_eq!(scan_count(&args(&["SCAN", "0", "COUNT"])), 10);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! masters' counts, HISTOGRAM adds up each command's calls and cumulative latency
 //! distribution. DOCTOR and GRAPH stay one master's.
 
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
@@ -20,8 +21,8 @@ use crate::dispatch::Proxy;
 const HISTORY_LEN: usize = 160;
 
 impl Proxy {
-    /// SLOWLOG GET over every master: the entries of all, newest first (by their
-    /// timestamps; ties in master order), at most the count asked (Redis: 10 by default,
+    /// SLOWLOG GET over every master: the entries of all, newest first (see
+    /// [`encode_newest_first`]), at most the count asked (Redis: 10 by default,
     /// -1 for all). Each master checks the arguments; the first error in master order is
     /// the reply.
     pub(in crate::dispatch) async fn slowlog_all(&self, request: &Request, proto: Proto) -> Bytes {
@@ -29,10 +30,10 @@ impl Proxy {
             Ok(replies) => replies,
             Err(error) => return error,
         };
-        let mut entries = Vec::new();
+        let mut logs = Vec::with_capacity(replies.len());
         for reply in &replies {
             match array_elements(reply) {
-                Some(elements) => entries.extend(elements),
+                Some(elements) => logs.push(elements),
                 None => return reply.clone(),
             }
         }
@@ -43,7 +44,7 @@ impl Proxy {
                 _ => usize::MAX,
             },
         };
-        encode_newest_first(entries, limit)
+        encode_newest_first(logs, limit)
     }
 
     /// LATENCY LATEST of every master, one entry per event.
@@ -75,17 +76,48 @@ impl Proxy {
     }
 }
 
-/// SLOWLOG entries (`[id, timestamp, duration, args, addr, name]`), newest first by
-/// timestamp, the order among equal timestamps kept, cut to `limit`, as one array.
-fn encode_newest_first(mut entries: Vec<Bytes>, limit: usize) -> Bytes {
+/// Every master's SLOWLOG entries (`[id, timestamp, duration, args, addr, name]`, each
+/// log newest first) as one log, newest first, cut to `limit`. Each master's own order is
+/// kept; across masters the newer timestamp goes first. Timestamps are whole seconds, so
+/// within one second the master with more entries left in that second goes first: the
+/// masters' runs of one second are taken as ending together, as they do when a command
+/// sent to every master (SLOWLOG RESET, CONFIG SET) began them, and what one master logged
+/// after it is newer than the others' copies of it. Further ties: master order.
+fn encode_newest_first(logs: Vec<Vec<Bytes>>, limit: usize) -> Bytes {
     let timestamp = |entry: &Bytes| {
         array_elements(entry)
             .and_then(|fields| fields.get(1).and_then(|t| integer(t)))
             .unwrap_or(i64::MIN)
     };
-    entries.sort_by_cached_key(|entry| std::cmp::Reverse(timestamp(entry)));
-    entries.truncate(limit);
-    encode::array_frame(entries.len(), &entries)
+    // Per master, each entry with its timestamp and how many entries from it on share it.
+    let mut logs: Vec<std::collections::VecDeque<(i64, usize, Bytes)>> = logs
+        .into_iter()
+        .map(|log| {
+            let mut timed: Vec<(i64, usize, Bytes)> =
+                log.into_iter().map(|e| (timestamp(&e), 1, e)).collect();
+            for i in (0..timed.len().saturating_sub(1)).rev() {
+                if timed[i].0 == timed[i + 1].0 {
+                    timed[i].1 = timed[i + 1].1 + 1;
+                }
+            }
+            timed.into()
+        })
+        .collect();
+    let mut merged = Vec::new();
+    while merged.len() < limit {
+        let newest = logs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, log)| log.front().map(|(time, run, _)| (*time, *run, Reverse(i))))
+            .max();
+        let Some((_, _, Reverse(i))) = newest else {
+            break;
+        };
+        if let Some((_, _, entry)) = logs[i].pop_front() {
+            merged.push(entry);
+        }
+    }
+    encode::array_frame(merged.len(), &merged)
 }
 
 /// One `[event, timestamp, latest, max]` entry per event; the first reply that is not a
@@ -260,12 +292,10 @@ mod tests {
 
     #[test]
     fn slowlog_entries_of_every_master_merge_newest_first_and_cut_to_the_count() {
-        // Two masters' logs, each newest first, concatenated in master order.
+        // Two masters' logs, each newest first.
         let entries = vec![
-            slowlog_entry(2, 300),
-            slowlog_entry(1, 100),
-            slowlog_entry(7, 300),
-            slowlog_entry(6, 200),
+            vec![slowlog_entry(2, 300), slowlog_entry(1, 100)],
+            vec![slowlog_entry(7, 300), slowlog_entry(6, 200)],
         ];
         let ids = |frame: &Bytes| -> Vec<i64> {
             array_elements(frame)
@@ -279,6 +309,25 @@ mod tests {
         assert_eq!(ids(&all), [2, 7, 6, 1]);
         assert_eq!(ids(&encode_newest_first(entries.clone(), 3)), [2, 7, 6]);
         assert_eq!(&encode_newest_first(entries, 0)[..], b"*0\r\n");
+    }
+
+    #[test]
+    fn within_one_second_what_one_master_logged_after_a_broadcast_comes_first() {
+        let ids = |frame: &Bytes| -> Vec<i64> {
+            array_elements(frame)
+                .unwrap()
+                .iter()
+                .map(|e| integer(&array_elements(e).unwrap()[0]).unwrap())
+                .collect()
+        };
+        // SLOWLOG RESET reached three masters (ids 1, 11, 21) in second 500; the third
+        // then logged a GET (22) in the same second, and the first one a SET (3) in 501.
+        let logs = vec![
+            vec![slowlog_entry(3, 501), slowlog_entry(1, 500)],
+            vec![slowlog_entry(11, 500)],
+            vec![slowlog_entry(22, 500), slowlog_entry(21, 500)],
+        ];
+        assert_eq!(ids(&encode_newest_first(logs, 10)), [3, 22, 1, 11, 21]);
     }
 
     fn latest(entries: &[(&str, i64, i64, i64)]) -> Bytes {
