@@ -311,11 +311,7 @@ impl Proxy {
                 "sort",
                 "in steps: the sort, pattern reads and STORE by slot".into(),
             ),
-            Plan::CrossSlot(_) => (
-                "crossslot",
-                "each key read on its master, computed by the proxy, a STORE as one MULTI/EXEC"
-                    .into(),
-            ),
+            Plan::CrossSlot(run) => ("crossslot", run.route().into()),
         };
         // Under a layout, KEYS and SCAN list through the layout (see `execute_layout`).
         let listing = self.layout.is_some()

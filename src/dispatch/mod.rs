@@ -111,7 +111,7 @@ enum Plan {
     /// SORT with BY/GET patterns or a STORE into another slot.
     Sort(Box<sort::SortRequest>),
     /// Keys span slots and the proxy computes the reply (and a STORE's writes) itself.
-    CrossSlot(Box<crate::crossslot::Request>),
+    CrossSlot(Box<crossslot::CrossSlotRun>),
 }
 
 impl Proxy {
@@ -300,7 +300,8 @@ impl Proxy {
             Shape::Subscribe => Plan::Answer(reply::error(reply::text::SUBSCRIBE_NEEDS_CLIENT)),
             Shape::Split(kind) => key_target(spec, args).map_or(Plan::Split(kind), Plan::Forward),
             Shape::Script(run) => by_keys(spec, args, |target| Plan::Script(run, target)),
-            Shape::Blocking(_) if spec.blocks(args) => by_keys(spec, args, Plan::Blocking),
+            Shape::Blocking(_) if spec.blocks(args) => key_target(spec, args)
+                .map_or_else(|| self.cross_slot_plan(spec, args), Plan::Blocking),
             Shape::Blocking(_)
             | Shape::Forward
             | Shape::ConnectionLocal(_)
