@@ -61,6 +61,18 @@ impl Conn {
         self.call(&words(line))
     }
 
+    /// Sends every line in one write, then reads their replies.
+    fn pipeline(&mut self, lines: &[String]) -> Vec<Bytes> {
+        let mut wire = Vec::new();
+        for line in lines {
+            let words = words(line);
+            let refs: Vec<&[u8]> = words.iter().map(|word| word.as_bytes()).collect();
+            wire.extend_from_slice(&encode_request(&refs));
+        }
+        self.stream.write_all(&wire).expect("send a pipeline");
+        lines.iter().map(|_| self.read_reply()).collect()
+    }
+
     fn read_reply(&mut self) -> Bytes {
         let mut scanner = ReplyScanner::new(WireLimits::default());
         loop {
@@ -146,6 +158,29 @@ fn moves_answer_as_one_redis_server_in_resp2_and_resp3() {
                 .map(str::to_owned)
                 .collect();
             same_replies(&mut reference, &mut through, &lines, &format!("{proto:?}"));
+        }
+    }
+}
+
+#[test]
+fn a_pipeline_sees_each_moves_writes_as_on_one_redis() {
+    let standalone = Standalone::start();
+    let (s, d) = keys_on_two_masters("mvpipe");
+    let mut reference = Conn::open(standalone.addr(), Proto::Resp2);
+    let mut through = Conn::open(proxy().addr(), Proto::Resp2);
+    // Each move is followed, in the same write, by reads of both keys: they must see it.
+    let pipeline = format!(
+        "DEL {s} {d}|SET {s} v|RENAME {s} {d}|GET {d}|EXISTS {s}|SADD {s} m|SMOVE {s} {d} m|\
+         EXISTS {s}|TYPE {d}|DEL {d}|RPUSH {s} a b|LMOVE {s} {d} LEFT RIGHT|RPOPLPUSH {s} {d}|\
+         LRANGE {d} 0 -1|EXISTS {s}|COPY {d} {s}|LRANGE {s} 0 -1|RENAMENX {s} {d}|SUNIONSTORE {d} {s}|\
+         DEL {s}|SADD {s} x|SUNIONSTORE {d} {s}|SMEMBERS {d}"
+    );
+    let lines: Vec<String> = pipeline.split('|').map(str::to_owned).collect();
+    for _ in 0..3 {
+        let want = reference.pipeline(&lines);
+        let got = through.pipeline(&lines);
+        for ((line, got), want) in lines.iter().zip(&got).zip(&want) {
+            assert_eq!(got, want, "{line}");
         }
     }
 }

@@ -201,6 +201,13 @@ impl CrossSlot {
             _ => return None,
         })
     }
+
+    /// Whether the proxy carries out such a command across slots in steps that write
+    /// after the first reply (a store's destination, a move's copy and removal): the
+    /// client session runs it alone, so the client's next commands see its writes.
+    pub fn runs_in_steps(self) -> bool {
+        matches!(self, CrossSlot::Store | CrossSlot::Move)
+    }
 }
 
 impl Shape {

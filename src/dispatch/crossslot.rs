@@ -22,7 +22,7 @@ use crate::reply;
 use crate::reply::merge::array_elements;
 use crate::route::key_slot;
 
-use super::{cross_slot_error, Plan, Proxy, Target};
+use super::{cross_slot_error, key_target, Plan, Proxy, Target};
 
 mod moves;
 
@@ -50,6 +50,14 @@ impl CrossSlotRun {
 }
 
 impl Proxy {
+    /// Whether a request of `spec` is a store or a move this proxy carries out in steps
+    /// across slots (see `CrossSlot::runs_in_steps`). Under a layout the client's names
+    /// are not the names that decide the slots, so every such command counts.
+    pub fn runs_in_steps_across_slots(&self, spec: &CommandSpec, args: &[Bytes]) -> bool {
+        spec.cross_slot.is_some_and(CrossSlot::runs_in_steps)
+            && (self.layout.is_some() || key_target(spec, args).is_none())
+    }
+
     /// The plan of a request of `spec` whose keys span slots: carried out here when the
     /// command has a cross-slot class (see `command::CrossSlot`) that is emulated, else
     /// `-CROSSSLOT` (naming the setting or the reason when the class is refused).
