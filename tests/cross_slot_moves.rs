@@ -379,3 +379,48 @@ fn a_writer_or_a_crash_between_the_steps_duplicates_and_never_loses() {
         assert_eq!(source, destination, "{line}: the copy is whole");
     }
 }
+
+#[test]
+fn a_value_above_max_bytes_is_not_moved() {
+    let limited = Proxy::start(&[
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+        "--set",
+        "cross_slot.max_bytes=64",
+    ]);
+    let (a, b) = keys_on_two_masters("mvbig");
+    let mut conn = Conn::open(limited.addr(), Proto::Resp2);
+    conn.line(&format!("DEL {a} {b}"));
+    // Not compressible, so its DUMP payload is larger than the limit too.
+    let mut state = 0x2545_f491_u32;
+    let value: String = (0..200)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            char::from(b'!' + (state % 90) as u8)
+        })
+        .collect();
+    conn.call(&["SET".to_owned(), a.clone(), value]);
+    let refusal = conn.line(&format!("RENAME {a} {b}"));
+    assert!(
+        refusal.starts_with(b"-ERR proxy: cross-slot RENAME reads ")
+            && refusal.ends_with(b"more than the limit of 64; use keys with a common hash tag to run it on one node\r\n"),
+        "{refusal:?}"
+    );
+    let refusal = conn.line(&format!("COPY {a} {b}"));
+    assert!(
+        refusal.starts_with(b"-ERR proxy: cross-slot COPY reads "),
+        "{refusal:?}"
+    );
+    assert_eq!(
+        conn.line(&format!("EXISTS {a} {b}")).as_ref(),
+        b":1\r\n",
+        "nothing moved"
+    );
+    // A small value still moves.
+    conn.line(&format!("SET {a} small"));
+    assert_eq!(conn.line(&format!("RENAME {a} {b}")).as_ref(), b"+OK\r\n");
+    assert_eq!(conn.line(&format!("GET {b}")).as_ref(), b"$5\r\nsmall\r\n");
+    conn.line(&format!("DEL {b}"));
+}
