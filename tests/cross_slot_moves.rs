@@ -1,8 +1,8 @@
 //! Cross-slot moves (RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, COPY) through the proxy in
 //! front of a 3-master cluster, source and destination on different masters: every reply,
 //! and what both keys hold afterwards, equals what one redis-server 7.0 gives for the same
-//! sequence, in RESP2 and RESP3. MSETNX and the blocking moves are refused with their
-//! reason, and `refuse` settings answer `-CROSSSLOT` naming the setting.
+//! sequence, in RESP2 and RESP3; a blocking move waits for a push. MSETNX is refused with
+//! its reason, and `refuse` settings answer `-CROSSSLOT` naming the setting.
 //!
 //! The steps of a move are also run one by one against one real redis-server (both keys
 //! on it) with another client's write injected between them, to show what the module
@@ -141,6 +141,8 @@ const SEQUENCES: &[&str] = &[
     "DEL {s} {d}|LMOVE {s} {d} UP LEFT|RPUSH {s} a|SET {d} str|LMOVE {s} {d} LEFT LEFT|RPOPLPUSH {s} {d}|LRANGE {s} 0 -1|DEL {d}|SET {d} x|DEL {s}|SET {s} str|DEL {d}|LMOVE {s} {d} LEFT LEFT",
     // COPY: copied with its TTL, then refused without REPLACE, replaced with it.
     "DEL {s} {d}|COPY {s} {d}|HSET {s} f v|PEXPIRE {s} 80000|COPY {s} {d}|HGETALL {d}|TTL {d}|HSET {s} f w|COPY {s} {d}|HGET {d} f|COPY {s} {d} DB 0 REPLACE|HGET {d} f|EXISTS {s}|COPY {s} {d} foo",
+    // The blocking forms: an element there, a timeout, their errors in Redis's order.
+    "DEL {s} {d}|RPUSH {s} a b c|BLMOVE {s} {d} LEFT RIGHT 0|BRPOPLPUSH {s} {d} 1|BLMOVE {s} {d} RIGHT RIGHT abc|LRANGE {d} 0 -1|BLMOVE {s} {d} LEFT LEFT 0.05|BRPOPLPUSH {s} {d} 0.05|EXISTS {s}|BLMOVE {s} {d} UP LEFT 0|BLMOVE {s} {d} LEFT LEFT -1|SET {s} str|BLMOVE {s} {d} LEFT LEFT 0|BRPOPLPUSH {s} {d} 0",
 ];
 
 #[test]
@@ -200,7 +202,7 @@ fn copy_to_another_database_answers_as_a_cluster_node_does() {
 }
 
 #[test]
-fn msetnx_and_blocking_moves_across_slots_are_refused_with_their_reason() {
+fn msetnx_across_slots_is_refused_with_its_reason() {
     let (a, b) = keys_on_two_masters("mvref");
     let mut through = Conn::open(proxy().addr(), Proto::Resp2);
     through.line(&format!("DEL {a} {b}"));
@@ -210,22 +212,47 @@ fn msetnx_and_blocking_moves_across_slots_are_refused_with_their_reason() {
            only on one node: use keys with a common hash tag)\r\n"[..]
     );
     assert_eq!(through.line(&format!("EXISTS {a} {b}")).as_ref(), b":0\r\n");
-    let blocking =
-        b"-CROSSSLOT Keys in request don't hash to the same slot (not emulated: cross_slot.blocking)\r\n";
-    assert_eq!(
-        through.line(&format!("BRPOPLPUSH {a} {b} 0")).as_ref(),
-        blocking
-    );
-    assert_eq!(
-        through
-            .line(&format!("BLMOVE {a} {b} LEFT LEFT 0"))
-            .as_ref(),
-        blocking
-    );
-    // On one slot both are Redis's own.
+    // On one slot it is Redis's own.
     assert_eq!(through.line("MSETNX {mv}a 1 {mv}b 2").as_ref(), b":1\r\n");
     assert_eq!(through.line("MSETNX {mv}a 1 {mv}c 2").as_ref(), b":0\r\n");
     through.line("DEL {mv}a {mv}b {mv}c");
+}
+
+/// The number of clients blocked on `addr`'s node.
+fn blocked_clients(addr: &str) -> u64 {
+    let mut node = Conn::open(addr, Proto::Resp2);
+    let info = node.call(&["INFO", "clients"]);
+    String::from_utf8_lossy(&info)
+        .lines()
+        .find_map(|line| line.strip_prefix("blocked_clients:"))
+        .map_or(0, |count| count.trim().parse().expect("a count"))
+}
+
+#[test]
+fn a_blocking_move_waits_for_a_push_then_moves_the_element() {
+    let (s, d) = keys_on_two_masters("mvblock");
+    let mut through = Conn::open(proxy().addr(), Proto::Resp2);
+    through.line(&format!("DEL {s} {d}"));
+    let source_master = shared_cluster().node_for_slot(shared_cluster().keyslot(&s));
+    let before = blocked_clients(&source_master);
+    let addr = proxy().addr().to_owned();
+    let line = format!("BLMOVE {s} {d} RIGHT LEFT 10");
+    let waiter = std::thread::spawn(move || Conn::open(&addr, Proto::Resp3).line(&line));
+    common::wait_until("the move to block", Duration::from_secs(5), || {
+        blocked_clients(&source_master) > before
+    });
+    assert_eq!(through.line(&format!("RPUSH {s} a b")).as_ref(), b":2\r\n");
+    let moved = waiter.join().expect("the blocked client");
+    assert_eq!(moved.as_ref(), b"$1\r\nb\r\n");
+    assert_eq!(
+        through.line(&format!("LRANGE {s} 0 -1")).as_ref(),
+        b"*1\r\n$1\r\na\r\n"
+    );
+    assert_eq!(
+        through.line(&format!("LRANGE {d} 0 -1")).as_ref(),
+        b"*1\r\n$1\r\nb\r\n"
+    );
+    through.line(&format!("DEL {s} {d}"));
 }
 
 #[test]
@@ -241,10 +268,20 @@ fn refused_moves_name_their_setting() {
     let (a, b) = keys_on_two_masters("mvoff");
     let mut conn = Conn::open(refusing.addr(), Proto::Resp2);
     conn.line(&format!("SET {a} v"));
-    for command in ["RENAME", "RENAMENX", "SMOVE", "LMOVE", "RPOPLPUSH"] {
+    for command in [
+        "RENAME",
+        "RENAMENX",
+        "SMOVE",
+        "LMOVE",
+        "RPOPLPUSH",
+        "BLMOVE",
+        "BRPOPLPUSH",
+    ] {
         let line = match command {
             "SMOVE" => format!("SMOVE {a} {b} m"),
             "LMOVE" => format!("LMOVE {a} {b} LEFT LEFT"),
+            "BLMOVE" => format!("BLMOVE {a} {b} LEFT LEFT 0"),
+            "BRPOPLPUSH" => format!("BRPOPLPUSH {a} {b} 0"),
             _ => format!("{command} {a} {b}"),
         };
         assert_eq!(
@@ -290,6 +327,7 @@ fn run_steps(
             Next::Reply(reply) => return Some(reply),
             Next::Send(_, command) => shared.call(&command),
             Next::WatchSource => watching.call(&[&b"WATCH"[..], &request.source]),
+            Next::Block(command) => shared.call(&command),
             Next::ExecWatched(commands) => {
                 watching.call(&["MULTI"]);
                 for command in commands {

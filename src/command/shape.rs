@@ -179,10 +179,9 @@ pub enum CrossSlot {
     /// COPY restores the source's dump there (`cross_slot.stores`).
     Store,
     /// Copied to the destination's master first, then removed from the source's, so a
-    /// failure in between duplicates and never loses (`cross_slot.moves`).
+    /// failure in between duplicates and never loses (`cross_slot.moves`); the blocking
+    /// forms wait on the source's master first.
     Move,
-    /// BLMOVE, BRPOPLPUSH: not emulated, refused naming `cross_slot.blocking`.
-    BlockingMove,
     /// MSETNX: all or nothing only on one node, so always refused with that reason.
     AllOrNothing,
 }
@@ -195,8 +194,9 @@ impl CrossSlot {
             | "zintercard" | "lcs" | "pfcount" => CrossSlot::Read,
             "sunionstore" | "sinterstore" | "sdiffstore" | "zunionstore" | "zinterstore"
             | "zdiffstore" | "bitop" | "pfmerge" | "copy" => CrossSlot::Store,
-            "rename" | "renamenx" | "smove" | "lmove" | "rpoplpush" => CrossSlot::Move,
-            "blmove" | "brpoplpush" => CrossSlot::BlockingMove,
+            "rename" | "renamenx" | "smove" | "lmove" | "rpoplpush" | "blmove" | "brpoplpush" => {
+                CrossSlot::Move
+            }
             "msetnx" => CrossSlot::AllOrNothing,
             _ => return None,
         })
@@ -612,7 +612,7 @@ mod tests {
             ("copy", Some(CrossSlot::Store)),
             ("rename", Some(CrossSlot::Move)),
             ("rpoplpush", Some(CrossSlot::Move)),
-            ("brpoplpush", Some(CrossSlot::BlockingMove)),
+            ("brpoplpush", Some(CrossSlot::Move)),
             ("msetnx", Some(CrossSlot::AllOrNothing)),
             ("blpop", None),
             ("get", None),

@@ -23,7 +23,8 @@ pub struct CrossSlotConfig {
     pub reads: Emulation,
     /// The STORE forms, BITOP, PFMERGE, COPY.
     pub stores: Emulation,
-    /// RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH: copied, then removed from the source.
+    /// RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, BLMOVE, BRPOPLPUSH: copied, then removed
+    /// from the source.
     pub moves: Emulation,
     /// Members read over all the keys of one set or sorted-set command.
     pub max_members: u64,

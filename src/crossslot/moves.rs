@@ -1,5 +1,5 @@
-//! Moves across slots: RENAME, RENAMENX, SMOVE, LMOVE and RPOPLPUSH (`cross_slot.moves`),
-//! and COPY (`cross_slot.stores`), when the source and the destination live in different
+//! Moves across slots: RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, BLMOVE and BRPOPLPUSH
+//! (`cross_slot.moves`), and COPY (`cross_slot.stores`), when the source and the destination live in different
 //! slots. Pure: a [`Mover`] says which command goes to which key's master next and turns
 //! each reply into the next step, the last one being the client's reply; the planner does
 //! the IO.
@@ -15,6 +15,7 @@
 //! | COPY | `DUMP`/`PTTL` of src; `RESTORE dst` (`REPLACE` with REPLACE) | dst replaced whole or not at all, src untouched |
 //! | SMOVE | type of src and `SISMEMBER` in one script; `SADD dst member` (or `TYPE dst` when not a member, for WRONGTYPE); `SREM src member` | the reply is SREM's, as Redis's is 1 only when the member left the source: if another client took the member from src in between, the reply is 0 and dst keeps the member (a duplicate) |
 //! | LMOVE, RPOPLPUSH | type of src and the element at its end in one script; push it on dst; pop src's end in one script only if that end still holds the same element | if the end changed in between (another client popped or pushed there), src keeps the element too (a duplicate) and the reply is still the element pushed to dst. Two clients moving from the same end at once can both get the element |
+//! | BLMOVE, BRPOPLPUSH | `BLMOVE src src from from timeout` on a connection of its own waits until src has an element and leaves it as it was; then as LMOVE; if another client took the element in between, it waits again for what is left of the timeout | as LMOVE. The wait takes nothing, so a client blocked through the proxy does not keep its place in Redis's first-come order among clients blocked on the same key |
 //!
 //! Replies and errors are Redis 7.0's: `ERR no such key`, WRONGTYPE in Redis's order of
 //! checks (SMOVE and LMOVE check the source first, and a missing source answers 0 or
@@ -105,12 +106,15 @@ pub enum MoveKind {
         /// The member.
         member: Bytes,
     },
-    /// LMOVE, or RPOPLPUSH (RIGHT to LEFT).
+    /// LMOVE, or RPOPLPUSH (RIGHT to LEFT), and their blocking forms BLMOVE and
+    /// BRPOPLPUSH.
     Lmove {
         /// The end of the source it pops.
         from: End,
         /// The end of the destination it pushes.
         to: End,
+        /// The blocking forms' timeout, as the client sent it (the source's node reads it).
+        timeout: Option<Bytes>,
     },
 }
 
@@ -138,6 +142,8 @@ pub fn parse_move(args: &[Bytes]) -> Option<Result<MoveRequest, Bytes>> {
         b"smove" => ("SMOVE", 4),
         b"lmove" => ("LMOVE", 5),
         b"rpoplpush" => ("RPOPLPUSH", 3),
+        b"blmove" => ("BLMOVE", 6),
+        b"brpoplpush" => ("BRPOPLPUSH", 4),
         _ => return None,
     };
     let exact = name != "COPY";
@@ -154,13 +160,18 @@ pub fn parse_move(args: &[Bytes]) -> Option<Result<MoveRequest, Bytes>> {
         "SMOVE" => MoveKind::Smove {
             member: args[3].clone(),
         },
-        "LMOVE" => match (End::parse(&args[3]), End::parse(&args[4])) {
-            (Some(from), Some(to)) => MoveKind::Lmove { from, to },
+        "LMOVE" | "BLMOVE" => match (End::parse(&args[3]), End::parse(&args[4])) {
+            (Some(from), Some(to)) => MoveKind::Lmove {
+                from,
+                to,
+                timeout: args.get(5).cloned(),
+            },
             _ => return Some(Err(reply::error(text::SYNTAX))),
         },
         _ => MoveKind::Lmove {
             from: End::Right,
             to: End::Left,
+            timeout: args.get(3).cloned(),
         },
     };
     Some(Ok(MoveRequest {
@@ -222,6 +233,13 @@ pub enum Next {
     /// Run the commands as one MULTI/EXEC on the connection that watched the source; hand
     /// EXEC's reply to [`Mover::step`].
     ExecWatched(Vec<Vec<Bytes>>),
+    /// Run the command (a BLMOVE of the source onto itself, which leaves it as it is) on
+    /// a connection of its own to the source's master, in the client's protocol: it
+    /// waits until the source has an element. Its last argument is the client's timeout,
+    /// which the planner lowers to what is left of it when it waits again (and answers
+    /// the null of a timeout, [`encode::null_array`]'s, itself once none is left). Hand
+    /// its reply to [`Mover::step`].
+    Block(Vec<Bytes>),
     /// The client's reply: the move is over.
     Reply(Bytes),
 }
@@ -231,6 +249,8 @@ pub enum Next {
 enum Phase {
     /// WATCH sent (RENAME, RENAMENX).
     Watching,
+    /// Waiting for the source to have an element (BLMOVE, BRPOPLPUSH).
+    Waiting,
     /// The source read.
     Reading,
     /// The copy sent to the destination; what it copied (an SMOVE member found or not,
@@ -270,11 +290,46 @@ impl Mover {
 
     /// The first step.
     pub fn start(&mut self) -> Next {
-        if matches!(self.request.kind, MoveKind::Rename { .. }) {
-            self.phase = Phase::Watching;
-            return Next::WatchSource;
+        match &self.request.kind {
+            MoveKind::Rename { .. } => {
+                self.phase = Phase::Watching;
+                Next::WatchSource
+            }
+            MoveKind::Lmove {
+                timeout: Some(_), ..
+            } => self.wait(),
+            _ => self.read(),
         }
-        self.read()
+    }
+
+    /// Waits for the source to have an element: `BLMOVE source source from from timeout`
+    /// pops an end and pushes the element back on the same end, so the list is as it was,
+    /// and answers as BLMOVE does before it moves anything (the timeout's errors,
+    /// WRONGTYPE, the null of a timeout).
+    fn wait(&mut self) -> Next {
+        let MoveKind::Lmove {
+            from,
+            timeout: Some(timeout),
+            ..
+        } = &self.request.kind
+        else {
+            return self.unexpected();
+        };
+        let end = Bytes::from_static(match from {
+            End::Left => b"LEFT",
+            End::Right => b"RIGHT",
+        });
+        let source = self.request.source.clone();
+        let command = vec![
+            Bytes::from_static(b"BLMOVE"),
+            source.clone(),
+            source,
+            end.clone(),
+            end,
+            timeout.clone(),
+        ];
+        self.phase = Phase::Waiting;
+        Next::Block(command)
     }
 
     /// The step after `reply`, the reply to the last step.
@@ -283,6 +338,10 @@ impl Mover {
         let next = match phase {
             Phase::Watching if is_error(reply) => self.answer(Bytes::copy_from_slice(reply)),
             Phase::Watching => self.read(),
+            // An element: the source has one now, move it as LMOVE does. Else an error or
+            // the null of a timeout, BLMOVE's own reply.
+            Phase::Waiting if reply.first() == Some(&b'$') && reply != b"$-1\r\n" => self.read(),
+            Phase::Waiting => self.answer(Bytes::copy_from_slice(reply)),
             Phase::Reading => self.after_read(reply),
             Phase::Writing(copied) => self.after_write(reply, copied),
             Phase::Removing(success) => self.after_remove(reply, success),
@@ -341,6 +400,13 @@ impl Mover {
                     None => self.unexpected(),
                 }
             }
+            // Another client took the element the wait saw: wait again.
+            (
+                MoveKind::Lmove {
+                    timeout: Some(_), ..
+                },
+                Value::Int(-1),
+            ) => self.wait(),
             (MoveKind::Smove { .. } | MoveKind::Lmove { .. }, Value::Int(-1)) => {
                 self.answer(self.missing_source())
             }

@@ -52,14 +52,16 @@ fn parses_each_move_with_redis_errors() {
         parsed("LMOVE a b left RIGHT").kind,
         MoveKind::Lmove {
             from: End::Left,
-            to: End::Right
+            to: End::Right,
+            timeout: None
         }
     );
     assert_eq!(
         parsed("RPOPLPUSH a b").kind,
         MoveKind::Lmove {
             from: End::Right,
-            to: End::Left
+            to: End::Left,
+            timeout: None
         }
     );
     assert_eq!(parsed("COPY a b").kind, MoveKind::Copy { replace: false });
@@ -67,7 +69,19 @@ fn parses_each_move_with_redis_errors() {
         parsed("COPY a b db 0 REPLACE").kind,
         MoveKind::Copy { replace: true }
     );
+    assert_eq!(
+        parsed("BRPOPLPUSH a b 1.5").kind,
+        MoveKind::Lmove {
+            from: End::Right,
+            to: End::Left,
+            timeout: Some(Bytes::from_static(b"1.5"))
+        }
+    );
     assert_eq!(&refused("LMOVE a b up left")[..], b"-ERR syntax error\r\n");
+    assert_eq!(
+        &refused("BLMOVE a b left up x")[..],
+        b"-ERR syntax error\r\n"
+    );
     assert_eq!(&refused("COPY a b foo")[..], b"-ERR syntax error\r\n");
     assert_eq!(&refused("COPY a b DB")[..], b"-ERR syntax error\r\n");
     assert_eq!(
@@ -286,4 +300,42 @@ fn an_error_after_the_copy_is_the_reply() {
     assert_eq!(&reply(lmove.step(lost))[..], lost);
     // A step after the reply is a planner bug, answered as such.
     assert!(reply(lmove.step(b":1\r\n")).starts_with(b"-ERR proxy: unexpected"));
+}
+
+#[test]
+fn a_blocking_move_waits_on_the_source_then_moves_as_lmove() {
+    let mut blmove = mover("BLMOVE src dst RIGHT LEFT 2", Proto::Resp3);
+    let Next::Block(wait) = blmove.start() else {
+        panic!("a blocking move waits first");
+    };
+    assert_eq!(wait, args("BLMOVE src src RIGHT RIGHT 2"));
+    // The source has an element now: read it, push it, pop it.
+    let (side, peek) = sent(&blmove.step(b"$1\r\nx\r\n"));
+    assert_eq!(
+        (side, &peek[3..]),
+        (Side::Source, &["src", "-1"].map(String::from)[..])
+    );
+    let (_, push) = sent(&blmove.step(b"*1\r\n$1\r\nx\r\n"));
+    assert_eq!(push, ["LPUSH", "dst", "x"]);
+    let (_, pop) = sent(&blmove.step(b":1\r\n"));
+    assert_eq!(pop[4..], ["-1", "x", "RPOP"]);
+    assert_eq!(&reply(blmove.step(b":1\r\n"))[..], b"$1\r\nx\r\n");
+}
+
+#[test]
+fn a_blocking_move_waits_again_when_another_client_took_the_element() {
+    let mut brpoplpush = mover("BRPOPLPUSH src dst 0", Proto::Resp2);
+    assert!(matches!(brpoplpush.start(), Next::Block(_)));
+    brpoplpush.step(b"$1\r\nx\r\n");
+    // Gone by the time the proxy read the source: wait again, nothing pushed.
+    assert!(matches!(brpoplpush.step(b":-1\r\n"), Next::Block(_)));
+    // The wait's own answers are the reply: a timeout's null, an error.
+    assert_eq!(&reply(brpoplpush.step(b"*-1\r\n"))[..], b"*-1\r\n");
+    let mut resp3 = mover("BLMOVE src dst LEFT LEFT 1", Proto::Resp3);
+    resp3.start();
+    assert_eq!(&reply(resp3.step(b"_\r\n"))[..], b"_\r\n");
+    let mut bad = mover("BLMOVE src dst LEFT LEFT x", Proto::Resp2);
+    bad.start();
+    let error = b"-ERR timeout is not a float or out of range\r\n";
+    assert_eq!(&reply(bad.step(error))[..], error);
 }

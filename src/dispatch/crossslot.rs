@@ -67,9 +67,6 @@ impl Proxy {
             Some(CrossSlot::Read) => ("cross_slot.reads", settings.reads),
             Some(CrossSlot::Store) => ("cross_slot.stores", settings.stores),
             Some(CrossSlot::Move) => ("cross_slot.moves", settings.moves),
-            Some(CrossSlot::BlockingMove) => {
-                return Plan::Answer(reply::error(reply::crossslot::BLOCKING_MOVE_ACROSS_SLOTS))
-            }
             Some(CrossSlot::AllOrNothing) => {
                 return Plan::Answer(reply::error(reply::crossslot::MSETNX_ACROSS_SLOTS))
             }

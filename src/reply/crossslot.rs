@@ -63,8 +63,5 @@ pub const COPY_OTHER_DB: &str = "ERR Copying to another database is not allowed 
 /// MSETNX whose keys span slots: refused whatever the settings (see the README).
 pub const MSETNX_ACROSS_SLOTS: &str = "CROSSSLOT Keys in request don't hash to the same slot \
      (MSETNX is all or nothing only on one node: use keys with a common hash tag)";
-/// BLMOVE and BRPOPLPUSH whose keys span slots.
-pub const BLOCKING_MOVE_ACROSS_SLOTS: &str =
-    "CROSSSLOT Keys in request don't hash to the same slot (not emulated: cross_slot.blocking)";
 /// A node answered a step of a cross-slot move with something the proxy did not ask for.
 pub const MOVE_UNEXPECTED: &str = "ERR proxy: unexpected reply during a cross-slot move";
