@@ -462,3 +462,47 @@ fn a_value_above_max_bytes_is_not_moved() {
     assert_eq!(conn.line(&format!("GET {b}")).as_ref(), b"$5\r\nsmall\r\n");
     conn.line(&format!("DEL {b}"));
 }
+
+#[test]
+fn under_a_layout_a_move_between_slots_runs_on_the_cluster_names() {
+    let proxy = Proxy::start_with_layout(
+        &shared_cluster().seeds_arg(),
+        "config/botmesh-cluster-v1.yaml",
+        "lymv",
+    );
+    let cluster = shared_cluster();
+    // `conv:*` keys keep their names; `lock:<key>` becomes `lymv:{lk:<key>}:l`.
+    let source = "lymv:conv:a";
+    let destination = (0..)
+        .map(|i| format!("lock{i}"))
+        .find(|lock| cluster.keyslot(&format!("lymv:{{lk:{lock}}}:l")) != cluster.keyslot(source))
+        .expect("a lock in another slot");
+    let mut conn = Conn::open(proxy.addr(), Proto::Resp2);
+    let lines: Vec<String> = [
+        format!("DEL {source} lymv:lock:{destination}"),
+        format!("SET {source} v"),
+        format!("RENAME {source} lymv:lock:{destination}"),
+        format!("GET lymv:lock:{destination}"),
+        format!("EXISTS {source}"),
+    ]
+    .into_iter()
+    .collect();
+    let replies = conn.pipeline(&lines);
+    let replies: Vec<&[u8]> = replies.iter().map(|reply| reply.as_ref()).collect();
+    assert_eq!(
+        replies[1..],
+        [&b"+OK\r\n"[..], b"+OK\r\n", b"$1\r\nv\r\n", b":0\r\n"],
+        "{lines:?}"
+    );
+    // Written under its cluster name, on that name's master.
+    let cluster_name = format!("lymv:{{lk:{destination}}}:l");
+    let mut master = Conn::open(
+        &cluster.node_for_slot(cluster.keyslot(&cluster_name)),
+        Proto::Resp2,
+    );
+    assert_eq!(
+        master.line(&format!("GET {cluster_name}")).as_ref(),
+        b"$1\r\nv\r\n"
+    );
+    conn.line(&format!("DEL lymv:lock:{destination}"));
+}
