@@ -1,21 +1,39 @@
 //! Moves across slots: RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, BLMOVE and BRPOPLPUSH
-//! (`cross_slot.moves`), and COPY (`cross_slot.stores`), when the source and the destination live in different
-//! slots. Pure: a [`Mover`] says which command goes to which key's master next and turns
-//! each reply into the next step, the last one being the client's reply; the planner does
-//! the IO.
+//! (`cross_slot.moves`), and COPY (`cross_slot.stores`), when the source and the
+//! destination live in different slots. Pure: a [`Mover`] says which command goes to which
+//! key's master next and turns each reply into the next step, the last one being the
+//! client's reply; the planner does the IO.
 //!
 //! One Redis runs each of these commands atomically. Across two masters no order of steps
 //! is both atomic and safe against a failure between them, so every command here copies
 //! first and removes from the source last: a failure or a concurrent writer in the middle
 //! can leave the data in both places (a duplicate), never in neither (a loss).
 //!
-//! | Command | Steps | A failure or a concurrent writer in the middle |
-//! |---|---|---|
-//! | RENAME, RENAMENX | `WATCH src` on a connection of its own; `DUMP` and `PTTL` of src in one script; `RESTORE dst ttl payload` (`REPLACE` for RENAME) on dst's master; `MULTI DEL src EXEC` on the watching connection | before RESTORE: nothing changed, the error is the reply. After it: dst holds src's value and TTL; src is deleted only if nothing wrote it since the WATCH, else it keeps what that writer made (a duplicate of the old value) and the reply is still `OK` / `1`. An error at the DEL is the reply, src kept |
-//! | COPY | `DUMP`/`PTTL` of src; `RESTORE dst` (`REPLACE` with REPLACE) | dst replaced whole or not at all, src untouched |
-//! | SMOVE | type of src and `SISMEMBER` in one script; `SADD dst member` (or `TYPE dst` when not a member, for WRONGTYPE); `SREM src member` | the reply is SREM's, as Redis's is 1 only when the member left the source: if another client took the member from src in between, the reply is 0 and dst keeps the member (a duplicate) |
-//! | LMOVE, RPOPLPUSH | type of src and the element at its end in one script; push it on dst; pop src's end in one script only if that end still holds the same element | if the end changed in between (another client popped or pushed there), src keeps the element too (a duplicate) and the reply is still the element pushed to dst. Two clients moving from the same end at once can both get the element |
-//! | BLMOVE, BRPOPLPUSH | `BLMOVE src src from from timeout` on a connection of its own waits until src has an element and leaves it as it was; then as LMOVE; if another client took the element in between, it waits again for what is left of the timeout | as LMOVE. The wait takes nothing, so a client blocked through the proxy does not keep its place in Redis's first-come order among clients blocked on the same key |
+//! # Steps, and what a failure or a concurrent writer in the middle leaves
+//!
+//! - **RENAME, RENAMENX**: `WATCH src` on a connection of its own; `DUMP` and `PTTL` of src
+//!   in one script; `RESTORE dst ttl payload` (`REPLACE` for RENAME) on dst's master;
+//!   `MULTI DEL src EXEC` on the watching connection. Before RESTORE nothing changed and
+//!   the error is the reply. After it dst holds src's value and TTL; src is deleted only
+//!   if nothing wrote it since the WATCH, else it keeps what that writer made (a duplicate
+//!   of the old value) and the reply is still `OK` / 1. An error at the DEL is the reply,
+//!   src kept.
+//! - **COPY**: `DUMP`/`PTTL` of src, `RESTORE dst` (`REPLACE` with REPLACE): dst replaced
+//!   whole or not at all, src untouched.
+//! - **SMOVE**: the type of src and `SISMEMBER` in one script; `SADD dst member` (or
+//!   `TYPE dst` when not a member, for WRONGTYPE); `SREM src member`. The reply is SREM's,
+//!   as Redis's is 1 only when the member left the source: if another client took the
+//!   member from src in between, the reply is 0 and dst keeps the member (a duplicate).
+//! - **LMOVE, RPOPLPUSH**: the type of src and the element at its end in one script; the
+//!   push on dst; one script pops src's end only if it still holds that element. If the
+//!   end changed in between (another client popped or pushed there), src keeps the
+//!   element too (a duplicate) and the reply is still the element pushed to dst. Two
+//!   clients moving from the same end at once can both get the element.
+//! - **BLMOVE, BRPOPLPUSH**: `BLMOVE src src from from timeout` on a connection of its own
+//!   waits until src has an element and leaves it as it was; then as LMOVE; if another
+//!   client took the element in between, it waits again for what is left of the timeout.
+//!   The wait takes nothing, so a client blocked through the proxy does not keep its place
+//!   in Redis's first-come order among clients blocked on the same key.
 //!
 //! Replies and errors are Redis 7.0's: `ERR no such key`, WRONGTYPE in Redis's order of
 //! checks (SMOVE and LMOVE check the source first, and a missing source answers 0 or
@@ -27,8 +45,12 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::command::value::{decode_reply, Value};
-use crate::protocol::{encode, parse_i64, Proto};
+use crate::protocol::{encode, Proto};
 use crate::reply::{self, crossslot as text};
+
+mod parse;
+
+pub use parse::{parse_move, End, MoveKind, MoveRequest};
 
 /// `KEYS[1]`'s serialized value and its TTL in ms, or nil when it does not exist, or the
 /// payload's size when it exceeds `ARGV[1]` bytes (so an oversized value never leaves
@@ -58,159 +80,6 @@ const LIST_POP_IF_SAME: &str = "if redis.call('TYPE', KEYS[1])['ok'] == 'list' \
     and redis.call('LINDEX', KEYS[1], ARGV[1]) == ARGV[2] then \
     redis.call(ARGV[3], KEYS[1]) return 1 end \
     return 0";
-
-/// One end of a list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    /// LEFT: the head.
-    Left,
-    /// RIGHT: the tail.
-    Right,
-}
-
-impl End {
-    fn parse(arg: &[u8]) -> Option<End> {
-        if arg.eq_ignore_ascii_case(b"left") {
-            Some(End::Left)
-        } else if arg.eq_ignore_ascii_case(b"right") {
-            Some(End::Right)
-        } else {
-            None
-        }
-    }
-
-    /// LINDEX's index of this end.
-    fn index(self) -> &'static [u8] {
-        match self {
-            End::Left => b"0",
-            End::Right => b"-1",
-        }
-    }
-}
-
-/// What a move does, as parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MoveKind {
-    /// RENAME (`nx: false`) or RENAMENX.
-    Rename {
-        /// RENAMENX: leave an existing destination alone and answer 0.
-        nx: bool,
-    },
-    /// COPY, with or without REPLACE (DB 0 only).
-    Copy {
-        /// REPLACE: an existing destination is overwritten.
-        replace: bool,
-    },
-    /// SMOVE of one member.
-    Smove {
-        /// The member.
-        member: Bytes,
-    },
-    /// LMOVE, or RPOPLPUSH (RIGHT to LEFT), and their blocking forms BLMOVE and
-    /// BRPOPLPUSH.
-    Lmove {
-        /// The end of the source it pops.
-        from: End,
-        /// The end of the destination it pushes.
-        to: End,
-        /// The blocking forms' timeout, as the client sent it (the source's node reads it).
-        timeout: Option<Bytes>,
-    },
-}
-
-/// A move across slots, ready to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MoveRequest {
-    /// The command's name, upper case.
-    pub name: &'static str,
-    /// What it does.
-    pub kind: MoveKind,
-    /// The key it reads (and, but for COPY, removes from).
-    pub source: Bytes,
-    /// The key it writes.
-    pub destination: Bytes,
-}
-
-/// Parses a move's arguments (the command name first) as Redis 7.0 does, with its errors
-/// (the complete reply frame). `None`: not a command this module moves.
-pub fn parse_move(args: &[Bytes]) -> Option<Result<MoveRequest, Bytes>> {
-    let lower = args.first()?.to_ascii_lowercase();
-    let (name, arity): (&'static str, usize) = match lower.as_slice() {
-        b"rename" => ("RENAME", 3),
-        b"renamenx" => ("RENAMENX", 3),
-        b"copy" => ("COPY", 3),
-        b"smove" => ("SMOVE", 4),
-        b"lmove" => ("LMOVE", 5),
-        b"rpoplpush" => ("RPOPLPUSH", 3),
-        b"blmove" => ("BLMOVE", 6),
-        b"brpoplpush" => ("BRPOPLPUSH", 4),
-        _ => return None,
-    };
-    let exact = name != "COPY";
-    if args.len() < arity || (exact && args.len() != arity) {
-        return Some(Err(reply::wrong_arity(&name.to_ascii_lowercase())));
-    }
-    let kind = match name {
-        "RENAME" => MoveKind::Rename { nx: false },
-        "RENAMENX" => MoveKind::Rename { nx: true },
-        "COPY" => match copy_options(&args[3..]) {
-            Ok(replace) => MoveKind::Copy { replace },
-            Err(error) => return Some(Err(reply::error(error))),
-        },
-        "SMOVE" => MoveKind::Smove {
-            member: args[3].clone(),
-        },
-        "LMOVE" | "BLMOVE" => match (End::parse(&args[3]), End::parse(&args[4])) {
-            (Some(from), Some(to)) => MoveKind::Lmove {
-                from,
-                to,
-                timeout: args.get(5).cloned(),
-            },
-            _ => return Some(Err(reply::error(text::SYNTAX))),
-        },
-        _ => MoveKind::Lmove {
-            from: End::Right,
-            to: End::Left,
-            timeout: args.get(3).cloned(),
-        },
-    };
-    Some(Ok(MoveRequest {
-        name,
-        kind,
-        source: args[1].clone(),
-        destination: args[2].clone(),
-    }))
-}
-
-/// COPY's options after the two keys, as `copyCommand` reads them on a cluster node:
-/// whether REPLACE is given, or the error text.
-fn copy_options(options: &[Bytes]) -> Result<bool, &'static str> {
-    /// Redis's default `databases`; a cluster node keeps it but uses database 0 only.
-    const DATABASES: i64 = 16;
-    let mut replace = false;
-    let mut other_db = false;
-    let mut i = 0;
-    while i < options.len() {
-        let option = &options[i];
-        if option.eq_ignore_ascii_case(b"replace") {
-            replace = true;
-        } else if option.eq_ignore_ascii_case(b"db") && i + 1 < options.len() {
-            let db = parse_i64(&options[i + 1]).ok_or(text::NOT_INTEGER)?;
-            if !(0..DATABASES).contains(&db) {
-                return Err(text::DB_OUT_OF_RANGE);
-            }
-            other_db |= db != 0;
-            i += 1;
-        } else {
-            return Err(text::SYNTAX);
-        }
-        i += 1;
-    }
-    if other_db {
-        return Err(text::COPY_OTHER_DB);
-    }
-    Ok(replace)
-}
 
 /// Whose master a step's command goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -110,7 +110,8 @@ enum Plan {
     Script(ScriptRun, Target),
     /// SORT with BY/GET patterns or a STORE into another slot.
     Sort(Box<sort::SortRequest>),
-    /// Keys span slots and the proxy computes the reply (and a STORE's writes) itself.
+    /// Keys span slots and the proxy computes the reply (and a STORE's writes), or moves
+    /// the data between masters, itself.
     CrossSlot(Box<crossslot::CrossSlotRun>),
 }
 
