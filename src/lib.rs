@@ -49,7 +49,8 @@
 //! - [`route`]: hash slots, the slot map snapshot, redirect classification. Pure.
 //! - [`rewrite`]: the legacy -> cluster:v1 key layout rules, both directions. Pure.
 //! - [`reply`]: client-visible error texts and reply builders. Pure.
-//! - [`crossslot`]: the replies and writes of cross-slot commands computed from each key's value. Pure.
+//! - [`crossslot`]: the replies and writes of cross-slot commands computed from each key's value,
+//!   and the steps of cross-slot moves. Pure.
 //! - [`auth`], [`policy`]: who a client is and what it may run. Pure.
 //! - [`acl`]: ACL management of the proxy's users, as Redis manages its own.
 //! - [`server`]: the accept loop and shutdown (IO).

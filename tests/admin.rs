@@ -210,14 +210,16 @@ fn metrics_move_with_traffic_redirects_retries_and_crossslot() {
     pipe.cmd("INCR").arg("piped:text").ignore();
     let piped: redis::RedisResult<()> = pipe.query(&mut con);
     assert!(piped.is_err(), "INCR of a non-number");
-    // SMOVE is neither split nor computed: keys in two slots are refused, as by Redis Cluster.
+    // MSETNX is neither split nor emulated: keys in two slots are refused, as by Redis
+    // Cluster.
     let (slot_a, key_a, _) = tagged_pair(&cluster, "left");
     let (slot_b, key_b, _) = tagged_pair(&cluster, "right");
     assert_ne!(slot_a, slot_b);
-    let refused: redis::RedisResult<Vec<String>> = redis::cmd("SMOVE")
+    let refused: redis::RedisResult<i64> = redis::cmd("MSETNX")
         .arg(&key_a)
+        .arg("1")
         .arg(&key_b)
-        .arg("m")
+        .arg("2")
         .query(&mut con);
     let refused = refused.unwrap_err();
     assert_eq!(refused.code(), Some("CROSSSLOT"), "{refused}");
@@ -268,7 +270,7 @@ fn metrics_move_with_traffic_redirects_retries_and_crossslot() {
     assert_eq!(delta(&commands("incr", "error")), 1.0);
     assert_eq!(delta(&commands("mset", "ok")), 1.0);
     assert_eq!(delta(&commands("unknown", "error")), 1.0);
-    assert_eq!(delta(&commands("smove", "crossslot")), 1.0);
+    assert_eq!(delta(&commands("msetnx", "crossslot")), 1.0);
     assert_eq!(delta(&commands("mget", "error")), 1.0);
     assert_eq!(delta("slotbridge_crossslot_refusals_total"), 1.0);
     assert_eq!(delta("slotbridge_redirects_total{kind=\"moved\"}"), 1.0);

@@ -307,11 +307,11 @@ fn refused_classes_name_their_setting() {
         store.as_ref(),
         b"-CROSSSLOT Keys in request don't hash to the same slot (emulation off: cross_slot.stores)\r\n"
     );
-    // A command the proxy never emulates keeps the wording that names the keys.
-    let rename = conn.call(&cmd(&format!("RENAME {a} {b}")));
+    // A command the proxy does not emulate keeps the wording that names the keys.
+    let zrangestore = conn.call(&cmd(&format!("ZRANGESTORE {a} {b} 0 -1")));
     assert!(
-        rename.starts_with(b"-CROSSSLOT Keys in request don't hash to the same slot ('"),
-        "{rename:?}"
+        zrangestore.starts_with(b"-CROSSSLOT Keys in request don't hash to the same slot ('"),
+        "{zrangestore:?}"
     );
 }
 

@@ -261,9 +261,15 @@ fn refusals_carry_the_text_a_real_run_gets() {
     );
     let lines = explain(&mut con, &["MGET", "{a}x", "{b}x"]);
     assert_eq!(one(&lines, "shape"), "split");
-    let lines = explain(&mut con, &["RENAME", "{a}x", "{b}x"]);
+    let lines = explain(&mut con, &["MSETNX", "{a}x", "1", "{b}x", "2"]);
     assert_eq!(one(&lines, "shape"), "refused");
     assert!(one(&lines, "reply").starts_with("CROSSSLOT "), "{lines:#?}");
+    let lines = explain(&mut con, &["RENAME", "{a}x", "{b}x"]);
+    assert_eq!(one(&lines, "shape"), "crossslot");
+    assert!(
+        one(&lines, "route").starts_with("copied to the destination's master"),
+        "{lines:#?}"
+    );
 }
 
 #[test]

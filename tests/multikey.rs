@@ -143,24 +143,38 @@ fn unsplittable_commands_across_slots_are_crossslot() {
     let mut con = proxy().connect();
     let (a, b) = ("mk:x:a", "mk:x:b");
     assert_ne!(shared_cluster().keyslot(a), shared_cluster().keyslot(b));
+    // The computed reads and stores, and the moves (RENAME, SMOVE, LMOVE...), are
+    // emulated: see tests/cross_slot.rs and tests/cross_slot_moves.rs.
     let cases: Vec<redis::Cmd> = vec![
-        redis::cmd("MSETNX").arg(a).arg(1).arg(b).arg(2).clone(),
-        redis::cmd("RENAME").arg(a).arg(b).clone(),
-        redis::cmd("SMOVE").arg(a).arg(b).arg("m").clone(),
-        redis::cmd("LMOVE")
+        redis::cmd("ZRANGESTORE")
             .arg(a)
             .arg(b)
-            .arg("LEFT")
-            .arg("RIGHT")
+            .arg(0)
+            .arg(-1)
             .clone(),
-        // SUNIONSTORE and the other computed stores are emulated: see tests/cross_slot.rs.
-        redis::cmd("RENAMENX").arg(a).arg(b).clone(),
+        redis::cmd("GEOSEARCHSTORE")
+            .arg(a)
+            .arg(b)
+            .arg("FROMLONLAT")
+            .arg(0)
+            .arg(0)
+            .arg("BYRADIUS")
+            .arg(1)
+            .arg("km")
+            .clone(),
     ];
     for cmd in &cases {
         let error = reply(&mut con, cmd).expect_err("must be refused");
         assert!(error.to_lowercase().contains("crossslot"), "{error}");
         assert!(error.contains(a) && error.contains(b), "{error}");
     }
+    // MSETNX is refused with its reason: it is all or nothing only on one node.
+    let msetnx = redis::cmd("MSETNX").arg(a).arg(1).arg(b).arg(2).clone();
+    let error = reply(&mut con, &msetnx).expect_err("must be refused");
+    assert!(
+        error.contains("MSETNX is all or nothing only on one node"),
+        "{error}"
+    );
     // Nothing was written by any of them.
     let exists: i64 = redis::cmd("EXISTS").arg(a).arg(b).query(&mut con).unwrap();
     assert_eq!(exists, 0);

@@ -2,7 +2,7 @@
 //! checks concern (the connection commands it answers, transactions, subscriptions, the
 //! commands that run alone). Built once per command table, looked up by index per request.
 
-use crate::command::{CommandSet, CommandTable};
+use crate::command::{CommandSet, CommandTable, CrossSlot};
 
 /// The commands (a subcommand by its container's name) the session's own checks act on
 /// before routing: the connection's commands it answers itself (`local::answer`,
@@ -49,12 +49,16 @@ const CHECKED_NAMES: &[&str] = &[
 ];
 
 /// The commands of `table` none of the session's own checks concern (see
-/// `CHECKED_NAMES`): outside MULTI and subscriptions the session routes them at once,
-/// without folding their name for those checks (a few percent of a pipelined GET's work).
+/// `CHECKED_NAMES`; and the stores and moves that may run in steps across slots, see
+/// `CrossSlot::runs_in_steps`): outside MULTI and subscriptions the session routes them at
+/// once, without folding their name for those checks (a few percent of a pipelined GET's
+/// work).
 pub fn plain_commands(table: &CommandTable) -> CommandSet {
     table.select(|spec| {
         let container = spec.name().split('|').next().unwrap_or_default();
-        !spec.may_block() && !CHECKED_NAMES.contains(&container)
+        !spec.may_block()
+            && !CHECKED_NAMES.contains(&container)
+            && !spec.cross_slot.is_some_and(CrossSlot::runs_in_steps)
     })
 }
 

@@ -25,7 +25,9 @@ pub(crate) mod value;
 pub use getkeys::GetKeysProc;
 pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyList, KeyPos, KeySpec};
 pub use name_hash::{NameHasher, NameMap};
-pub use shape::{Blocks, Connection, Emulated, FanOut, ScriptAdmin, ScriptRun, Shape, SplitKind};
+pub use shape::{
+    Blocks, Connection, CrossSlot, Emulated, FanOut, ScriptAdmin, ScriptRun, Shape, SplitKind,
+};
 pub use table::{
     acl_category_bit, CommandFlags, CommandSet, CommandSpec, CommandTable, ACL_CATEGORIES,
     MAX_NAME_LEN,

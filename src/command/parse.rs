@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::getkeys::GetKeysProc;
 use super::keys::{BeginSearch, FindKeys, KeyFlags, KeySpec};
-use super::shape::Shape;
+use super::shape::{CrossSlot, Shape};
 use super::table::{acl_category_bit, CommandFlags, CommandSpec};
 use super::value::{decode_reply, Value};
 
@@ -87,6 +87,7 @@ fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String
 
     let getkeys = GetKeysProc::for_command(&name);
     let shape = Shape::of(&name, flags);
+    let cross_slot = CrossSlot::of(&name);
     specs.push(CommandSpec {
         name,
         arity,
@@ -99,6 +100,7 @@ fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String
         getkeys,
         has_subcommands: !subcommands.is_empty(),
         shape,
+        cross_slot,
     });
     for sub in subcommands {
         parse_entry(sub, specs)?;

@@ -167,6 +167,49 @@ pub enum Connection {
     Reset,
 }
 
+/// What the proxy does with a multi-key command whose keys span slots (see `crossslot`):
+/// the class of emulation it belongs to, each turned on or off by its own
+/// `cross_slot.<class>` setting, or why it is refused. Commands without one get
+/// `-CROSSSLOT` naming their keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrossSlot {
+    /// Each key read on its master, the reply computed by the proxy (`cross_slot.reads`).
+    Read,
+    /// Read as [`CrossSlot::Read`], then the destination replaced whole on its master;
+    /// COPY restores the source's dump there (`cross_slot.stores`).
+    Store,
+    /// Copied to the destination's master first, then removed from the source's, so a
+    /// failure in between duplicates and never loses (`cross_slot.moves`); the blocking
+    /// forms wait on the source's master first.
+    Move,
+    /// MSETNX: all or nothing only on one node, so always refused with that reason.
+    AllOrNothing,
+}
+
+impl CrossSlot {
+    /// The class of the command named `name` (lower-case), if the proxy knows one.
+    pub fn of(name: &str) -> Option<CrossSlot> {
+        Some(match name {
+            "sunion" | "sinter" | "sdiff" | "sintercard" | "zunion" | "zinter" | "zdiff"
+            | "zintercard" | "lcs" | "pfcount" => CrossSlot::Read,
+            "sunionstore" | "sinterstore" | "sdiffstore" | "zunionstore" | "zinterstore"
+            | "zdiffstore" | "bitop" | "pfmerge" | "copy" => CrossSlot::Store,
+            "rename" | "renamenx" | "smove" | "lmove" | "rpoplpush" | "blmove" | "brpoplpush" => {
+                CrossSlot::Move
+            }
+            "msetnx" => CrossSlot::AllOrNothing,
+            _ => return None,
+        })
+    }
+
+    /// Whether the proxy carries out such a command across slots in steps that write
+    /// after the first reply (a store's destination, a move's copy and removal): the
+    /// client session runs it alone, so the client's next commands see its writes.
+    pub fn runs_in_steps(self) -> bool {
+        matches!(self, CrossSlot::Store | CrossSlot::Move)
+    }
+}
+
 impl Shape {
     /// The shape of the command named `name` (lower-case, `container|sub`) with `flags`.
     pub fn of(name: &str, flags: CommandFlags) -> Shape {
@@ -557,6 +600,24 @@ mod tests {
             "script|load",
         ] {
             assert!(!shape(&table, name).forwards_as_is(), "{name}");
+        }
+    }
+
+    #[test]
+    fn cross_slot_classes_are_given_with_the_table() {
+        let table = CommandTable::builtin();
+        for (name, class) in [
+            ("sunion", Some(CrossSlot::Read)),
+            ("zunionstore", Some(CrossSlot::Store)),
+            ("copy", Some(CrossSlot::Store)),
+            ("rename", Some(CrossSlot::Move)),
+            ("rpoplpush", Some(CrossSlot::Move)),
+            ("brpoplpush", Some(CrossSlot::Move)),
+            ("msetnx", Some(CrossSlot::AllOrNothing)),
+            ("blpop", None),
+            ("get", None),
+        ] {
+            assert_eq!(table.get(name).expect(name).cross_slot, class, "{name}");
         }
     }
 

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use super::getkeys::GetKeysProc;
 use super::keys::{self, KeyList, KeySpec, LegacyRange};
 use super::parse::parse_command_reply;
-use super::shape::Shape;
+use super::shape::{CrossSlot, Shape};
 
 /// Longest name a lookup can resolve, `container|sub` included. Redis 7's longest is
 /// `cluster|count-failure-reports` (29); longer names are unknown to lookups.
@@ -170,6 +170,8 @@ pub struct CommandSpec {
     pub has_subcommands: bool,
     /// How the proxy carries the command out, from its name and flags.
     pub shape: Shape,
+    /// What the proxy does when the command's keys span slots (`None`: `-CROSSSLOT`).
+    pub cross_slot: Option<CrossSlot>,
 }
 
 impl CommandSpec {

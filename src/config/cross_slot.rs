@@ -1,6 +1,6 @@
-//! `cross_slot`: whether the proxy computes cross-slot reads and stores itself (see
-//! `crossslot`) or refuses them with `-CROSSSLOT` as Redis Cluster does, and the sizes it
-//! computes in memory at most.
+//! `cross_slot`: whether the proxy computes cross-slot reads and stores, and carries out
+//! moves, itself (see `crossslot`) or refuses them with `-CROSSSLOT` as Redis Cluster
+//! does, and the sizes it computes in memory at most.
 
 use serde::Deserialize;
 
@@ -21,11 +21,15 @@ pub enum Emulation {
 pub struct CrossSlotConfig {
     /// SUNION, SINTER, SDIFF, SINTERCARD, ZUNION, ZINTER, ZDIFF, ZINTERCARD, LCS, PFCOUNT.
     pub reads: Emulation,
-    /// The STORE forms, BITOP, PFMERGE.
+    /// The STORE forms, BITOP, PFMERGE, COPY.
     pub stores: Emulation,
+    /// RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, BLMOVE, BRPOPLPUSH: copied, then removed
+    /// from the source.
+    pub moves: Emulation,
     /// Members read over all the keys of one set or sorted-set command.
     pub max_members: u64,
-    /// Bytes read over all the keys of one LCS, BITOP, PFCOUNT or PFMERGE.
+    /// Bytes read over all the keys of one LCS, BITOP, PFCOUNT or PFMERGE, and the
+    /// serialized value one RENAME, RENAMENX or COPY moves.
     pub max_bytes: u64,
     /// Cells of one LCS's table.
     pub max_lcs_cells: u64,
@@ -37,6 +41,7 @@ impl Default for CrossSlotConfig {
         CrossSlotConfig {
             reads: Emulation::Emulate,
             stores: Emulation::Emulate,
+            moves: Emulation::Emulate,
             max_members: limits.max_members,
             max_bytes: limits.max_bytes,
             max_lcs_cells: limits.max_lcs_cells,
@@ -61,10 +66,11 @@ mod tests {
     use crate::config::Config;
 
     #[test]
-    fn defaults_emulate_both_classes_with_crossslot_limits() {
+    fn defaults_emulate_every_class_with_crossslot_limits() {
         let config = Config::default().cross_slot;
         assert_eq!(config.reads, Emulation::Emulate);
         assert_eq!(config.stores, Emulation::Emulate);
+        assert_eq!(config.moves, Emulation::Emulate);
         assert_eq!(config.limits(), crate::crossslot::Limits::default());
     }
 
@@ -75,6 +81,9 @@ mod tests {
         assert_eq!(config.cross_slot.stores, Emulation::Emulate);
         assert_eq!(config.cross_slot.limits().max_members, 7);
         assert!(Config::from_yaml("cross_slot: {reads: maybe}\n").is_err());
-        assert!(Config::from_yaml("cross_slot: {moves: refuse}\n").is_err());
+        let config = Config::from_yaml("cross_slot: {moves: refuse}\n").unwrap();
+        assert_eq!(config.cross_slot.moves, Emulation::Refuse);
+        assert_eq!(config.cross_slot.reads, Emulation::Emulate);
+        assert!(Config::from_yaml("cross_slot: {blocking: emulate}\n").is_err());
     }
 }

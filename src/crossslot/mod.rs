@@ -18,6 +18,9 @@
 //!    not at all. Reply [`Outcome::reply`] only when the last write's reply is not an error
 //!    (and `EXEC`'s is not null); otherwise reply that error.
 //!
+//! Moves (RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, COPY) compute nothing: [`moves`] is
+//! the order of their steps over the two masters and the reply each step leads to.
+//!
 //! Limits: [`Limits`] bounds what is computed in memory; above it the reply is an error
 //! naming the limit and nothing is written. The planner should also bound what it reads
 //! (`SCARD`/`ZCARD`/`STRLEN` first) so that an oversized key is never fetched whole.
@@ -33,6 +36,7 @@
 mod bitop;
 mod hll;
 mod lcs;
+pub mod moves;
 mod parse;
 mod read;
 pub mod score;

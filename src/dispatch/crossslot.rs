@@ -3,74 +3,103 @@
 //! reply computed as Redis computes it, and a STORE's writes sent as one MULTI/EXEC on a
 //! dedicated connection to the destination's master, as transactions are, so no other
 //! client's command lands inside the block. The client's reply goes out only once EXEC
-//! has applied the writes.
+//! has applied the writes. Moves (RENAME, SMOVE, LMOVE... and COPY) run step by step in
+//! `moves`.
 //!
 //! Guarantee: the keys together are not one snapshot (like a split MGET); a destination is
-//! replaced whole or not at all.
+//! replaced whole or not at all; a move copies before it removes, so a failure between
+//! duplicates and never loses (see `crossslot::moves`). Which class a command belongs to,
+//! and so which setting turns it off, is its `command::CrossSlot`.
 
 use bytes::{Bytes, BytesMut};
 
-use crate::command::CommandSpec;
+use crate::command::{CommandSpec, CrossSlot, KeyList};
 use crate::config::Emulation;
 use crate::crossslot;
-use crate::protocol::{encode, Proto};
+use crate::crossslot::moves::request_frame;
+use crate::protocol::Proto;
 use crate::reply;
 use crate::reply::merge::array_elements;
 use crate::route::key_slot;
 
-use super::{cross_slot_error, Plan, Proxy, Target};
+use super::{cross_slot_error, key_target, Plan, Proxy, Target};
 
-/// The commands `crossslot` computes that write a destination.
-const STORES: &[&str] = &[
-    "sunionstore",
-    "sinterstore",
-    "sdiffstore",
-    "zunionstore",
-    "zinterstore",
-    "zdiffstore",
-    "bitop",
-    "pfmerge",
-];
+mod moves;
 
-/// The commands `crossslot` computes that only read.
-const READS: &[&str] = &[
-    "sunion",
-    "sinter",
-    "sdiff",
-    "sintercard",
-    "zunion",
-    "zinter",
-    "zdiff",
-    "zintercard",
-    "lcs",
-    "pfcount",
-];
+/// A cross-slot command the proxy carries out itself.
+pub(super) enum CrossSlotRun {
+    /// Read every key, compute the reply (and a store's writes).
+    Compute(crossslot::Request),
+    /// Copy to the destination, then remove from the source (see `crossslot::moves`).
+    Move(crossslot::moves::MoveRequest),
+}
+
+impl CrossSlotRun {
+    /// How it runs, for EXPLAIN.
+    pub(super) fn route(&self) -> &'static str {
+        match self {
+            CrossSlotRun::Compute(_) => {
+                "each key read on its master, computed by the proxy, a STORE as one MULTI/EXEC"
+            }
+            CrossSlotRun::Move(_) => {
+                "copied to the destination's master, then removed from the source's \
+                 (a failure between duplicates, never loses)"
+            }
+        }
+    }
+}
 
 impl Proxy {
-    /// The plan of a request of `spec` whose keys span slots: computed here when
-    /// `crossslot` knows the command and its class is emulated, else `-CROSSSLOT` (naming
-    /// the setting when emulation is off).
+    /// Whether a request of `spec` is a store or a move this proxy carries out in steps
+    /// across slots (see `CrossSlot::runs_in_steps`). Under a layout the client's names
+    /// are not the names that decide the slots, so every such command counts.
+    pub fn runs_in_steps_across_slots(&self, spec: &CommandSpec, args: &[Bytes]) -> bool {
+        if !spec.cross_slot.is_some_and(CrossSlot::runs_in_steps) {
+            return false;
+        }
+        let mut keys = KeyList::new();
+        spec.keys(args, &mut keys);
+        self.layout.is_some() || key_target(args, &keys).is_none()
+    }
+
+    /// The plan of a request of `spec` whose keys span slots: carried out here when the
+    /// command has a cross-slot class (see `command::CrossSlot`) that is emulated, else
+    /// `-CROSSSLOT` (naming the setting or the reason when the class is refused).
     pub(super) fn cross_slot_plan(&self, spec: &CommandSpec, args: &[Bytes]) -> Plan {
-        let name = spec.name.as_str();
-        let (setting, emulation) = if STORES.contains(&name) {
-            ("cross_slot.stores", self.config.cross_slot.stores)
-        } else if READS.contains(&name) {
-            ("cross_slot.reads", self.config.cross_slot.reads)
-        } else {
-            return Plan::Answer(cross_slot_error(spec, args));
+        let settings = &self.config.cross_slot;
+        let (setting, emulation) = match spec.cross_slot {
+            Some(CrossSlot::Read) => ("cross_slot.reads", settings.reads),
+            Some(CrossSlot::Store) => ("cross_slot.stores", settings.stores),
+            Some(CrossSlot::Move) => ("cross_slot.moves", settings.moves),
+            Some(CrossSlot::AllOrNothing) => {
+                return Plan::Answer(reply::error(reply::crossslot::MSETNX_ACROSS_SLOTS))
+            }
+            None => return Plan::Answer(cross_slot_error(spec, args)),
         };
         if emulation == Emulation::Refuse {
             return Plan::Answer(reply::error(&reply::crossslot::emulation_off(setting)));
         }
-        match crossslot::parse(args) {
-            Ok(request) => Plan::CrossSlot(Box::new(request)),
+        let run = match crossslot::moves::parse_move(args) {
+            Some(parsed) => parsed.map(CrossSlotRun::Move),
+            None => crossslot::parse(args).map(CrossSlotRun::Compute),
+        };
+        match run {
+            Ok(run) => Plan::CrossSlot(Box::new(run)),
             Err(reply) => Plan::Answer(reply),
+        }
+    }
+
+    /// Carries out a cross-slot command: a move, or a computation.
+    pub(super) async fn cross_slot(&self, run: &CrossSlotRun, proto: Proto) -> Bytes {
+        match run {
+            CrossSlotRun::Compute(request) => self.cross_slot_compute(request, proto).await,
+            CrossSlotRun::Move(request) => self.cross_slot_move(request, proto).await,
         }
     }
 
     /// Reads every key of `request` on its master, computes the reply and, for a store,
     /// writes the destination before replying.
-    pub(super) async fn cross_slot(&self, request: &crossslot::Request, proto: Proto) -> Bytes {
+    async fn cross_slot_compute(&self, request: &crossslot::Request, proto: Proto) -> Bytes {
         let values = match self.cross_slot_reads(request, proto).await {
             Ok(values) => values,
             Err(reply) => return reply,
@@ -177,14 +206,4 @@ impl Proxy {
 /// Whether `frame` is an error reply (RESP2 or RESP3).
 fn is_error(frame: &[u8]) -> bool {
     matches!(frame.first(), Some(b'-' | b'!'))
-}
-
-/// `args` as one RESP request.
-fn request_frame(args: &[Bytes]) -> Bytes {
-    let mut out = BytesMut::with_capacity(args.iter().map(|a| a.len() + 16).sum::<usize>() + 16);
-    encode::array_header(&mut out, args.len());
-    for arg in args {
-        encode::bulk(&mut out, arg);
-    }
-    out.freeze()
 }

@@ -311,11 +311,7 @@ impl Proxy {
                 "sort",
                 "in steps: the sort, pattern reads and STORE by slot".into(),
             ),
-            Plan::CrossSlot(_) => (
-                "crossslot",
-                "each key read on its master, computed by the proxy, a STORE as one MULTI/EXEC"
-                    .into(),
-            ),
+            Plan::CrossSlot(run) => ("crossslot", run.route().into()),
             // The plan without the layout's part has neither (see the `layout` line).
             Plan::Upkeep(_) => ("forward", "with its index upkeep".into()),
             Plan::Listing(..) => ("fanout", every_master()),

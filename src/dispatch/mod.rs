@@ -136,8 +136,9 @@ enum Plan {
     Script(ScriptRun, Target),
     /// SORT with BY/GET patterns or a STORE into another slot.
     Sort(Box<sort::SortRequest>),
-    /// Keys span slots and the proxy computes the reply (and a STORE's writes) itself.
-    CrossSlot(Box<crate::crossslot::Request>),
+    /// Keys span slots and the proxy computes the reply (and a STORE's writes), or moves
+    /// the data between masters, itself.
+    CrossSlot(Box<crossslot::CrossSlotRun>),
 }
 
 impl Proxy {
@@ -427,7 +428,8 @@ impl Proxy {
             Shape::Subscribe => Plan::Answer(reply::error(reply::text::SUBSCRIBE_NEEDS_CLIENT)),
             Shape::Split(kind) => key_target(args, keys).map_or(Plan::Split(kind), Plan::Forward),
             Shape::Script(run) => by_keys(spec, args, keys, |target| Plan::Script(run, target)),
-            Shape::Blocking(_) if spec.blocks(args) => by_keys(spec, args, keys, Plan::Blocking),
+            Shape::Blocking(_) if spec.blocks(args) => key_target(args, keys)
+                .map_or_else(|| self.cross_slot_plan(spec, args), Plan::Blocking),
             Shape::Blocking(_)
             | Shape::Forward
             | Shape::ConnectionLocal(_)

@@ -1,6 +1,7 @@
-//! Error texts of the commands the proxy computes itself across slots (see
-//! `crate::crossslot`), worded exactly as Redis 7.0 words them, plus the proxy's own refusal
-//! when an input is too large to compute in memory.
+//! Error texts of the commands the proxy computes or moves itself across slots (see
+//! `crate::crossslot`), worded exactly as Redis 7.0 words them, plus the proxy's own
+//! refusals: an input too large to compute in memory, and the commands it does not
+//! emulate across slots.
 
 /// A key holding another type than the command reads.
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -43,7 +44,8 @@ pub fn too_large(command: &str, what: &str, size: u64, limit: u64) -> String {
 }
 
 /// Redis Cluster's `-CROSSSLOT` for a command the proxy could compute across slots but whose
-/// class `setting` (`cross_slot.reads` or `cross_slot.stores`) is set to `refuse`.
+/// class `setting` (`cross_slot.reads`, `cross_slot.stores` or `cross_slot.moves`) is set
+/// to `refuse`.
 pub fn emulation_off(setting: &str) -> String {
     format!("CROSSSLOT Keys in request don't hash to the same slot (emulation off: {setting})")
 }
@@ -51,3 +53,15 @@ pub fn emulation_off(setting: &str) -> String {
 /// A STORE's writes were not applied (EXEC answered null, or an element was an error).
 pub const STORE_NOT_APPLIED: &str =
     "ERR proxy: the cross-slot result was not written to its destination";
+
+/// RENAME or RENAMENX of a key that does not exist.
+pub const NO_SUCH_KEY: &str = "ERR no such key";
+/// COPY's `DB` above the server's number of databases, or below 0.
+pub const DB_OUT_OF_RANGE: &str = "ERR DB index is out of range";
+/// COPY's `DB` other than 0, as a cluster node answers it.
+pub const COPY_OTHER_DB: &str = "ERR Copying to another database is not allowed in cluster mode";
+/// MSETNX whose keys span slots: refused whatever the settings (see the README).
+pub const MSETNX_ACROSS_SLOTS: &str = "CROSSSLOT Keys in request don't hash to the same slot \
+     (MSETNX is all or nothing only on one node: use keys with a common hash tag)";
+/// A node answered a step of a cross-slot move with something the proxy did not ask for.
+pub const MOVE_UNEXPECTED: &str = "ERR proxy: unexpected reply during a cross-slot move";

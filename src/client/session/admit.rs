@@ -102,7 +102,10 @@ impl Session<'_> {
             true => FoldedName::of(&request),
             false => FoldedName::default(),
         };
-        let alone = checked && runs_alone(&request, &name, spec);
+        let alone = checked
+            && (runs_alone(&request, &name, spec)
+                || spec
+                    .is_some_and(|spec| snapshot.runs_in_steps_across_slots(spec, &request.args)));
         // As in Redis, a client that has not authenticated gets NOAUTH at once.
         let pause = (!self.end.draining && self.ident.state.user.is_some())
             .then(|| paused(self.client.registry, &self.tx.transaction, &request, spec))

@@ -17,11 +17,11 @@
 //!
 //! Sequence points run alone: EXEC, WATCH and WAIT (see `Transaction::is_sequence_point`),
 //! commands that may block (BLPOP, XREAD BLOCK...) and clients' scripts (EVAL, FCALL...),
-//! which run on connections of their own, SORT with patterns (several steps over several
-//! masters), and HELLO and RESET (after a protocol switch requests go to the other
-//! protocol's connections). Each waits for every earlier reply, and nothing after it
-//! starts until it is answered, so a pipeline takes effect in order, as on one Redis,
-//! where a blocked client's next command waits for it.
+//! which run on connections of their own, SORT with patterns and cross-slot stores and
+//! moves (several steps over several masters), and HELLO and RESET (after a protocol
+//! switch requests go to the other protocol's connections). Each waits for every earlier
+//! reply, and nothing after it starts until it is answered, so a pipeline takes effect in
+//! order, as on one Redis, where a blocked client's next command waits for it.
 
 mod admit;
 mod wait;
