@@ -1,8 +1,9 @@
 //! The admit step: each decoded request walks one chain of interceptors, in this order,
 //! and the first that takes it decides (see [`Step`]):
 //!
-//! 1. order: a request waits (held) for the replies before it when it is a sequence point
-//!    or a slot moved since they were routed, or for a CLIENT PAUSE that holds it;
+//! 1. order: a request waits (held, and admitted again later) for the replies before it
+//!    when it is a sequence point or a slot moved since they were routed, or for a CLIENT
+//!    PAUSE that holds it;
 //! 2. access: draining, NOAUTH, then the one policy and ACL check of the session;
 //! 3. the transaction (MULTI/EXEC/WATCH, queueing, WAIT);
 //! 4. Pub/Sub (subscription commands, subscribed mode);
@@ -16,6 +17,8 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::acl::LiveUser;
@@ -53,10 +56,13 @@ impl Session<'_> {
                 }
             }
             self.order.sequence_point = false;
-            let (request, was_held) = match self.order.held.take() {
-                Some(request) => (request, true),
+            let was_held = self.order.held.is_some();
+            // Moved once, here: the chain borrows it and moves out only what it keeps (each
+            // move of a request copies its inline arguments).
+            let mut request = match self.order.held.take() {
+                Some(request) => request,
                 None => match self.conn.decoder.decode(&mut self.conn.input) {
-                    Ok(Some(request)) => (request, false),
+                    Ok(Some(request)) => request,
                     Ok(None) => break,
                     Err(error) => {
                         tracing::debug!(client = %self.conn.peer, %error, "closing client after protocol error");
@@ -67,7 +73,7 @@ impl Session<'_> {
                     }
                 },
             };
-            match self.admit(request, was_held, &mut pass_started) {
+            match self.admit(&mut request, was_held, &mut pass_started) {
                 ControlFlow::Break(()) => break,
                 ControlFlow::Continue(None) => {}
                 ControlFlow::Continue(Some(run)) => self.order.in_flight.push_future(run).await,
@@ -78,10 +84,11 @@ impl Session<'_> {
     }
 
     /// Runs `request` through the chain: `Break` when it is held, else the future that
-    /// answers it, if it is not answered or staged already.
+    /// answers it, if it is not answered or staged already. What the chain keeps of
+    /// `request` it moves out; the caller drops the rest.
     fn admit(
         &mut self,
-        request: Request,
+        request: &mut Request,
         was_held: bool,
         pass_started: &mut Option<std::time::Instant>,
     ) -> ControlFlow<(), Option<Running>> {
@@ -98,33 +105,32 @@ impl Session<'_> {
             || self.tx.transaction.in_multi()
             || self.subs.pubsub.is_used();
         let name = match checked {
-            true => FoldedName::of(&request),
+            true => FoldedName::of(request),
             false => FoldedName::default(),
         };
-        let alone = checked && runs_alone(&request, &name, spec);
+        let alone = checked && runs_alone(request, &name, spec);
         // As in Redis, a client that has not authenticated gets NOAUTH at once.
         let pause = (!self.end.draining && self.ident.state.user.is_some())
-            .then(|| paused(self.client.registry, &self.tx.transaction, &request, spec))
+            .then(|| paused(self.client.registry, &self.tx.transaction, request, spec))
             .flatten();
-        if let Step::Hold = self.order_step(&name, command, pause, was_held, alone) {
-            self.order.held = Some(request);
+        if self.waits(&name, command, pause, was_held, alone) {
+            self.order.held = Some(spent(request));
             return ControlFlow::Break(());
         }
         let in_flight = &mut self.order.in_flight;
         if in_flight.is_empty() {
             self.order.routed_moves = self.ident.snapshot.topology.moves();
         }
-        let muted = self.ident.state.replies.mutes() && !local::sets_reply_mode(&request);
-        if muted && (self.tx.transaction.in_multi() || !pubsub::confirms_unmuted(&request)) {
+        let muted = self.ident.state.replies.mutes() && !local::sets_reply_mode(request);
+        if muted && (self.tx.transaction.in_multi() || !pubsub::confirms_unmuted(request)) {
             in_flight.mute_next();
         }
-        let step = match self.access_step(&request, &name, command, checked) {
-            Step::Next if checked => self.intercept(&request, &name, command, muted),
+        let step = match self.access_step(request, &name, command, checked) {
+            Step::Next if checked => self.intercept(request, &name, command, muted),
             step => step,
         };
         let run = match step {
             Step::Next => self.forward(command, request, alone, pass_started),
-            Step::Hold => None,
             Step::Reply(reply) => {
                 self.order.in_flight.push_ready(reply);
                 None
@@ -143,17 +149,17 @@ impl Session<'_> {
         ControlFlow::Continue(run)
     }
 
-    /// The first interceptor: [`Step::Hold`] while a CLIENT PAUSE holds the request, or
-    /// while replies are in flight before a request that must not overtake them.
-    /// `pause`: the end of the CLIENT PAUSE that holds the request, if one does.
-    fn order_step(
+    /// The first interceptor: whether the request waits (is held), while a CLIENT PAUSE
+    /// holds it, or while replies are in flight before a request that must not overtake
+    /// them. `pause`: the end of the CLIENT PAUSE that holds the request, if one does.
+    fn waits(
         &mut self,
         name: &FoldedName,
         command: Option<usize>,
         pause: Option<Instant>,
         was_held: bool,
         alone: bool,
-    ) -> Step {
+    ) -> bool {
         if pause.is_some() {
             if !was_held {
                 // As Redis shows a client its pause holds: blocked, on this command.
@@ -161,7 +167,7 @@ impl Session<'_> {
                 self.note_command(command);
             }
             self.order.paused_until = pause;
-            return Step::Hold;
+            return true;
         }
         if was_held {
             self.client.guard.held_by_pause(false);
@@ -171,10 +177,7 @@ impl Session<'_> {
         // still be redirected to where this one would go at once, so it waits for them.
         let moved = !in_flight.is_empty()
             && self.ident.snapshot.topology.moves() != self.order.routed_moves;
-        if !in_flight.is_empty() && (alone || moved || Transaction::is_sequence_point(name)) {
-            return Step::Hold;
-        }
-        Step::Next
+        !in_flight.is_empty() && (alone || moved || Transaction::is_sequence_point(name))
     }
 
     /// The chain's one access check: a draining proxy's refusal, NOAUTH, then the command
@@ -297,7 +300,7 @@ impl Session<'_> {
     fn forward(
         &mut self,
         command: Option<usize>,
-        request: Request,
+        request: &mut Request,
         alone: bool,
         pass_started: &mut Option<std::time::Instant>,
     ) -> Option<Running> {
@@ -320,14 +323,14 @@ impl Session<'_> {
                     .1
             }
         };
-        match proxy.route(command, &request, proto, user, routing) {
+        match proxy.route(command, request, proto, user, routing) {
             Route::Direct(direct, renamed) => {
                 self.client.guard.ran(direct.command);
                 if direct.writes {
                     tx.transaction.note_write_slot(direct.slot);
                 }
                 let started = *pass_started.get_or_insert_with(std::time::Instant::now);
-                let frame = renamed.unwrap_or(request.raw);
+                let frame = renamed.unwrap_or_else(|| std::mem::take(&mut request.raw));
                 order
                     .in_flight
                     .push_direct(proxy.clone(), direct, frame, proto, started);
@@ -338,7 +341,9 @@ impl Session<'_> {
                     self.client.guard.ran(command);
                 }
                 tx.transaction.note_write(proxy, command, &request.args);
-                let run = proxy.clone().execute_indexed(command, request, proto, user);
+                let run = proxy
+                    .clone()
+                    .execute_indexed(command, spent(request), proto, user);
                 // Only a command that runs alone may block (see `runs_alone`).
                 Some(if alone {
                     Box::pin(BLOCKED_ON.scope(self.client.blocked.clone(), run))
@@ -356,6 +361,15 @@ impl Session<'_> {
             self.client.guard.ran(command);
         }
     }
+}
+
+/// Moves `request` out of its place, which is left empty and dropped unused by its owner.
+fn spent(request: &mut Request) -> Request {
+    let empty = Request {
+        raw: Bytes::new(),
+        args: SmallVec::new(),
+    };
+    std::mem::replace(request, empty)
 }
 
 /// The client's user under `proxy`, looked up once per snapshot and login (`cache`), by
