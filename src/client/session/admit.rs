@@ -39,10 +39,12 @@ use super::Session;
 
 impl Session<'_> {
     /// Turns buffered bytes (and a held request) into admitted requests, as far as the
-    /// pipeline limit and the client's budget allow; then sends the staged batches.
-    pub(super) async fn admit_buffered(&mut self) {
-        // One clock read serves all requests of this pass: the read's, after a read.
-        let mut pass_started = self.conn.read_at.take();
+    /// pipeline limit and the client's budget allow; then sends the staged batches and
+    /// ends the pass (`None`). Stops early with the future of a request that must start
+    /// before the next is admitted (see `Pipeline::push_future`); the caller starts it and
+    /// calls again. Not itself async: most passes start no future, and an async step
+    /// would cost them the making and dropping of one.
+    pub(super) fn admit_buffered(&mut self) -> Option<Running> {
         let max_pipeline = self.flow.limits.max_pipeline;
         while !self.end.closing && self.order.in_flight.len() < max_pipeline {
             if self.order.sequence_point && !self.order.in_flight.is_empty() {
@@ -61,6 +63,8 @@ impl Session<'_> {
             // move of a request copies its inline arguments).
             let mut request = match self.order.held.take() {
                 Some(request) => request,
+                // Nothing to decode (the decoder would say so, at the cost of a call).
+                None if self.conn.input.is_empty() => break,
                 None => match self.conn.decoder.decode(&mut self.conn.input) {
                     Ok(Some(request)) => request,
                     Ok(None) => break,
@@ -73,25 +77,22 @@ impl Session<'_> {
                     }
                 },
             };
-            match self.admit(&mut request, was_held, &mut pass_started) {
+            match self.admit(&mut request, was_held) {
                 ControlFlow::Break(()) => break,
                 ControlFlow::Continue(None) => {}
-                ControlFlow::Continue(Some(run)) => self.order.in_flight.push_future(run).await,
+                ControlFlow::Continue(Some(run)) => return Some(run),
             }
         }
         self.order.pass_routing = None;
+        self.conn.pass_started = None;
         self.order.in_flight.send_staged();
+        None
     }
 
     /// Runs `request` through the chain: `Break` when it is held, else the future that
     /// answers it, if it is not answered or staged already. What the chain keeps of
     /// `request` it moves out; the caller drops the rest.
-    fn admit(
-        &mut self,
-        request: &mut Request,
-        was_held: bool,
-        pass_started: &mut Option<std::time::Instant>,
-    ) -> ControlFlow<(), Option<Running>> {
+    fn admit(&mut self, request: &mut Request, was_held: bool) -> ControlFlow<(), Option<Running>> {
         if !self.ident.refresh_user(self.subs.pubsub.is_subscribed()) {
             // As Redis's ACL DELUSER, which disconnects the user's clients.
             self.end.closing = true;
@@ -130,7 +131,7 @@ impl Session<'_> {
             step => step,
         };
         let run = match step {
-            Step::Next => self.forward(command, request, alone, pass_started),
+            Step::Next => self.forward(command, request, alone),
             Step::Reply(reply) => {
                 self.order.in_flight.push_ready(reply);
                 None
@@ -302,11 +303,14 @@ impl Session<'_> {
         command: Option<usize>,
         request: &mut Request,
         alone: bool,
-        pass_started: &mut Option<std::time::Instant>,
     ) -> Option<Running> {
         self.order.sequence_point = alone;
         let Session {
-            ident, order, tx, ..
+            ident,
+            order,
+            tx,
+            conn,
+            ..
         } = self;
         // A command runs to its end on the configuration it started with.
         let proxy = &ident.snapshot;
@@ -329,7 +333,9 @@ impl Session<'_> {
                 if direct.writes {
                     tx.transaction.note_write_slot(direct.slot);
                 }
-                let started = *pass_started.get_or_insert_with(std::time::Instant::now);
+                let started = *conn
+                    .pass_started
+                    .get_or_insert_with(std::time::Instant::now);
                 let frame = renamed.unwrap_or_else(|| std::mem::take(&mut request.raw));
                 order
                     .in_flight
