@@ -17,8 +17,6 @@
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use smallvec::SmallVec;
 use tokio::time::Instant;
 
 use crate::acl::LiveUser;
@@ -46,6 +44,10 @@ impl Session<'_> {
     /// would cost them the making and dropping of one.
     pub(super) fn admit_buffered(&mut self) -> Option<Running> {
         let max_pipeline = self.flow.limits.max_pipeline;
+        // The place requests are decoded into, one after the other, and that the chain
+        // borrows: it moves out only what it keeps (each move of a request copies its
+        // inline arguments).
+        let mut request = Request::default();
         while !self.end.closing && self.order.in_flight.len() < max_pipeline {
             if self.order.sequence_point && !self.order.in_flight.is_empty() {
                 break;
@@ -59,15 +61,17 @@ impl Session<'_> {
             }
             self.order.sequence_point = false;
             let was_held = self.order.held.is_some();
-            // Moved once, here: the chain borrows it and moves out only what it keeps (each
-            // move of a request copies its inline arguments).
-            let mut request = match self.order.held.take() {
-                Some(request) => request,
+            match self.order.held.take() {
+                Some(held) => request = held,
                 // Nothing to decode (the decoder would say so, at the cost of a call).
                 None if self.conn.input.is_empty() => break,
-                None => match self.conn.decoder.decode(&mut self.conn.input) {
-                    Ok(Some(request)) => request,
-                    Ok(None) => break,
+                None => match self
+                    .conn
+                    .decoder
+                    .decode_into(&mut self.conn.input, &mut request)
+                {
+                    Ok(true) => {}
+                    Ok(false) => break,
                     Err(error) => {
                         tracing::debug!(client = %self.conn.peer, %error, "closing client after protocol error");
                         let reply = reply::error(&format!("ERR {error}"));
@@ -76,7 +80,7 @@ impl Session<'_> {
                         continue;
                     }
                 },
-            };
+            }
             match self.admit(&mut request, was_held) {
                 ControlFlow::Break(()) => break,
                 ControlFlow::Continue(None) => {}
@@ -369,13 +373,9 @@ impl Session<'_> {
     }
 }
 
-/// Moves `request` out of its place, which is left empty and dropped unused by its owner.
+/// Moves `request` out of its place, which is left empty (to decode the next into).
 fn spent(request: &mut Request) -> Request {
-    let empty = Request {
-        raw: Bytes::new(),
-        args: SmallVec::new(),
-    };
-    std::mem::replace(request, empty)
+    std::mem::take(request)
 }
 
 /// The client's user under `proxy`, looked up once per snapshot and login (`cache`), by
