@@ -39,13 +39,34 @@ fn crc16(bytes: &[u8]) -> u16 {
 }
 
 /// The part of `key` that is hashed when it has a non-empty `{...}` tag.
-// `memchr` looks at many bytes per step: a byte-at-a-time search of a typical key cost
-// about as much as its CRC.
+// Searched eight bytes per step: a byte-at-a-time search of a typical key cost about as
+// much as its CRC, and `memchr`, made for long haystacks, 52 instructions for 16 bytes.
 fn hash_tag(key: &[u8]) -> Option<&[u8]> {
-    let open = memchr::memchr(b'{', key)?;
+    let open = find_byte(key, b'{')?;
     let rest = &key[open + 1..];
-    let close = memchr::memchr(b'}', rest)?;
+    let close = find_byte(rest, b'}')?;
     (close > 0).then(|| &rest[..close])
+}
+
+/// The offset of the first `byte` in `haystack`, eight bytes per step: a byte of a word
+/// equal to `byte` becomes zero in `word ^ pattern`, and `(x - 0x01..) & !x & 0x80..` marks
+/// the lowest zero byte of `x` exactly (a borrow marks only bytes above it).
+fn find_byte(haystack: &[u8], byte: u8) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    let pattern = ONES * u64::from(byte);
+    let mut words = haystack.chunks_exact(8);
+    let mut offset = 0;
+    for word in &mut words {
+        let x = u64::from_le_bytes(word.try_into().ok()?) ^ pattern;
+        let zeros = x.wrapping_sub(ONES) & !x & HIGHS;
+        if zeros != 0 {
+            return Some(offset + zeros.trailing_zeros() as usize / 8);
+        }
+        offset += 8;
+    }
+    let tail = words.remainder().iter().position(|&b| b == byte)?;
+    Some(offset + tail)
 }
 
 #[cfg(test)]
@@ -77,6 +98,14 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn the_word_search_finds_what_a_byte_search_finds(
+            haystack in proptest::collection::vec(prop_oneof![Just(b'{'), Just(b'}'), Just(0u8), Just(0xFF), any::<u8>()], 0..40),
+            byte in prop_oneof![Just(b'{'), Just(b'}'), Just(0u8), Just(0xFF), any::<u8>()],
+        ) {
+            prop_assert_eq!(find_byte(&haystack, byte), haystack.iter().position(|&b| b == byte));
+        }
+
         #[test]
         fn the_tag_search_agrees_with_redis_bytewise_one(
             key in proptest::collection::vec(prop_oneof![Just(b'{'), Just(b'}'), any::<u8>()], 0..80)
