@@ -489,6 +489,11 @@ def instructions_per_request():
             # The same counts of the earlier build, for an A/B of a change.
             targets += [("baseline", BASELINE, []), ("baseline + layout", BASELINE, layout_args)]
         for target, binary, extra in targets:
+            # Every target starts from the same (empty) keyspace: a GET of a missing key
+            # takes another path than one of a stored value, and the targets run in turn.
+            for p in ports:
+                subprocess.run(["redis-cli", "-p", str(p), "flushall"], check=True,
+                               capture_output=True)
             port, admin = free_port(), free_port()
             out = os.path.join(procs.dir, f"callgrind-{port}.out")
             proxy = procs.start(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",

@@ -67,6 +67,8 @@ impl Resizer {
 
     /// Replaces `buf` by a buffer of the usual capacity when it has grown and is empty now.
     /// Slices split off it earlier keep the old allocation alive until they are dropped.
+    // Inlined: a session asks on every pass, and the answer is nearly always "nothing".
+    #[inline]
     pub fn shrink_if_idle(&mut self, buf: &mut BytesMut) {
         if self.grown && buf.is_empty() {
             *buf = BytesMut::with_capacity(self.usual);

@@ -177,6 +177,7 @@ impl Pipeline {
     /// next one is a batched forward (due within a round trip to its master) of the same
     /// read. Redis answers a read's commands with one write; a read whose requests span
     /// masters would otherwise leave in one write per master.
+    #[inline]
     pub fn waits_for_its_read(&self) -> bool {
         matches!(self.slots.front(), Some(Slot::Sent(_)))
             && self.read_starts.front() != Some(&self.first_seq)

@@ -1,7 +1,8 @@
 //! The one answer every interceptor of the session's admit chain gives about a request
 //! (see `session`): the transaction, Pub/Sub and the connection's own commands each
 //! either take the request ([`Step::Reply`], [`Step::Pending`], ...) or pass it on
-//! ([`Step::Next`]); what none takes is forwarded.
+//! ([`Step::Next`]); what none takes is forwarded. (The first link, order, only tells
+//! whether a request waits for its turn: a held request walks the chain again later.)
 
 use bytes::Bytes;
 
@@ -12,9 +13,6 @@ use super::transaction::LocalCommands;
 pub enum Step {
     /// Not this interceptor's matter: the next one looks (after the last, it is forwarded).
     Next,
-    /// It waits until every earlier reply is in (or a CLIENT PAUSE ends), then is
-    /// admitted again.
-    Hold,
     /// Answered here, now.
     Reply(Bytes),
     /// Answered by this future, in request order.

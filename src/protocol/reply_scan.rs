@@ -226,10 +226,15 @@ pub fn reply_nesting(frame: &[u8]) -> Result<usize, ProtocolError> {
 }
 
 /// The length of the frame at the front of `buf` when it is a whole, well-formed simple
-/// string, error, integer or bulk string (nearly every reply of a plain command), read in
-/// one pass; `None` for anything else, which the resumable scan then reads (or refuses)
-/// with its own state and error texts.
+/// string, error, integer, bulk string or RESP2 null (nearly every reply of a plain
+/// command: a GET of a missing key answers `$-1`), read in one pass; `None` for anything
+/// else, which the resumable scan then reads (or refuses) with its own state and error
+/// texts.
 fn whole_simple_frame(buf: &[u8], max_bulk_len: usize) -> Option<usize> {
+    const NULLS: [&[u8]; 2] = [b"$-1\r\n", b"*-1\r\n"];
+    if NULLS.iter().any(|null| buf.starts_with(null)) {
+        return Some(5);
+    }
     match *buf.first()? {
         b'+' | b'-' | b':' => {
             let cr = buf.iter().position(|&byte| byte == b'\r')?;
@@ -652,11 +657,14 @@ mod tests {
             b":12\r\n",
             b"$0\r\n\r\n",
             b"$3\r\nabc\r\n",
+            b"$-1\r\n",
+            b"*-1\r\n",
         ] {
             assert_eq!(whole_simple_frame(frame, 512), Some(frame.len()));
         }
         for frame in [
-            &b"$-1\r\n"[..],
+            &b"$-1\r"[..],
+            b"$-2\r\n",
             b"*1\r\n:1\r\n",
             b"$03\r\nabc\r\n",
             b"$3\r\nab",

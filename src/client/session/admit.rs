@@ -1,8 +1,9 @@
 //! The admit step: each decoded request walks one chain of interceptors, in this order,
 //! and the first that takes it decides (see [`Step`]):
 //!
-//! 1. order: a request waits (held) for the replies before it when it is a sequence point
-//!    or a slot moved since they were routed, or for a CLIENT PAUSE that holds it;
+//! 1. order: a request waits (held, and admitted again later) for the replies before it
+//!    when it is a sequence point or a slot moved since they were routed, or for a CLIENT
+//!    PAUSE that holds it;
 //! 2. access: draining, NOAUTH, then the one policy and ACL check of the session;
 //! 3. the transaction (MULTI/EXEC/WATCH, queueing, WAIT);
 //! 4. Pub/Sub (subscription commands, subscribed mode);
@@ -37,11 +38,17 @@ use super::Session;
 
 impl Session<'_> {
     /// Turns buffered bytes (and a held request) into admitted requests, as far as the
-    /// pipeline limit and the client's budget allow; then sends the staged batches.
-    pub(super) async fn admit_buffered(&mut self) {
-        // One clock read serves all requests of this pass: the read's, after a read.
-        let mut pass_started = self.conn.read_at.take();
+    /// pipeline limit and the client's budget allow; then sends the staged batches and
+    /// ends the pass (`None`). Stops early with the future of a request that must start
+    /// before the next is admitted (see `Pipeline::push_future`); the caller starts it and
+    /// calls again. Not itself async: most passes start no future, and an async step
+    /// would cost them the making and dropping of one.
+    pub(super) fn admit_buffered(&mut self) -> Option<Running> {
         let max_pipeline = self.flow.limits.max_pipeline;
+        // The place requests are decoded into, one after the other, and that the chain
+        // borrows: it moves out only what it keeps (each move of a request copies its
+        // inline arguments).
+        let mut request = Request::default();
         while !self.end.closing && self.order.in_flight.len() < max_pipeline {
             if self.order.sequence_point && !self.order.in_flight.is_empty() {
                 break;
@@ -54,11 +61,18 @@ impl Session<'_> {
                 }
             }
             self.order.sequence_point = false;
-            let (request, was_held) = match self.order.held.take() {
-                Some(request) => (request, true),
-                None => match self.conn.decoder.decode(&mut self.conn.input) {
-                    Ok(Some(request)) => (request, false),
-                    Ok(None) => break,
+            let was_held = self.order.held.is_some();
+            match self.order.held.take() {
+                Some(held) => request = held,
+                // Nothing to decode (the decoder would say so, at the cost of a call).
+                None if self.conn.input.is_empty() => break,
+                None => match self
+                    .conn
+                    .decoder
+                    .decode_into(&mut self.conn.input, &mut request)
+                {
+                    Ok(true) => {}
+                    Ok(false) => break,
                     Err(error) => {
                         tracing::debug!(client = %self.conn.peer, %error, "closing client after protocol error");
                         let reply = reply::error(&format!("ERR {error}"));
@@ -67,25 +81,23 @@ impl Session<'_> {
                         continue;
                     }
                 },
-            };
-            match self.admit(request, was_held, &mut pass_started) {
+            }
+            match self.admit(&mut request, was_held) {
                 ControlFlow::Break(()) => break,
                 ControlFlow::Continue(None) => {}
-                ControlFlow::Continue(Some(run)) => self.order.in_flight.push_future(run).await,
+                ControlFlow::Continue(Some(run)) => return Some(run),
             }
         }
         self.order.pass_routing = None;
+        self.conn.pass_started = None;
         self.order.in_flight.send_staged();
+        None
     }
 
     /// Runs `request` through the chain: `Break` when it is held, else the future that
-    /// answers it, if it is not answered or staged already.
-    fn admit(
-        &mut self,
-        request: Request,
-        was_held: bool,
-        pass_started: &mut Option<std::time::Instant>,
-    ) -> ControlFlow<(), Option<Running>> {
+    /// answers it, if it is not answered or staged already. What the chain keeps of
+    /// `request` it moves out; the caller drops the rest.
+    fn admit(&mut self, request: &mut Request, was_held: bool) -> ControlFlow<(), Option<Running>> {
         if !self.ident.refresh_user(self.subs.pubsub.is_subscribed()) {
             // As Redis's ACL DELUSER, which disconnects the user's clients.
             self.end.closing = true;
@@ -99,41 +111,40 @@ impl Session<'_> {
             || self.tx.transaction.in_multi()
             || self.subs.pubsub.is_used();
         let name = match checked {
-            true => FoldedName::of(&request),
+            true => FoldedName::of(request),
             false => FoldedName::default(),
         };
         let alone = checked
-            && (runs_alone(&request, &name, spec)
+            && (runs_alone(request, &name, spec)
                 || spec
                     .is_some_and(|spec| snapshot.runs_in_steps_across_slots(spec, &request.args)));
         // As in Redis, a client that has not authenticated gets NOAUTH at once.
         let pause = (!self.end.draining && self.ident.state.user.is_some())
-            .then(|| paused(self.client.registry, &self.tx.transaction, &request, spec))
+            .then(|| paused(self.client.registry, &self.tx.transaction, request, spec))
             .flatten();
-        if let Step::Hold = self.order_step(&name, command, pause, was_held, alone) {
-            self.order.held = Some(request);
+        if self.waits(&name, command, pause, was_held, alone) {
+            self.order.held = Some(spent(request));
             return ControlFlow::Break(());
         }
         let in_flight = &mut self.order.in_flight;
         if in_flight.is_empty() {
             self.order.routed_moves = self.ident.snapshot.topology.moves();
         }
-        let muted = self.ident.state.replies.mutes() && !local::sets_reply_mode(&request);
-        if muted && (self.tx.transaction.in_multi() || !pubsub::confirms_unmuted(&request)) {
+        let muted = self.ident.state.replies.mutes() && !local::sets_reply_mode(request);
+        if muted && (self.tx.transaction.in_multi() || !pubsub::confirms_unmuted(request)) {
             in_flight.mute_next();
         }
-        let mut access = self.access_step(&request, &name, command, checked);
+        let mut access = self.access_step(request, &name, command, checked);
         // MONITOR: one relaxed load while nobody monitors.
         if self.client.registry.monitors().watched() {
-            access = self.monitor_step(access, &request, &name, command);
+            access = self.monitor_step(access, request, &name, command);
         }
         let step = match access {
-            Step::Next if checked => self.intercept(&request, &name, command, muted),
+            Step::Next if checked => self.intercept(request, &name, command, muted),
             step => step,
         };
         let run = match step {
-            Step::Next => self.forward(command, request, alone, pass_started),
-            Step::Hold => None,
+            Step::Next => self.forward(command, request, alone),
             Step::Reply(reply) => {
                 self.order.in_flight.push_ready(reply);
                 None
@@ -152,17 +163,17 @@ impl Session<'_> {
         ControlFlow::Continue(run)
     }
 
-    /// The first interceptor: [`Step::Hold`] while a CLIENT PAUSE holds the request, or
-    /// while replies are in flight before a request that must not overtake them.
-    /// `pause`: the end of the CLIENT PAUSE that holds the request, if one does.
-    fn order_step(
+    /// The first interceptor: whether the request waits (is held), while a CLIENT PAUSE
+    /// holds it, or while replies are in flight before a request that must not overtake
+    /// them. `pause`: the end of the CLIENT PAUSE that holds the request, if one does.
+    fn waits(
         &mut self,
         name: &FoldedName,
         command: Option<usize>,
         pause: Option<Instant>,
         was_held: bool,
         alone: bool,
-    ) -> Step {
+    ) -> bool {
         if pause.is_some() {
             if !was_held {
                 // As Redis shows a client its pause holds: blocked, on this command.
@@ -170,7 +181,7 @@ impl Session<'_> {
                 self.note_command(command);
             }
             self.order.paused_until = pause;
-            return Step::Hold;
+            return true;
         }
         if was_held {
             self.client.guard.held_by_pause(false);
@@ -180,10 +191,7 @@ impl Session<'_> {
         // still be redirected to where this one would go at once, so it waits for them.
         let moved = !in_flight.is_empty()
             && self.ident.snapshot.topology.moves() != self.order.routed_moves;
-        if !in_flight.is_empty() && (alone || moved || Transaction::is_sequence_point(name)) {
-            return Step::Hold;
-        }
-        Step::Next
+        !in_flight.is_empty() && (alone || moved || Transaction::is_sequence_point(name))
     }
 
     /// The chain's one access check: a draining proxy's refusal, NOAUTH, then the command
@@ -324,13 +332,16 @@ impl Session<'_> {
     fn forward(
         &mut self,
         command: Option<usize>,
-        request: Request,
+        request: &mut Request,
         alone: bool,
-        pass_started: &mut Option<std::time::Instant>,
     ) -> Option<Running> {
         self.order.sequence_point = alone;
         let Session {
-            ident, order, tx, ..
+            ident,
+            order,
+            tx,
+            conn,
+            ..
         } = self;
         // A command runs to its end on the configuration it started with.
         let proxy = &ident.snapshot;
@@ -347,14 +358,16 @@ impl Session<'_> {
                     .1
             }
         };
-        match proxy.route(command, &request, proto, user, routing) {
+        match proxy.route(command, request, proto, user, routing) {
             Route::Direct(direct, renamed) => {
                 self.client.guard.ran(direct.command);
                 if direct.writes {
                     tx.transaction.note_write_slot(direct.slot);
                 }
-                let started = *pass_started.get_or_insert_with(std::time::Instant::now);
-                let frame = renamed.unwrap_or(request.raw);
+                let started = *conn
+                    .pass_started
+                    .get_or_insert_with(std::time::Instant::now);
+                let frame = renamed.unwrap_or_else(|| std::mem::take(&mut request.raw));
                 order
                     .in_flight
                     .push_direct(proxy.clone(), direct, frame, proto, started);
@@ -365,7 +378,9 @@ impl Session<'_> {
                     self.client.guard.ran(command);
                 }
                 tx.transaction.note_write(proxy, command, &request.args);
-                let run = proxy.clone().execute_indexed(command, request, proto, user);
+                let run = proxy
+                    .clone()
+                    .execute_indexed(command, spent(request), proto, user);
                 // Only a command that runs alone may block (see `runs_alone`).
                 Some(if alone {
                     Box::pin(BLOCKED_ON.scope(self.client.blocked.clone(), run))
@@ -383,6 +398,11 @@ impl Session<'_> {
             self.client.guard.ran(command);
         }
     }
+}
+
+/// Moves `request` out of its place, which is left empty (to decode the next into).
+fn spent(request: &mut Request) -> Request {
+    std::mem::take(request)
 }
 
 /// The client's user under `proxy`, looked up once per snapshot and login (`cache`), by

@@ -63,6 +63,11 @@ const HELD_INPUT: usize = 1024 * 1024;
 /// Replies waiting for the rest of their read leave anyway past this size: large replies
 /// gain little from sharing a write, and the session need not hold them.
 const HELD_OUTPUT: usize = 64 * 1024;
+/// How long the activity others see (CLIENT LIST's `idle=`, in whole seconds) may lag
+/// behind the client's: a read or write shows it only once this much has passed since it
+/// was last shown, sparing most of them the computation (Redis's own `idle=` counts from a
+/// clock it reads ten times a second).
+const ACTIVITY_GRAIN: Duration = Duration::from_millis(100);
 /// How long a draining session goes on answering requests (with an error) before it
 /// closes, so a request sent just as the drain began gets a reply, not a silent close.
 const DRAIN_GRACE: Duration = Duration::from_millis(250);
@@ -142,8 +147,11 @@ struct Conn {
     counted: crate::metrics::ClientConnection,
     /// The last read from or write to the client: idle time counts from it, as in Redis.
     last_active: Instant,
-    /// When the latest read completed, if no pass has started since.
-    read_at: Option<std::time::Instant>,
+    /// When others are next shown the client's activity (see `ACTIVITY_GRAIN`).
+    show_activity_at: Instant,
+    /// The start time the direct requests of the current pass share (one clock read for
+    /// all): the read's, after a read; taken when first needed otherwise.
+    pass_started: Option<std::time::Instant>,
 }
 
 /// What the client owes, against its budget and the process's (see `flow`), whether it
@@ -239,7 +247,8 @@ impl<'a> Session<'a> {
                 output_resizer: Resizer::new(READ_BUFFER),
                 counted: crate::metrics::ClientConnection::opened(),
                 last_active: Instant::now(),
-                read_at: None,
+                show_activity_at: Instant::now(),
+                pass_started: None,
             },
             flow: Flow {
                 budget: ClientFlow::new(registry.budget()),
@@ -290,7 +299,9 @@ impl<'a> Session<'a> {
     async fn run(&mut self, mut signals: std::pin::Pin<&mut super::registry::Signals<'_>>) {
         loop {
             self.follow_reload();
-            self.admit_buffered().await;
+            while let Some(run) = self.admit_buffered() {
+                self.order.in_flight.push_future(run).await;
+            }
             let turn = match self.settle() {
                 Ok(turn) => turn,
                 Err(close) => return self.close(close).await,
