@@ -149,14 +149,17 @@ enum Progress {
     Arguments(ArgumentScan),
 }
 
+/// `(offset, length)` of each argument of a request in its buffer. Inline like
+/// `Request::args`, so decoding a command of up to four arguments does not touch the heap.
+type Spans = SmallVec<[(usize, usize); 4]>;
+
 /// Progress through the arguments of a multibulk request; offsets are from the buffer start.
 #[derive(Debug)]
 struct ArgumentScan {
     /// Arguments announced by the header.
     expected: usize,
-    /// `(offset, length)` of each complete argument so far. Inline like `Request::args`,
-    /// so decoding a command of up to four arguments does not touch the heap.
-    spans: SmallVec<[(usize, usize); 4]>,
+    /// Each complete argument so far.
+    spans: Spans,
     /// Start of the next unread `$len` line or payload.
     pos: usize,
     /// Where the search for the `$len` line's `\r` resumes.
@@ -335,10 +338,7 @@ fn take_whole_multibulk(buf: &mut BytesMut, limits: &Limits, request: &mut Reque
 /// Where the arguments of the whole, well-formed request at the front of `buf` lie, and
 /// its length (see [`take_whole_multibulk`]).
 #[inline(always)]
-fn take_whole_spans(
-    buf: &BytesMut,
-    limits: &Limits,
-) -> Option<(usize, SmallVec<[(usize, usize); 4]>)> {
+fn take_whole_spans(buf: &BytesMut, limits: &Limits) -> Option<(usize, Spans)> {
     if buf.first() != Some(&b'*') {
         return None;
     }
@@ -346,7 +346,7 @@ fn take_whole_spans(
     if count == 0 || count > limits.max_multibulk_len {
         return None;
     }
-    let mut spans: SmallVec<[(usize, usize); 4]> = SmallVec::new();
+    let mut spans = Spans::new();
     if count > spans.inline_size() {
         // One allocation for a long request (MSET), not one per doubling.
         spans.reserve_exact(count.min(MAX_PREALLOCATED_ARGS));
