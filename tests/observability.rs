@@ -309,7 +309,7 @@ fn plain_traffic(proxy: &Proxy) {
         .call(&["NOSUCHCOMMAND"])
         .starts_with("-ERR unknown command"));
     assert!(raw
-        .call(&["SMOVE", "{left}:a", "{right}:b", "m"])
+        .call(&["MSETNX", "{left}:a", "1", "{right}:b", "2"])
         .starts_with("-CROSSSLOT"));
     // cross_slot_transactions: split runs one MULTI/EXEC per slot.
     assert_eq!(raw.call(&["MULTI"]), "+OK\r\n");

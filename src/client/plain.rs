@@ -4,61 +4,14 @@
 
 use crate::command::{CommandSet, CommandTable, CrossSlot};
 
-/// The commands (a subcommand by its container's name) the session's own checks act on
-/// before routing: the connection's commands it answers itself (`local::answer`,
-/// `local::sets_reply_mode`), transactions and WAIT (`Transaction::handle`,
-/// `Transaction::is_sequence_point`), subscriptions (`PubSub::intercept`) and those that
-/// run alone (the session's `runs_alone`, which also takes every command that may block
-/// and every client's script).
-/// A name one of them comes to act on joins this list, or its command skips that check.
-const CHECKED_NAMES: &[&str] = &[
-    "ping",
-    "echo",
-    "quit",
-    "select",
-    "readonly",
-    "readwrite",
-    "asking",
-    "auth",
-    "hello",
-    "acl",
-    "config",
-    "reset",
-    "monitor",
-    "client",
-    "multi",
-    "exec",
-    "discard",
-    "watch",
-    "unwatch",
-    "wait",
-    "subscribe",
-    "unsubscribe",
-    "psubscribe",
-    "punsubscribe",
-    "ssubscribe",
-    "sunsubscribe",
-    "sort",
-    "sort_ro",
-    "eval",
-    "eval_ro",
-    "evalsha",
-    "evalsha_ro",
-    "fcall",
-    "fcall_ro",
-];
-
 /// The commands of `table` none of the session's own checks concern (see
-/// `CHECKED_NAMES`; and the stores and moves that may run in steps across slots, see
-/// `CrossSlot::runs_in_steps`): outside MULTI and subscriptions the session routes them at
-/// once, without folding their name for those checks (a few percent of a pipelined GET's
-/// work).
+/// `CommandSpec::checked_by_session`; and the stores and moves that may run in steps
+/// across slots, see `CrossSlot::runs_in_steps`): outside MULTI and subscriptions the
+/// session routes them at once, without folding their name for those checks (a few
+/// percent of a pipelined GET's work).
 pub fn plain_commands(table: &CommandTable) -> CommandSet {
     table.select(|spec| {
-        let container = spec.name().split('|').next().unwrap_or_default();
-        !spec.may_block()
-            && !CHECKED_NAMES.contains(&container)
-            && !spec.cross_slot.is_some_and(CrossSlot::runs_in_steps)
+        !spec.checked_by_session() && !spec.cross_slot.is_some_and(CrossSlot::runs_in_steps)
     })
 }
 
@@ -93,6 +46,8 @@ mod tests {
             "object encoding",
             "script load",
             "flushall",
+            "config rewrite",
+            "config resetstat",
         ] {
             assert!(is_plain(&table, &plain, command), "{command}");
         }
@@ -114,6 +69,9 @@ mod tests {
             "client",
             "client list",
             "CLIENT reply",
+            "config get",
+            "CONFIG set",
+            "monitor",
             "multi",
             "exec",
             "discard",

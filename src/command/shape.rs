@@ -372,6 +372,14 @@ fn special(name: &str) -> Option<Shape> {
     })
 }
 
+/// Whether the client session answers some invocations of `name` itself although its
+/// shape says how routing carries out the others: `CONFIG SET/GET requirepass` (the
+/// proxy's `default` user, `client::local::acl`), and MONITOR (the proxy's own traffic;
+/// refused by routing, which only a MONITOR inside MULTI reaches).
+pub(super) fn answered_by_session_too(name: &str) -> bool {
+    matches!(name, "config|get" | "config|set" | "monitor")
+}
+
 /// The shape of a connection or transaction command the session handles, if `name` is one.
 fn connection(name: &str) -> Option<Shape> {
     let container = name.split('|').next().unwrap_or(name);

@@ -230,6 +230,14 @@ impl CommandSpec {
         acl_category_bit(name.as_bytes()).is_some_and(|bit| self.acl_categories & bit != 0)
     }
 
+    /// Whether the client session's own checks act on this command before routing (see
+    /// [`Shape::checked_by_session`]): by its shape, or, for the few whose shape says how
+    /// routing carries them out, because the session answers some invocations itself
+    /// (see `shape::answered_by_session_too`).
+    pub fn checked_by_session(&self) -> bool {
+        self.shape.checked_by_session() || super::shape::answered_by_session_too(&self.name)
+    }
+
     /// Whether some arguments make this command block (see [`CommandSpec::blocks`]).
     pub fn may_block(&self) -> bool {
         self.shape.may_block()
