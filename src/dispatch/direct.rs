@@ -138,7 +138,7 @@ impl Proxy {
             return None;
         }
         // The one plan, with the layout stage before it when a layout concerns the request.
-        let Staged { plan, layout } = self.stage_and_plan(Some(spec), request);
+        let Staged { plan, layout } = self.stage_and_plan_known(spec, request);
         let shown_as_sent = layout
             .as_ref()
             .is_none_or(|staging| staging.reply == ReplyNames::Unchanged);
