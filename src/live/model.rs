@@ -12,7 +12,8 @@
 //! the source is clean (no lost write, no deleted key back, no second version); the two
 //! copies never differ; every read returns a value the key held during the read. Checked
 //! at the end, after a successor runs with every deadline past: the source holds neither
-//! key nor claim. A variant without the fence must fail, so the check can fail.
+//! key nor claim. Variants without the fence, or without the read rule's third read, must
+//! fail, so the check can fail.
 
 use std::collections::HashSet;
 
@@ -43,6 +44,9 @@ struct Rules {
     expiry: bool,
     /// The seal refuses after the first (the real protocol); off: every seal writes.
     fence: bool,
+    /// A read that missed on both sides reads the target again (the real read rule); off:
+    /// it answers nil.
+    third_read: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -240,6 +244,7 @@ impl World {
             },
             Read::AfterTarget { acked_at_start } => match self.source {
                 Some(v) => Some((Some(v), acked_at_start)),
+                None if !rules.third_read => Some((None, acked_at_start)),
                 None => {
                     next.read = Read::AfterSource { acked_at_start };
                     None
@@ -362,6 +367,7 @@ fn two_movers_and_a_writer_keep_every_property_in_every_interleaving() {
                 op,
                 expiry,
                 fence: true,
+                third_read: true,
             };
             let states = explore(rules).unwrap_or_else(|e| panic!("{rules:?}: {e}"));
             assert!(states > 10_000, "{rules:?}: only {states} states explored");
@@ -376,6 +382,7 @@ fn without_the_fence_a_late_seal_undoes_an_acknowledged_write() {
             op,
             expiry: false,
             fence: false,
+            third_read: true,
         };
         let violation = explore(rules).expect_err("an unfenced seal must break a property");
         assert!(
@@ -383,4 +390,16 @@ fn without_the_fence_a_late_seal_undoes_an_acknowledged_write() {
             "{violation}"
         );
     }
+}
+
+#[test]
+fn without_the_third_read_a_key_moved_between_two_reads_looks_missing() {
+    let rules = Rules {
+        op: Op::Write,
+        expiry: false,
+        fence: true,
+        third_read: false,
+    };
+    let violation = explore(rules).expect_err("two reads must miss a key moved between them");
+    assert!(violation.contains("a read returned"), "{violation}");
 }
