@@ -93,7 +93,7 @@ async fn a_second_mover_is_refused_then_takes_over_and_the_first_ones_late_seal_
         mover(&source, cluster, LEASE).await,
     );
 
-    // A claims and read the value, then stalls before writing the target.
+    // A claims and reads the value, then stalls before writing the target.
     let token_a = Mover::token();
     let paused = pause_before(&a, &spec, &token_a, |p| matches!(p, Phase::Seal(_))).await;
     let Phase::Seal(Some(read_by_a)) = paused.phase().clone() else {
@@ -133,9 +133,9 @@ async fn a_second_mover_is_refused_then_takes_over_and_the_first_ones_late_seal_
         Some(b"written after the move".as_slice()),
         "a late seal undid an acknowledged write"
     );
-    // A's own machine, resumed, ends without touching anything.
+    // A's own machine, resumed, reads again, finds the move done and touches nothing.
     let resumed = a.drive(&spec, &token_a, paused, |_| false).await.unwrap();
-    assert!(matches!(resumed.phase(), Phase::Done(_)));
+    assert_eq!(resumed.phase(), &Phase::Done(Outcome::NotOnSource));
     assert_eq!(
         get_target(cluster, key).as_deref(),
         Some(b"written after the move".as_slice())
@@ -432,4 +432,25 @@ async fn three_movers_on_the_same_keys_write_each_key_once() {
         assert_eq!(get_target(cluster, key).as_deref(), Some(key.as_ref()));
         assert_source_clean(&source, key);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_lost_by_the_servers_are_sent_again_by_their_text() {
+    let source = Standalone::start();
+    let cluster = shared_cluster();
+    let key = b"claim:flushed".as_slice();
+    on_source::<()>(&source, &cmd("SET", &[key, b"kept"]));
+    let m = mover(&source, cluster, LEASE).await;
+    // As after a restart: the scripts the mover loaded are gone on both sides.
+    on_source::<()>(&source, &cmd("SCRIPT", &[b"FLUSH"]));
+    for master in cluster.masters() {
+        common::query::<()>(&master, &cmd("SCRIPT", &[b"FLUSH"])).unwrap();
+    }
+    let spec = MoveSpec::same_name(Bytes::copy_from_slice(key));
+    assert_eq!(m.run(&spec).await.unwrap(), Outcome::Moved);
+    assert_eq!(
+        get_target(cluster, key).as_deref(),
+        Some(b"kept".as_slice())
+    );
+    assert_source_clean(&source, key);
 }

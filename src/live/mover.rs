@@ -169,7 +169,8 @@ impl Mover {
 
     /// Drives `mv` until it is done, or until `pause_before` says to stop before a phase;
     /// returns the machine where it stopped (to resume with the same token, or to drop as
-    /// a process killed there would).
+    /// a process killed there would). A machine resumed about to seal reads the key again
+    /// first: how old its claim is, this call cannot know.
     pub async fn drive(
         &self,
         spec: &MoveSpec,
@@ -178,14 +179,14 @@ impl Mover {
         pause_before: impl Fn(&Phase) -> bool,
     ) -> Result<KeyMove, MoveError> {
         let started = Instant::now();
-        let mut claimed_at = Instant::now();
+        let mut claimed_at: Option<Instant> = None;
         loop {
             if pause_before(mv.phase()) {
                 return Ok(mv);
             }
             match mv.phase().clone() {
                 Phase::Claim => {
-                    claimed_at = Instant::now();
+                    claimed_at = Some(Instant::now());
                     mv.on_claim(self.claim(spec, token).await?);
                 }
                 Phase::Wait { ms } => {
@@ -199,7 +200,9 @@ impl Mover {
                     tokio::time::sleep(Duration::from_millis(ms).min(BUSY_POLL)).await;
                     mv.on_waited();
                 }
-                Phase::Seal(_) if claimed_at.elapsed() >= self.lease => mv.on_lease_lapsed(),
+                Phase::Seal(_) if claimed_at.is_none_or(|at| at.elapsed() >= self.lease) => {
+                    mv.on_lease_lapsed()
+                }
                 Phase::Seal(value) => mv.on_seal(self.seal(spec, value.as_ref()).await?),
                 Phase::Finish => mv.on_finish(self.finish(spec, token).await?),
                 Phase::Done(_) => return Ok(mv),
