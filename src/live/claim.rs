@@ -338,6 +338,95 @@ mod tests {
         assert_eq!(nothing.phase(), &Phase::Done(Outcome::NotOnSource));
     }
 
+    /// One answer of each script, picked by index, for whatever phase the machine is in.
+    fn answer(mv: &mut KeyMove, pick: u8) -> &'static str {
+        let value = Value {
+            ttl_ms: 0,
+            payload: Bytes::from_static(b"v"),
+        };
+        match mv.phase() {
+            Phase::Claim => match pick % 4 {
+                0 => {
+                    mv.on_claim(Claim::Busy { remaining_ms: 5 });
+                    "busy"
+                }
+                1 => {
+                    mv.on_claim(Claim::Gone);
+                    "gone"
+                }
+                2 => {
+                    mv.on_claim(Claim::Absent);
+                    "claimed"
+                }
+                _ => {
+                    mv.on_claim(Claim::Claimed(value));
+                    "claimed"
+                }
+            },
+            Phase::Wait { .. } => {
+                mv.on_waited();
+                "waited"
+            }
+            Phase::Seal(_) => match pick % 3 {
+                0 => {
+                    mv.on_lease_lapsed();
+                    "lapsed"
+                }
+                1 => {
+                    mv.on_seal(Seal::Wrote);
+                    "wrote"
+                }
+                _ => {
+                    mv.on_seal(Seal::AlreadyMoved);
+                    "sealed"
+                }
+            },
+            Phase::Finish if pick % 2 == 0 => {
+                mv.on_finish(Finish::Released);
+                "released"
+            }
+            Phase::Finish => {
+                mv.on_finish(Finish::NotHolder);
+                "not holder"
+            }
+            Phase::Done(_) => "done",
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_run_of_answers_keeps_the_machines_promises(picks in proptest::collection::vec(0u8..12, 1..60)) {
+            let mut mv = KeyMove::new();
+            let (mut claimed, mut sealed, mut wrote) = (false, false, false);
+            for pick in picks {
+                let before = mv.phase().clone();
+                let what = answer(&mut mv, pick);
+                match what {
+                    "claimed" => (claimed, sealed) = (true, false),
+                    "lapsed" => claimed = false,
+                    "wrote" | "sealed" => {
+                        proptest::prop_assert!(claimed, "sealed without a claim");
+                        sealed = true;
+                        wrote |= what == "wrote";
+                    }
+                    "released" | "not holder" => {
+                        proptest::prop_assert!(sealed, "finished without a seal");
+                        (claimed, sealed) = (false, false);
+                    }
+                    _ => {}
+                }
+                match mv.phase() {
+                    Phase::Done(outcome) if !matches!(before, Phase::Done(_)) => {
+                        proptest::prop_assert!(matches!(what, "gone" | "released"), "done on {what}");
+                        proptest::prop_assert_eq!(*outcome == Outcome::Moved, wrote);
+                    }
+                    Phase::Finish => proptest::prop_assert!(sealed),
+                    _ => {}
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_seal_script_wraps_the_offline_copy_rules() {
         assert!(SEAL_SCRIPT.contains("local function restore_rule(KEYS, ARGV)"));
