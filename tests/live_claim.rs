@@ -31,7 +31,11 @@ async fn endpoint(seeds: &[String]) -> Arc<Endpoint> {
 
 /// A mover with its own connections to both sides, as another proxy would have.
 async fn mover(source: &Standalone, cluster: &Cluster, lease: Duration) -> Mover {
-    let from = endpoint(&[source.addr().to_owned()]).await;
+    mover_from(&[source.addr().to_owned()], cluster, lease).await
+}
+
+async fn mover_from(source_seeds: &[String], cluster: &Cluster, lease: Duration) -> Mover {
+    let from = endpoint(source_seeds).await;
     let to = endpoint(&cluster.seeds()).await;
     Mover::new(from, to, lease).await.unwrap()
 }
@@ -498,4 +502,35 @@ async fn scripts_lost_by_the_servers_are_sent_again_by_their_text() {
         Some(b"kept".as_slice())
     );
     assert_source_clean(&source, key);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_source_keeps_each_claim_in_its_keys_slot() {
+    let source = Cluster::start(3, 0);
+    let target = shared_cluster();
+    let m = mover_from(&source.seeds(), target, LEASE).await;
+    let keys = [
+        "cluster-source:plain",
+        "a}b",
+        "x{y}z",
+        "{}x",
+        "cluster-source:{tag}:k",
+    ];
+    for key in keys {
+        let at = source.node_for_slot(source.keyslot(key));
+        common::query::<()>(&at, &cmd("SET", &[key.as_bytes(), key.as_bytes()])).unwrap();
+        // A claim in another slot would fail the script with CROSSSLOT on a cluster.
+        let spec = MoveSpec::same_name(Bytes::copy_from_slice(key.as_bytes()));
+        assert_eq!(m.run(&spec).await.unwrap(), Outcome::Moved, "{key}");
+        assert_eq!(
+            get_target(target, key.as_bytes()).as_deref(),
+            Some(key.as_bytes())
+        );
+        let left: i64 = common::query(
+            &at,
+            &cmd("EXISTS", &[key.as_bytes(), &claim_key(key.as_bytes())]),
+        )
+        .unwrap();
+        assert_eq!(left, 0, "{key}: key or claim left on the source");
+    }
 }
