@@ -84,9 +84,9 @@ impl MoveSpec {
         }
     }
 
-    /// The move of what the offline planner would copy. Unlike the offline copy, a live
-    /// move carries every kind by its own name, ephemeral turn counters included: the bots
-    /// are running, so their turns are live state.
+    /// The move of what the offline planner would copy. (The planner skips ephemeral turn
+    /// counters, which offline are dead state; while bots run they are live, so a live
+    /// caller moves them too, as plain keys under their target names.)
     pub fn from_copy_step(step: &CopyStep) -> MoveSpec {
         MoveSpec {
             from: step.from.clone(),
