@@ -59,6 +59,8 @@
 //! - [`admin`]: the admin HTTP endpoint (metrics, health, readiness) (IO).
 //! - [`metrics`]: every metric name and the functions that record them.
 //! - [`migrate`]: offline `migrate` and `inspect` tools for a keyspace (IO).
+//! - [`live`]: live migration's claim protocol, one key's move between two deployments
+//!   while clients keep running (IO); not yet in the request path.
 //! - [`tls`]: TLS for the client listener and the node connections (rustls).
 
 pub mod acl;
@@ -71,6 +73,7 @@ pub mod command;
 pub mod config;
 pub mod crossslot;
 pub mod dispatch;
+pub mod live;
 pub mod metrics;
 pub mod migrate;
 pub mod policy;

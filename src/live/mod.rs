@@ -1,0 +1,34 @@
+//! Live migration's claim protocol: how one key moves from a source deployment to a target
+//! while clients keep using it through any number of proxies. Not yet wired into the
+//! request path; `docs/live-migration.md` holds the whole design and its argument.
+//!
+//! # Invariants
+//!
+//! - A key is authoritative in exactly one place: on the source until its move finishes
+//!   (the source key is deleted), on the target from then on. Proxies never write the
+//!   source; they only read it, claim on it and finish moves on it.
+//! - A move is claim (source), seal (target), finish (source), see [`claim`]. The claim is
+//!   a record in Redis beside the key ([`names::claim_key`]) with a token and a deadline
+//!   on the source's clock, so movers in any number of processes exclude one another, and
+//!   one that dies is taken over once its deadline passes.
+//! - The target is written by a move at most once per key: the seal sets the key's field
+//!   in its slot's moved-fence ([`names::fence_key`]) in the same script as the write and
+//!   refuses when it is set. A mover that was slow, taken over or retried can therefore
+//!   never put a value read before the move over a write made after it, nor bring back a
+//!   key deleted after it. Leases only decide who may try; the fence decides what lands.
+//! - The source key is deleted only after a seal answered, so the target holds the key
+//!   (or, when it expired on the source, holds nothing) before the source lets go.
+//! - A write runs on the target only once a move of its key has reported done (the source
+//!   holds neither key nor claim). A read asks the target, then the source, then the
+//!   target again (the move may have finished between the first two).
+//! - Values travel with the offline copy's rules (`migrate`'s restore-and-index and
+//!   set-if-greater scripts): TTLs kept, index entries rebuilt, counters never lowered.
+
+pub mod claim;
+#[cfg(test)]
+mod model;
+pub mod mover;
+pub mod names;
+
+pub use claim::{Claim, Finish, KeyMove, Outcome, Phase, Seal, Value};
+pub use mover::{MoveError, MoveSpec, Mover};
