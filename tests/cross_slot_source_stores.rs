@@ -1,7 +1,7 @@
-//! ZRANGESTORE, GEOSEARCHSTORE and GEORADIUS/GEORADIUSBYMEMBER ... STORE|STOREDIST through
-//! the proxy over a 3-master cluster, the source and the destination on different masters:
+//! ZRANGESTORE, GEOSEARCHSTORE, GEORADIUS/GEORADIUSBYMEMBER ... STORE|STOREDIST and SORT ...
+//! STORE (with and without BY and GET patterns) through the proxy over a 3-master cluster, the source and the destination on different masters:
 //! the reply (RESP2 and RESP3, byte for byte) and what the destination then holds (members,
-//! scores, type, TTL) equal what one redis-server gives for the same data; errors leave the
+//! scores or elements, type, TTL) equal what one redis-server gives for the same data; errors leave the
 //! destination as it was; no scratch key is left behind; a result over
 //! `cross_slot.max_members` is refused with nothing written; `cross_slot.stores: refuse`
 //! names its setting.
@@ -27,10 +27,14 @@ fn words(line: &str) -> Vec<&str> {
     line.split(' ').collect()
 }
 
-/// The source data: a sorted set, a geo set (a sorted set of geohashes) and a string.
+/// The source data: a sorted set, a geo set (a sorted set of geohashes), a string, a list
+/// and a set to sort, and SORT's weight and GET keys (on every master).
 fn setup(s: &str) -> Vec<String> {
     vec![
-        format!("DEL {s}:z {s}:g {s}:t"),
+        format!("DEL {s}:z {s}:g {s}:t {s}:l {s}:set"),
+        format!("RPUSH {s}:l 3 1 2 10"),
+        format!("SADD {s}:set b a c"),
+        format!("MSET {s}w_1 5 {s}w_2 4 {s}w_3 3 {s}w_10 1 {s}o_1 one {s}o_2 two {s}o_10 ten"),
         format!("ZADD {s}:z 1 a 2 b 2.5 c 3 d 0.1 e"),
         format!(
             "GEOADD {s}:g 13.361389 38.115556 Palermo 15.087269 37.502669 Catania \
@@ -59,6 +63,16 @@ fn stores(s: &str, d: &str) -> Vec<String> {
         "GEORADIUS {s}:g 15 37 200 km ASC COUNT 1 STOREDIST {d}",
         "GEORADIUSBYMEMBER {s}:g Palermo 300 km STOREDIST {d}",
         "GEORADIUS {s}:g 15 37 1 km STORE {d}",
+        "SORT {s}:l STORE {d}",
+        "SORT {s}:l DESC LIMIT 1 2 STORE {d}",
+        "SORT {s}:set ALPHA STORE {d}",
+        "SORT {s}:set BY nosort STORE {d}",
+        "SORT {s}:l BY {s}w_* STORE {d}",
+        "SORT {s}:l BY {s}w_* GET # GET {s}o_* STORE {d}",
+        "SORT {s}:l GET {s}o_* LIMIT 0 2 STORE {d}",
+        "SORT {s}:missing STORE {d}",
+        "SORT {s}:t STORE {d}",
+        "SORT {s}:set STORE {d}",
     ]
     .iter()
     .map(|line| line.replace("{s}", s).replace("{d}", d))
@@ -70,6 +84,7 @@ fn held(conn: &mut Raw, d: &str) -> String {
     [
         conn.call(&["TYPE", d]),
         conn.call(&["ZRANGE", d, "0", "-1", "WITHSCORES"]),
+        conn.call(&["LRANGE", d, "0", "-1"]),
         conn.call(&["TTL", d]),
     ]
     .concat()
@@ -138,6 +153,12 @@ fn source_stores_over_the_member_limit_or_refused_write_nothing() {
     let mut conn = Raw::connect(refusing.addr());
     assert_eq!(
         conn.call(&words(&format!("GEORADIUS {s}:g 15 37 200 km STORE {d}"))),
+        "-CROSSSLOT Keys in request don't hash to the same slot (emulation off: \
+         cross_slot.stores)\r\n"
+    );
+    assert_eq!(conn.call(&["GET", &d]), "$3\r\nold\r\n");
+    assert_eq!(
+        conn.call(&words(&format!("SORT {s}:l STORE {d}"))),
         "-CROSSSLOT Keys in request don't hash to the same slot (emulation off: \
          cross_slot.stores)\r\n"
     );
