@@ -15,6 +15,9 @@
 # - Installs python3 (with pip and venv) the same way when missing, and the Python client
 #   tests' packages (tests/python/requirements.txt) into the virtualenv .venv-tests, among them
 #   kubernetes-validate, the schema validator tests/deploy_kubernetes.rs runs on deploy/kubernetes.
+# - Downloads redis-py 5.0.8's source distribution (pinned by SHA-256) for its own test suite,
+#   which tests/redis_py_suite.rs runs through the proxy, into .redis-py-suite, and installs that
+#   release and pytest (tests/python/redis_py_suite_requirements.txt) into .venv-redis-py-suite.
 # - Then runs `cargo test --all-targets` (extra arguments are passed on to it).
 #
 # The tests start their own servers on free loopback ports and kill them when they finish;
@@ -77,5 +80,35 @@ fi
 export SLOTBRIDGE_PYTHON="$PWD/.venv-tests/bin/python"
 "$SLOTBRIDGE_PYTHON" -c 'import redis, pytest; print("redis-py", redis.__version__, "pytest", pytest.__version__)'
 "$SLOTBRIDGE_PYTHON" -m kubernetes_validate --version
+
+# tests/redis_py_suite.rs runs redis-py's own test suite, release 5.0.8: the tests/ directory of
+# its source distribution, checked against the SHA-256 below and unpacked into .redis-py-suite.
+# Its virtualenv .venv-redis-py-suite holds that release (the client tests' one holds another)
+# and pytest. Nothing is downloaded or installed again once both are in place.
+redis_py_suite=.redis-py-suite/redis-5.0.8
+redis_py_suite_sdist=.redis-py-suite/redis-5.0.8.tar.gz
+redis_py_suite_sha256=0c5b10d387568dfe0698c6fad6615750c24170e548ca2deac10c649d463e9870
+if [ ! -x .venv-redis-py-suite/bin/python ] \
+  || ! .venv-redis-py-suite/bin/python -m pip --version >/dev/null 2>&1; then
+  rm -rf .venv-redis-py-suite
+  python3 -m venv .venv-redis-py-suite
+fi
+if [ ! -f "$redis_py_suite/tests/conftest.py" ]; then
+  rm -rf .redis-py-suite
+  .venv-redis-py-suite/bin/python -m pip download -q --disable-pip-version-check --no-deps \
+    --no-binary :all: -d .redis-py-suite redis==5.0.8
+  echo "$redis_py_suite_sha256  $redis_py_suite_sdist" | sha256sum -c --quiet -
+  tar xzf "$redis_py_suite_sdist" -C .redis-py-suite
+fi
+if ! .venv-redis-py-suite/bin/python -c 'import importlib.metadata as m, sys
+sys.exit(m.version("redis") != "5.0.8" or m.version("pytest") != "8.3.5")' >/dev/null 2>&1; then
+  echo "$redis_py_suite_sha256  $redis_py_suite_sdist" | sha256sum -c --quiet -
+  .venv-redis-py-suite/bin/python -m pip install -q --disable-pip-version-check --no-deps \
+    "$redis_py_suite_sdist"
+  .venv-redis-py-suite/bin/python -m pip install -q --disable-pip-version-check \
+    -r tests/python/redis_py_suite_requirements.txt
+fi
+(cd "$redis_py_suite" && ../../.venv-redis-py-suite/bin/python -c \
+  'import redis, pytest; print("redis-py suite", redis.__version__, "pytest", pytest.__version__)')
 
 cargo test --all-targets "$@"

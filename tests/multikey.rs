@@ -143,24 +143,21 @@ fn unsplittable_commands_across_slots_are_crossslot() {
     let mut con = proxy().connect();
     let (a, b) = ("mk:x:a", "mk:x:b");
     assert_ne!(shared_cluster().keyslot(a), shared_cluster().keyslot(b));
-    // The computed reads and stores, and the moves (RENAME, SMOVE, LMOVE...), are
-    // emulated: see tests/cross_slot.rs and tests/cross_slot_moves.rs.
+    // The computed reads and stores (ZRANGESTORE, GEOSEARCHSTORE and SORT ... STORE among
+    // them), and the moves (RENAME, SMOVE, LMOVE...), are emulated: see tests/cross_slot.rs,
+    // tests/cross_slot_source_stores.rs and tests/cross_slot_moves.rs. A script's keys are not.
     let cases: Vec<redis::Cmd> = vec![
-        redis::cmd("ZRANGESTORE")
+        redis::cmd("EVAL")
+            .arg("return 1")
+            .arg(2)
             .arg(a)
             .arg(b)
-            .arg(0)
-            .arg(-1)
             .clone(),
-        redis::cmd("GEOSEARCHSTORE")
+        redis::cmd("EVAL_RO")
+            .arg("return 1")
+            .arg(2)
             .arg(a)
             .arg(b)
-            .arg("FROMLONLAT")
-            .arg(0)
-            .arg(0)
-            .arg("BYRADIUS")
-            .arg(1)
-            .arg("km")
             .clone(),
     ];
     for cmd in &cases {

@@ -193,7 +193,9 @@ impl CrossSlot {
             "sunion" | "sinter" | "sdiff" | "sintercard" | "zunion" | "zinter" | "zdiff"
             | "zintercard" | "lcs" | "pfcount" => CrossSlot::Read,
             "sunionstore" | "sinterstore" | "sdiffstore" | "zunionstore" | "zinterstore"
-            | "zdiffstore" | "bitop" | "pfmerge" | "copy" => CrossSlot::Store,
+            | "zdiffstore" | "bitop" | "pfmerge" | "copy" | "zrangestore" | "geosearchstore"
+            // Cross-slot only with STORE or STOREDIST: otherwise they name one key.
+            | "georadius" | "georadiusbymember" => CrossSlot::Store,
             "rename" | "renamenx" | "smove" | "lmove" | "rpoplpush" | "blmove" | "brpoplpush" => {
                 CrossSlot::Move
             }
@@ -618,6 +620,8 @@ mod tests {
             ("sunion", Some(CrossSlot::Read)),
             ("zunionstore", Some(CrossSlot::Store)),
             ("copy", Some(CrossSlot::Store)),
+            ("zrangestore", Some(CrossSlot::Store)),
+            ("georadius", Some(CrossSlot::Store)),
             ("rename", Some(CrossSlot::Move)),
             ("rpoplpush", Some(CrossSlot::Move)),
             ("brpoplpush", Some(CrossSlot::Move)),

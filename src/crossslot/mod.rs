@@ -18,6 +18,9 @@
 //!    not at all. Reply [`Outcome::reply`] only when the last write's reply is not an error
 //!    (and `EXEC`'s is not null); otherwise reply that error.
 //!
+//! ZRANGESTORE and the GEO stores are computed by the source's own master instead: see
+//! [`SourceStore`].
+//!
 //! Moves (RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, COPY) compute nothing: [`moves`] is
 //! the order of their steps over the two masters and the reply each step leads to.
 //!
@@ -41,6 +44,7 @@ mod parse;
 mod read;
 pub mod score;
 mod sets;
+mod source_store;
 mod write;
 mod zsets;
 
@@ -48,6 +52,7 @@ use bytes::Bytes;
 
 pub use parse::parse;
 pub use read::{Read, ReadKind, Value};
+pub use source_store::{parse_source_store, SourceStore};
 
 use crate::protocol::Proto;
 

@@ -20,7 +20,7 @@ use crate::crossslot::moves::request_frame;
 use crate::protocol::Proto;
 use crate::reply;
 use crate::reply::merge::array_elements;
-use crate::route::key_slot;
+use crate::route::{key_slot, tag_in_slot};
 
 use super::{cross_slot_error, key_target, Plan, Proxy, Target};
 
@@ -32,6 +32,9 @@ pub(super) enum CrossSlotRun {
     Compute(crossslot::Request),
     /// Copy to the destination, then remove from the source (see `crossslot::moves`).
     Move(crossslot::moves::MoveRequest),
+    /// The source's master computes the result, the destination's stores it (see
+    /// `crossslot::SourceStore`).
+    SourceStore(crossslot::SourceStore),
 }
 
 impl CrossSlotRun {
@@ -44,6 +47,9 @@ impl CrossSlotRun {
             CrossSlotRun::Move(_) => {
                 "copied to the destination's master, then removed from the source's \
                  (a failure between duplicates, never loses)"
+            }
+            CrossSlotRun::SourceStore(_) => {
+                "computed on the source's master, the destination written as one MULTI/EXEC"
             }
         }
     }
@@ -59,7 +65,8 @@ impl Proxy {
         }
         let mut keys = KeyList::new();
         spec.keys(args, &mut keys);
-        self.layout.is_some() || key_target(args, &keys).is_none()
+        // GEORADIUS without STORE names one key: nothing to run in steps.
+        keys.len() > 1 && (self.layout.is_some() || key_target(args, &keys).is_none())
     }
 
     /// The plan of a request of `spec` whose keys span slots: carried out here when the
@@ -79,9 +86,14 @@ impl Proxy {
         if emulation == Emulation::Refuse {
             return Plan::Answer(reply::error(&reply::crossslot::emulation_off(setting)));
         }
+        let mut keys = KeyList::new();
+        spec.keys(args, &mut keys);
         let run = match crossslot::moves::parse_move(args) {
             Some(parsed) => parsed.map(CrossSlotRun::Move),
-            None => crossslot::parse(args).map(CrossSlotRun::Compute),
+            None => match crossslot::parse_source_store(args, &keys) {
+                Some(store) => Ok(CrossSlotRun::SourceStore(store)),
+                None => crossslot::parse(args).map(CrossSlotRun::Compute),
+            },
         };
         match run {
             Ok(run) => Plan::CrossSlot(Box::new(run)),
@@ -94,6 +106,7 @@ impl Proxy {
         match run {
             CrossSlotRun::Compute(request) => self.cross_slot_compute(request, proto).await,
             CrossSlotRun::Move(request) => self.cross_slot_move(request, proto).await,
+            CrossSlotRun::SourceStore(store) => self.cross_slot_source_store(store, proto).await,
         }
     }
 
@@ -156,6 +169,29 @@ impl Proxy {
             at = end;
         }
         Ok(values)
+    }
+
+    /// Runs `store` on the source's master into a scratch key of its slot, then writes the
+    /// result to the destination's master before replying.
+    async fn cross_slot_source_store(&self, store: &crossslot::SourceStore, proto: Proto) -> Bytes {
+        let source_slot = key_slot(&store.source);
+        let scratch = crossslot::SourceStore::scratch_key(tag_in_slot(source_slot));
+        let max_members = self.config.cross_slot.max_members;
+        let script = request_frame(&store.script(&scratch, max_members));
+        // The script's reply is read in RESP2; the count is the same frame in RESP3.
+        let reply = self
+            .upstream
+            .forward(Target::Slot(source_slot), script, Proto::Resp2)
+            .await;
+        let (reply, writes) = match store.outcome(&reply, max_members) {
+            Ok(outcome) => outcome,
+            Err(reply) => return reply,
+        };
+        let target = Target::Slot(key_slot(&store.destination));
+        match self.cross_slot_writes(target, &writes, proto).await {
+            Ok(()) => reply,
+            Err(error) => error,
+        }
     }
 
     /// Sends a store's writes to `target`'s master: one command as it is, or the

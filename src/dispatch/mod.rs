@@ -30,6 +30,7 @@ use smallvec::SmallVec;
 use crate::command::{
     CommandSpec, Emulated, FanOut, KeyList, KeyPos, ScriptAdmin, ScriptRun, Shape, SplitKind,
 };
+use crate::config::Emulation;
 use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::{key_slot, SLOT_COUNT};
@@ -411,6 +412,13 @@ impl Proxy {
                 &reply::refusals::changes_shared_connection(&spec.name),
             )),
             Shape::Sort => match sort::SortRequest::classify(&spec.name, args) {
+                Some(Ok(sort))
+                    if sort.stores_elsewhere()
+                        && self.config.cross_slot.stores == Emulation::Refuse =>
+                {
+                    let refusal = reply::crossslot::emulation_off("cross_slot.stores");
+                    Plan::Answer(reply::error(&refusal))
+                }
                 Some(Ok(sort)) => Plan::Sort(sort),
                 Some(Err(refusal)) => Plan::Answer(refusal),
                 None => by_keys(spec, args, keys, Plan::Forward),

@@ -5,5 +5,5 @@ mod slot;
 mod slot_map;
 
 pub use redirect::Redirect;
-pub use slot::{key_slot, SLOT_COUNT};
+pub use slot::{key_slot, tag_in_slot, SLOT_COUNT};
 pub use slot_map::{NodeAddr, NodePort, SlotMap};

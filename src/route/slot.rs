@@ -16,6 +16,28 @@ pub fn key_slot(key: &[u8]) -> u16 {
     crc16(hashed) % SLOT_COUNT as u16
 }
 
+/// A short hash tag whose keys live in `slot`: `{tag}anything` hashes to `slot`. The
+/// decimal numbers from 0 up cover every slot below 200,000; the table (64 KiB) is built on
+/// first use, by the rare commands that need a key of their own next to a client's key.
+pub fn tag_in_slot(slot: u16) -> u32 {
+    static TAGS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags = vec![u32::MAX; SLOT_COUNT];
+        let mut missing = SLOT_COUNT;
+        let mut tag = 0u32;
+        while missing > 0 {
+            let at = usize::from(key_slot(tag.to_string().as_bytes()));
+            if tags[at] == u32::MAX {
+                tags[at] = tag;
+                missing -= 1;
+            }
+            tag += 1;
+        }
+        tags
+    });
+    tags[usize::from(slot) % SLOT_COUNT]
+}
+
 /// CRC16-XMODEM of `bytes` with `XMODEM`'s tables, 16 bytes per step. The crate's own
 /// `checksum` does the same, but reads the algorithm's parameters (reflection, initial and
 /// final values) at run time: for a key of 16 bytes it took 112 instructions, this about 40.
@@ -138,5 +160,13 @@ mod tests {
         assert_eq!(key_slot(b"foo"), 12182);
         assert_eq!(key_slot(b"bar"), 5061);
         assert_eq!(key_slot(b""), 0);
+    }
+
+    #[test]
+    fn every_slot_has_a_tag_whose_keys_live_there() {
+        for slot in 0..SLOT_COUNT as u16 {
+            let key = format!("{{{}}}:scratch", tag_in_slot(slot));
+            assert_eq!(key_slot(key.as_bytes()), slot);
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! SORT and SORT_RO with what a cluster node refuses: BY and GET patterns. A single Redis
 //! looks the pattern keys up in its one keyspace; through the proxy they live on any
-//! master. (A STORE into another slot than the sorted key's stays `-CROSSSLOT`.)
+//! master. A STORE into another slot than the sorted key's (which a node refuses) runs here
+//! too, with or without patterns: a cross-slot store (`cross_slot.stores`).
 //!
 //! The order stays Redis's own wherever it can: without a BY pattern the key's master runs
 //! the SORT (its numeric parsing, collation, LIMIT and DESC) with the patterns and STORE
@@ -184,15 +185,17 @@ impl SortRequest {
         self.by.as_ref().filter(|by| by.contains(&b'*'))
     }
 
-    /// Patterns to look up, and a STORE (if any) in the key's own slot: a STORE into
-    /// another slot is a write that cannot be atomic with the read, so the planner answers
-    /// it `-CROSSSLOT` as for other such multi-key writes.
+    /// Patterns to look up, or a STORE into another slot than the key's, which a node
+    /// refuses (`-CROSSSLOT`) and the proxy runs as a cross-slot store (`cross_slot.stores`).
     fn needs_proxy(&self) -> bool {
-        let stores_elsewhere = self
-            .store
+        self.stores_elsewhere() || !self.gets.is_empty() || self.by_pattern().is_some()
+    }
+
+    /// Whether STORE names a key in another slot than the sorted key's.
+    pub(in crate::dispatch) fn stores_elsewhere(&self) -> bool {
+        self.store
             .as_ref()
-            .is_some_and(|store| key_slot(store) != key_slot(&self.key));
-        !stores_elsewhere && (!self.gets.is_empty() || self.by_pattern().is_some())
+            .is_some_and(|store| key_slot(store) != key_slot(&self.key))
     }
 
     /// The SORT the key's master runs: the order and LIMIT when there is no BY pattern,
@@ -411,8 +414,6 @@ mod tests {
             "SORT l LIMIT 0 5 DESC ALPHA",
             "SORT l BY nosort",
             "SORT {t}l STORE {t}dst",
-            "SORT {t}l STORE other",
-            "SORT {t}l BY w_* STORE other",
             "SORT",
             "SORT_RO",
             "GET l",
@@ -425,6 +426,8 @@ mod tests {
             "SORT l BY nosort GET o_*",
             "SORT {t}l BY w_* GET # STORE {t}dst",
             "SORT_RO l GET #",
+            "SORT {t}l STORE other",
+            "SORT {t}l BY w_* STORE other",
         ] {
             assert!(matches!(classify(line), Some(Ok(_))), "{line}");
         }
