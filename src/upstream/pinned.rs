@@ -229,8 +229,9 @@ impl Upstream {
         }
     }
 
-    /// Runs a blocking command on a dedicated connection to the master of `target`,
-    /// following MOVED/ASK on new dedicated connections. Dropping the future (the client
+    /// Runs a blocking command on a dedicated connection to the master of `target`, a
+    /// ready one when there is one (see [`super::warm`]), following MOVED/ASK on further
+    /// dedicated connections. Dropping the future (the client
     /// went away) drops the connection, which ends the command on the server too.
     pub async fn run_blocking(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
         let _blocked = crate::metrics::BlockedClient::enter();
@@ -265,11 +266,16 @@ impl Upstream {
                 },
             };
             let mut lease = match alone {
-                Alone::Blocking => Lease::Own(self.topology.dedicated(&node, proto)),
+                Alone::Blocking => Lease::Own(self.warm.take(&node, proto)),
                 Alone::Script => Lease::Pooled(self.topology.script_conn(&node, proto)),
             };
             let _shown = (alone == Alone::Blocking).then(|| ShownBlocked::record(lease.conn()));
-            let frame = match lease.conn().call(request.clone(), asking).await {
+            let call = match alone {
+                // Written before what other clients send after it (see `super::warm`).
+                Alone::Blocking => lease.conn().call_at_once(request.clone(), asking).await,
+                Alone::Script => lease.conn().call(request.clone(), asking).await,
+            };
+            let frame = match call {
                 Ok(frame) => {
                     lease.answered();
                     frame
@@ -325,7 +331,7 @@ impl Upstream {
 /// What runs on a connection of its own in [`Upstream::run_alone`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Alone {
-    /// A blocking command: a new connection, shown in the session's [`BlockedOn`].
+    /// A blocking command: a connection of its own, shown in the session's [`BlockedOn`].
     Blocking,
     /// A client's script: a connection of the script pool.
     Script,
