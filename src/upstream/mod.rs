@@ -39,7 +39,7 @@ use crate::config::RetryConfig;
 use crate::topology::Topology;
 use warm::WarmConns;
 
-pub use blocked::{BlockedOn, BLOCKED_ON};
+pub use blocked::{take_unblock, BlockedOn, BLOCKED_ON};
 pub use forward::{is_final, Target, PARTS_INLINE};
 pub use pinned::{watch_failed, WatchPin};
 

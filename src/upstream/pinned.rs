@@ -239,6 +239,14 @@ impl Upstream {
             .await
     }
 
+    /// Runs one of several waits of a client's blocking command on a connection of its
+    /// own, as [`Upstream::run_blocking`] runs a whole command; the caller counts the client
+    /// as blocked once, for all its waits.
+    pub async fn run_blocking_part(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
+        self.run_alone(target, request, proto, Alone::Blocking)
+            .await
+    }
+
     /// Runs a client's script call (EVAL, EVALSHA, FCALL and their `_RO` forms) on a
     /// connection of its own from the script pool (see `topology::ScriptConns`), following
     /// MOVED/ASK and retrying as [`Upstream::forward`] does: a script that runs long holds
