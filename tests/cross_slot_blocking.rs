@@ -4,8 +4,8 @@
 //! RESP2 and RESP3 (the first key in order with data wins, WRONGTYPE in Redis's order, the
 //! timeout's errors and its null); without, a push to any key serves the blocked client,
 //! one push serves exactly one of two clients blocked on overlapping keys, CLIENT UNBLOCK
-//! ends the wait, a client that goes away leaves no wait behind, and `refuse` answers
-//! `-CROSSSLOT` naming the setting.
+//! ends the wait, a client that goes away leaves no wait behind, under a key layout the
+//! reply names the client's key, and `refuse` answers `-CROSSSLOT` naming the setting.
 
 mod common;
 
@@ -341,5 +341,57 @@ fn refused_blocking_pops_name_their_setting() {
     assert_eq!(
         line(&mut conn, "BLPOP {bpop}y {bpop}x 0"),
         "*2\r\n$7\r\n{bpop}x\r\n$1\r\nv\r\n"
+    );
+}
+
+/// Under a key layout the keys are waited on by their cluster names and the reply names
+/// the key as the client wrote it.
+#[test]
+fn under_a_layout_the_reply_names_the_clients_key() {
+    let _serial = serial();
+    let p = "bpoply";
+    let layout = Proxy::start_with_layout(
+        &shared_cluster().seeds_arg(),
+        "config/botmesh-cluster-v1.yaml",
+        p,
+    );
+    let cluster = shared_cluster();
+    // Message logs of two chats live under their chats' hash tags: two slots.
+    let chats: Vec<String> = (1..)
+        .map(|i| format!("{p}:msgs:chat-{i}"))
+        .take(40)
+        .collect();
+    let tagged = |log: &str| {
+        let chat = log.rsplit(':').next().unwrap();
+        cluster.node_for_slot(cluster.keyslot(&format!("{p}:{{m:{chat}}}:z")))
+    };
+    let first = &chats[0];
+    let second = chats
+        .iter()
+        .find(|log| tagged(log) != tagged(first))
+        .expect("a chat on another master");
+    let mut conn = client(layout.addr(), false);
+    line(&mut conn, &format!("DEL {first} {second}"));
+    assert_eq!(line(&mut conn, &format!("RPUSH {second} hello")), ":1\r\n");
+    // The log is where the layout puts it, on another master than the first chat's.
+    let chat = second.rsplit(':').next().unwrap();
+    let stored: i64 = query(
+        &tagged(second),
+        redis::cmd("EXISTS").arg(format!("{p}:{{m:{chat}}}:z")),
+    )
+    .unwrap();
+    assert_eq!(stored, 1);
+    assert_eq!(
+        line(&mut conn, &format!("BLPOP {first} {second} 1")),
+        format!("*2\r\n${}\r\n{second}\r\n$5\r\nhello\r\n", second.len())
+    );
+    // Blocked on both, served by a push to the first.
+    let mut blocked = client(layout.addr(), false);
+    send(&mut blocked, &format!("BRPOP {second} {first} 0"));
+    assert_eq!(reply_within(&mut blocked, Duration::from_millis(300)), None);
+    line(&mut conn, &format!("LPUSH {first} later"));
+    assert_eq!(
+        reply_within(&mut blocked, Duration::from_secs(3)).expect("served"),
+        format!("*2\r\n${}\r\n{first}\r\n$5\r\nlater\r\n", first.len())
     );
 }
