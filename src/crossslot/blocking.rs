@@ -268,6 +268,11 @@ impl BlockingPop {
         if is_null(reply) {
             return None;
         }
+        // An error (the key changed type since the probe, a node's refusal) is the reply:
+        // taken for an empty key, it would have the client probe and pop again at once.
+        if matches!(reply.first(), Some(b'-' | b'!')) {
+            return Some(reply.clone());
+        }
         let key = &self.keys[n];
         match &self.pop {
             Pop::Multi(..) => Some(reply.clone()),
@@ -287,7 +292,6 @@ impl BlockingPop {
                 out.extend_from_slice(rest);
                 Some(out.freeze())
             }
-            // An error (the key changed type since the probe) is the reply.
             Pop::List(_) => Some(reply.clone()),
         }
     }

@@ -154,6 +154,8 @@ fn pops_are_replied_in_the_blocking_forms_shape() {
         Some(frame("*3\r\n$1\r\nz\r\n$1\r\nm\r\n,1.5\r\n"))
     );
     assert_eq!(pop.popped(1, &frame("*0\r\n")), None);
+    let refused = frame("-NOPERM this user has no permissions to run the 'zpopmin' command\r\n");
+    assert_eq!(pop.popped(1, &refused), Some(refused.clone()));
     let multi = frame("*2\r\n$1\r\nb\r\n*1\r\n$1\r\nx\r\n");
     assert_eq!(parsed("BLMPOP 0 2 a b LEFT").popped(1, &multi), Some(multi));
     assert_eq!(
