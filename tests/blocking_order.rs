@@ -2,14 +2,15 @@
 //! clients block on one list one after the other, a third pushes one element and then
 //! another; the client that blocked first gets the first element, the other the second.
 //! Run many times with a few milliseconds between the clients, so a blocking command that
-//! reaches its master later than a push sent after it shows up within the run.
+//! reaches its master later than a push sent after it shows up within the run. With
+//! backend credentials, the connections kept ready for that log in as the configured user.
 
 mod common;
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{shared_cluster, Proxy, Raw};
+use common::{query, shared_cluster, wait_until, Proxy, Raw};
 
 /// Rounds of the scenario per protocol: a reordering seen in a few percent of rounds
 /// shows within one run.
@@ -21,6 +22,9 @@ const SPACING: Duration = Duration::from_millis(3);
 fn proxy() -> Proxy {
     Proxy::start(&["--cluster", &shared_cluster().seeds_arg()])
 }
+
+/// The ACL user the proxy logs in as in the test with backend credentials.
+const BACKEND_USER: &str = "orderbot";
 
 /// Connects to the proxy, switching to RESP3 when `resp3`.
 fn client(proxy: &Proxy, resp3: bool) -> Raw {
@@ -43,9 +47,9 @@ fn popped(key: &str, element: &str) -> String {
 
 /// Runs the scenario [`ROUNDS`] times with `command` (`BLPOP` or `BRPOPLPUSH`) and
 /// returns the rounds in which the client that blocked second got the first element.
-fn reordered_rounds(proxy: &Proxy, command: &str, resp3: bool) -> Vec<usize> {
+fn reordered_rounds(proxy: &Proxy, command: &str, resp3: bool, rounds: usize) -> Vec<usize> {
     let mut reordered = Vec::new();
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         let key = format!("order:{command}:{resp3}:{round}:{{q}}");
         let target = format!("order:{command}:{resp3}:{round}:target:{{q}}");
         let (mut first, mut second, mut pusher) = (
@@ -84,7 +88,7 @@ fn the_client_that_blocked_first_is_served_first() {
     let proxy = proxy();
     let started = Instant::now();
     for (command, resp3) in [("BLPOP", false), ("BRPOPLPUSH", false), ("BLPOP", true)] {
-        let reordered = reordered_rounds(&proxy, command, resp3);
+        let reordered = reordered_rounds(&proxy, command, resp3, ROUNDS);
         assert!(
             reordered.is_empty(),
             "{command} (RESP3: {resp3}): the second client was served first in rounds \
@@ -92,4 +96,54 @@ fn the_client_that_blocked_first_is_served_first() {
         );
     }
     assert!(started.elapsed() < Duration::from_secs(60));
+}
+
+/// With backend credentials the connections kept ready log in as the configured user, in
+/// the client's protocol, as those opened on demand do.
+#[test]
+fn ready_connections_log_in_as_the_backend_user() {
+    let masters = shared_cluster().masters();
+    for master in &masters {
+        let _: String = query(
+            master,
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg(BACKEND_USER)
+                .arg("on")
+                .arg(">order-secret")
+                .arg("~*")
+                .arg("&*")
+                .arg("+@all"),
+        )
+        .unwrap();
+    }
+    let proxy = Proxy::start_with_env(
+        &["--cluster", &shared_cluster().seeds_arg()],
+        &[
+            ("REDIS_USERNAME", BACKEND_USER),
+            ("REDIS_PASSWORD", "order-secret"),
+        ],
+    );
+    for resp3 in [false, true] {
+        let reordered = reordered_rounds(&proxy, "BLPOP", resp3, 10);
+        assert!(reordered.is_empty(), "RESP3 {resp3}: {reordered:?}");
+    }
+    // A client blocked now waits on a connection of the backend user, in RESP3.
+    let key = "order:user:{q}";
+    let mut blocked = client(&proxy, true);
+    blocked.send(&["BLPOP", key, "0"]);
+    let master = shared_cluster().node_for_slot(shared_cluster().keyslot(key));
+    wait_until("the BLPOP on the master", Duration::from_secs(5), || {
+        let list: String = query(&master, redis::cmd("CLIENT").arg("LIST")).unwrap();
+        list.lines().any(|line| {
+            line.contains(" cmd=blpop ")
+                && line.contains(&format!(" user={BACKEND_USER} "))
+                && line.contains(" resp=3")
+        })
+    });
+    assert_eq!(client(&proxy, false).call(&["LPUSH", key, "v"]), ":1\r\n");
+    assert_eq!(
+        blocked.read_reply(),
+        format!("*2\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len())
+    );
 }
