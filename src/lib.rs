@@ -38,8 +38,8 @@
 //!   out. Holds the [`dispatch::Proxy`] snapshot, built for start-up and every reload.
 //! - [`upstream`]: the concrete layer between `dispatch` and `backend` (IO), with its own
 //!   [`upstream::Upstream`] (topology, retry limits): MOVED/ASK and retries, connections
-//!   pinned to one client (WATCH, MULTI blocks, blocking commands, scripts), transaction
-//!   blocks, the per-master batches of the session's direct requests, and subscription
+//!   pinned to one client (WATCH, MULTI blocks, blocking commands, scripts) and those kept
+//!   ready for blocking commands, transaction blocks, the per-master batches of the session's direct requests, and subscription
 //!   connections.
 //! - [`backend`]: the endpoint: one pipelined connection to a Redis node (IO).
 //! - [`topology`]: keeps the slot map fresh and owns the node connections (IO).
@@ -50,7 +50,7 @@
 //! - [`rewrite`]: the legacy -> cluster:v1 key layout rules, both directions. Pure.
 //! - [`reply`]: client-visible error texts and reply builders. Pure.
 //! - [`crossslot`]: the replies and writes of cross-slot commands computed from each key's value,
-//!   and the steps of cross-slot moves. Pure.
+//!   and the steps of cross-slot moves and multi-key blocking pops. Pure.
 //! - [`auth`], [`policy`]: who a client is and what it may run. Pure.
 //! - [`acl`]: ACL management of the proxy's users, as Redis manages its own.
 //! - [`server`]: the accept loop and shutdown (IO).

@@ -140,11 +140,13 @@ fn client_disconnect_releases_the_blocked_backend_connection() {
     );
 }
 
+/// A blocking command the proxy does not emulate across slots (multi-key pops it does, see
+/// `cross_slot_blocking.rs`).
 #[test]
 fn blocking_keys_in_different_slots_are_refused() {
     let mut stream = TcpStream::connect(proxy().addr()).unwrap();
     stream
-        .write_all(b"*4\r\n$5\r\nBLPOP\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\n1\r\n")
+        .write_all(&common::resp_lines(&["XREAD BLOCK 1000 STREAMS a b 0 0"]))
         .unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(3)))

@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use common::{Answer, FakeNode, Proxy, SlotOwner};
 
 fn get(proxy: &Proxy, key: &str) -> redis::RedisResult<String> {
@@ -57,8 +59,10 @@ fn redirect_loops_are_capped() {
 
 #[test]
 fn clusterdown_is_retried_until_it_clears() {
-    let node = FakeNode::cluster_alone(|request| {
-        if request.n <= 2 {
+    // GETs counted alone: the proxy also opens ready connections for blocking commands.
+    let gets = AtomicUsize::new(0);
+    let node = FakeNode::cluster_alone(move |request| {
+        if request.is("GET") && gets.fetch_add(1, Ordering::SeqCst) < 2 {
             Answer::text("-CLUSTERDOWN The cluster is down\r\n")
         } else {
             Answer::text("$5\r\nvalue\r\n")

@@ -18,6 +18,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -103,8 +104,10 @@ fn default_backoffs(n: u32) -> Duration {
 /// due before the periodic refresh (10 s) are the backoff sleeps.
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn tryagain_waits_the_doubling_capped_backoff_between_attempts() {
-    let node = FakeNode::cluster_alone(|request| {
-        if request.n <= 3 {
+    // GETs counted alone: the proxy also opens ready connections for blocking commands.
+    let gets = AtomicUsize::new(0);
+    let node = FakeNode::cluster_alone(move |request| {
+        if request.is("GET") && gets.fetch_add(1, Ordering::SeqCst) < 3 {
             Answer::text("-TRYAGAIN Multiple keys request during rehashing of slot\r\n")
         } else {
             Answer::text("$5\r\nvalue\r\n")
@@ -150,8 +153,9 @@ async fn tryagain_past_the_attempts_is_passed_on_after_every_backoff() {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn clusterdown_is_retried_after_the_backoff() {
-    let node = FakeNode::cluster_alone(|request| {
-        if request.n <= 2 {
+    let gets = AtomicUsize::new(0);
+    let node = FakeNode::cluster_alone(move |request| {
+        if request.is("GET") && gets.fetch_add(1, Ordering::SeqCst) < 2 {
             Answer::text("-CLUSTERDOWN The cluster is down\r\n")
         } else {
             Answer::text("$5\r\nvalue\r\n")

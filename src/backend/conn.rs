@@ -287,12 +287,33 @@ impl NodeConn {
     /// frame. With `asking`, `ASKING` is written right before it in the same write and its
     /// reply is consumed here. Error replies from the node are replies, not errors.
     pub async fn call(&self, request: Bytes, asking: bool) -> Result<Bytes, BackendError> {
+        self.call_written(request, asking, false).await
+    }
+
+    /// Like [`NodeConn::call`], but on an established connection the caller writes the
+    /// request itself, at once, rather than the writer task after it yields for others'
+    /// requests to join: for a connection of one client's own, whose blocking command must
+    /// reach the node before what other clients send after it.
+    pub async fn call_at_once(&self, request: Bytes, asking: bool) -> Result<Bytes, BackendError> {
+        self.call_written(request, asking, true).await
+    }
+
+    #[inline]
+    async fn call_written(
+        &self,
+        request: Bytes,
+        asking: bool,
+        at_once: bool,
+    ) -> Result<Bytes, BackendError> {
         let (reply, answer) = oneshot::channel();
-        self.enqueue(Outbound::Call {
-            request,
-            asking,
-            reply,
-        });
+        self.enqueue(
+            Outbound::Call {
+                request,
+                asking,
+                reply,
+            },
+            at_once,
+        );
         // Every path in the writer and reader answers explicitly; a dropped sender means
         // the connection went away with the request possibly written.
         answer.await.unwrap_or_else(|_| {
@@ -305,17 +326,18 @@ impl NodeConn {
 
     /// Queues a client's batch; its replies (or `NotSent`/`Lost`) reach the batch's sink.
     pub fn send_batch(&self, batch: Batch) {
-        self.enqueue(Outbound::Batch(batch));
+        self.enqueue(Outbound::Batch(batch), false);
     }
 
     /// Queues `item` for the writer, or writes the queue now once it is full
-    /// ([`FLUSH_BYTES`] or [`FLUSH_REQUESTS`]).
-    fn enqueue(&self, item: Outbound) {
+    /// ([`FLUSH_BYTES`] or [`FLUSH_REQUESTS`]) or when `at_once`.
+    #[inline]
+    fn enqueue(&self, item: Outbound, at_once: bool) {
         let shared = &*self.shared;
         let mut outbox = shared.channel.lock();
         let first = outbox.queued.is_empty();
         outbox.queue(item);
-        let wake = if outbox.is_full() && outbox.link.is_some() {
+        let wake = if (at_once || outbox.is_full()) && outbox.link.is_some() {
             // A blocked write or a lost connection is the writer's to finish.
             !matches!(
                 outbox.flush(&shared.addr, &shared.channel.connected),

@@ -184,6 +184,9 @@ pub enum CrossSlot {
     Move,
     /// MSETNX: all or nothing only on one node, so always refused with that reason.
     AllOrNothing,
+    /// Multi-key blocking pops: the first key in order with data popped, else a wait on
+    /// every key (`cross_slot.blocking`).
+    Blocking,
 }
 
 impl CrossSlot {
@@ -200,6 +203,9 @@ impl CrossSlot {
                 CrossSlot::Move
             }
             "msetnx" => CrossSlot::AllOrNothing,
+            "blpop" | "brpop" | "blmpop" | "bzpopmin" | "bzpopmax" | "bzmpop" => {
+                CrossSlot::Blocking
+            }
             _ => return None,
         })
     }
@@ -626,7 +632,10 @@ mod tests {
             ("rpoplpush", Some(CrossSlot::Move)),
             ("brpoplpush", Some(CrossSlot::Move)),
             ("msetnx", Some(CrossSlot::AllOrNothing)),
-            ("blpop", None),
+            ("blpop", Some(CrossSlot::Blocking)),
+            ("bzmpop", Some(CrossSlot::Blocking)),
+            ("blmove", Some(CrossSlot::Move)),
+            ("xread", None),
             ("get", None),
         ] {
             assert_eq!(table.get(name).expect(name).cross_slot, class, "{name}");

@@ -1,5 +1,5 @@
 //! `cross_slot`: whether the proxy computes cross-slot reads and stores, and carries out
-//! moves, itself (see `crossslot`) or refuses them with `-CROSSSLOT` as Redis Cluster
+//! moves and multi-key blocking pops, itself (see `crossslot`) or refuses them with `-CROSSSLOT` as Redis Cluster
 //! does, and the sizes it computes in memory at most.
 
 use serde::Deserialize;
@@ -26,6 +26,12 @@ pub struct CrossSlotConfig {
     /// RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, BLMOVE, BRPOPLPUSH: copied, then removed
     /// from the source.
     pub moves: Emulation,
+    /// BLPOP, BRPOP, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP: the first key in order with data
+    /// popped, else a wait that takes nothing on every key (see `crossslot::blocking`).
+    /// Emulated by default, as the other classes: an app written for one Redis waits on
+    /// its queues instead of getting an error it cannot handle; what it costs is a
+    /// connection per key while the client waits, and a poll for sorted sets.
+    pub blocking: Emulation,
     /// Members read over all the keys of one set or sorted-set command.
     pub max_members: u64,
     /// Bytes read over all the keys of one LCS, BITOP, PFCOUNT or PFMERGE, and the
@@ -42,6 +48,7 @@ impl Default for CrossSlotConfig {
             reads: Emulation::Emulate,
             stores: Emulation::Emulate,
             moves: Emulation::Emulate,
+            blocking: Emulation::Emulate,
             max_members: limits.max_members,
             max_bytes: limits.max_bytes,
             max_lcs_cells: limits.max_lcs_cells,
@@ -71,6 +78,7 @@ mod tests {
         assert_eq!(config.reads, Emulation::Emulate);
         assert_eq!(config.stores, Emulation::Emulate);
         assert_eq!(config.moves, Emulation::Emulate);
+        assert_eq!(config.blocking, Emulation::Emulate);
         assert_eq!(config.limits(), crate::crossslot::Limits::default());
     }
 
@@ -84,6 +92,9 @@ mod tests {
         let config = Config::from_yaml("cross_slot: {moves: refuse}\n").unwrap();
         assert_eq!(config.cross_slot.moves, Emulation::Refuse);
         assert_eq!(config.cross_slot.reads, Emulation::Emulate);
-        assert!(Config::from_yaml("cross_slot: {blocking: emulate}\n").is_err());
+        let config = Config::from_yaml("cross_slot: {blocking: refuse}\n").unwrap();
+        assert_eq!(config.cross_slot.blocking, Emulation::Refuse);
+        assert_eq!(config.cross_slot.moves, Emulation::Emulate);
+        assert!(Config::from_yaml("cross_slot: {waits: emulate}\n").is_err());
     }
 }

@@ -23,6 +23,8 @@
 //!
 //! Moves (RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, COPY) compute nothing: [`moves`] is
 //! the order of their steps over the two masters and the reply each step leads to.
+//! Multi-key blocking pops (BLPOP, BZPOPMIN, BLMPOP...) neither: [`blocking`] says how
+//! they probe, pop and wait.
 //!
 //! Limits: [`Limits`] bounds what is computed in memory; above it the reply is an error
 //! naming the limit and nothing is written. The planner should also bound what it reads
@@ -37,6 +39,7 @@
 //! which reads back to the same double, so the stored sorted set equals Redis's own.
 
 mod bitop;
+pub mod blocking;
 mod hll;
 mod lcs;
 pub mod moves;

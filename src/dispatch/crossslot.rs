@@ -4,7 +4,7 @@
 //! dedicated connection to the destination's master, as transactions are, so no other
 //! client's command lands inside the block. The client's reply goes out only once EXEC
 //! has applied the writes. Moves (RENAME, SMOVE, LMOVE... and COPY) run step by step in
-//! `moves`.
+//! `moves`; multi-key blocking pops probe, pop and wait in `blocking`.
 //!
 //! Guarantee: the keys together are not one snapshot (like a split MGET); a destination is
 //! replaced whole or not at all; a move copies before it removes, so a failure between
@@ -24,6 +24,7 @@ use crate::route::{key_slot, tag_in_slot};
 
 use super::{cross_slot_error, key_target, Plan, Proxy, Target};
 
+mod blocking;
 mod moves;
 
 /// A cross-slot command the proxy carries out itself.
@@ -35,6 +36,9 @@ pub(super) enum CrossSlotRun {
     /// The source's master computes the result, the destination's stores it (see
     /// `crossslot::SourceStore`).
     SourceStore(crossslot::SourceStore),
+    /// Pop the first key in order with data, else wait on them all (see
+    /// `crossslot::blocking`).
+    BlockingPop(crossslot::blocking::BlockingPop),
 }
 
 impl CrossSlotRun {
@@ -50,6 +54,10 @@ impl CrossSlotRun {
             }
             CrossSlotRun::SourceStore(_) => {
                 "computed on the source's master, the destination written as one MULTI/EXEC"
+            }
+            CrossSlotRun::BlockingPop(_) => {
+                "every key probed on its master, the first with data popped, else a wait \
+                 that takes nothing on every key (sorted sets polled)"
             }
         }
     }
@@ -78,6 +86,7 @@ impl Proxy {
             Some(CrossSlot::Read) => ("cross_slot.reads", settings.reads),
             Some(CrossSlot::Store) => ("cross_slot.stores", settings.stores),
             Some(CrossSlot::Move) => ("cross_slot.moves", settings.moves),
+            Some(CrossSlot::Blocking) => ("cross_slot.blocking", settings.blocking),
             Some(CrossSlot::AllOrNothing) => {
                 return Plan::Answer(reply::error(reply::crossslot::MSETNX_ACROSS_SLOTS))
             }
@@ -88,12 +97,14 @@ impl Proxy {
         }
         let mut keys = KeyList::new();
         spec.keys(args, &mut keys);
-        let run = match crossslot::moves::parse_move(args) {
-            Some(parsed) => parsed.map(CrossSlotRun::Move),
-            None => match crossslot::parse_source_store(args, &keys) {
-                Some(store) => Ok(CrossSlotRun::SourceStore(store)),
-                None => crossslot::parse(args).map(CrossSlotRun::Compute),
-            },
+        let run = if let Some(parsed) = crossslot::moves::parse_move(args) {
+            parsed.map(CrossSlotRun::Move)
+        } else if let Some(parsed) = crossslot::blocking::parse_blocking_pop(args) {
+            parsed.map(CrossSlotRun::BlockingPop)
+        } else if let Some(store) = crossslot::parse_source_store(args, &keys) {
+            Ok(CrossSlotRun::SourceStore(store))
+        } else {
+            crossslot::parse(args).map(CrossSlotRun::Compute)
         };
         match run {
             Ok(run) => Plan::CrossSlot(Box::new(run)),
@@ -107,6 +118,7 @@ impl Proxy {
             CrossSlotRun::Compute(request) => self.cross_slot_compute(request, proto).await,
             CrossSlotRun::Move(request) => self.cross_slot_move(request, proto).await,
             CrossSlotRun::SourceStore(store) => self.cross_slot_source_store(store, proto).await,
+            CrossSlotRun::BlockingPop(pop) => self.cross_slot_blocking_pop(pop, proto).await,
         }
     }
 

@@ -44,7 +44,7 @@ pub fn too_large(command: &str, what: &str, size: u64, limit: u64) -> String {
 }
 
 /// Redis Cluster's `-CROSSSLOT` for a command the proxy could compute across slots but whose
-/// class `setting` (`cross_slot.reads`, `cross_slot.stores` or `cross_slot.moves`) is set
+/// class `setting` (`cross_slot.reads`, `.stores`, `.moves` or `.blocking`) is set
 /// to `refuse`.
 pub fn emulation_off(setting: &str) -> String {
     format!("CROSSSLOT Keys in request don't hash to the same slot (emulation off: {setting})")
@@ -63,5 +63,8 @@ pub const COPY_OTHER_DB: &str = "ERR Copying to another database is not allowed 
 /// MSETNX whose keys span slots: refused whatever the settings (see the README).
 pub const MSETNX_ACROSS_SLOTS: &str = "CROSSSLOT Keys in request don't hash to the same slot \
      (MSETNX is all or nothing only on one node: use keys with a common hash tag)";
+/// A node answered a blocking pop's length probe with something other than a number.
+pub const UNEXPECTED_PROBE: &str =
+    "ERR proxy: unexpected reply to a cross-slot blocking pop's probe";
 /// A node answered a step of a cross-slot move with something the proxy did not ask for.
 pub const MOVE_UNEXPECTED: &str = "ERR proxy: unexpected reply during a cross-slot move";

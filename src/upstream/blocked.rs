@@ -1,7 +1,10 @@
 //! Where a client's blocking command waits: the session's [`BlockedOn`], set while a
 //! blocking command runs on its dedicated connection, so CLIENT UNBLOCK and CLIENT LIST
-//! of other clients can find it.
+//! of other clients can find it; and whether a CLIENT UNBLOCK was sent for it, for a
+//! command the proxy carries out as several waits (a cross-slot blocking pop), where the
+//! null a wait answers may be its own timeout or the unblock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::backend::NodeConn;
@@ -9,7 +12,11 @@ use crate::backend::NodeConn;
 /// Where a client's blocking command waits now: its dedicated connection to the node, so
 /// CLIENT UNBLOCK from another client can reach it (and CLIENT LIST show it blocked).
 #[derive(Debug, Default)]
-pub struct BlockedOn(Mutex<Option<NodeConn>>);
+pub struct BlockedOn {
+    conn: Mutex<Option<NodeConn>>,
+    /// A CLIENT UNBLOCK was sent to the node for the command running now.
+    unblocking: AtomicBool,
+}
 
 impl BlockedOn {
     /// The connection of the blocking command running now, if any.
@@ -17,9 +24,23 @@ impl BlockedOn {
         self.lock().clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<NodeConn>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Notes that a CLIENT UNBLOCK goes to the node for the command running now (`true`),
+    /// or that the node found nothing to unblock (`false`).
+    pub fn note_unblock(&self, sent: bool) {
+        self.unblocking.store(sent, Ordering::SeqCst);
     }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<NodeConn>> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Whether a CLIENT UNBLOCK was sent for the running session's blocking command since the
+/// last call (which clears it); `false` outside a session.
+pub fn take_unblock() -> bool {
+    BLOCKED_ON
+        .try_with(|blocked| blocked.unblocking.swap(false, Ordering::SeqCst))
+        .unwrap_or(false)
 }
 
 tokio::task_local! {

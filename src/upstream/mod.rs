@@ -12,6 +12,8 @@
 //!   master, their replies delivered by sequence number.
 //! - [`subscription`]: a client's subscription connections, which read what nodes push;
 //!   [`pushes`] reads those frames.
+//! - [`warm`]: connections kept ready for blocking commands, so one is written as soon as
+//!   it is read, before what other clients send after it.
 //!
 //! [`Upstream`] is what every request of this layer runs with: the topology and the
 //! retry settings, built once per snapshot. The layer knows nothing of the dispatcher
@@ -29,13 +31,15 @@ pub mod forward;
 pub mod pinned;
 pub mod pushes;
 pub mod subscription;
+pub mod warm;
 
 use std::sync::Arc;
 
 use crate::config::RetryConfig;
 use crate::topology::Topology;
+use warm::WarmConns;
 
-pub use blocked::{BlockedOn, BLOCKED_ON};
+pub use blocked::{take_unblock, BlockedOn, BLOCKED_ON};
 pub use forward::{is_final, Target, PARTS_INLINE};
 pub use pinned::{watch_failed, WatchPin};
 
@@ -46,11 +50,18 @@ pub struct Upstream {
     pub topology: Arc<Topology>,
     /// How many retries and redirects one request may spend, and the backoff between.
     retry: RetryConfig,
+    /// Connections ready for blocking commands.
+    warm: Arc<WarmConns>,
 }
 
 impl Upstream {
     /// The upstream over `topology`, retrying as `retry` says.
     pub fn new(topology: Arc<Topology>, retry: RetryConfig) -> Upstream {
-        Upstream { topology, retry }
+        let warm = WarmConns::new(topology.clone());
+        Upstream {
+            topology,
+            retry,
+            warm,
+        }
     }
 }

@@ -229,11 +229,20 @@ impl Upstream {
         }
     }
 
-    /// Runs a blocking command on a dedicated connection to the master of `target`,
-    /// following MOVED/ASK on new dedicated connections. Dropping the future (the client
+    /// Runs a blocking command on a dedicated connection to the master of `target`, a
+    /// ready one when there is one (see [`super::warm`]), following MOVED/ASK on further
+    /// dedicated connections. Dropping the future (the client
     /// went away) drops the connection, which ends the command on the server too.
     pub async fn run_blocking(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
         let _blocked = crate::metrics::BlockedClient::enter();
+        self.run_alone(target, request, proto, Alone::Blocking)
+            .await
+    }
+
+    /// Runs one of several waits of a client's blocking command on a connection of its
+    /// own, as [`Upstream::run_blocking`] runs a whole command; the caller counts the client
+    /// as blocked once, for all its waits.
+    pub async fn run_blocking_part(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
         self.run_alone(target, request, proto, Alone::Blocking)
             .await
     }
@@ -265,11 +274,16 @@ impl Upstream {
                 },
             };
             let mut lease = match alone {
-                Alone::Blocking => Lease::Own(self.topology.dedicated(&node, proto)),
+                Alone::Blocking => Lease::Own(self.warm.take(&node, proto)),
                 Alone::Script => Lease::Pooled(self.topology.script_conn(&node, proto)),
             };
             let _shown = (alone == Alone::Blocking).then(|| ShownBlocked::record(lease.conn()));
-            let frame = match lease.conn().call(request.clone(), asking).await {
+            let call = match alone {
+                // Written before what other clients send after it (see `super::warm`).
+                Alone::Blocking => lease.conn().call_at_once(request.clone(), asking).await,
+                Alone::Script => lease.conn().call(request.clone(), asking).await,
+            };
+            let frame = match call {
                 Ok(frame) => {
                     lease.answered();
                     frame
@@ -325,7 +339,7 @@ impl Upstream {
 /// What runs on a connection of its own in [`Upstream::run_alone`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Alone {
-    /// A blocking command: a new connection, shown in the session's [`BlockedOn`].
+    /// A blocking command: a connection of its own, shown in the session's [`BlockedOn`].
     Blocking,
     /// A client's script: a connection of the script pool.
     Script,

@@ -193,10 +193,13 @@ fn unblock(registry: &Registry, proxy: &Arc<Proxy>, args: &[Bytes]) -> Option<An
             };
             let request =
                 encode::encode_request(&[b"CLIENT", b"UNBLOCK", node_id.as_bytes(), mode]);
+            // A wait of the proxy's own ends with the same null on its timeout.
+            blocked.note_unblock(true);
             let answer = proxy.call_node(&node, request, Proto::Resp2).await;
             if &answer[..] != b":0\r\n" {
                 return answer;
             }
+            blocked.note_unblock(false);
         }
         encode::integer_frame(0)
     };

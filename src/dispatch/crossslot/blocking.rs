@@ -1,0 +1,114 @@
+//! Multi-key blocking pops across slots carried out (see `crate::crossslot::blocking` for
+//! the design and its guarantee): probes through the forward path, the pop of the key
+//! that decides through it too, and the waits on connections of the client's own (as any
+//! blocking command's), so a blocked client never holds a shared connection. The waits of
+//! one round end together: the first to answer drops the others, which closes their
+//! connections and ends their commands on the nodes; a client that goes away drops them
+//! all the same way. `CLIENT UNBLOCK` reaches the wait the session shows as blocked, and
+//! notes that it did (`upstream::take_unblock`): a poll's wait answers the same null at
+//! the end of its interval.
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::future::select_all;
+
+use crate::crossslot::blocking::{
+    timed_out, BlockingPop, Holds, Probed, Waited, POLL_MAX, POLL_MIN,
+};
+use crate::dispatch::{Proxy, Target};
+use crate::protocol::Proto;
+use crate::route::key_slot;
+
+/// The most keys of one list pop waited on at once, one connection each; a pop over more
+/// keys polls as a sorted-set pop does, so one client cannot open connections without
+/// bound.
+const MAX_LIST_WAITS: usize = 16;
+
+impl Proxy {
+    /// Pops as `pop` says, waiting as long as its timeout allows, and returns the reply.
+    pub(super) async fn cross_slot_blocking_pop(&self, pop: &BlockingPop, proto: Proto) -> Bytes {
+        let _blocked = crate::metrics::BlockedClient::enter();
+        // An unblock meant for an earlier command of the client's.
+        crate::upstream::take_unblock();
+        // A timeout past what the clock holds is as good as none.
+        let deadline = pop
+            .timeout
+            .and_then(|timeout| Instant::now().checked_add(timeout));
+        let polls = pop.holds == Holds::SortedSet || pop.keys.len() > MAX_LIST_WAITS;
+        let mut interval = POLL_MIN;
+        loop {
+            if let Some(reply) = self.blocking_pop_round(pop, proto).await {
+                return reply;
+            }
+            let left = match deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left < Duration::from_millis(1) {
+                        return timed_out(proto);
+                    }
+                    Some(left)
+                }
+                None => None,
+            };
+            let waited = if polls {
+                let span = left.map_or(interval, |left| left.min(interval));
+                interval = (interval * 2).min(POLL_MAX);
+                self.wait_on(&pop.keys[..1], Some(span), true, proto).await
+            } else {
+                self.wait_on(&pop.keys, left, false, proto).await
+            };
+            if let Waited::Reply(reply) = waited {
+                return reply;
+            }
+        }
+    }
+
+    /// One probe of every key and, when one has data, its pop: the client's reply, or
+    /// `None` when every key was empty (or emptied by another client since the probe).
+    async fn blocking_pop_round(&self, pop: &BlockingPop, proto: Proto) -> Option<Bytes> {
+        let slots: Vec<u16> = pop.keys.iter().map(|key| key_slot(key)).collect();
+        let probes: Vec<Bytes> = pop.keys.iter().map(|key| pop.probe(key)).collect();
+        let size_hint = probes.iter().map(Bytes::len).sum();
+        let replies = self
+            .upstream
+            .forward_each(
+                &slots,
+                |i, out: &mut BytesMut| out.extend_from_slice(&probes[i]),
+                size_hint,
+                Proto::Resp2,
+            )
+            .await;
+        match pop.probed(&replies) {
+            Probed::Reply(reply) => Some(reply),
+            Probed::Empty => None,
+            Probed::Ready(n) => {
+                let target = Target::Slot(slots[n]);
+                let reply = self.upstream.forward(target, pop.pop(n), proto).await;
+                pop.popped(n, &reply)
+            }
+        }
+    }
+
+    /// Waits on every key of `keys` at once for at most `span` (`None`: no end), each on
+    /// a connection of its own, until the first answers; what that answer means.
+    async fn wait_on(
+        &self,
+        keys: &[Bytes],
+        span: Option<Duration>,
+        poll: bool,
+        proto: Proto,
+    ) -> Waited {
+        let seconds = span.map(|span| span.as_secs_f64());
+        let waits = keys.iter().map(|key| {
+            let target = Target::Slot(key_slot(key));
+            let request = BlockingPop::wait(key, seconds);
+            Box::pin(
+                self.upstream
+                    .run_blocking_part(target, request, Proto::Resp2),
+            )
+        });
+        let (reply, _, _) = select_all(waits).await;
+        BlockingPop::waited(&reply, crate::upstream::take_unblock(), poll, proto)
+    }
+}
