@@ -61,8 +61,10 @@ pub enum Route {
     /// Straight to a master, in the client's batch for it; with the frame to send when
     /// the layout renamed its keys (else the request's own).
     Direct(Direct, Option<Bytes>),
-    /// As a future ([`Proxy::execute_indexed`]), with the command's table index if known.
-    Planned(Option<usize>),
+    /// As a future ([`Proxy::execute_indexed`]), with the command's table index if known,
+    /// and the request's layout stage and plan when this routing made them already (a
+    /// batchable command whose plan turned out not to be one frame to one master).
+    Planned(Option<usize>, Option<Box<Staged>>),
 }
 
 /// Per command-table index: whether the planner may forward a single-slot request of that
@@ -113,9 +115,12 @@ impl Proxy {
         user: Option<&crate::auth::User>,
         routing: &Routing,
     ) -> Route {
-        match command.and_then(|command| self.direct(command, request, proto, user, routing)) {
-            Some((direct, frame)) => Route::Direct(direct, frame),
-            None => Route::Planned(command),
+        let Some(index) = command else {
+            return Route::Planned(None, None);
+        };
+        match self.direct(index, request, proto, user, routing) {
+            Ok((direct, frame)) => Route::Direct(direct, frame),
+            Err(staged) => Route::Planned(command, staged),
         }
     }
 
@@ -126,40 +131,29 @@ impl Proxy {
         proto: Proto,
         user: Option<&crate::auth::User>,
         routing: &Routing,
-    ) -> Option<(Direct, Option<Bytes>)> {
+    ) -> Result<(Direct, Option<Bytes>), Option<Box<Staged>>> {
         let args = &request.args;
         let batchable = self.forwardable.get(command);
         if batchable == Batchable::No {
-            return None;
+            return Err(None);
         }
-        let spec = self.commands.spec(command)?;
+        let Some(spec) = self.commands.spec(command) else {
+            return Err(None);
+        };
         // The policy's refusals are not forwardable (see `Forwardable::of`).
         if !spec.arity_ok(args.len()) || Self::user_refusal(spec, request, user).is_some() {
-            return None;
+            return Err(None);
         }
         // The one plan, with the layout stage before it when a layout concerns the request.
-        let Staged { plan, layout } = self.stage_and_plan_known(spec, request);
-        let shown_as_sent = layout
-            .as_ref()
-            .is_none_or(|staging| staging.reply == ReplyNames::Unchanged);
-        if !shown_as_sent {
-            return None;
-        }
-        let renamed = layout.as_ref().and_then(|staging| staging.renamed.as_ref());
-        let (slot, kind, frame) = match plan {
-            Plan::Forward(Target::Slot(slot)) => (
-                slot,
-                DirectKind::Plain,
-                renamed.map(|request| request.raw.clone()),
-            ),
-            Plan::Upkeep(upkeep) => {
-                let args = &renamed.unwrap_or(request).args;
-                let (slot, frame) = upkeep.batched(args, proto)?;
-                (slot, DirectKind::Upkeep, Some(frame))
-            }
-            _ => return None,
+        let staged = self.stage_and_plan_known(spec, request);
+        let Some((slot, kind, frame)) = one_frame(&staged, request, proto) else {
+            return Err(Some(Box::new(staged)));
         };
-        let conn = routing.master_for_slot(slot)?.get(proto).clone();
+        let Some(master) = routing.master_for_slot(slot) else {
+            return Err(Some(Box::new(staged)));
+        };
+        let conn = master.get(proto).clone();
+        let layout = staged.layout;
         // Counted once it is sure to leave this way: without a master for its slot it
         // takes the planned path, which counts it.
         if let Some(staging) = &layout {
@@ -175,7 +169,7 @@ impl Proxy {
             kind,
             conn,
         };
-        Some((direct, frame))
+        Ok((direct, frame))
     }
 
     /// Finishes a [`Direct`] request whose first answer was not final (a redirect, a
@@ -208,6 +202,34 @@ impl Proxy {
         self.command_metrics
             .record(Some(direct.command), &reply, started);
         reply
+    }
+}
+
+/// The slot, kind and frame (`None`: the request's own) of a staged request that leaves
+/// as one frame to one master; `None` when its plan is anything else, or its reply is not
+/// shown as the node sends it.
+fn one_frame(
+    staged: &Staged,
+    request: &Request,
+    proto: Proto,
+) -> Option<(u16, DirectKind, Option<Bytes>)> {
+    let layout = staged.layout.as_ref();
+    if layout.is_some_and(|staging| staging.reply != ReplyNames::Unchanged) {
+        return None;
+    }
+    let renamed = layout.and_then(|staging| staging.renamed.as_ref());
+    match &staged.plan {
+        Plan::Forward(Target::Slot(slot)) => Some((
+            *slot,
+            DirectKind::Plain,
+            renamed.map(|request| request.raw.clone()),
+        )),
+        Plan::Upkeep(upkeep) => {
+            let args = &renamed.unwrap_or(request).args;
+            let (slot, frame) = upkeep.batched(args, proto)?;
+            Some((slot, DirectKind::Upkeep, Some(frame)))
+        }
+        _ => None,
     }
 }
 

@@ -97,8 +97,9 @@ fn slot_number(arg: &[u8]) -> Option<u16> {
         .filter(|&slot| usize::from(slot) < SLOT_COUNT)
 }
 
-/// A request after the layout stage and the plan.
-struct Staged {
+/// A request after the layout stage and the plan (opaque outside `dispatch`: the routing
+/// hands it back to [`Proxy::execute_indexed`] so a request is staged once).
+pub struct Staged {
     plan: Plan,
     /// The layout's part: `None` when no layout is loaded or it leaves the request alone.
     layout: Option<Staging>,
@@ -170,7 +171,7 @@ impl Proxy {
         user: Option<&crate::auth::User>,
     ) -> impl std::future::Future<Output = Bytes> + Send + 'static {
         let command = self.commands.lookup_index(&request.args);
-        self.execute_indexed(command, request, proto, user)
+        self.execute_indexed(command, request, proto, user, None)
     }
 
     /// Like [`Proxy::execute_as`] for a request whose command-table index is known: one name
@@ -181,6 +182,7 @@ impl Proxy {
         request: Request,
         proto: Proto,
         user: Option<&crate::auth::User>,
+        staged: Option<Box<Staged>>,
     ) -> impl std::future::Future<Output = Bytes> + Send + 'static {
         let refused = self.admit_spec(command.and_then(|i| self.commands.spec(i)), &request, user);
         async move {
@@ -189,7 +191,7 @@ impl Proxy {
             let spec = command.and_then(|i| this.commands.spec(i));
             let reply = match refused {
                 Some(refusal) => refusal,
-                None => self.execute_spec(spec, request, proto).await,
+                None => self.execute_spec(spec, request, proto, staged).await,
             };
             this.command_metrics.record(command, &reply, started);
             reply
@@ -250,7 +252,7 @@ impl Proxy {
     }
 
     /// The future that runs one request of `spec` (`None`: not a known command): the
-    /// layout stage and the plan are made now; the run, and the reply shown as the layout
+    /// layout stage and the plan are made now, or were by the routing (`staged`); the run, and the reply shown as the layout
     /// stage says. The layout's part runs boxed: every command's future is moved into the
     /// session's reply queue, and most commands have no layout part to carry.
     fn execute_spec(
@@ -258,8 +260,12 @@ impl Proxy {
         spec: Option<&CommandSpec>,
         request: Request,
         proto: Proto,
+        staged: Option<Box<Staged>>,
     ) -> Either<impl Future<Output = Bytes> + Send, BoxFuture<'static, Bytes>> {
-        let Staged { plan, layout } = self.stage_and_plan(spec, &request);
+        let Staged { plan, layout } = match staged {
+            Some(staged) => *staged,
+            None => self.stage_and_plan(spec, &request),
+        };
         let Some(staging) = layout else {
             return Either::Left(self.run(plan, request, proto));
         };

@@ -373,14 +373,15 @@ impl Session<'_> {
                     .push_direct(proxy.clone(), direct, frame, proto, started);
                 None
             }
-            Route::Planned(command) => {
+            Route::Planned(command, staged) => {
                 if let Some(command) = command {
                     self.client.guard.ran(command);
                 }
                 tx.transaction.note_write(proxy, command, &request.args);
-                let run = proxy
-                    .clone()
-                    .execute_indexed(command, spent(request), proto, user);
+                let run =
+                    proxy
+                        .clone()
+                        .execute_indexed(command, spent(request), proto, user, staged);
                 // Only a command that runs alone may block (see `runs_alone`).
                 Some(if alone {
                     Box::pin(BLOCKED_ON.scope(self.client.blocked.clone(), run))
