@@ -46,6 +46,15 @@ const CHECKED_NAMES: &[&str] = &[
     "evalsha_ro",
     "fcall",
     "fcall_ro",
+    // The database stage (`dispatch::database`) of a client in database 0.
+    "keys",
+    "scan",
+    "randomkey",
+    "dbsize",
+    "flushdb",
+    "move",
+    "copy",
+    "swapdb",
 ];
 
 /// The commands of `table` none of the session's own checks concern (see
@@ -88,8 +97,6 @@ mod tests {
             "xrange",
             "publish",
             "info",
-            "keys",
-            "scan",
             "object encoding",
             "script load",
             "flushall",
@@ -99,6 +106,9 @@ mod tests {
         // Those `local::answer`, `Transaction::handle`, `PubSub::intercept` and `runs_alone`
         // act on, in any case, subcommands with their container.
         for command in [
+            "keys",
+            "scan",
+            "dbsize",
             "PING",
             "echo",
             "quit",
