@@ -506,3 +506,20 @@ fn redis_py_with_db_5_works_in_database_5() {
         Some("five")
     );
 }
+
+/// A key layout's rules name database 0's keys: SELECT n > 0 is refused under one.
+#[test]
+fn select_of_another_database_is_refused_under_a_key_layout() {
+    let proxy = Proxy::start_with_layout(
+        &shared_cluster().seeds_arg(),
+        "config/botmesh-cluster-v1.yaml",
+        "mybot",
+    );
+    let mut con = proxy.connect();
+    let error = redis::cmd("SELECT")
+        .arg(1)
+        .query::<()>(&mut con)
+        .unwrap_err();
+    assert!(error.to_string().contains("key layout"), "{error}");
+    let _: () = redis::cmd("SELECT").arg(0).query(&mut con).unwrap();
+}

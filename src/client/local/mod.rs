@@ -244,7 +244,7 @@ fn select(state: &mut ConnState, registry: &Registry, proxy: &Proxy, index: &[u8
     else {
         return reply::error(reply::text::SELECT_RANGE);
     };
-    if db != 0 && proxy.layout.is_some() {
+    if db != 0 && !proxy.has_other_databases() {
         return reply::error(reply::database::SELECT_UNDER_LAYOUT);
     }
     state.db = db;

@@ -120,7 +120,7 @@ impl Session<'_> {
         let mut in_db = match self.ident.state.db {
             0 if !checked
                 || !database::concerns_database_zero(name.as_bytes())
-                || self.ident.snapshot.config.databases == 1 =>
+                || !self.ident.snapshot.has_other_databases() =>
             {
                 InDatabase::default()
             }

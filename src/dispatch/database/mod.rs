@@ -74,6 +74,13 @@ pub fn concerns_database_zero(name: &[u8]) -> bool {
 }
 
 impl Proxy {
+    /// Whether clients may select a database other than 0: `databases` above 1 and no key
+    /// layout (whose rules name database 0's keys). Without, database 0's requests never
+    /// meet the database stage and its listings are the cluster's, as before `SELECT n`.
+    pub fn has_other_databases(&self) -> bool {
+        self.config.databases > 1 && self.layout.is_none()
+    }
+
     /// The database stage of `request` (a `spec` command, `None` when unknown) sent by a
     /// client in database `db`, inside MULTI or not. Pure: builds the renamed request, or
     /// says which emulation answers it. Inside MULTI the emulated commands pass unchanged
@@ -92,10 +99,14 @@ impl Proxy {
         let args = &request.args;
         let databases = self.config.databases;
         let emulated = match spec.name.as_str() {
+            // Another valid database: refused at once. The same one, or a bad index,
+            // is queued and answered at EXEC as Redis answers it.
             "select" if in_multi => {
                 return match parse_i64(&args[1]) {
-                    Some(n) if n == i64::from(db) => DbStage::Unchanged,
-                    _ => DbStage::Answer(reply::error(reply::database::SELECT_IN_MULTI)),
+                    Some(n) if n != i64::from(db) && (0..i64::from(databases)).contains(&n) => {
+                        DbStage::Answer(reply::error(reply::database::SELECT_IN_MULTI))
+                    }
+                    _ => DbStage::Unchanged,
                 }
             }
             "select" => return DbStage::Unchanged,
