@@ -114,10 +114,42 @@ fn a_database_sees_only_its_own_keys_and_stores_them_under_its_prefix() {
         Some("zero"),
         "database 0's names are the cluster's"
     );
-    // SELECT on an open connection switches its keys.
+    // SELECT on an open connection switches its keys, and CLIENT LIST shows it.
     let _: () = redis::cmd("SELECT").arg(3).query(&mut db0).unwrap();
     let seen: String = redis::cmd("GET").arg("iso:k").query(&mut db0).unwrap();
     assert_eq!(seen, "three");
+    let me: String = redis::cmd("CLIENT").arg("INFO").query(&mut db0).unwrap();
+    assert!(me.contains(" db=3 "), "{me}");
+    // SORT's BY and GET patterns read the database's keys.
+    for (key, value) in [
+        ("{s}w_1", "2"),
+        ("{s}w_2", "1"),
+        ("{s}o_1", "one"),
+        ("{s}o_2", "two"),
+    ] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query(&mut db3)
+            .unwrap();
+    }
+    let _: () = redis::cmd("RPUSH")
+        .arg("{s}l")
+        .arg(1)
+        .arg(2)
+        .query(&mut db3)
+        .unwrap();
+    let sorted: Vec<String> = redis::cmd("SORT")
+        .arg("{s}l")
+        .arg("BY")
+        .arg("{s}w_*")
+        .arg("GET")
+        .arg("{s}o_*")
+        .arg("GET")
+        .arg("#")
+        .query(&mut db3)
+        .unwrap();
+    assert_eq!(sorted, ["two", "2", "one", "1"]);
 }
 
 #[test]
