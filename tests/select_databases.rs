@@ -258,6 +258,10 @@ fn database_zero_lists_counts_and_flushes_its_own_keys_only() {
             .query(&mut db2)
             .unwrap();
     }
+    let _: () = redis::cmd("EXPIRE").arg("t:0").arg(1000).query(&mut db2).unwrap();
+    let info: String = redis::cmd("INFO").arg("keyspace").query(&mut db0).unwrap();
+    assert!(info.contains("db0:keys=30,expires=0,"), "{info}");
+    assert!(info.contains("db2:keys=20,expires=1,avg_ttl="), "{info}");
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut db0).unwrap();
     assert_eq!(sorted(keys), zero);
     assert_eq!(scan_all(&mut db0, None), zero);

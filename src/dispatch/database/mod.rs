@@ -22,6 +22,7 @@
 //! Under a key layout, SELECT n > 0 is refused (see `client::local`): the layout's rules
 //! name database 0's keys.
 
+mod keyspace;
 mod run;
 
 use bytes::Bytes;
@@ -56,8 +57,8 @@ pub enum DbStage {
 }
 
 /// Whether a client in database 0 sends this command (a lower-case name) through the
-/// database stage: the commands that list, count, empty or move across databases, and
-/// SELECT (refused inside MULTI).
+/// database stage: the commands that list, count, empty or move across databases, INFO
+/// (`INFO keyspace`) and SELECT (refused inside MULTI).
 pub fn concerns_database_zero(name: &[u8]) -> bool {
     matches!(
         name,
@@ -70,6 +71,7 @@ pub fn concerns_database_zero(name: &[u8]) -> bool {
             | b"copy"
             | b"swapdb"
             | b"select"
+            | b"info"
     )
 }
 
@@ -118,6 +120,7 @@ impl Proxy {
             "flushdb" => Some(DbCommand::FlushDb),
             "move" => Some(DbCommand::Move),
             "swapdb" => Some(DbCommand::SwapDb),
+            "info" if keyspace::asks_keyspace(args) => Some(DbCommand::InfoKeyspace),
             "copy" => match copy_target(args, databases) {
                 Ok(None) => None,
                 Ok(Some(to)) => Some(DbCommand::CopyTo(to)),

@@ -36,6 +36,8 @@ pub enum DbCommand {
     SwapDb,
     /// COPY with a `DB` option naming this database.
     CopyTo(u32),
+    /// `INFO keyspace`, a line per database (see `keyspace`).
+    InfoKeyspace,
 }
 
 /// How many RANDOMKEY answers are asked for a key of the client's database before a SCAN
@@ -66,7 +68,7 @@ impl Proxy {
         match command {
             DbCommand::Keys => {
                 let pattern = scope.pattern(&args[1]);
-                let keys = self.ask(&[b"KEYS", &pattern], proto).await;
+                let keys = self.ask_args(&[b"KEYS", &pattern], proto).await;
                 scope.keep_own(keys)
             }
             DbCommand::Scan => self.scan(scope, args, proto).await,
@@ -75,6 +77,7 @@ impl Proxy {
             DbCommand::FlushDb => self.flush_db(scope, args).await,
             DbCommand::Move => self.move_key(scope, args).await,
             DbCommand::SwapDb => reply::error(reply::database::SWAPDB_REFUSED),
+            DbCommand::InfoKeyspace => self.info_keyspace(proto).await,
             DbCommand::CopyTo(to) => {
                 let mut copy: SmallVec<[Bytes; 4]> = smallvec![
                     args[0].clone(),
@@ -90,7 +93,11 @@ impl Proxy {
     }
 
     /// One request of `args` through the whole proxy (policy and fan-out included).
-    async fn ask(self: &std::sync::Arc<Self>, args: &[&[u8]], proto: Proto) -> Bytes {
+    pub(super) async fn ask_args(
+        self: &std::sync::Arc<Self>,
+        args: &[&[u8]],
+        proto: Proto,
+    ) -> Bytes {
         let args = args.iter().map(|a| Bytes::copy_from_slice(a)).collect();
         self.clone().execute(request_of(args), proto).await
     }
@@ -133,7 +140,7 @@ impl Proxy {
 
     async fn random_key_in(self: &std::sync::Arc<Self>, scope: Scope, proto: Proto) -> Bytes {
         for _ in 0..RANDOMKEY_TRIES {
-            let reply = self.ask(&[b"RANDOMKEY"], Proto::Resp2).await;
+            let reply = self.ask_args(&[b"RANDOMKEY"], Proto::Resp2).await;
             match ReplyView::parse(&reply) {
                 Ok(ReplyView::Bulk(key)) => {
                     if let Some(name) = scope.own_name(key) {
@@ -164,7 +171,7 @@ impl Proxy {
     async fn db_size(self: &std::sync::Arc<Self>, scope: Scope) -> Bytes {
         let total = match scope.db {
             0 => {
-                let reply = self.ask(&[b"DBSIZE"], Proto::Resp2).await;
+                let reply = self.ask_args(&[b"DBSIZE"], Proto::Resp2).await;
                 match merge::integer(&reply) {
                     Some(total) => total,
                     None => return reply,
@@ -235,11 +242,13 @@ impl Proxy {
         }
         let source = scope.stored(scope.db, &args[1]);
         let target = scope.stored(to, &args[1]);
-        let copied = self.ask(&[b"COPY", &source, &target], Proto::Resp2).await;
+        let copied = self
+            .ask_args(&[b"COPY", &source, &target], Proto::Resp2)
+            .await;
         if merge::integer(&copied) != Some(1) {
             return copied;
         }
-        let deleted = self.ask(&[b"DEL", &source], Proto::Resp2).await;
+        let deleted = self.ask_args(&[b"DEL", &source], Proto::Resp2).await;
         if deleted.first() == Some(&b'-') {
             return deleted;
         }
@@ -318,14 +327,14 @@ impl Scope {
 }
 
 /// A walk of the whole keyspace by SCAN `MATCH pattern`, page by page.
-struct Walk {
+pub(super) struct Walk {
     pattern: Bytes,
     /// The next cursor; `None` once the walk is over.
     cursor: Option<Bytes>,
 }
 
 impl Walk {
-    fn new(pattern: Bytes) -> Walk {
+    pub(super) fn new(pattern: Bytes) -> Walk {
         Walk {
             pattern,
             cursor: Some(Bytes::from_static(b"0")),
@@ -333,7 +342,10 @@ impl Walk {
     }
 
     /// The next page's keys (`None`: the walk is over), or the error a SCAN answered.
-    async fn page(&mut self, proxy: &std::sync::Arc<Proxy>) -> Result<Option<Vec<Bytes>>, Bytes> {
+    pub(super) async fn page(
+        &mut self,
+        proxy: &std::sync::Arc<Proxy>,
+    ) -> Result<Option<Vec<Bytes>>, Bytes> {
         let Some(cursor) = self.cursor.take() else {
             return Ok(None);
         };
@@ -345,7 +357,7 @@ impl Walk {
             b"COUNT",
             WALK_COUNT,
         ];
-        let reply = proxy.ask(args, Proto::Resp2).await;
+        let reply = proxy.ask_args(args, Proto::Resp2).await;
         let parts = merge::array_elements(&reply)
             .filter(|parts| parts.len() == 2)
             .ok_or_else(|| reply.clone())?;
