@@ -258,7 +258,11 @@ fn database_zero_lists_counts_and_flushes_its_own_keys_only() {
             .query(&mut db2)
             .unwrap();
     }
-    let _: () = redis::cmd("EXPIRE").arg("t:0").arg(1000).query(&mut db2).unwrap();
+    let _: () = redis::cmd("EXPIRE")
+        .arg("t:0")
+        .arg(1000)
+        .query(&mut db2)
+        .unwrap();
     let info: String = redis::cmd("INFO").arg("keyspace").query(&mut db0).unwrap();
     assert!(info.contains("db0:keys=30,expires=0,"), "{info}");
     assert!(info.contains("db2:keys=20,expires=1,avg_ttl="), "{info}");
@@ -558,4 +562,53 @@ fn select_of_another_database_is_refused_under_a_key_layout() {
         .unwrap_err();
     assert!(error.to_string().contains("key layout"), "{error}");
     let _: () = redis::cmd("SELECT").arg(0).query(&mut con).unwrap();
+}
+
+/// A proxy user's key patterns match the names the client sends, in any database.
+#[test]
+fn acl_key_patterns_see_the_names_the_client_sends() {
+    let dir = common::new_dir("select-acl");
+    let config = dir.join("users.yaml");
+    std::fs::write(
+        &config,
+        "users:\n  - name: app\n    password: secret\n    state: on\n    commands: [\"+@all\"]\n    \
+         keys: [\"~app:*\"]\n",
+    )
+    .unwrap();
+    let proxy = Proxy::start(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--cluster",
+        &shared_cluster().seeds_arg(),
+    ]);
+    let client = redis::Client::open(format!("redis://app:secret@{}/13", proxy.addr())).unwrap();
+    let mut con = client.get_connection().expect("AUTH then SELECT 13");
+    let _: () = redis::cmd("SET")
+        .arg("app:1")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    let value: String = redis::cmd("GET").arg("app:1").query(&mut con).unwrap();
+    assert_eq!(value, "v");
+    let _: () = redis::cmd("RPUSH")
+        .arg("app:{l}")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
+    let popped: (String, String) = redis::cmd("BLPOP")
+        .arg("app:{l}")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(popped.0, "app:{l}");
+    let error = redis::cmd("SET")
+        .arg("other")
+        .arg("v")
+        .query::<()>(&mut con)
+        .unwrap_err();
+    assert!(error.to_string().contains("NOPERM"), "{error}");
+    assert_eq!(
+        on_cluster(shared_cluster(), "__db13:app:1").as_deref(),
+        Some("v")
+    );
 }
