@@ -612,3 +612,57 @@ fn acl_key_patterns_see_the_names_the_client_sends() {
         Some("v")
     );
 }
+
+/// Keyspace notifications of database 14 come on `__keyspace@14__` and `__keyevent@14__`
+/// with the client's names; database 0's writes to the same name are not among them.
+#[test]
+fn keyspace_notifications_name_the_database_and_its_keys() {
+    for master in shared_cluster().masters() {
+        let _: () = query(
+            &master,
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("notify-keyspace-events")
+                .arg("KEA"),
+        )
+        .unwrap();
+    }
+    let mut subscriber = proxy().connect();
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.subscribe("__keyspace@14__:n:k").unwrap();
+    pubsub.psubscribe("__keyevent@14__:*").unwrap();
+    let mut db14 = connect_db(proxy(), 14);
+    let mut db0 = proxy().connect();
+    let _: () = redis::cmd("SET")
+        .arg("n:k")
+        .arg("0")
+        .query(&mut db0)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("n:k")
+        .arg("14")
+        .query(&mut db14)
+        .unwrap();
+    let _: () = redis::cmd("DEL").arg("n:k").query(&mut db14).unwrap();
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_millis(1500)))
+        .unwrap();
+    let mut seen = Vec::new();
+    while let Ok(message) = pubsub.get_message() {
+        let payload: String = message.get_payload().unwrap();
+        seen.push(format!("{} {payload}", message.get_channel_name()));
+        if seen.len() > 10 {
+            break;
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "__keyevent@14__:del n:k",
+            "__keyevent@14__:set n:k",
+            "__keyspace@14__:n:k del",
+            "__keyspace@14__:n:k set",
+        ]
+    );
+}

@@ -83,6 +83,16 @@ impl Proxy {
         self.config.databases > 1 && self.layout.is_none()
     }
 
+    /// The databases keyspace notifications are shown for: `databases` when clients may
+    /// select one other than 0, else 1 (the cluster's names, untouched).
+    pub fn keyspace_databases(&self) -> u32 {
+        if self.has_other_databases() {
+            self.config.databases
+        } else {
+            1
+        }
+    }
+
     /// The database stage of `request` (a `spec` command, `None` when unknown) sent by a
     /// client in database `db`, inside MULTI or not. Pure: builds the renamed request, or
     /// says which emulation answers it. Inside MULTI the emulated commands pass unchanged
