@@ -403,18 +403,18 @@ fn swapdb_is_refused_with_its_reason() {
 
 #[test]
 fn multi_exec_and_scripts_run_in_the_selected_database() {
-    let mut db2 = connect_db(proxy(), 11);
+    let mut db11 = connect_db(proxy(), 11);
     let mut db0 = proxy().connect();
-    let _: () = redis::cmd("MULTI").query(&mut db2).unwrap();
+    let _: () = redis::cmd("MULTI").query(&mut db11).unwrap();
     for cmd in [
         redis::cmd("SET").arg("{tx}a").arg(1).clone(),
         redis::cmd("INCR").arg("{tx}a").clone(),
         redis::cmd("GET").arg("{tx}a").clone(),
     ] {
-        let queued: String = cmd.query(&mut db2).unwrap();
+        let queued: String = cmd.query(&mut db11).unwrap();
         assert_eq!(queued, "QUEUED");
     }
-    let (set, incr, get): (String, i64, String) = redis::cmd("EXEC").query(&mut db2).unwrap();
+    let (set, incr, get): (String, i64, String) = redis::cmd("EXEC").query(&mut db11).unwrap();
     assert_eq!((set.as_str(), incr, get.as_str()), ("OK", 2, "2"));
     let outside: Option<String> = redis::cmd("GET").arg("{tx}a").query(&mut db0).unwrap();
     assert_eq!(outside, None);
@@ -423,13 +423,13 @@ fn multi_exec_and_scripts_run_in_the_selected_database() {
         Some("2")
     );
     // SELECT of another database inside MULTI fails the transaction.
-    let _: () = redis::cmd("MULTI").query(&mut db2).unwrap();
+    let _: () = redis::cmd("MULTI").query(&mut db11).unwrap();
     let error = redis::cmd("SELECT")
         .arg(3)
-        .query::<()>(&mut db2)
+        .query::<()>(&mut db11)
         .unwrap_err();
     assert!(error.to_string().contains("inside MULTI"), "{error}");
-    let error = redis::cmd("EXEC").query::<()>(&mut db2).unwrap_err();
+    let error = redis::cmd("EXEC").query::<()>(&mut db11).unwrap_err();
     assert_eq!(error.kind(), redis::ErrorKind::ExecAbortError, "{error}");
     // A script's declared keys are the database's.
     let value: String = redis::cmd("EVAL")
@@ -437,7 +437,7 @@ fn multi_exec_and_scripts_run_in_the_selected_database() {
         .arg(1)
         .arg("scripted")
         .arg("x")
-        .query(&mut db2)
+        .query(&mut db11)
         .unwrap();
     assert_eq!(value, "x");
     assert_eq!(

@@ -9,7 +9,8 @@ use crate::command::{CommandSet, CommandTable, CrossSlot};
 /// `local::sets_reply_mode`), transactions and WAIT (`Transaction::handle`,
 /// `Transaction::is_sequence_point`), subscriptions (`PubSub::intercept`) and those that
 /// run alone (the session's `runs_alone`, which also takes every command that may block
-/// and every client's script).
+/// and every client's script), and the database stage's commands of a client in database 0
+/// (`dispatch::database::concerns_database_zero`).
 /// A name one of them comes to act on joins this list, or its command skips that check.
 const CHECKED_NAMES: &[&str] = &[
     "ping",
@@ -82,6 +83,29 @@ mod tests {
             .map(|word| bytes::Bytes::copy_from_slice(word.as_bytes()))
             .collect();
         plain.contains(table.lookup_index(&args).expect(command))
+    }
+
+    #[test]
+    fn the_database_stages_commands_are_checked() {
+        for name in [
+            "keys",
+            "scan",
+            "randomkey",
+            "dbsize",
+            "flushdb",
+            "move",
+            "copy",
+            "swapdb",
+            "select",
+            "info",
+        ] {
+            assert!(
+                crate::dispatch::database::concerns_database_zero(name.as_bytes()),
+                "{name}"
+            );
+            assert!(CHECKED_NAMES.contains(&name), "{name}");
+        }
+        assert!(!crate::dispatch::database::concerns_database_zero(b"get"));
     }
 
     #[test]
