@@ -666,3 +666,23 @@ fn keyspace_notifications_name_the_database_and_its_keys() {
         ]
     );
 }
+
+/// Under RESP3 the replies the database layer builds keep RESP3's types.
+#[test]
+fn resp3_replies_in_a_database_keep_their_types() {
+    let mut raw = common::Raw::connect(proxy().addr());
+    assert!(raw.call(&["HELLO", "3"]).starts_with('%'));
+    assert_eq!(raw.call(&["SELECT", "15"]), "+OK\r\n");
+    assert_eq!(raw.call(&["SET", "r3:a", "1"]), "+OK\r\n");
+    assert_eq!(raw.call(&["KEYS", "r3:*"]), "*1\r\n$4\r\nr3:a\r\n");
+    assert_eq!(raw.call(&["RANDOMKEY"]), "$4\r\nr3:a\r\n");
+    assert_eq!(raw.call(&["RPUSH", "{r3}l", "x"]), ":1\r\n");
+    assert_eq!(
+        raw.call(&["LMPOP", "1", "{r3}l", "LEFT"]),
+        "*2\r\n$5\r\n{r3}l\r\n*1\r\n$1\r\nx\r\n"
+    );
+    assert_eq!(raw.call(&["LMPOP", "1", "{r3}l", "LEFT"]), "_\r\n");
+    assert!(raw.call(&["INFO", "keyspace"]).starts_with('='));
+    assert_eq!(raw.call(&["SELECT", "14"]), "+OK\r\n");
+    assert_eq!(raw.call(&["GET", "r3:a"]), "_\r\n");
+}
