@@ -47,7 +47,8 @@
 //! - [`command`]: the command table (from the backend's `COMMAND`, with a built-in
 //!   fallback), key positions and each command's shape. Pure.
 //! - [`route`]: hash slots, the slot map snapshot, redirect classification. Pure.
-//! - [`rewrite`]: the legacy -> cluster:v1 key layout rules, both directions. Pure.
+//! - [`rewrite`]: the legacy -> cluster:v1 key layout rules, both directions, and the key
+//!   prefixes of the databases other than 0 (`SELECT n`). Pure.
 //! - [`reply`]: client-visible error texts and reply builders. Pure.
 //! - [`crossslot`]: the replies and writes of cross-slot commands computed from each key's value,
 //!   and the steps of cross-slot moves and multi-key blocking pops. Pure.

@@ -173,8 +173,9 @@ fn local_answers_as_a_single_redis() {
     assert_eq!(echo, "hi");
     let ok: String = redis::cmd("SELECT").arg(0).query(&mut con).unwrap();
     assert_eq!(ok, "OK");
+    // Databases 0..15, as Redis's default `databases` (see tests/select_databases.rs).
     let err = redis::cmd("SELECT")
-        .arg(1)
+        .arg(16)
         .query::<String>(&mut con)
         .unwrap_err();
     assert!(

@@ -3,15 +3,20 @@
 //! commands that run alone). Built once per command table, looked up by index per request.
 
 use crate::command::{CommandSet, CommandTable, CrossSlot};
+use crate::dispatch::database;
 
 /// The commands of `table` none of the session's own checks concern (see
-/// `CommandSpec::checked_by_session`; and the stores and moves that may run in steps
-/// across slots, see `CrossSlot::runs_in_steps`): outside MULTI and subscriptions the
-/// session routes them at once, without folding their name for those checks (a few
-/// percent of a pipelined GET's work).
+/// `CommandSpec::checked_by_session`; the stores and moves that may run in steps across
+/// slots, see `CrossSlot::runs_in_steps`; and those a client in database 0 sends through
+/// the database stage, see `database::concerns_database_zero`): outside MULTI and
+/// subscriptions the session routes them at once, without folding their name for those
+/// checks (a few percent of a pipelined GET's work).
 pub fn plain_commands(table: &CommandTable) -> CommandSet {
     table.select(|spec| {
-        !spec.checked_by_session() && !spec.cross_slot.is_some_and(CrossSlot::runs_in_steps)
+        let container = spec.name().split('|').next().unwrap_or_default();
+        !spec.checked_by_session()
+            && !spec.cross_slot.is_some_and(CrossSlot::runs_in_steps)
+            && !database::concerns_database_zero(container.as_bytes())
     })
 }
 
@@ -28,6 +33,31 @@ mod tests {
     }
 
     #[test]
+    fn the_database_stages_commands_are_checked() {
+        let table = CommandTable::builtin();
+        let plain = plain_commands(&table);
+        for name in [
+            "keys",
+            "scan",
+            "randomkey",
+            "dbsize",
+            "flushdb",
+            "move",
+            "copy",
+            "swapdb",
+            "select",
+            "info",
+        ] {
+            assert!(
+                crate::dispatch::database::concerns_database_zero(name.as_bytes()),
+                "{name}"
+            );
+            assert!(!is_plain(&table, &plain, name), "{name}");
+        }
+        assert!(!crate::dispatch::database::concerns_database_zero(b"get"));
+    }
+
+    #[test]
     fn only_commands_no_session_check_concerns_are_plain() {
         let table = CommandTable::builtin();
         let plain = plain_commands(&table);
@@ -40,9 +70,6 @@ mod tests {
             "xadd",
             "xrange",
             "publish",
-            "info",
-            "keys",
-            "scan",
             "object encoding",
             "script load",
             "flushall",
@@ -54,6 +81,9 @@ mod tests {
         // Those `local::answer`, `Transaction::handle`, `PubSub::intercept` and `runs_alone`
         // act on, in any case, subcommands with their container.
         for command in [
+            "keys",
+            "scan",
+            "dbsize",
             "PING",
             "echo",
             "quit",

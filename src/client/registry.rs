@@ -28,6 +28,8 @@ pub struct ClientEntry {
     pub created: Instant,
     /// Its protocol version, 2 or 3 (`resp=`).
     pub resp: u8,
+    /// The database it selected (`db=`).
+    pub db: u32,
     /// Its library's name, as CLIENT SETINFO gave it (`lib-name=`); empty until then.
     pub lib_name: String,
     /// Its library's version, as CLIENT SETINFO gave it (`lib-ver=`); empty until then.
@@ -194,6 +196,7 @@ impl Registry {
             name: String::new(),
             created,
             resp: 2,
+            db: 0,
             lib_name: String::new(),
             lib_ver: String::new(),
             user: user.unwrap_or("default").to_owned(),
@@ -327,7 +330,7 @@ fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> Strin
     }
     .unwrap_or("NULL");
     format!(
-        "id={id} addr={} laddr={} fd=-1 name={} age={} idle={idle} flags={flags} db=0 sub={} \
+        "id={id} addr={} laddr={} fd=-1 name={} age={} idle={idle} flags={flags} db={} sub={} \
          psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 \
          oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir=-1 resp={} lib-name={} \
          lib-ver={}\n",
@@ -335,6 +338,7 @@ fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> Strin
         e.laddr,
         e.name,
         age.as_secs(),
+        e.db,
         e.subscriptions.channels,
         e.subscriptions.patterns,
         e.subscriptions.shard_channels,

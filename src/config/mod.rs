@@ -87,6 +87,10 @@ pub struct Config {
     pub commands: CommandsConfig,
     /// Most clients connected at once; the next one gets an error and is closed.
     pub maxclients: usize,
+    /// How many databases `SELECT` offers (Redis's `databases`, default 16): database
+    /// `n > 0` is the key prefix `__db<n>:` (see `rewrite::database`); 1 turns `SELECT n`
+    /// for `n > 0` off and leaves database 0's listings exactly as the cluster's.
+    pub databases: u32,
     /// Close a client idle this many seconds (0: never, as Redis's default).
     pub timeout: u64,
     /// Disconnect a client whose unsent replies exceed this many bytes (0: no limit), as
@@ -136,6 +140,7 @@ impl Default for Config {
             aclfile: None,
             commands: CommandsConfig::default(),
             maxclients: 10_000,
+            databases: crate::rewrite::database::DEFAULT_DATABASES,
             timeout: 0,
             client_output_buffer_limit_bytes: 64 * 1024 * 1024,
             client_output_buffer_soft_limit: SoftOutputLimit::default(),
@@ -433,6 +438,9 @@ impl Config {
         crate::auth::Auth::new(&self.users, self.requirepass.as_ref())
             .map_err(ConfigError::Invalid)?;
         crate::policy::Policy::from_config(&self.commands).map_err(ConfigError::Invalid)?;
+        if self.databases == 0 {
+            return Err(ConfigError::Invalid("databases must be at least 1".into()));
+        }
         if self.maxclients == 0 {
             return Err(ConfigError::Invalid("maxclients must be at least 1".into()));
         }

@@ -35,6 +35,7 @@ pub const TOP_LEVEL_FIELDS: &[&str] = &[
     "aclfile",
     "commands",
     "maxclients",
+    "databases",
     "timeout",
     "client_output_buffer_limit_bytes",
     "client_output_buffer_soft_limit",

@@ -11,6 +11,7 @@
 
 mod compose;
 mod crossslot;
+pub mod database;
 mod direct;
 mod explain;
 mod functions;

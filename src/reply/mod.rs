@@ -5,6 +5,7 @@ pub mod access;
 pub mod acl;
 pub mod connection;
 pub mod crossslot;
+pub mod database;
 pub mod merge;
 pub mod refusals;
 pub mod transaction;
@@ -13,7 +14,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 /// `-ERR` error replies with fixed text.
 pub mod text {
-    /// SELECT of a database other than 0 (a cluster has only database 0).
+    /// SELECT of a database at or above `databases`, or below 0.
     pub const SELECT_RANGE: &str = "ERR DB index is out of range";
     /// No master serves the slot, even after a topology refresh.
     pub const SLOT_UNSERVED: &str = "CLUSTERDOWN Hash slot not served";

@@ -36,6 +36,7 @@
 //!   sharing its first byte) and never allocates.
 
 mod automaton;
+pub mod database;
 pub mod encoding;
 pub mod glob;
 mod layout;

@@ -39,6 +39,8 @@ pub struct ConnState {
     /// The arguments of the commands queued in MULTI while somebody monitors: MONITOR
     /// shows them at EXEC, as Redis.
     pub shown_at_exec: Vec<SmallVec<[Bytes; 4]>>,
+    /// The database SELECT chose (see `dispatch::database`); 0 until then.
+    pub db: u32,
 }
 
 /// What CLIENT REPLY set.
@@ -188,11 +190,7 @@ pub fn answer(
             silent: false,
             pending: None,
         }),
-        b"select" if args.len() == 2 => Answer::reply(match parse_i64(&args[1]) {
-            Some(0) => ok(),
-            Some(_) => reply::error(reply::text::SELECT_RANGE),
-            None => reply::error(reply::text::NOT_AN_INTEGER),
-        }),
+        b"select" if args.len() == 2 => Answer::reply(select(state, registry, proxy, &args[1])),
         b"select" => Answer::reply(reply::wrong_arity("select")),
         b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
         // ASKING marks the connection for its next command: on a shared backend connection
@@ -218,9 +216,11 @@ pub fn answer(
             state.user = ConnState::initial_user(users);
             state.replies = ReplyMode::On;
             state.monitor = None;
+            state.db = 0;
             registry.update(state.id, |e| {
                 e.name.clear();
                 e.resp = 2;
+                e.db = 0;
             });
             show_user(state, registry);
             Answer::reply(Bytes::from_static(b"+RESET\r\n"))
@@ -230,6 +230,26 @@ pub fn answer(
         b"slotbridge" => Answer::reply(slotbridge::answer(state, proxy, args)),
         _ => None,
     }
+}
+
+/// SELECT `index`: the client's keys are database `index`'s from now on (see
+/// `dispatch::database`), within the configured `databases`.
+fn select(state: &mut ConnState, registry: &Registry, proxy: &Proxy, index: &[u8]) -> Bytes {
+    let Some(db) = parse_i64(index) else {
+        return reply::error(reply::text::NOT_AN_INTEGER);
+    };
+    let Some(db) = u32::try_from(db)
+        .ok()
+        .filter(|&db| db < proxy.config.databases)
+    else {
+        return reply::error(reply::text::SELECT_RANGE);
+    };
+    if db != 0 && !proxy.has_other_databases() {
+        return reply::error(reply::database::SELECT_UNDER_LAYOUT);
+    }
+    state.db = db;
+    registry.update(state.id, |e| e.db = db);
+    ok()
 }
 
 /// MONITOR: the client is shown every command of every client from now on. As Redis, a

@@ -29,6 +29,8 @@
 //! (which delivers only ordinary channels) and on every master (which deliver only
 //! keyspace channels), so each message arrives once.
 
+mod databases;
+
 use std::collections::{HashMap, HashSet};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -70,7 +72,18 @@ fn keyspace_head_len(name: &[u8]) -> Option<usize> {
 }
 
 /// The channel to subscribe upstream for the client's keyspace channel `channel`.
-pub(super) fn upstream_channel(layout: Option<&ActiveLayout>, channel: &[u8]) -> Bytes {
+/// Without a layout, `databases` (above 1) names the databases other than 0 (see
+/// `databases`).
+pub(super) fn upstream_channel(
+    layout: Option<&ActiveLayout>,
+    databases: u32,
+    channel: &[u8],
+) -> Bytes {
+    if layout.is_none() {
+        if let Some(upstream) = databases::upstream_name(channel, databases) {
+            return upstream;
+        }
+    }
     let (Some(active), Some(head_len)) = (layout, keyspace_head_len(channel)) else {
         return Bytes::copy_from_slice(channel);
     };
@@ -88,9 +101,15 @@ pub(super) fn upstream_channel(layout: Option<&ActiveLayout>, channel: &[u8]) ->
 /// The pattern to subscribe upstream (on every master) for the client's pattern
 /// `pattern`; it matches at least every cluster channel whose legacy form the client's
 /// pattern matches (see the module docs).
-pub(super) fn upstream_pattern(layout: Option<&ActiveLayout>, pattern: &[u8]) -> Bytes {
+/// Without a layout, `databases` (above 1) names the databases other than 0.
+pub(super) fn upstream_pattern(
+    layout: Option<&ActiveLayout>,
+    databases: u32,
+    pattern: &[u8],
+) -> Bytes {
     let Some(active) = layout else {
-        return Bytes::copy_from_slice(pattern);
+        return databases::upstream_name(pattern, databases)
+            .unwrap_or_else(|| Bytes::copy_from_slice(pattern));
     };
     let tokens = parse(pattern);
     let literal = literal_prefix(&tokens);
@@ -196,7 +215,13 @@ impl Upstream {
     /// The message frames the client receives for `frame`, a message from a keyspace
     /// connection: names mapped back to legacy ones, pattern messages once per client
     /// pattern that matches; `None` when nothing is for the client.
-    pub(super) fn deliver(&self, layout: Option<&ActiveLayout>, frame: Bytes) -> Option<Bytes> {
+    /// Without a layout, `databases` (above 1) names the databases other than 0.
+    pub(super) fn deliver(
+        &self,
+        layout: Option<&ActiveLayout>,
+        databases: u32,
+        frame: Bytes,
+    ) -> Option<Bytes> {
         let Some(elems) = frames::elements(&frame) else {
             return Some(frame);
         };
@@ -214,10 +239,7 @@ impl Upstream {
                 active.legacy_channel(channel)?,
                 active.legacy_keyevent_payload(channel, payload)?,
             ),
-            None => (
-                Bytes::copy_from_slice(channel),
-                Bytes::copy_from_slice(payload),
-            ),
+            None => databases::shown(channel, payload, databases),
         };
         let header = frame[0];
         let Some(pattern) = pattern else {
@@ -229,9 +251,10 @@ impl Upstream {
         };
         let mut out = BytesMut::new();
         for client in self.patterns.get(pattern)? {
-            // Without a layout, an identical pattern already matched upstream.
+            // Without a layout or databases, an identical pattern already matched upstream.
+            let same_names = layout.is_none() && databases <= 1;
             let matched =
-                (layout.is_none() && client[..] == *pattern) || glob_match(client, &legacy_channel);
+                (same_names && client[..] == *pattern) || glob_match(client, &legacy_channel);
             if matched {
                 out.put_slice(&encode(
                     header,

@@ -425,7 +425,8 @@ impl Linked {
                     }
                     let inner = lock(&self.inner);
                     let layout = inner.proxy.layout.clone();
-                    match inner.keyspace.deliver(layout.as_deref(), frame) {
+                    let databases = inner.proxy.keyspace_databases();
+                    match inner.keyspace.deliver(layout.as_deref(), databases, frame) {
                         Some(frames) => Relay::Push(frames),
                         None => Relay::Idle,
                     }

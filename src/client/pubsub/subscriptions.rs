@@ -218,7 +218,7 @@ impl Inner {
         name: &Bytes,
     ) -> Option<Bytes> {
         let (upstream, fresh_or_gone) = if family == Family::Patterns {
-            let up = keyspace::upstream_pattern(layout, name);
+            let up = keyspace::upstream_pattern(layout, self.proxy.keyspace_databases(), name);
             let moved = if subscribe {
                 self.keyspace.add_pattern(up.clone(), name.clone())
             } else {
@@ -226,7 +226,7 @@ impl Inner {
             };
             (up, moved)
         } else {
-            let up = keyspace::upstream_channel(layout, name);
+            let up = keyspace::upstream_channel(layout, self.proxy.keyspace_databases(), name);
             let moved = if subscribe {
                 self.keyspace.add_channel(up.clone(), name.clone())
             } else {

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use crate::acl::LiveUser;
 use crate::auth;
 use crate::command::CommandSpec;
+use crate::dispatch::database;
 use crate::dispatch::{Proxy, Route, BLOCKED_ON};
 use crate::protocol::{FoldedName, Request};
 use crate::reply;
@@ -34,6 +35,7 @@ use super::super::pubsub;
 use super::super::registry::Registry;
 use super::super::step::Step;
 use super::super::transaction::Transaction;
+use super::database::InDatabase;
 use super::Session;
 
 impl Session<'_> {
@@ -114,16 +116,33 @@ impl Session<'_> {
             true => FoldedName::of(request),
             false => FoldedName::default(),
         };
-        let alone = checked
-            && (runs_alone(request, &name, spec)
-                || spec
-                    .is_some_and(|spec| snapshot.runs_in_steps_across_slots(spec, &request.args)));
+        // Database 0's plain requests skip the database stage: one comparison.
+        let mut in_db = match self.ident.state.db {
+            0 if !checked
+                || !database::concerns_database_zero(name.as_bytes())
+                || !self.ident.snapshot.has_other_databases() =>
+            {
+                InDatabase::default()
+            }
+            db => {
+                let in_multi = self.tx.transaction.in_multi();
+                InDatabase::stage(&self.ident.snapshot, db, in_multi, request, spec)
+            }
+        };
+        let snapshot = &self.ident.snapshot;
+        let alone = in_db.emulated.is_some()
+            || checked
+                && (runs_alone(request, &name, spec)
+                    || spec.is_some_and(|spec| {
+                        snapshot.runs_in_steps_across_slots(spec, &request.args)
+                    }));
         // As in Redis, a client that has not authenticated gets NOAUTH at once.
         let pause = (!self.end.draining && self.ident.state.user.is_some())
             .then(|| paused(self.client.registry, &self.tx.transaction, request, spec))
             .flatten();
         if self.waits(&name, command, pause, was_held, alone) {
-            self.order.held = Some(spent(request));
+            // Held as the client sent it: the stage runs again when it is admitted.
+            self.order.held = Some(in_db.original.unwrap_or_else(|| spent(request)));
             return ControlFlow::Break(());
         }
         let in_flight = &mut self.order.in_flight;
@@ -134,17 +153,27 @@ impl Session<'_> {
         if muted && (self.tx.transaction.in_multi() || !pubsub::confirms_unmuted(request)) {
             in_flight.mute_next();
         }
-        let mut access = self.access_step(request, &name, command, checked);
+        // Access and MONITOR see the names the client sent.
+        let sent = in_db.original.as_ref().unwrap_or(request);
+        let mut access = self.access_step(sent, &name, command, checked);
         // MONITOR: one relaxed load while nobody monitors.
         if self.client.registry.monitors().watched() {
-            access = self.monitor_step(access, request, &name, command);
+            access = self.monitor_step(access, sent, &name, command);
         }
         let step = match access {
+            Step::Next if in_db.answer.is_some() => {
+                self.note_command(command);
+                self.tx.transaction.refused();
+                Step::Reply(in_db.answer.take().unwrap_or_default())
+            }
             Step::Next if checked => self.intercept(request, &name, command, muted),
             step => step,
         };
         let run = match step {
-            Step::Next => self.forward(command, request, alone),
+            Step::Next if in_db.is_taken() => {
+                self.forward_in_database(command, request, in_db, alone)
+            }
+            Step::Next => self.forward(command, request, alone, false),
             Step::Reply(reply) => {
                 self.order.in_flight.push_ready(reply);
                 None
@@ -258,7 +287,7 @@ impl Session<'_> {
     ) -> Step {
         let origin = monitor::Origin {
             peer: &self.conn.peer,
-            db: 0,
+            db: self.ident.state.db,
             state: &mut self.ident.state,
             transaction: &self.tx.transaction,
         };
@@ -329,11 +358,14 @@ impl Session<'_> {
 
     /// The end of the chain: routes the request; stages it in the client's batch for its
     /// master (`None`) or returns the future that runs it.
-    fn forward(
+    /// `keys_checked`: the user's ACL already allowed the request's keys under the names
+    /// the client sent (the database stage renamed them since).
+    pub(super) fn forward(
         &mut self,
         command: Option<usize>,
         request: &mut Request,
         alone: bool,
+        keys_checked: bool,
     ) -> Option<Running> {
         self.order.sequence_point = alone;
         let Session {
@@ -347,7 +379,7 @@ impl Session<'_> {
         let proxy = &ident.snapshot;
         let proto = ident.state.proto;
         let user = user_of(&mut ident.user, proxy, ident.state.user.as_deref());
-        let user = user.map(|user| &**user);
+        let user = user.map(|user| &**user).filter(|_| !keys_checked);
         let moves = proxy.topology.moves();
         let routing = match &order.pass_routing {
             Some((since, routing)) if *since == moves => routing,
@@ -394,7 +426,7 @@ impl Session<'_> {
 
     /// Records `command` (a table index, `None` for an unknown one) as the client's latest
     /// (CLIENT LIST's `cmd=`), for the paths that do not route it.
-    fn note_command(&self, command: Option<usize>) {
+    pub(super) fn note_command(&self, command: Option<usize>) {
         if let Some(command) = command {
             self.client.guard.ran(command);
         }
@@ -408,7 +440,7 @@ fn spent(request: &mut Request) -> Request {
 
 /// The client's user under `proxy`, looked up once per snapshot and login (`cache`), by
 /// the name it is logged in as.
-fn user_of<'u>(
+pub(super) fn user_of<'u>(
     cache: &'u mut Option<Option<Arc<LiveUser>>>,
     proxy: &Proxy,
     name: Option<&str>,

@@ -24,6 +24,7 @@
 //! order, as on one Redis, where a blocked client's next command waits for it.
 
 mod admit;
+mod database;
 mod wait;
 
 use std::net::SocketAddr;
@@ -280,6 +281,7 @@ impl<'a> Session<'a> {
                     replies: ReplyMode::On,
                     monitor: None,
                     shown_at_exec: Vec::new(),
+                    db: 0,
                 },
             },
             tx: Tx {

@@ -50,7 +50,7 @@ use crate::command::{CommandSpec, KeyList, KeyPos};
 use crate::protocol::Request;
 use crate::rewrite::{Forward, IndexEntry, Layout, Reverse};
 
-pub use reply::ReplyKeys;
+pub use reply::{rename_reply_keys, ReplyKeys};
 pub use request::{upkeep_as_eval, Listing, Refused, ReplyNames, Rewrite, RewriteCounts};
 pub use startup::{start, LEGACY_CHECK_LIMIT};
 pub use upkeep::QueuedUnderLayout;

@@ -61,55 +61,67 @@ impl ActiveLayout {
     /// Rewrites the key names `keys` says `reply` carries to legacy names; `None` when the
     /// reply names an internal key and must not be shown (RANDOMKEY).
     pub fn reverse_keys(&self, keys: ReplyKeys, reply: Bytes) -> Option<Bytes> {
-        match keys {
-            ReplyKeys::Bulk => match bulk_payload(&reply) {
-                Some(key) => self.legacy_name(key).map(|legacy| bulk_frame(&legacy)),
-                None => Some(reply),
-            },
-            ReplyKeys::FirstElement => Some(self.rewrite_first_element(reply)),
-            ReplyKeys::StreamNames => Some(self.rewrite_stream_names(reply)),
-        }
+        rename_reply_keys(keys, reply, |key| self.legacy_name(key))
     }
+}
 
-    fn rewrite_first_element(&self, reply: Bytes) -> Bytes {
-        let Some(elements) = merge::array_elements(&reply) else {
-            return reply;
-        };
-        let Some(first) = elements.first() else {
-            return reply;
-        };
-        let Some(key) = bulk_payload(first) else {
-            return reply;
-        };
-        let Some(legacy) = self.legacy_name(key).filter(|legacy| legacy != key) else {
-            return reply;
-        };
-        let mut parts = elements;
-        parts[0] = bulk_frame(&legacy);
-        rebuild(&reply, &parts)
+/// `reply` with the key names `keys` says it carries renamed by `name_of` (the name to
+/// show, `None` for a key not to show); `None` when the reply is one key not to show
+/// (RANDOMKEY). Names `name_of` gives back unchanged, or refuses inside an aggregate, stay
+/// as they are. The layout and the databases other than 0 show their names so.
+pub fn rename_reply_keys(
+    keys: ReplyKeys,
+    reply: Bytes,
+    name_of: impl Fn(&[u8]) -> Option<Bytes>,
+) -> Option<Bytes> {
+    match keys {
+        ReplyKeys::Bulk => match bulk_payload(&reply) {
+            Some(key) => name_of(key).map(|shown| bulk_frame(&shown)),
+            None => Some(reply),
+        },
+        ReplyKeys::FirstElement => Some(rename_first_element(reply, &name_of)),
+        ReplyKeys::StreamNames => Some(rename_stream_names(reply, &name_of)),
     }
+}
 
-    /// XREAD/XREADGROUP: RESP2 `*N` of `[name, entries]` pairs; RESP3 `%N` name -> entries.
-    fn rewrite_stream_names(&self, reply: Bytes) -> Bytes {
-        if reply.first() == Some(&b'%') {
-            let Some(mut parts) = aggregate_elements(&reply) else {
-                return reply;
-            };
-            for pair in parts.chunks_mut(2) {
-                if let Some(legacy) = bulk_payload(&pair[0]).and_then(|key| self.legacy_name(key)) {
-                    pair[0] = bulk_frame(&legacy);
-                }
+fn rename_first_element(reply: Bytes, name_of: &impl Fn(&[u8]) -> Option<Bytes>) -> Bytes {
+    let Some(elements) = merge::array_elements(&reply) else {
+        return reply;
+    };
+    let Some(first) = elements.first() else {
+        return reply;
+    };
+    let Some(key) = bulk_payload(first) else {
+        return reply;
+    };
+    let Some(shown) = name_of(key).filter(|shown| shown != key) else {
+        return reply;
+    };
+    let mut parts = elements;
+    parts[0] = bulk_frame(&shown);
+    rebuild(&reply, &parts)
+}
+
+/// XREAD/XREADGROUP: RESP2 `*N` of `[name, entries]` pairs; RESP3 `%N` name -> entries.
+fn rename_stream_names(reply: Bytes, name_of: &impl Fn(&[u8]) -> Option<Bytes>) -> Bytes {
+    if reply.first() == Some(&b'%') {
+        let Some(mut parts) = aggregate_elements(&reply) else {
+            return reply;
+        };
+        for pair in parts.chunks_mut(2) {
+            if let Some(shown) = bulk_payload(&pair[0]).and_then(name_of) {
+                pair[0] = bulk_frame(&shown);
             }
-            return rebuild(&reply, &parts);
         }
-        let Some(mut streams) = merge::array_elements(&reply) else {
-            return reply;
-        };
-        for stream in streams.iter_mut() {
-            *stream = self.rewrite_first_element(stream.clone());
-        }
-        rebuild(&reply, &streams)
+        return rebuild(&reply, &parts);
     }
+    let Some(mut streams) = merge::array_elements(&reply) else {
+        return reply;
+    };
+    for stream in streams.iter_mut() {
+        *stream = rename_first_element(stream.clone(), name_of);
+    }
+    rebuild(&reply, &streams)
 }
 
 /// What a transaction's blocks need from the layout, for the concrete layer that runs them.

@@ -41,19 +41,19 @@ fn classes_follow_the_literal_start() {
 fn channels_translate_forward_exactly() {
     let layout = active();
     assert_eq!(
-        upstream_channel(Some(&layout), b"__keyspace@0__:mybot:chat:chat-1"),
+        upstream_channel(Some(&layout), 1, b"__keyspace@0__:mybot:chat:chat-1"),
         b("__keyspace@0__:mybot:{ch:25}:r:chat-1")
     );
     assert_eq!(
-        upstream_channel(Some(&layout), b"__keyspace@0__:other:x"),
+        upstream_channel(Some(&layout), 1, b"__keyspace@0__:other:x"),
         b("__keyspace@0__:other:x")
     );
     assert_eq!(
-        upstream_channel(Some(&layout), b"__keyevent@0__:set"),
+        upstream_channel(Some(&layout), 1, b"__keyevent@0__:set"),
         b("__keyevent@0__:set")
     );
     assert_eq!(
-        upstream_channel(None, b"__keyspace@0__:mybot:chat:chat-1"),
+        upstream_channel(None, 1, b"__keyspace@0__:mybot:chat:chat-1"),
         b("__keyspace@0__:mybot:chat:chat-1")
     );
 }
@@ -61,7 +61,7 @@ fn channels_translate_forward_exactly() {
 #[test]
 fn patterns_widen_to_a_cover() {
     let layout = active();
-    let up = |p: &str| upstream_pattern(Some(&layout), p.as_bytes());
+    let up = |p: &str| upstream_pattern(Some(&layout), 1, p.as_bytes());
     assert_eq!(
         up("__keyspace@0__:mybot:chat:*"),
         b("__keyspace@0__:mybot:*")
@@ -76,7 +76,7 @@ fn patterns_widen_to_a_cover() {
     assert_eq!(up("__keyevent@0__:set"), b("__keyevent@0__:set"));
     assert_eq!(up("*"), b("*"));
     assert_eq!(
-        upstream_pattern(None, b"__keyspace@0__:mybot:chat:*"),
+        upstream_pattern(None, 1, b"__keyspace@0__:mybot:chat:*"),
         b("__keyspace@0__:mybot:chat:*")
     );
     // Every cluster channel the client's glob can reach must match its cover.
@@ -88,7 +88,7 @@ fn patterns_widen_to_a_cover() {
 fn keyspace_messages_come_back_under_legacy_names_and_client_patterns() {
     let layout = active();
     let mut upstream = Upstream::default();
-    let cover = upstream_pattern(Some(&layout), b"__keyspace@0__:mybot:chat:*");
+    let cover = upstream_pattern(Some(&layout), 1, b"__keyspace@0__:mybot:chat:*");
     assert!(upstream.add_pattern(cover.clone(), b("__keyspace@0__:mybot:chat:*")));
     assert!(!upstream.add_pattern(cover.clone(), b("__keyspace@0__:mybot:ch*")));
     let message = frame(
@@ -122,7 +122,7 @@ fn keyspace_messages_come_back_under_legacy_names_and_client_patterns() {
     ]
     .concat();
     assert_eq!(
-        upstream.deliver(Some(&layout), message).as_deref(),
+        upstream.deliver(Some(&layout), 1, message).as_deref(),
         Some(&expected[..])
     );
     // The index of the same bucket is internal: dropped.
@@ -135,7 +135,7 @@ fn keyspace_messages_come_back_under_legacy_names_and_client_patterns() {
             "zadd",
         ],
     );
-    assert_eq!(upstream.deliver(Some(&layout), index), None);
+    assert_eq!(upstream.deliver(Some(&layout), 1, index), None);
     // A key of another family is under the cover but not under the client's globs.
     let other = frame(
         b'*',
@@ -146,7 +146,7 @@ fn keyspace_messages_come_back_under_legacy_names_and_client_patterns() {
             "set",
         ],
     );
-    assert_eq!(upstream.deliver(Some(&layout), other), None);
+    assert_eq!(upstream.deliver(Some(&layout), 1, other), None);
     assert!(!upstream.remove_pattern(&cover, b"__keyspace@0__:mybot:ch*"));
     assert!(upstream.remove_pattern(&cover, b"__keyspace@0__:mybot:chat:*"));
     assert!(upstream.is_empty());
@@ -162,7 +162,7 @@ fn keyevent_payloads_map_back_and_internal_keys_drop() {
         &["message", "__keyevent@0__:set", "mybot:{ch:25}:r:chat-1"],
     );
     assert_eq!(
-        upstream.deliver(Some(&layout), set),
+        upstream.deliver(Some(&layout), 1, set),
         Some(frame(
             b'*',
             &["message", "__keyevent@0__:set", "mybot:chat:chat-1"]
@@ -172,9 +172,12 @@ fn keyevent_payloads_map_back_and_internal_keys_drop() {
         b'*',
         &["message", "__keyevent@0__:set", "mybot:{meta}:layout"],
     );
-    assert_eq!(upstream.deliver(Some(&layout), marker), None);
+    assert_eq!(upstream.deliver(Some(&layout), 1, marker), None);
     let plain = frame(b'*', &["message", "__keyevent@0__:set", "other:x"]);
-    assert_eq!(upstream.deliver(Some(&layout), plain.clone()), Some(plain));
+    assert_eq!(
+        upstream.deliver(Some(&layout), 1, plain.clone()),
+        Some(plain)
+    );
 }
 
 #[test]
@@ -185,11 +188,11 @@ fn without_a_layout_messages_pass_unchanged() {
         b'*',
         &["pmessage", "__keyspace@0__:*", "__keyspace@0__:a", "set"],
     );
-    assert_eq!(upstream.deliver(None, message.clone()), Some(message));
+    assert_eq!(upstream.deliver(None, 1, message.clone()), Some(message));
     let unknown = frame(b'*', &["pmessage", "nope", "__keyspace@0__:a", "set"]);
-    assert_eq!(upstream.deliver(None, unknown), None);
+    assert_eq!(upstream.deliver(None, 1, unknown), None);
     assert_eq!(
-        upstream.deliver(None, Bytes::from_static(b"junk")),
+        upstream.deliver(None, 1, Bytes::from_static(b"junk")),
         Some(b("junk"))
     );
 }
