@@ -47,11 +47,18 @@ fn popped(key: &str, element: &str) -> String {
 
 /// Runs the scenario [`ROUNDS`] times with `command` (`BLPOP` or `BRPOPLPUSH`) and
 /// returns the rounds in which the client that blocked second got the first element.
-fn reordered_rounds(proxy: &Proxy, command: &str, resp3: bool, rounds: usize) -> Vec<usize> {
+/// `test` names the keys: the tests of this file run at once on one cluster.
+fn reordered_rounds(
+    proxy: &Proxy,
+    test: &str,
+    command: &str,
+    resp3: bool,
+    rounds: usize,
+) -> Vec<usize> {
     let mut reordered = Vec::new();
     for round in 0..rounds {
-        let key = format!("order:{command}:{resp3}:{round}:{{q}}");
-        let target = format!("order:{command}:{resp3}:{round}:target:{{q}}");
+        let key = format!("order:{test}:{command}:{resp3}:{round}:{{q}}");
+        let target = format!("order:{test}:{command}:{resp3}:{round}:target:{{q}}");
         let (mut first, mut second, mut pusher) = (
             client(proxy, resp3),
             client(proxy, resp3),
@@ -88,7 +95,7 @@ fn the_client_that_blocked_first_is_served_first() {
     let proxy = proxy();
     let started = Instant::now();
     for (command, resp3) in [("BLPOP", false), ("BRPOPLPUSH", false), ("BLPOP", true)] {
-        let reordered = reordered_rounds(&proxy, command, resp3, ROUNDS);
+        let reordered = reordered_rounds(&proxy, "first", command, resp3, ROUNDS);
         assert!(
             reordered.is_empty(),
             "{command} (RESP3: {resp3}): the second client was served first in rounds \
@@ -125,7 +132,7 @@ fn ready_connections_log_in_as_the_backend_user() {
         ],
     );
     for resp3 in [false, true] {
-        let reordered = reordered_rounds(&proxy, "BLPOP", resp3, 10);
+        let reordered = reordered_rounds(&proxy, "acl", "BLPOP", resp3, 10);
         assert!(reordered.is_empty(), "RESP3 {resp3}: {reordered:?}");
     }
     // A client blocked now waits on a connection of the backend user, in RESP3.
