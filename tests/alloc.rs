@@ -98,18 +98,24 @@ fn pure_stages_do_not_allocate_per_command() {
     let mut warm = BytesMut::from(&wire[..]);
     assert_eq!(run_stages(&table, &mut warm, &mut out), 2 * COMMANDS);
 
-    let mut input = BytesMut::from(&wire[..]);
-    let region = Region::new(GLOBAL);
-    let handled = run_stages(&table, &mut input, &mut out);
-    let stats = region.change();
-    assert_eq!(handled, 2 * COMMANDS);
+    // Every thread of this binary is counted, and a thread another test left behind can
+    // allocate now and then: the fewest of three passes counts. An allocation per command
+    // shows in every pass (2,000 of them).
+    let mut allocations = usize::MAX;
+    for _ in 0..3 {
+        let mut input = BytesMut::from(&wire[..]);
+        let region = Region::new(GLOBAL);
+        let handled = run_stages(&table, &mut input, &mut out);
+        allocations = allocations.min(region.change().allocations);
+        assert_eq!(handled, 2 * COMMANDS);
+    }
     // The first `split_to` turns the input buffer into a shared one (one allocation for
     // the whole buffer); every request after that is a reference-counted slice of it, its
     // arguments fit the inline `SmallVec`, and lookup, keys and slot work on the stack.
     assert!(
-        stats.allocations <= 2,
+        allocations <= 2,
         "{} allocations for {} commands through decode/lookup/keys/slot/encode",
-        stats.allocations,
+        allocations,
         2 * COMMANDS
     );
 }
