@@ -280,7 +280,7 @@ impl Proxy {
             active.count(&counts);
             let reply = self
                 .clone()
-                .run(plan, renamed.unwrap_or(request), proto)
+                .run(plan, renamed.map_or(request, layout::framed), proto)
                 .await;
             self.show_reply(&active, names, reply, proto).await
         }))

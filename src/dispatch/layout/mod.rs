@@ -51,7 +51,7 @@ use crate::protocol::Request;
 use crate::rewrite::{Forward, IndexEntry, Layout, Reverse};
 
 pub use reply::{rename_reply_keys, ReplyKeys};
-pub use request::{upkeep_as_eval, Listing, Refused, ReplyNames, Rewrite, RewriteCounts};
+pub use request::{framed, upkeep_as_eval, Listing, Refused, ReplyNames, Rewrite, RewriteCounts};
 pub use startup::{start, LEGACY_CHECK_LIMIT};
 pub use upkeep::QueuedUnderLayout;
 pub(in crate::dispatch) use upkeep::{upkeep_plan, Upkeep};

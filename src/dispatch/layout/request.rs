@@ -57,7 +57,9 @@ pub enum Listing {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rewrite {
     /// The request in cluster names; `None` when no key is renamed (the client's own
-    /// request, frame included, is the cluster's).
+    /// request, frame included, is the cluster's). Left unframed (an empty `raw`) when it
+    /// has `indexed` keys: its plan is the index upkeep, whose script call is framed from
+    /// the arguments, and [`framed`] frames it for the paths that send it as is.
     pub renamed: Option<Request>,
     /// Record keys of index-backed families the command may create, change or delete: the
     /// plan runs it with their index upkeep.
@@ -145,7 +147,8 @@ impl ActiveLayout {
             }
         }
         Ok(Some(Rewrite {
-            renamed: (!renamed.is_empty()).then(|| renamed_request(args, renamed)),
+            renamed: (!renamed.is_empty())
+                .then(|| renamed_request(args, renamed, indexed.is_empty())),
             indexed,
             reply: reply_names(spec),
             counts,
@@ -179,7 +182,7 @@ impl ActiveLayout {
             Ok(None) => (request, SmallVec::new()),
             Ok(Some(rewrite)) => {
                 self.count(&rewrite.counts);
-                (rewrite.renamed.unwrap_or(request), rewrite.indexed)
+                (rewrite.renamed.map_or(request, framed), rewrite.indexed)
             }
             Err(refused) => {
                 self.count(&refused.counts);
@@ -194,17 +197,33 @@ impl ActiveLayout {
     }
 }
 
-/// `args` with the `renamed` positions replaced, and its frame. The cluster names are
-/// moved in, not cloned: a clone would give each its shared handle, an allocation.
-fn renamed_request(args: &[Bytes], renamed: SmallVec<[(usize, Bytes); 4]>) -> Request {
+/// `args` with the `renamed` positions replaced, and its frame when `frame` (else an
+/// empty one, see [`Rewrite::renamed`]). The cluster names are moved in, not cloned: a
+/// clone would give each its shared handle, an allocation.
+fn renamed_request(args: &[Bytes], renamed: SmallVec<[(usize, Bytes); 4]>, frame: bool) -> Request {
     let mut args: SmallVec<[Bytes; 4]> = args.iter().cloned().collect();
     for (at, key) in renamed {
         args[at] = key;
     }
-    let refs: SmallVec<[&[u8]; 8]> = args.iter().map(|arg| &arg[..]).collect();
-    let raw = encode_request(&refs);
-    drop(refs);
-    Request { raw, args }
+    let request = Request {
+        raw: Bytes::new(),
+        args,
+    };
+    match frame {
+        true => framed(request),
+        false => request,
+    }
+}
+
+/// `request` with its frame: a renamed request the layout stage left unframed (see
+/// [`Rewrite::renamed`]) is framed from its arguments; any other is returned as it is (a
+/// request always has a frame of at least its argument count).
+pub fn framed(mut request: Request) -> Request {
+    if request.raw.is_empty() {
+        let refs: SmallVec<[&[u8]; 8]> = request.args.iter().map(|arg| &arg[..]).collect();
+        request.raw = encode_request(&refs);
+    }
+    request
 }
 
 /// What the reply of a `spec` request needs from the layout.
