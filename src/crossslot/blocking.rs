@@ -125,22 +125,8 @@ pub fn parse_blocking_pop(args: &[Bytes]) -> Option<Result<BlockingPop, Bytes>> 
         b"brpop" => (Holds::List, Pop::List(b"RPOP")),
         b"bzpopmin" => (Holds::SortedSet, Pop::SortedSet(b"ZPOPMIN")),
         b"bzpopmax" => (Holds::SortedSet, Pop::SortedSet(b"ZPOPMAX")),
-        b"blmpop" => {
-            return Some(parse_multi(
-                args,
-                Holds::List,
-                b"LMPOP",
-                [b"left", b"right"],
-            ))
-        }
-        b"bzmpop" => {
-            return Some(parse_multi(
-                args,
-                Holds::SortedSet,
-                b"ZMPOP",
-                [b"min", b"max"],
-            ))
-        }
+        b"blmpop" => return Some(parse_multi(args, Holds::List, b"LMPOP", LIST_ENDS)),
+        b"bzmpop" => return Some(parse_multi(args, Holds::SortedSet, b"ZMPOP", ZSET_ENDS)),
         _ => return None,
     };
     Some(match args {
@@ -155,6 +141,10 @@ pub fn parse_blocking_pop(args: &[Bytes]) -> Option<Result<BlockingPop, Bytes>> 
         _ => Err(reply::wrong_arity(&String::from_utf8_lossy(&name))),
     })
 }
+
+/// The ends BLMPOP and BZMPOP pop from.
+const LIST_ENDS: [&[u8]; 2] = [b"left", b"right"];
+const ZSET_ENDS: [&[u8]; 2] = [b"min", b"max"];
 
 /// `BLMPOP timeout numkeys key... LEFT|RIGHT [COUNT n]` and `BZMPOP ... MIN|MAX ...`,
 /// checked in Redis's order: numkeys, the end, the options, then the timeout.

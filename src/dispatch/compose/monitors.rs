@@ -277,6 +277,15 @@ mod tests {
 
     use super::*;
 
+    /// The ids of the SLOWLOG GET reply `frame`, in order.
+    fn ids(frame: &Bytes) -> Vec<i64> {
+        array_elements(frame)
+            .unwrap()
+            .iter()
+            .map(|e| integer(&array_elements(e).unwrap()[0]).unwrap())
+            .collect()
+    }
+
     fn slowlog_entry(id: i64, timestamp: i64) -> Bytes {
         let mut out = BytesMut::new();
         encode::array_header(&mut out, 6);
@@ -297,13 +306,6 @@ mod tests {
             vec![slowlog_entry(2, 300), slowlog_entry(1, 100)],
             vec![slowlog_entry(7, 300), slowlog_entry(6, 200)],
         ];
-        let ids = |frame: &Bytes| -> Vec<i64> {
-            array_elements(frame)
-                .unwrap()
-                .iter()
-                .map(|e| integer(&array_elements(e).unwrap()[0]).unwrap())
-                .collect()
-        };
         let all = encode_newest_first(entries.clone(), usize::MAX);
         // Equal timestamps keep master order.
         assert_eq!(ids(&all), [2, 7, 6, 1]);
@@ -313,13 +315,6 @@ mod tests {
 
     #[test]
     fn within_one_second_what_one_master_logged_after_a_broadcast_comes_first() {
-        let ids = |frame: &Bytes| -> Vec<i64> {
-            array_elements(frame)
-                .unwrap()
-                .iter()
-                .map(|e| integer(&array_elements(e).unwrap()[0]).unwrap())
-                .collect()
-        };
         // SLOWLOG RESET reached three masters (ids 1, 11, 21) in second 500; the third
         // then logged a GET (22) in the same second, and the first one a SET (3) in 501.
         let logs = vec![
