@@ -13,7 +13,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::command::{CommandSpec, CrossSlot, KeyList};
+use crate::command::{CommandSpec, CrossSlot, KeyList, KeyPos};
 use crate::config::Emulation;
 use crate::crossslot;
 use crate::crossslot::moves::request_frame;
@@ -79,8 +79,14 @@ impl Proxy {
 
     /// The plan of a request of `spec` whose keys span slots: carried out here when the
     /// command has a cross-slot class (see `command::CrossSlot`) that is emulated, else
-    /// `-CROSSSLOT` (naming the setting or the reason when the class is refused).
-    pub(super) fn cross_slot_plan(&self, spec: &CommandSpec, args: &[Bytes]) -> Plan {
+    /// `-CROSSSLOT` (naming the setting or the reason when the class is refused). `keys`
+    /// are the request's key positions, as the plan found them.
+    pub(super) fn cross_slot_plan(
+        &self,
+        spec: &CommandSpec,
+        args: &[Bytes],
+        keys: &[KeyPos],
+    ) -> Plan {
         let settings = &self.config.cross_slot;
         let (setting, emulation) = match spec.cross_slot {
             Some(CrossSlot::Read) => ("cross_slot.reads", settings.reads),
@@ -95,13 +101,11 @@ impl Proxy {
         if emulation == Emulation::Refuse {
             return Plan::Answer(reply::error(&reply::crossslot::emulation_off(setting)));
         }
-        let mut keys = KeyList::new();
-        spec.keys(args, &mut keys);
         let run = if let Some(parsed) = crossslot::moves::parse_move(args) {
             parsed.map(CrossSlotRun::Move)
         } else if let Some(parsed) = crossslot::blocking::parse_blocking_pop(args) {
             parsed.map(CrossSlotRun::BlockingPop)
-        } else if let Some(store) = crossslot::parse_source_store(args, &keys) {
+        } else if let Some(store) = crossslot::parse_source_store(args, keys) {
             Ok(CrossSlotRun::SourceStore(store))
         } else {
             crossslot::parse(args).map(CrossSlotRun::Compute)

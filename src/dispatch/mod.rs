@@ -448,12 +448,12 @@ impl Proxy {
             Shape::Split(kind) => key_target(args, keys).map_or(Plan::Split(kind), Plan::Forward),
             Shape::Script(run) => by_keys(spec, args, keys, |target| Plan::Script(run, target)),
             Shape::Blocking(_) if spec.blocks(args) => key_target(args, keys)
-                .map_or_else(|| self.cross_slot_plan(spec, args), Plan::Blocking),
+                .map_or_else(|| self.cross_slot_plan(spec, args, keys), Plan::Blocking),
             Shape::Blocking(_)
             | Shape::Forward
             | Shape::ConnectionLocal(_)
             | Shape::Transaction => key_target(args, keys)
-                .map_or_else(|| self.cross_slot_plan(spec, args), Plan::Forward),
+                .map_or_else(|| self.cross_slot_plan(spec, args, keys), Plan::Forward),
         }
     }
 }
