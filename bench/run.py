@@ -821,6 +821,80 @@ def tls_series():
         procs.stop()
 
 
+
+# `--cross-slot`: the cost of an emulated cross-slot read against the same command on keys in
+# one slot, same proxy, same data, runs interleaved (issue target: at most 1.5x the time).
+CROSS_SLOT_MEMBERS = 10
+
+
+def keys_on_two_masters(port):
+    """Two key prefixes whose hash tags' slots are served by different masters. `redis-cli --cluster create` gives 3 masters 0-5460, 5461-10922, rest."""
+    def slot(tag):
+        out = subprocess.run(["redis-cli", "-p", str(port), "cluster", "keyslot", f"{{{tag}}}"],
+                             check=True, capture_output=True, text=True)
+        return int(out.stdout.strip())
+    by_master = {}
+    for n in range(200):
+        by_master.setdefault(min(slot(f"t{n}") // 5461, 2), f"t{n}")
+        if len(by_master) == 3:
+            break
+    return f"{{{by_master[0]}}}", f"{{{by_master[1]}}}"
+
+
+def fill_cross_slot_keys(port, prefixes):
+    """A set, a sorted set and a HyperLogLog under each prefix, members half shared."""
+    for i, prefix in enumerate(prefixes):
+        members = [f"m{j}" for j in range(i * CROSS_SLOT_MEMBERS // 2,
+                                          i * CROSS_SLOT_MEMBERS // 2 + CROSS_SLOT_MEMBERS)]
+        zargs = [x for j, m in enumerate(members) for x in (str(j), m)]
+        for command in (["sadd", f"{prefix}:s", *members], ["zadd", f"{prefix}:z", *zargs],
+                        ["pfadd", f"{prefix}:h", *members]):
+            subprocess.run(["redis-cli", "-p", str(port), *command], check=True,
+                           capture_output=True)
+
+
+def cross_slot_series():
+    procs = Processes()
+    try:
+        ports = start_cluster(procs)
+        seeds = [f"127.0.0.1:{p}" for p in ports]
+        proxy, port = start_proxy(procs, seeds, [], "proxy")
+        apart = keys_on_two_masters(ports[0])
+        # One slot: two names under the first prefix's hash tag, holding the same data.
+        together = (f"{apart[0]}x", f"{apart[0]}y")
+        fill_cross_slot_keys(port, apart)
+        fill_cross_slot_keys(port, together)
+
+        def forms(prefixes):
+            a, b = prefixes
+            return [("SUNION", ["SUNION", f"{a}:s", f"{b}:s"]),
+                    ("SINTER", ["SINTER", f"{a}:s", f"{b}:s"]),
+                    ("ZUNION WITHSCORES", ["ZUNION", "2", f"{a}:z", f"{b}:z", "WITHSCORES"]),
+                    ("PFCOUNT", ["PFCOUNT", f"{a}:h", f"{b}:h"])]
+        loads = [("-c 50", CLIENTS, N_P1 // 2), ("-c 1", 1, N_P1 // 10)]
+        results = {}
+        for _ in range(REPS):
+            for load, clients, n in loads:
+                for (label, one_slot), (_, across) in zip(forms(together), forms(apart)):
+                    for form, command in (("one slot", one_slot), ("across slots", across)):
+                        before = cpu_seconds(proxy.pid)
+                        r = benchmark(port, None, 1, n, clients=clients, command=command)
+                        r["cpu_us"] = (cpu_seconds(proxy.pid) - before) / n * 1e6
+                        results.setdefault((label, load, form), []).append(r)
+        print(f"| command | load | one slot req/s | across slots req/s (median of {REPS}) | "
+              "time across / one slot | p50 ms one / across | proxy CPU us/req one / across |")
+        print("|---|---|---|---|---|---|---|")
+        for label, _ in forms(apart):
+            for load, _, _ in loads:
+                one, across = results[(label, load, "one slot")], results[(label, load, "across slots")]
+                print(f"| {label} | {load} | {median(one, 'rps'):,.0f} | "
+                      f"{median(across, 'rps'):,.0f} | "
+                      f"{median(one, 'rps') / median(across, 'rps'):.2f} | "
+                      f"{median(one, 'p50'):.3f} / {median(across, 'p50'):.3f} | "
+                      f"{median(one, 'cpu_us'):.1f} / {median(across, 'cpu_us'):.1f} |")
+    finally:
+        procs.stop()
+
 if __name__ == "__main__":
     if "--tls" in sys.argv:
         tls_series()
@@ -830,5 +904,7 @@ if __name__ == "__main__":
         instructions_per_request()
     elif "--fleet" in sys.argv:
         fleet()
+    elif "--cross-slot" in sys.argv:
+        cross_slot_series()
     else:
         main()

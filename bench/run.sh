@@ -2,7 +2,7 @@
 # Throughput and latency of slotbridge against a direct cluster-aware client, same run.
 #
 #   bench/run.sh [--quick] [--reps N] [--syscalls] [--instructions] [--predixy PATH]
-#                [--baseline PATH] [--fleet] [--tls]
+#                [--baseline PATH] [--fleet] [--tls] [--cross-slot]
 #
 # Builds the release proxy, starts a 3-master cluster on free loopback ports, and runs
 # redis-benchmark interleaved against (a) the cluster directly (--cluster), (b) the proxy,
@@ -27,7 +27,9 @@
 # `--fleet` instead measures client counts of a bot fleet (1, 50, 1,000, 5,000 and, where the
 # file-descriptor limit allows, 10,000 clients at -P 1; 1,000 at -P 16) against direct and
 # every target, with p50/p99, CPU per request and peak RSS per run, and the RSS an idle
-# connection costs at 1,000 / 5,000 / 10,000 held connections.
+# connection costs at 1,000 / 5,000 / 10,000 held connections. `--cross-slot` instead measures
+# emulated cross-slot reads (SUNION, SINTER, ZUNION WITHSCORES, PFCOUNT of two keys on two
+# masters) against the same commands on two keys of one slot, same data, at -c 50 and -c 1.
 # Loopback only; every run is bounded by its request count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 
 use super::score;
-use crate::protocol::{parse_frame, BytesFrame};
+use crate::protocol::{AggregateKind, ReplyView};
 
 /// How one key is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,67 +77,66 @@ impl Read {
         match (self.kind, frames.as_slice()) {
             (ReadKind::Members, [reply]) => members(reply).ok_or_else(unexpected),
             (ReadKind::Text, [Reply::WrongType]) => Ok(Value::WrongType),
-            (ReadKind::Text, [Reply::Frame(BytesFrame::Null)]) => Ok(Value::Missing),
-            (ReadKind::Text, [Reply::Frame(BytesFrame::BlobString { data, .. })]) => {
-                Ok(Value::Text(data.clone()))
+            (ReadKind::Text, [Reply::Frame(_, ReplyView::Null)]) => Ok(Value::Missing),
+            (ReadKind::Text, [Reply::Frame(frame, ReplyView::Bulk(data))]) => {
+                Ok(Value::Text(frame.slice_ref(data)))
             }
             (ReadKind::Scored, [zrange, smembers]) => match zrange {
                 Reply::WrongType => members(smembers).ok_or_else(unexpected),
-                Reply::Frame(frame) => scored(frame).ok_or_else(unexpected),
+                Reply::Frame(frame, view) => scored(frame, view).ok_or_else(unexpected),
             },
             _ => Err(unexpected()),
         }
     }
 }
 
-/// One reply: WRONGTYPE, or a frame that is not an error.
-enum Reply {
+/// One reply: WRONGTYPE, or a frame that is not an error, with a view into it (members are
+/// handed out as slices of the frame, not copies).
+enum Reply<'a> {
     WrongType,
-    Frame(BytesFrame),
+    Frame(&'a Bytes, ReplyView<'a>),
 }
 
-impl Reply {
-    fn of(reply: &Bytes) -> Result<Reply, Bytes> {
-        // RESP3 may carry the error as a blob error: `!<len>\r\nWRONGTYPE ...`.
-        let blob_wrongtype =
-            reply.starts_with(b"!") && reply.windows(9).any(|window| window == b"WRONGTYPE");
-        if reply.starts_with(b"-WRONGTYPE") || blob_wrongtype {
-            return Ok(Reply::WrongType);
+impl<'a> Reply<'a> {
+    fn of(reply: &'a Bytes) -> Result<Reply<'a>, Bytes> {
+        let view = ReplyView::parse(reply).map_err(|error| {
+            crate::reply::error(&format!("ERR proxy: cross-slot read: {}", error.0))
+        })?;
+        match view {
+            // RESP3 may carry the error as a blob error: `!<len>\r\nWRONGTYPE ...`.
+            ReplyView::Error(text) if text.starts_with(b"WRONGTYPE") => Ok(Reply::WrongType),
+            ReplyView::Error(_) => Err(reply.clone()),
+            view => Ok(Reply::Frame(reply, view)),
         }
-        if reply.starts_with(b"-") || reply.starts_with(b"!") {
-            return Err(reply.clone());
-        }
-        parse_frame(reply)
-            .map(Reply::Frame)
-            .map_err(|error| crate::reply::error(&format!("ERR proxy: cross-slot read: {error}")))
     }
 }
 
-fn elements(frame: &BytesFrame) -> Option<Vec<&BytesFrame>> {
-    match frame {
-        BytesFrame::Array { data, .. } => Some(data.iter().collect()),
-        BytesFrame::Set { data, .. } => Some(data.iter().collect()),
-        BytesFrame::Null => Some(Vec::new()),
+/// The elements of an array or a set; a null is none.
+fn elements<'a>(view: &ReplyView<'a>) -> Option<Vec<ReplyView<'a>>> {
+    match view {
+        ReplyView::Aggregate(AggregateKind::Array | AggregateKind::Set, items) => {
+            Some(items.clone().collect())
+        }
+        ReplyView::Null => Some(Vec::new()),
         _ => None,
     }
 }
 
-fn text(frame: &BytesFrame) -> Option<Bytes> {
-    match frame {
-        BytesFrame::BlobString { data, .. } | BytesFrame::SimpleString { data, .. } => {
-            Some(data.clone())
-        }
+/// A bulk or simple string's text, as a slice of `frame`.
+fn text(frame: &Bytes, view: &ReplyView<'_>) -> Option<Bytes> {
+    match view {
+        ReplyView::Bulk(data) | ReplyView::Simple(data) => Some(frame.slice_ref(data)),
         _ => None,
     }
 }
 
 fn members(reply: &Reply) -> Option<Value> {
-    let Reply::Frame(frame) = reply else {
+    let Reply::Frame(frame, view) = reply else {
         return Some(Value::WrongType);
     };
-    let members = elements(frame)?
-        .into_iter()
-        .map(text)
+    let members = elements(view)?
+        .iter()
+        .map(|item| text(frame, item))
         .collect::<Option<Vec<_>>>()?;
     // Redis deletes an emptied set: an empty reply is a missing key.
     Some(if members.is_empty() {
@@ -147,29 +146,31 @@ fn members(reply: &Reply) -> Option<Value> {
     })
 }
 
-fn scored(frame: &BytesFrame) -> Option<Value> {
-    let items = elements(frame)?;
-    let score = |frame: &BytesFrame| match frame {
-        BytesFrame::Double { data, .. } => Some(*data),
-        other => score::parse(&text(other)?),
+fn scored(frame: &Bytes, view: &ReplyView<'_>) -> Option<Value> {
+    let items = elements(view)?;
+    let score = |view: &ReplyView<'_>| match view {
+        ReplyView::Double(data) | ReplyView::Bulk(data) | ReplyView::Simple(data) => {
+            score::parse(data)
+        }
+        _ => None,
     };
     let mut pairs = Vec::with_capacity(items.len() / 2);
     if items
         .iter()
-        .all(|item| matches!(item, BytesFrame::Array { .. }))
+        .all(|item| matches!(item, ReplyView::Aggregate(AggregateKind::Array, _)))
     {
         // RESP3: one [member, score] array per member.
-        for item in items {
+        for item in &items {
             let pair = elements(item)?;
             let [member, value] = pair.as_slice() else {
                 return None;
             };
-            pairs.push((text(member)?, score(value)?));
+            pairs.push((text(frame, member)?, score(value)?));
         }
     } else {
         for pair in items.chunks(2) {
             let [member, value] = pair else { return None };
-            pairs.push((text(member)?, score(value)?));
+            pairs.push((text(frame, member)?, score(value)?));
         }
     }
     Some(if pairs.is_empty() {
