@@ -7,7 +7,6 @@
 //! infinity) counts as 0, and a SUM that is NaN (`+inf` plus `-inf`) becomes 0.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
 
@@ -21,15 +20,22 @@ struct Source<'a> {
     entries: Vec<(&'a Bytes, f64)>,
     weight: f64,
     key: &'a Bytes,
-    index: HashMap<&'a Bytes, f64>,
+    /// The entries in member order, made on the first lookup: a binary search over a few
+    /// bytes per member costs less than hashing each one.
+    by_member: Vec<(&'a Bytes, f64)>,
 }
 
 impl Source<'_> {
     fn find(&mut self, member: &Bytes) -> Option<f64> {
-        if self.index.is_empty() {
-            self.index = self.entries.iter().copied().collect();
+        if self.by_member.is_empty() {
+            self.by_member = self.entries.clone();
+            self.by_member.sort_unstable_by(|a, b| a.0.cmp(b.0));
         }
-        self.index.get(member).copied()
+        let at = self
+            .by_member
+            .binary_search_by(|(candidate, _)| (*candidate).cmp(member))
+            .ok()?;
+        self.by_member.get(at).map(|(_, score)| *score)
     }
 }
 
@@ -78,7 +84,7 @@ fn sources<'a>(
             entries,
             weight: weights.get(at).copied().unwrap_or(1.0),
             key: &request.reads[at].key,
-            index: HashMap::new(),
+            by_member: Vec::new(),
         });
     }
     if let Some(error) = request.late_error() {
@@ -95,17 +101,26 @@ fn sources<'a>(
 }
 
 fn union<'a>(sources: &[Source<'a>], how: Aggregate) -> Vec<(&'a Bytes, f64)> {
-    let mut scores: HashMap<&Bytes, f64> = HashMap::new();
-    for source in sources {
-        for &(member, value) in &source.entries {
-            let value = weighted(source.weight, value);
-            scores
-                .entry(member)
-                .and_modify(|total| aggregate(total, value, how))
-                .or_insert(value);
+    let mut entries: Vec<(&Bytes, f64)> = sources
+        .iter()
+        .flat_map(|source| {
+            let weight = source.weight;
+            source
+                .entries
+                .iter()
+                .map(move |&(member, value)| (member, weighted(weight, value)))
+        })
+        .collect();
+    // A stable sort keeps each member's scores in input order, the order Redis adds them in.
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    let mut result: Vec<(&Bytes, f64)> = Vec::with_capacity(entries.len());
+    for (member, value) in entries {
+        match result.last_mut() {
+            Some((last, total)) if *last == member => aggregate(total, value, how),
+            _ => result.push((member, value)),
         }
     }
-    scores.into_iter().collect()
+    result
 }
 
 /// The intersection, stopping after `limit` members (0: no limit).
