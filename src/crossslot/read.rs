@@ -8,7 +8,7 @@
 use bytes::Bytes;
 
 use super::score;
-use crate::protocol::{AggregateKind, ReplyView};
+use crate::protocol::{AggregateKind, Elements, ReplyView};
 
 /// How one key is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,12 +112,12 @@ impl<'a> Reply<'a> {
 }
 
 /// The elements of an array or a set; a null is none.
-fn elements<'a>(view: &ReplyView<'a>) -> Option<Vec<ReplyView<'a>>> {
+fn elements<'a>(view: &ReplyView<'a>) -> Option<Elements<'a>> {
     match view {
         ReplyView::Aggregate(AggregateKind::Array | AggregateKind::Set, items) => {
-            Some(items.clone().collect())
+            Some(items.clone())
         }
-        ReplyView::Null => Some(Vec::new()),
+        ReplyView::Null => Some(Elements::default()),
         _ => None,
     }
 }
@@ -135,8 +135,7 @@ fn members(reply: &Reply) -> Option<Value> {
         return Some(Value::WrongType);
     };
     let members = elements(view)?
-        .iter()
-        .map(|item| text(frame, item))
+        .map(|item| text(frame, &item))
         .collect::<Option<Vec<_>>>()?;
     // Redis deletes an emptied set: an empty reply is a missing key.
     Some(if members.is_empty() {
@@ -147,7 +146,7 @@ fn members(reply: &Reply) -> Option<Value> {
 }
 
 fn scored(frame: &Bytes, view: &ReplyView<'_>) -> Option<Value> {
-    let items = elements(view)?;
+    let items: Vec<ReplyView<'_>> = elements(view)?.collect();
     let score = |view: &ReplyView<'_>| match view {
         ReplyView::Double(data) | ReplyView::Bulk(data) | ReplyView::Simple(data) => {
             score::parse(data)
@@ -161,7 +160,7 @@ fn scored(frame: &Bytes, view: &ReplyView<'_>) -> Option<Value> {
     {
         // RESP3: one [member, score] array per member.
         for item in &items {
-            let pair = elements(item)?;
+            let pair: Vec<ReplyView<'_>> = elements(item)?.collect();
             let [member, value] = pair.as_slice() else {
                 return None;
             };

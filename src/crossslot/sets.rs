@@ -101,7 +101,9 @@ pub(super) fn compute(
             writes: write::replace(destination, b"SADD", &chunks),
         };
     }
-    let mut out = BytesMut::new();
+    // A bulk string's header and ending take at most 16 bytes beside its text.
+    let size: usize = result.iter().map(|member| member.len() + 16).sum();
+    let mut out = BytesMut::with_capacity(size + 16);
     encode::set_header(&mut out, proto, result.len());
     for member in result {
         encode::bulk(&mut out, member);

@@ -59,7 +59,7 @@ pub enum ReplyView<'a> {
 }
 
 /// The elements of an aggregate, read one at a time (a map's keys and values in turn).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Elements<'a> {
     rest: &'a [u8],
     remaining: usize,
@@ -82,7 +82,8 @@ impl<'a> Iterator for Elements<'a> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, Some(self.remaining))
+        // The frame was checked whole, so every remaining element reads.
+        (self.remaining, Some(self.remaining))
     }
 }
 
