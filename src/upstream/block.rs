@@ -299,3 +299,57 @@ impl Block {
         Some(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(
+        indices: &[usize],
+        elements: Option<&[&str]>,
+        reply: &str,
+        aborted: bool,
+    ) -> SlotOutcome {
+        SlotOutcome {
+            indices: indices.to_vec(),
+            elements: elements.map(|e| {
+                e.iter()
+                    .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+                    .collect()
+            }),
+            reply: Bytes::copy_from_slice(reply.as_bytes()),
+            aborted,
+        }
+    }
+
+    #[test]
+    fn an_aborted_slot_answers_its_own_error_in_its_places_beside_the_applied_ones() {
+        let aborted_error = format!("-{}\r\n", reply::transaction::WATCHED_PART_ABORTED);
+        let placed = place_in_command_order(
+            5,
+            vec![
+                outcome(
+                    &[0, 3],
+                    Some(&["+OK\r\n", ":2\r\n"]),
+                    "*2\r\n+OK\r\n:2\r\n",
+                    false,
+                ),
+                outcome(&[1, 4], None, "*-1\r\n", true),
+                outcome(&[2], None, "-EXECABORT Transaction discarded\r\n", false),
+            ],
+        );
+        let want = format!(
+            "*5\r\n+OK\r\n{aborted_error}-EXECABORT Transaction discarded\r\n:2\r\n{aborted_error}"
+        );
+        assert_eq!(String::from_utf8_lossy(&placed), want);
+    }
+
+    #[test]
+    fn a_slot_whose_reply_is_neither_array_nor_error_did_not_run() {
+        let placed = place_in_command_order(1, vec![outcome(&[0], None, "*-1\r\n", false)]);
+        assert_eq!(
+            String::from_utf8_lossy(&placed),
+            format!("*1\r\n-{}\r\n", reply::transaction::PART_DID_NOT_RUN)
+        );
+    }
+}
