@@ -39,7 +39,8 @@
 //! - [`upstream`]: the concrete layer between `dispatch` and `backend` (IO), with its own
 //!   [`upstream::Upstream`] (topology, retry limits): MOVED/ASK and retries, connections
 //!   pinned to one client (WATCH, MULTI blocks, blocking commands, scripts) and those kept
-//!   ready for blocking commands, transaction blocks, the per-master batches of the session's direct requests, and subscription
+//!   ready for blocking commands, transaction blocks (and the check of a WATCH across slots
+//!   before they run), the per-master batches of the session's direct requests, and subscription
 //!   connections.
 //! - [`backend`]: the endpoint: one pipelined connection to a Redis node (IO).
 //! - [`topology`]: keeps the slot map fresh and owns the node connections (IO).

@@ -79,6 +79,10 @@ pub const PUBSUB_SUBSCRIBERS: &str = "slotbridge_pubsub_subscribers";
 pub const BLOCKED_CLIENTS: &str = "slotbridge_blocked_clients";
 /// Transactions split across slots.
 pub const SPLIT_TRANSACTIONS: &str = "slotbridge_split_transactions_total";
+/// Split transactions with WATCH of which some parts were applied and a part was aborted
+/// by its master (a watched key changed after EXEC's check).
+pub const SPLIT_TRANSACTIONS_PARTLY_APPLIED: &str =
+    "slotbridge_split_transactions_partly_applied_total";
 /// Failed client AUTH/HELLO AUTH attempts.
 pub const AUTH_FAILURES: &str = "slotbridge_auth_failures_total";
 /// Configuration reloads by result.
@@ -222,6 +226,11 @@ fn describe_backend_and_layout() {
         SPLIT_TRANSACTIONS,
         Unit::Count,
         "MULTI/EXEC transactions whose keys spanned slots and were split"
+    );
+    describe_counter!(
+        SPLIT_TRANSACTIONS_PARTLY_APPLIED,
+        Unit::Count,
+        "Split transactions with WATCH answered with some parts applied and a part aborted because a watched key changed after the check"
     );
     describe_counter!(
         AUTH_FAILURES,
@@ -474,6 +483,11 @@ pub fn split_transaction() {
     counter!(SPLIT_TRANSACTIONS).increment(1);
 }
 
+/// A split transaction with WATCH had parts applied and a part aborted by its master.
+pub fn split_transaction_partly_applied() {
+    counter!(SPLIT_TRANSACTIONS_PARTLY_APPLIED).increment(1);
+}
+
 /// A client authentication attempt failed.
 pub fn auth_failure() {
     counter!(AUTH_FAILURES).increment(1);
@@ -563,6 +577,7 @@ mod tests {
             PUBSUB_SUBSCRIBERS,
             BLOCKED_CLIENTS,
             SPLIT_TRANSACTIONS,
+            SPLIT_TRANSACTIONS_PARTLY_APPLIED,
             AUTH_FAILURES,
             CONFIG_RELOADS,
             UPSTREAM_INFO,

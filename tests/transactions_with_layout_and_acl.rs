@@ -168,6 +168,65 @@ fn watch_under_a_layout_watches_the_cluster_name() {
     assert_eq!(exec, vec!["2"]);
 }
 
+/// Under `split` a WATCH of legacy keys whose cluster names are on different masters
+/// watches each cluster name on its own master: a change to either fails EXEC with nothing
+/// applied; unchanged, every slot applies.
+#[test]
+fn watch_across_slots_under_a_layout_watches_each_cluster_name() {
+    let cluster = shared_cluster();
+    let p = "gapwatchsplit";
+    let proxy = layout_proxy(p, "cross_slot_transactions: split\n");
+    // Message logs `p:msgs:<chat>` live at `p:{m:<chat>}:z` (LAYOUT.md).
+    let owner = |chat: &str| cluster.node_for_slot(cluster.keyslot(&format!("{p}:{{m:{chat}}}:z")));
+    let first = "chat-0";
+    let second = (1..200)
+        .map(|i| format!("chat-{i}"))
+        .find(|chat| owner(chat) != owner(first))
+        .expect("a chat whose log is on another master");
+    let logs = [format!("{p}:msgs:{first}"), format!("{p}:msgs:{second}")];
+    let mut con = proxy.connect();
+    let mut other = proxy.connect();
+    let run = |con: &mut redis::Connection| -> redis::Value {
+        let _: () = redis::cmd("MULTI").query(con).unwrap();
+        for log in &logs {
+            queued(con, redis::cmd("ZADD").arg(log).arg(1).arg("mine"));
+        }
+        redis::cmd("EXEC").query(con).unwrap()
+    };
+
+    let _: () = redis::cmd("WATCH")
+        .arg(&logs[0])
+        .arg(&logs[1])
+        .query(&mut con)
+        .unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&logs[1])
+        .arg(2)
+        .arg("theirs")
+        .query(&mut other)
+        .unwrap();
+    assert_eq!(run(&mut con), redis::Value::Nil, "a change fails EXEC");
+    let first_log = format!("{p}:{{m:{first}}}:z");
+    assert!(!exists_on_cluster(cluster, &first_log), "nothing applied");
+
+    let _: () = redis::cmd("WATCH")
+        .arg(&logs[0])
+        .arg(&logs[1])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        run(&mut con),
+        redis::Value::Array(vec![redis::Value::Int(1), redis::Value::Int(1)])
+    );
+    assert!(exists_on_cluster(cluster, &first_log));
+    let second_members: i64 = on_cluster(
+        cluster,
+        &format!("{p}:{{m:{second}}}:z"),
+        redis::cmd("ZCARD").arg(format!("{p}:{{m:{second}}}:z")),
+    );
+    assert_eq!(second_members, 2);
+}
+
 /// The same transaction, through the proxy with a configured ACL user and on a real
 /// redis-server with the same user, answers the same.
 #[test]

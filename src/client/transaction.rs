@@ -16,12 +16,14 @@
 //!   connection's own state, which no other client sees inside the EXEC, so answering them
 //!   after the block is as atomic as Redis; an aborted or failed EXEC runs none of them.
 //! - Every key of a transaction (its WATCH included) hashes to one slot, unless
-//!   `cross_slot_transactions: split` lets each slot run its own MULTI/EXEC (never with
-//!   WATCH: watched keys are checked by one node only).
-//! - WATCH pins a dedicated backend connection; the EXEC goes on that connection, so the
-//!   server's own WATCH check applies. EXEC, DISCARD, UNWATCH and RESET drop the pin,
-//!   which closes the connection and with it the server-side watch. The pinned
-//!   connection is never reopened: once it is lost, EXEC answers null.
+//!   `cross_slot_transactions: split` lets each slot run its own MULTI/EXEC.
+//! - WATCH pins a dedicated backend connection per watched slot; the slot's EXEC goes on
+//!   that connection, so the server's own WATCH check applies. EXEC, DISCARD, UNWATCH and
+//!   RESET drop every pin, which closes the connections and with them the server-side
+//!   watches. A pinned connection is never reopened: once it is lost, EXEC answers null.
+//!   A split transaction after WATCH checks every watching connection before any slot
+//!   runs (see `watch` and `upstream::watch_check`); a WATCH and transaction in one slot
+//!   take the path of a single Redis, unchanged.
 //! - Queued commands pass the command policy and the user's ACL (the session's access check,
 //!   `Proxy::admit`) at queue time; a refusal answers its error and flags the transaction.
 //! - Under a layout, a queued command (and a WATCH) is rewritten to cluster names when it
@@ -38,8 +40,9 @@
 
 mod admit;
 mod busy;
+mod watch;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -56,6 +59,7 @@ use crate::route::key_slot;
 use crate::upstream::block::{self, Queued, ReusableConns};
 
 use super::step::Step;
+use watch::Watch;
 
 const OK: &[u8] = b"+OK\r\n";
 const QUEUED: &[u8] = b"+QUEUED\r\n";
@@ -66,7 +70,6 @@ const EXEC_WITHOUT_MULTI: &str = reply::transaction::EXEC_WITHOUT_MULTI;
 const DISCARD_WITHOUT_MULTI: &str = reply::transaction::DISCARD_WITHOUT_MULTI;
 const WATCH_IN_MULTI: &str = reply::transaction::WATCH_IN_MULTI;
 const NOT_IN_MULTI: &str = reply::transaction::NOT_IN_MULTI;
-const SPLIT_WITH_WATCH: &str = reply::transaction::SPLIT_WITH_WATCH;
 
 /// Queued commands the proxy answers itself, with their places among all queued commands.
 pub type LocalCommands = Vec<(usize, Request)>;
@@ -93,21 +96,6 @@ struct Queue {
     busy: busy::BusyRefused,
     /// Whether a queued command writes or may replicate (CLIENT PAUSE WRITE holds EXEC).
     writes: bool,
-}
-
-/// Keys watched since the first WATCH.
-struct Watch {
-    slot: u16,
-    first_key: Bytes,
-    /// Filled in by the WATCH's future once the backend accepted it; `None` if it did not.
-    pin: Arc<Mutex<PinState>>,
-}
-
-#[derive(Default)]
-struct PinState {
-    pin: Option<WatchPin>,
-    /// A later WATCH found the slot moved: the watch can no longer be trusted.
-    broken: bool,
 }
 
 /// One client's transaction state.
@@ -303,73 +291,11 @@ impl Transaction {
         // The transaction's slot: its first key's, or the watched one.
         let slot = slot
             .or(queue.slot.as_ref().map(|(slot, _)| *slot))
-            .or(self.watch.as_ref().map(|watch| watch.slot));
+            .or(self.watch.as_ref().and_then(|watch| watch.first_slot()));
         match busy::queued_or_busy(proxy, request, slot, &queue.busy) {
             Some(answer) => Step::Alone(answer),
             None => Step::Reply(Bytes::from_static(QUEUED)),
         }
-    }
-
-    /// WATCH outside MULTI: every key in one slot, the same slot as earlier WATCHes.
-    fn watch(&mut self, proxy: &Arc<Proxy>, proto: Proto, request: &Request) -> Step {
-        // Under a layout the cluster names are watched (and decide the slot).
-        let rewritten = match (&proxy.layout, proxy.commands.lookup(&request.args)) {
-            (Some(active), Some(spec)) => match active.rewrite_request(spec, request.clone()) {
-                Ok(rewritten) => rewritten.request,
-                Err(refusal) => return Step::Reply(refusal),
-            },
-            _ => request.clone(),
-        };
-        let request = &rewritten;
-        let keys = &request.args[1..];
-        let named: Vec<(&[u8], u16)> = keys.iter().map(|k| (&k[..], key_slot(k))).collect();
-        let slot = named[0].1;
-        if named.iter().any(|&(_, s)| s != slot) {
-            return Step::Reply(reply::cross_slot(&named));
-        }
-        if let Some(watch) = &self.watch {
-            if watch.slot != slot {
-                let mut all = vec![(&watch.first_key[..], watch.slot)];
-                all.extend(named.iter().copied());
-                return Step::Reply(reply::cross_slot(&all));
-            }
-            let cell = watch.pin.clone();
-            let existing = lock(&cell).pin.clone();
-            if let Some(pin) = existing {
-                // Later WATCHes join the same connection, so one EXEC checks them all.
-                let raw = request.raw.clone();
-                return Step::Alone(
-                    async move {
-                        match pin.watch_again(raw).await {
-                            Some(frame) => frame,
-                            // EXEC fails as after a change to a watched key, which a
-                            // client retries; a single Redis never refuses a WATCH.
-                            None => {
-                                lock(&cell).broken = true;
-                                Bytes::from_static(OK)
-                            }
-                        }
-                    }
-                    .boxed(),
-                );
-            }
-        }
-        let cell = Arc::new(Mutex::new(PinState::default()));
-        self.watch = Some(Watch {
-            slot,
-            first_key: keys[0].clone(),
-            pin: cell.clone(),
-        });
-        let proxy = proxy.clone();
-        let raw = request.raw.clone();
-        Step::Alone(
-            async move {
-                let (frame, pin) = proxy.upstream.watch(slot, raw, proto).await;
-                lock(&cell).pin = pin;
-                frame
-            }
-            .boxed(),
-        )
     }
 
     fn exec(&mut self, proxy: &Arc<Proxy>, proto: Proto) -> Step {
@@ -378,26 +304,44 @@ impl Transaction {
         let watch = self.watch.take();
         if queue.failed || queue.busy.happened() {
             let slot = (queue.slot.as_ref().map(|(slot, _)| *slot))
-                .or(watch.as_ref().map(|watch| watch.slot));
+                .or(watch.as_ref().and_then(Watch::first_slot));
             return match busy::exec_abort(proxy, slot) {
                 Some(abort) => Step::Alone(abort),
                 None => Step::Reply(reply::error(EXECABORT)),
             };
         }
-        let (pin, broken) = match &watch {
-            Some(watch) => {
-                let state = lock(&watch.pin);
-                (state.pin.clone(), state.broken)
-            }
-            None => (None, false),
-        };
-        if broken {
-            return Step::Reply(crate::dispatch::watch_failed(proto));
-        }
         let Queue {
             commands, locals, ..
         } = queue;
-        let run = self.run_block(proxy, proto, commands, pin, watch.as_ref());
+        let slots = command_slots(&commands);
+        let run = match &watch {
+            Some(watch) if watch.spans_slots_with(&slots) => {
+                // Only under `split` (see `watch`): checked on every slot, then split.
+                let Some(watched) = watch.watched_slots() else {
+                    return Step::Reply(crate::dispatch::watch_failed(proto));
+                };
+                crate::metrics::split_transaction();
+                let proxy = proxy.clone();
+                async move {
+                    let layout = proxy.layout.as_deref();
+                    block::run_split_watched(
+                        &proxy.upstream,
+                        layout,
+                        commands,
+                        slots,
+                        watched,
+                        proto,
+                    )
+                    .await
+                }
+                .boxed()
+            }
+            Some(watch) => match watch.single_pin() {
+                Ok(pin) => self.run_block(proxy, proto, commands, slots, pin, watch.first_slot()),
+                Err(()) => return Step::Reply(crate::dispatch::watch_failed(proto)),
+            },
+            None => self.run_block(proxy, proto, commands, slots, None, None),
+        };
         if locals.is_empty() {
             Step::Alone(run)
         } else {
@@ -406,29 +350,25 @@ impl Transaction {
     }
 
     /// The future of EXEC's backend block: its reply, with one element per command that
-    /// ran inside it.
+    /// ran inside it. `slots`: the commands' slots; `pin` and `watched_slot`: a WATCH of
+    /// one slot, which `slots` do not leave.
     fn run_block(
         &mut self,
         proxy: &Arc<Proxy>,
         proto: Proto,
         commands: Vec<Queued>,
+        slots: SmallVec<[u16; 4]>,
         pin: Option<WatchPin>,
-        watch: Option<&Watch>,
+        watched_slot: Option<u16>,
     ) -> BoxFuture<'static, Bytes> {
         if commands.is_empty() && pin.is_none() {
             return futures_util::future::ready(Bytes::from_static(b"*0\r\n")).boxed();
         }
-        let mut slots: SmallVec<[u16; 4]> = SmallVec::new();
-        for slot in commands.iter().filter_map(|c| c.slot) {
-            if !slots.contains(&slot) {
-                slots.push(slot);
-            }
-        }
         let proxy = proxy.clone();
         if slots.len() <= 1 {
-            let target = match (slots.first(), watch) {
+            let target = match (slots.first(), watched_slot) {
                 (Some(&slot), _) => Target::Slot(slot),
-                (None, Some(watch)) => Target::Slot(watch.slot),
+                (None, Some(slot)) => Target::Slot(slot),
                 (None, None) => Target::AnyMaster,
             };
             let reusable = if pin.is_none() {
@@ -454,10 +394,21 @@ impl Transaction {
         crate::metrics::split_transaction();
         async move {
             let layout = proxy.layout.as_deref();
-            block::run_split(&proxy.upstream, layout, commands, slots, proto).await
+            block::run_split(&proxy.upstream, layout, commands, slots, Vec::new(), proto).await
         }
         .boxed()
     }
+}
+
+/// The distinct slots of `commands`, in queue order.
+fn command_slots(commands: &[Queued]) -> SmallVec<[u16; 4]> {
+    let mut slots: SmallVec<[u16; 4]> = SmallVec::new();
+    for slot in commands.iter().filter_map(|c| c.slot) {
+        if !slots.contains(&slot) {
+            slots.push(slot);
+        }
+    }
+    slots
 }
 
 /// EXEC's reply with the answers of the commands the proxy answers itself put in their
@@ -487,10 +438,6 @@ pub fn splice_local_answers(
         elements.push(element);
     }
     encode::array_frame(total, &elements)
-}
-
-fn lock(cell: &Mutex<PinState>) -> std::sync::MutexGuard<'_, PinState> {
-    cell.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -18,10 +18,15 @@ pub const DISCARD_WITHOUT_MULTI: &str = "ERR DISCARD without MULTI";
 pub const WATCH_IN_MULTI: &str = "ERR WATCH inside MULTI is not allowed";
 /// A command Redis refuses to queue, as Redis 7.
 pub const NOT_IN_MULTI: &str = "ERR Command not allowed inside a transaction";
-/// A WATCHed transaction whose keys leave the watched slot.
-pub const SPLIT_WITH_WATCH: &str = "CROSSSLOT proxy: a transaction after WATCH must keep every key in the watched slot (cross_slot_transactions: split does not apply with WATCH)";
 /// A split transaction's part whose node did not run it.
 pub const PART_DID_NOT_RUN: &str = "ERR proxy: this slot's part of the transaction did not run";
+/// A split transaction's part that its master aborted because a key the part watched
+/// changed after EXEC checked every WATCH, while other slots' parts were applied (not
+/// EXECABORT, which says that nothing ran).
+pub const WATCHED_PART_ABORTED: &str = "ERR proxy: a key watched in this slot changed after EXEC checked the watches: this slot's commands did not run, other slots' commands did (cross_slot_transactions: split)";
+/// A master whose `CLIENT INFO` shows no `flags` field: WATCH across slots cannot be
+/// checked there (it needs Redis 6.2 or later).
+pub const WATCH_CHECK_UNAVAILABLE: &str = "ERR proxy: WATCH across slots needs CLIENT INFO with flags (Redis 6.2 or later) on every master; nothing ran";
 
 /// A command the proxy cannot queue (it answers it alone, or it changes its connection).
 pub fn not_in_multi(name: &str) -> String {

@@ -14,7 +14,8 @@ use smallvec::SmallVec;
 use crate::backend::NodeConn;
 use crate::route::NodeAddr;
 
-use super::{Target, Upstream, WatchPin};
+use super::watch_check::{check_watches, WatchCheck, WatchedSlot};
+use super::{watch_failed, Target, Upstream, WatchPin};
 use crate::protocol::{encode, Proto};
 use crate::reply;
 use crate::reply::merge::array_elements;
@@ -90,12 +91,17 @@ pub async fn run_single(
 /// A transaction spanning slots: one MULTI/EXEC per slot (keyless commands go with the
 /// first slot), run at once, and their replies put back in command order. A slot whose
 /// block failed as a whole (`-EXECABORT`, a lost connection) shows that error in the
-/// place of each of its commands.
+/// place of each of its commands. `pins`: the connections holding a WATCH, by slot (a
+/// slot's block runs on its pin); pins of slots without commands are released when all
+/// blocks are in. A slot whose master aborted its block on a watched key shows
+/// [`reply::transaction::WATCHED_PART_ABORTED`] in its places; when every slot's block
+/// aborted so, nothing ran and EXEC answers null, as Redis does.
 pub async fn run_split(
     upstream: &Upstream,
     layout: Option<&impl BlockLayout>,
     commands: Vec<Queued>,
     slots: SmallVec<[u16; 4]>,
+    mut pins: Vec<(u16, WatchPin)>,
     proto: Proto,
 ) -> Bytes {
     let total = commands.len();
@@ -112,36 +118,77 @@ pub async fn run_split(
     let runs = groups
         .into_iter()
         .zip(slots.iter())
-        .map(|((indices, queued), &slot)| async move {
-            let block = Block::of(queued, layout);
-            let reply = upstream
-                .exec_block(
-                    Target::Slot(slot),
-                    &block.prelude,
-                    &block.requests,
-                    None,
-                    None,
-                    proto,
-                )
-                .await;
-            (indices, block.client_elements(layout, &reply, proto), reply)
-        });
-    let replies = join_all(runs).await;
+        .map(|((indices, queued), &slot)| {
+            let pin = pins
+                .iter()
+                .position(|(s, _)| *s == slot)
+                .map(|at| pins.swap_remove(at).1);
+            async move {
+                let watched = pin.is_some();
+                let block = Block::of(queued, layout);
+                let reply = upstream
+                    .exec_block(
+                        Target::Slot(slot),
+                        &block.prelude,
+                        &block.requests,
+                        pin,
+                        None,
+                        proto,
+                    )
+                    .await;
+                let elements = block.client_elements(layout, &reply, proto);
+                let aborted = watched && reply == watch_failed(proto);
+                SlotOutcome {
+                    indices,
+                    elements,
+                    reply,
+                    aborted,
+                }
+            }
+        })
+        .collect::<Vec<_>>();
+    let outcomes = join_all(runs).await;
+    drop(pins);
+    if !outcomes.is_empty() && outcomes.iter().all(|outcome| outcome.aborted) {
+        return watch_failed(proto);
+    }
+    if outcomes.iter().any(|outcome| outcome.aborted) {
+        crate::metrics::split_transaction_partly_applied();
+    }
+    place_in_command_order(total, outcomes)
+}
+
+/// What one slot's block of a split transaction came to.
+struct SlotOutcome {
+    /// The places of the slot's commands among all queued commands.
+    indices: Vec<usize>,
+    /// The commands' replies, when the block ran.
+    elements: Option<Vec<Bytes>>,
+    /// EXEC's reply on the slot's master.
+    reply: Bytes,
+    /// The master aborted the block: a key the slot watched changed.
+    aborted: bool,
+}
+
+/// EXEC's reply of a split transaction: every slot's replies in their places.
+fn place_in_command_order(total: usize, outcomes: Vec<SlotOutcome>) -> Bytes {
     let mut placed: Vec<Option<Bytes>> = vec![None; total];
-    for (indices, elements, reply) in replies {
-        match elements {
+    for outcome in outcomes {
+        match outcome.elements {
             Some(elements) => {
-                for (&index, element) in indices.iter().zip(elements) {
+                for (&index, element) in outcome.indices.iter().zip(elements) {
                     placed[index] = Some(element);
                 }
             }
             None => {
-                let error = if reply.first() == Some(&b'-') {
-                    reply
+                let error = if outcome.aborted {
+                    reply::error(reply::transaction::WATCHED_PART_ABORTED)
+                } else if outcome.reply.first() == Some(&b'-') {
+                    outcome.reply
                 } else {
                     reply::error(reply::transaction::PART_DID_NOT_RUN)
                 };
-                for &index in &indices {
+                for &index in &outcome.indices {
                     placed[index] = Some(error.clone());
                 }
             }
@@ -156,6 +203,38 @@ pub async fn run_split(
         }
     }
     out.freeze()
+}
+
+/// A split transaction after a WATCH spanning slots (see [`super::watch_check`]): every
+/// watching connection is checked first, and a failed check answers null with nothing
+/// run; then [`run_split`] runs each slot's block on its watching connection, so its
+/// master still checks that slot's watched keys atomically with its commands. Keyless
+/// commands of a transaction without keyed ones run with the first watched slot.
+pub async fn run_split_watched(
+    upstream: &Upstream,
+    layout: Option<&impl BlockLayout>,
+    commands: Vec<Queued>,
+    mut slots: SmallVec<[u16; 4]>,
+    watched: Vec<WatchedSlot>,
+    proto: Proto,
+) -> Bytes {
+    match check_watches(&watched).await {
+        WatchCheck::Clean => {}
+        WatchCheck::Failed => return watch_failed(proto),
+        WatchCheck::Unchecked(error) => return error,
+    }
+    if commands.is_empty() {
+        // Redis's EXEC of an empty transaction whose watched keys did not change.
+        return Bytes::from_static(b"*0\r\n");
+    }
+    if slots.is_empty() {
+        slots.extend(watched.first().map(|part| part.slot));
+    }
+    let pins = watched
+        .into_iter()
+        .map(|part| (part.slot, part.pin))
+        .collect();
+    run_split(upstream, layout, commands, slots, pins, proto).await
 }
 
 /// The backend side of queued commands: what runs inside the MULTI block and before it.
@@ -218,5 +297,59 @@ impl Block {
             out.push(shown);
         }
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(
+        indices: &[usize],
+        elements: Option<&[&str]>,
+        reply: &str,
+        aborted: bool,
+    ) -> SlotOutcome {
+        SlotOutcome {
+            indices: indices.to_vec(),
+            elements: elements.map(|e| {
+                e.iter()
+                    .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+                    .collect()
+            }),
+            reply: Bytes::copy_from_slice(reply.as_bytes()),
+            aborted,
+        }
+    }
+
+    #[test]
+    fn an_aborted_slot_answers_its_own_error_in_its_places_beside_the_applied_ones() {
+        let aborted_error = format!("-{}\r\n", reply::transaction::WATCHED_PART_ABORTED);
+        let placed = place_in_command_order(
+            5,
+            vec![
+                outcome(
+                    &[0, 3],
+                    Some(&["+OK\r\n", ":2\r\n"]),
+                    "*2\r\n+OK\r\n:2\r\n",
+                    false,
+                ),
+                outcome(&[1, 4], None, "*-1\r\n", true),
+                outcome(&[2], None, "-EXECABORT Transaction discarded\r\n", false),
+            ],
+        );
+        let want = format!(
+            "*5\r\n+OK\r\n{aborted_error}-EXECABORT Transaction discarded\r\n:2\r\n{aborted_error}"
+        );
+        assert_eq!(String::from_utf8_lossy(&placed), want);
+    }
+
+    #[test]
+    fn a_slot_whose_reply_is_neither_array_nor_error_did_not_run() {
+        let placed = place_in_command_order(1, vec![outcome(&[0], None, "*-1\r\n", false)]);
+        assert_eq!(
+            String::from_utf8_lossy(&placed),
+            format!("*1\r\n-{}\r\n", reply::transaction::PART_DID_NOT_RUN)
+        );
     }
 }

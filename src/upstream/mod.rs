@@ -7,7 +7,8 @@
 //! - [`pinned`]: commands on a connection of their own: WATCH and the MULTI/EXEC block
 //!   after it, blocking commands ([`blocked`]: where one waits), clients' scripts.
 //! - [`block`]: a transaction's queued commands as one block per slot, and EXEC's reply
-//!   put back in command order.
+//!   put back in command order; [`watch_check`]: the check of a WATCH across slots
+//!   before such a split block runs.
 //! - [`batch`]: a client's direct requests staged per master and sent one batch per
 //!   master, their replies delivered by sequence number.
 //! - [`subscription`]: a client's subscription connections, which read what nodes push;
@@ -32,6 +33,7 @@ pub mod pinned;
 pub mod pushes;
 pub mod subscription;
 pub mod warm;
+pub mod watch_check;
 
 use std::sync::Arc;
 

@@ -468,7 +468,7 @@ pub fn watch_failed(proto: Proto) -> Bytes {
 
 /// Sends every request on `conn` in order and returns their replies in the same order.
 /// `NotSent` only when nothing was written; `Lost` when anything may have run.
-async fn call_in_order(
+pub(super) async fn call_in_order(
     conn: &NodeConn,
     requests: Vec<(Bytes, bool)>,
 ) -> Result<Vec<Bytes>, BackendError> {

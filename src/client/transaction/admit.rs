@@ -12,7 +12,7 @@ use crate::protocol::{Proto, Request};
 use crate::reply;
 use crate::route::key_slot;
 
-use super::{Admitted, Transaction, NOT_IN_MULTI, SPLIT_WITH_WATCH};
+use super::{Admitted, Transaction, NOT_IN_MULTI};
 use crate::upstream::block::Queued;
 
 impl Transaction {
@@ -103,20 +103,19 @@ impl Transaction {
         }
         // The slot the transaction is bound to: the watched one first.
         let bound = match (
-            &self.watch,
+            self.watch.as_ref().and_then(|watch| watch.parts.first()),
             self.multi.as_ref().and_then(|q| q.slot.as_ref()),
         ) {
-            (Some(watch), _) => Some((watch.slot, watch.first_key.clone(), true)),
-            (None, Some((s, key))) => Some((*s, key.clone(), false)),
+            (Some(part), _) => Some((part.slot, part.first_key.clone())),
+            (None, Some((s, key))) => Some((*s, key.clone())),
             (None, None) => None,
         };
         match bound {
-            Some((bound_slot, _, _)) if bound_slot == slot => {}
-            Some((bound_slot, bound_key, watched)) => {
+            Some((bound_slot, _)) if bound_slot == slot => {}
+            Some((bound_slot, bound_key)) => {
+                // Under `split` each slot runs its own block; after a WATCH, every watch
+                // is checked first (see `watch`).
                 let split = proxy.config.cross_slot_transactions == CrossSlotTransactions::Split;
-                if watched && split {
-                    return Err(reply::error(SPLIT_WITH_WATCH));
-                }
                 if !split {
                     let mut all = vec![(&bound_key[..], bound_slot)];
                     all.extend(named.iter().copied());
