@@ -853,6 +853,48 @@ def fill_cross_slot_keys(port, prefixes):
                            capture_output=True)
 
 
+def callgrind_total(procs, pid, name):
+    """Dumps callgrind's counters of `pid` (started with --callgrind-out-file in procs.dir)
+    and returns the instructions counted since the last zeroing."""
+    before = set(os.listdir(procs.dir))
+    subprocess.run(["callgrind_control", "--dump", str(pid)], check=True, capture_output=True)
+    dumps = [f for f in set(os.listdir(procs.dir)) - before if f.startswith(name)]
+    if not dumps:
+        raise SystemExit(f"callgrind wrote no dump for {name}")
+    newest = max(dumps, key=lambda f: os.path.getmtime(os.path.join(procs.dir, f)))
+    with open(os.path.join(procs.dir, newest)) as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                return int(line.split()[1])
+    raise SystemExit(f"no instruction count in the callgrind dump {newest}")
+
+
+def cross_slot_instructions(procs, seeds, forms, apart, together):
+    """`--cross-slot --instructions`: the proxy's instructions per request of each form under
+    callgrind, a count that repeats from run to run where times on shared cores do not."""
+    port, admin = free_port(), free_port()
+    name = f"callgrind-{port}.out"
+    proxy = procs.start(["valgrind", "--tool=callgrind",
+                         f"--callgrind-out-file={os.path.join(procs.dir, name)}", PROXY,
+                         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
+                         "--cluster", ",".join(seeds)], name)
+    wait_port(port, timeout=120)
+    n = 5000
+    print("| command | one slot instructions per request | across slots | across / one |")
+    print("|---|---|---|---|")
+    for (label, one_slot), (_, across) in zip(forms(together), forms(apart)):
+        counts = []
+        for command in (one_slot, across):
+            benchmark(port, None, 1, 500, clients=1, command=command)  # warm
+            subprocess.run(["callgrind_control", "--zero", str(proxy.pid)], check=True,
+                           capture_output=True)
+            benchmark(port, None, 1, n, clients=1, command=command)
+            counts.append(callgrind_total(procs, proxy.pid, name) / n)
+        print(f"| {label} | {counts[0]:,.0f} | {counts[1]:,.0f} | {counts[1] / counts[0]:.1f} |")
+    proxy.send_signal(signal.SIGTERM)
+    proxy.wait(timeout=60)
+
+
 def cross_slot_series():
     procs = Processes()
     try:
@@ -871,6 +913,9 @@ def cross_slot_series():
                     ("SINTER", ["SINTER", f"{a}:s", f"{b}:s"]),
                     ("ZUNION WITHSCORES", ["ZUNION", "2", f"{a}:z", f"{b}:z", "WITHSCORES"]),
                     ("PFCOUNT", ["PFCOUNT", f"{a}:h", f"{b}:h"])]
+        if "--instructions" in sys.argv:
+            cross_slot_instructions(procs, seeds, forms, apart, together)
+            return
         loads = [("-c 50", CLIENTS, N_P1 // 2), ("-c 1", 1, N_P1 // 10)]
         results = {}
         for _ in range(REPS):
@@ -898,13 +943,13 @@ def cross_slot_series():
 if __name__ == "__main__":
     if "--tls" in sys.argv:
         tls_series()
+    elif "--cross-slot" in sys.argv:
+        cross_slot_series()
     elif "--syscalls" in sys.argv:
         syscalls_per_request()
     elif "--instructions" in sys.argv:
         instructions_per_request()
     elif "--fleet" in sys.argv:
         fleet()
-    elif "--cross-slot" in sys.argv:
-        cross_slot_series()
     else:
         main()

@@ -31,7 +31,7 @@ use super::Topology;
 use crate::backend::ConnOptions;
 use crate::config::Config;
 use crate::protocol::encode::encode_request;
-use crate::protocol::{parse_frame, BytesFrame, Proto, ReplyScanner};
+use crate::protocol::{AggregateKind, Proto, ReplyScanner, ReplyView};
 use crate::route::{NodeAddr, SlotMap};
 
 /// Longest time new commands are held back for a promotion under way. Sentinel finishes a
@@ -314,14 +314,11 @@ impl Link {
             .map_err(SentinelAskError::Write)
     }
 
-    /// The next frame the Sentinel sends (a reply or a published message).
-    async fn reply(&mut self) -> Result<BytesFrame, SentinelAskError> {
+    /// The next frame the Sentinel sends (a reply or a published message), whole.
+    async fn reply(&mut self) -> Result<Bytes, SentinelAskError> {
         loop {
             match self.scanner.next_frame_len(&self.buf) {
-                Ok(Some(len)) => {
-                    let frame = self.buf.split_to(len).freeze();
-                    return parse_frame(&frame).map_err(|e| SentinelAskError::Protocol(e.0));
-                }
+                Ok(Some(len)) => return Ok(self.buf.split_to(len).freeze()),
                 Ok(None) => {}
                 Err(e) => return Err(SentinelAskError::Protocol(e.0)),
             }
@@ -334,34 +331,37 @@ impl Link {
     }
 }
 
-/// A frame's text, when it is a string.
-fn text(frame: &BytesFrame) -> Option<String> {
-    match frame {
-        BytesFrame::BlobString { data, .. } => Some(String::from_utf8_lossy(data).into_owned()),
-        BytesFrame::SimpleString { data, .. } => Some(String::from_utf8_lossy(data).into_owned()),
+/// A string element's text.
+fn text(view: &ReplyView<'_>) -> Option<String> {
+    match view {
+        ReplyView::Bulk(data) | ReplyView::Simple(data) => {
+            Some(String::from_utf8_lossy(data).into_owned())
+        }
         _ => None,
     }
 }
 
-/// The elements of an array frame.
-fn elements(frame: &BytesFrame) -> Option<&[BytesFrame]> {
-    match frame {
-        BytesFrame::Array { data, .. } | BytesFrame::Push { data, .. } => Some(data),
+/// The elements of an array or push frame (a RESP2 message is an array, a RESP3 one a push).
+fn elements<'a>(view: &ReplyView<'a>) -> Option<Vec<ReplyView<'a>>> {
+    match view {
+        ReplyView::Aggregate(AggregateKind::Array | AggregateKind::Push, items) => {
+            Some(items.clone().collect())
+        }
         _ => None,
     }
 }
 
 /// `host:port` from a `GET-MASTER-ADDR-BY-NAME` reply (`[ip, port]`; null: no such master).
-fn master_addr(frame: &BytesFrame, name: &str) -> Result<String, SentinelAskError> {
-    match frame {
-        BytesFrame::Null => Err(SentinelAskError::NoSuchMaster { name: name.into() }),
-        BytesFrame::SimpleError { data, .. } => Err(SentinelAskError::Refused(data.to_string())),
-        BytesFrame::BlobError { data, .. } => Err(SentinelAskError::Refused(
+fn master_addr(frame: &[u8], name: &str) -> Result<String, SentinelAskError> {
+    let view = ReplyView::parse(frame).map_err(|e| SentinelAskError::Protocol(e.0))?;
+    match &view {
+        ReplyView::Null => Err(SentinelAskError::NoSuchMaster { name: name.into() }),
+        ReplyView::Error(data) => Err(SentinelAskError::Refused(
             String::from_utf8_lossy(data).into_owned(),
         )),
-        _ => match elements(frame).map(|items| items.iter().map(text).collect::<Vec<_>>()) {
-            Some(parts) if parts.len() == 2 => match (&parts[0], &parts[1]) {
-                (Some(ip), Some(port)) => Ok(join_host_port(ip, port)),
+        _ => match elements(&view).as_deref() {
+            Some([ip, port]) => match (text(ip), text(port)) {
+                (Some(ip), Some(port)) => Ok(join_host_port(&ip, &port)),
                 _ => Err(SentinelAskError::UnreadableAddress),
             },
             _ => Err(SentinelAskError::UnreadableAddress),
@@ -370,27 +370,21 @@ fn master_addr(frame: &BytesFrame, name: &str) -> Result<String, SentinelAskErro
 }
 
 /// The role a `ROLE` reply names (`master`, `slave`, `sentinel`), or its error.
-fn role_of(reply: &Bytes) -> Result<String, SentinelError> {
-    let frame = parse_frame(reply).map_err(|e| SentinelError::Role(e.0))?;
-    if let BytesFrame::SimpleError { data, .. } = &frame {
+fn role_of(reply: &[u8]) -> Result<String, SentinelError> {
+    let view = ReplyView::parse(reply).map_err(|e| SentinelError::Role(e.0))?;
+    if let ReplyView::Error(data) = &view {
+        let data = String::from_utf8_lossy(data);
         return Err(SentinelError::Role(format!("ROLE refused: {data}")));
     }
-    elements(&frame)
-        .and_then(|items| items.first())
-        .and_then(text)
+    elements(&view)
+        .and_then(|items| items.first().and_then(text))
         .ok_or_else(|| SentinelError::Role("unreadable ROLE reply".into()))
 }
 
 /// `(channel, text)` of a published message (`["message", channel, text]`).
-fn message(frame: &BytesFrame) -> Option<(String, String)> {
-    let mut items = elements(frame)?;
-    // The parser reads a RESP2 message as a push, marked with a leading "pubsub".
-    if let (BytesFrame::Push { .. }, Some(first)) = (frame, items.first()) {
-        if text(first).as_deref() == Some("pubsub") {
-            items = &items[1..];
-        }
-    }
-    match items {
+fn message(frame: &[u8]) -> Option<(String, String)> {
+    let view = ReplyView::parse(frame).ok()?;
+    match elements(&view)?.as_slice() {
         [kind, channel, body] if text(kind).as_deref() == Some("message") => {
             Some((text(channel)?, text(body)?))
         }
@@ -431,21 +425,17 @@ fn join_host_port(ip: &str, port: &str) -> String {
 mod tests {
     use super::*;
 
-    fn frame(bytes: &'static [u8]) -> BytesFrame {
-        parse_frame(&Bytes::from_static(bytes)).unwrap()
-    }
-
     #[test]
     fn the_master_address_comes_from_the_sentinel_reply() {
-        let reply = frame(b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6379\r\n");
-        assert_eq!(master_addr(&reply, "m").unwrap(), "127.0.0.1:6379");
-        let reply = frame(b"*2\r\n$3\r\n::1\r\n$4\r\n6379\r\n");
-        assert_eq!(master_addr(&reply, "m").unwrap(), "[::1]:6379");
-        let none = master_addr(&frame(b"*-1\r\n"), "ragmaster")
+        let reply = b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6379\r\n";
+        assert_eq!(master_addr(reply, "m").unwrap(), "127.0.0.1:6379");
+        let reply = b"*2\r\n$3\r\n::1\r\n$4\r\n6379\r\n";
+        assert_eq!(master_addr(reply, "m").unwrap(), "[::1]:6379");
+        let none = master_addr(b"*-1\r\n", "ragmaster")
             .unwrap_err()
             .to_string();
         assert_eq!(none, "monitors no master named 'ragmaster'");
-        let refused = master_addr(&frame(b"-NOAUTH Authentication required.\r\n"), "m");
+        let refused = master_addr(b"-NOAUTH Authentication required.\r\n", "m");
         assert_eq!(
             refused.unwrap_err().to_string(),
             "NOAUTH Authentication required."
@@ -465,15 +455,17 @@ mod tests {
 
     #[test]
     fn events_are_read_for_the_watched_master_only() {
-        let published = frame(
-            b"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$31\r\nm 127.0.0.1 6379 127.0.0.1 6380\r\n",
-        );
-        let (channel, text) = message(&published).unwrap();
+        let published = b"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n\
+            $31\r\nm 127.0.0.1 6379 127.0.0.1 6380\r\n";
+        let (channel, text) = message(published).unwrap();
         assert_eq!(channel, "+switch-master");
         assert_eq!(switched_to(&text, "m").as_deref(), Some("127.0.0.1:6380"));
         assert_eq!(switched_to(&text, "other"), None);
-        let confirm = frame(b"*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n");
-        assert_eq!(message(&confirm), None);
+        let confirm = b"*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n";
+        assert_eq!(message(confirm), None);
+        // The same message as a RESP3 push.
+        let pushed = b">3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1\r\nt\r\n";
+        assert_eq!(message(pushed), Some(("c".to_owned(), "t".to_owned())));
 
         let promoting = "slave 127.0.0.1:6380 127.0.0.1 6380 @ m 127.0.0.1 6379";
         assert!(names_master(promoting, "m"));
