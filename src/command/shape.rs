@@ -88,6 +88,9 @@ pub enum Emulated {
     Info,
     /// CONFIG GET: a master's answer with `port` and `cluster-enabled` as the proxy's.
     ConfigGet,
+    /// REPLICAOF, SLAVEOF: `NO ONE` is `+OK` from the proxy, which shows itself as a
+    /// master already (a no-op there, as on such a Redis); a master's address is sent on.
+    ReplicaOf,
 }
 
 /// A command answered from every master.
@@ -324,7 +327,10 @@ impl Shape {
 impl Emulated {
     /// Whether this is a CLUSTER subcommand.
     pub fn is_cluster(self) -> bool {
-        !matches!(self, Emulated::Info | Emulated::ConfigGet)
+        !matches!(
+            self,
+            Emulated::Info | Emulated::ConfigGet | Emulated::ReplicaOf
+        )
     }
 }
 
@@ -354,6 +360,7 @@ fn special(name: &str) -> Option<Shape> {
         name if name.starts_with("cluster") => Shape::Emulated(Emulated::ClusterOther),
         "info" => Shape::Emulated(Emulated::Info),
         "config|get" => Shape::Emulated(Emulated::ConfigGet),
+        "replicaof" | "slaveof" => Shape::Emulated(Emulated::ReplicaOf),
         "keys" | "pubsub|shardchannels" => Shape::FanOut(Keys),
         "pubsub|shardnumsub" => Shape::FanOut(ShardNumSub),
         "scan" => Shape::FanOut(Scan),
