@@ -3,8 +3,9 @@
 //! for the same sequence, in RESP2 and RESP3 (the first key in order with data popped,
 //! COUNT, both ends, the null array when every key is empty, WRONGTYPE in Redis's order,
 //! the argument errors); clients popping the same keys at once while others push never get
-//! one element twice and lose none; keys in one slot are forwarded as before; and
-//! `cross_slot.blocking: refuse` answers `-CROSSSLOT` naming the setting.
+//! one element twice and lose none; keys in one slot are forwarded as before; under a key
+//! layout the reply names the client's key; and `cross_slot.blocking: refuse` answers
+//! `-CROSSSLOT` naming the setting.
 
 mod common;
 
@@ -218,5 +219,46 @@ fn refused_pops_name_their_setting() {
     assert_eq!(
         line(&mut conn, "LMPOP 2 {mpop}q {mpop}r LEFT"),
         "*2\r\n$7\r\n{mpop}r\r\n*1\r\n$1\r\nv\r\n"
+    );
+}
+
+/// Under a key layout the keys are probed and popped by their cluster names and the reply
+/// names the key as the client wrote it.
+#[test]
+fn under_a_layout_the_reply_names_the_clients_key() {
+    let p = "mpoply";
+    let layout = Proxy::start_with_layout(
+        &shared_cluster().seeds_arg(),
+        "config/botmesh-cluster-v1.yaml",
+        p,
+    );
+    let cluster = shared_cluster();
+    // Message logs of two chats live under their chats' hash tags: two slots.
+    let chats: Vec<String> = (1..)
+        .map(|i| format!("{p}:msgs:chat-{i}"))
+        .take(40)
+        .collect();
+    let tagged = |log: &str| {
+        let chat = log.rsplit(':').next().unwrap();
+        cluster.node_for_slot(cluster.keyslot(&format!("{p}:{{m:{chat}}}:z")))
+    };
+    let first = &chats[0];
+    let second = chats
+        .iter()
+        .find(|log| tagged(log) != tagged(first))
+        .expect("a chat on another master");
+    let mut conn = client(layout.addr(), false);
+    line(&mut conn, &format!("DEL {first} {second}"));
+    assert_eq!(line(&mut conn, &format!("RPUSH {second} hello")), ":1\r\n");
+    assert_eq!(
+        line(&mut conn, &format!("LMPOP 2 {first} {second} LEFT")),
+        format!(
+            "*2\r\n${}\r\n{second}\r\n*1\r\n$5\r\nhello\r\n",
+            second.len()
+        )
+    );
+    assert_eq!(
+        line(&mut conn, &format!("LMPOP 2 {first} {second} LEFT")),
+        "*-1\r\n"
     );
 }
