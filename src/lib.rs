@@ -52,7 +52,7 @@
 //!   prefixes of the databases other than 0 (`SELECT n`). Pure.
 //! - [`reply`]: client-visible error texts and reply builders. Pure.
 //! - [`crossslot`]: the replies and writes of cross-slot commands computed from each key's value,
-//!   and the steps of cross-slot moves and multi-key blocking pops. Pure.
+//!   and the steps of cross-slot moves and multi-key pops (blocking ones, LMPOP, ZMPOP). Pure.
 //! - [`auth`], [`policy`]: who a client is and what it may run. Pure.
 //! - [`acl`]: ACL management of the proxy's users, as Redis manages its own.
 //! - [`server`]: the accept loop and shutdown (IO).

@@ -1,6 +1,6 @@
 //! The command policy through the proxy: dangerous commands refused by default with an error
-//! that says how to allow them, an allow-list that lets one through, and a deny-list (also
-//! of a plain single-key command).
+//! that says how to allow them, an allow-list that lets one through, a deny-list (also
+//! of a plain single-key command), and `REPLICAOF NO ONE`, a no-op the proxy answers.
 
 mod common;
 
@@ -41,7 +41,7 @@ fn dangerous_commands_are_refused_by_default() {
         (&["PFSELFTEST"], "pfselftest"),
         (&["SHUTDOWN", "NOSAVE"], "shutdown"),
         (&["ACL", "SETUSER", "x"], "acl|setuser"),
-        (&["REPLICAOF", "NO", "ONE"], "replicaof"),
+        (&["REPLICAOF", "127.0.0.1", "6379"], "replicaof"),
         (&["SCRIPT", "KILL"], "script|kill"),
     ];
     for (command, name) in refused {
@@ -57,6 +57,76 @@ fn dangerous_commands_are_refused_by_default() {
         cluster.starts_with("-ERR proxy: CLUSTER FORGET is not available"),
         "{cluster}"
     );
+}
+
+/// How many REPLICAOF and SLAVEOF calls `master` counted.
+fn replicaof_calls(master: &str) -> u64 {
+    let stats: String = common::query(master, redis::cmd("INFO").arg("commandstats")).unwrap();
+    stats
+        .lines()
+        .filter(|line| {
+            line.starts_with("cmdstat_replicaof:") || line.starts_with("cmdstat_slaveof:")
+        })
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// The proxy shows itself as a master (INFO's `role:master`), where `REPLICAOF NO ONE` is
+/// a no-op: `+OK` from the proxy under the default policy and the like-one-redis profile,
+/// no master reached; a master's address stays refused, and the arity error is Redis's.
+#[test]
+fn replicaof_no_one_is_a_no_op_answered_by_the_proxy() {
+    let cluster = shared_cluster();
+    let standalone = Standalone::start();
+    let mut reference = Raw::connect(standalone.addr());
+    let before: Vec<u64> = cluster
+        .masters()
+        .iter()
+        .map(|m| replicaof_calls(m))
+        .collect();
+    for profile in [None, Some("config/examples/like-one-redis.yaml")] {
+        let mut args = vec!["--cluster".to_string(), cluster.seeds_arg()];
+        if let Some(profile) = profile {
+            args.extend(["--config".to_string(), profile.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let proxy = Proxy::start(&args);
+        let mut con = Raw::connect(proxy.addr());
+        let info = con.call(&["INFO", "replication"]);
+        assert!(info.contains("role:master"), "{info}");
+        for command in [
+            &["REPLICAOF", "NO", "ONE"][..],
+            &["replicaof", "no", "one"],
+            &["SLAVEOF", "No", "One"],
+            &["REPLICAOF", "NO ONE"],
+            &["REPLICAOF", "NO", "ONE", "x"],
+        ] {
+            assert_eq!(
+                con.call(command),
+                reference.call(command),
+                "{profile:?} {command:?}"
+            );
+        }
+        assert_eq!(
+            con.call(&["REPLICAOF", "127.0.0.1", "6379"]),
+            refusal("replicaof"),
+            "{profile:?}"
+        );
+        assert_eq!(con.call(&["SLAVEOF", "NO", "TWO"]), refusal("slaveof"));
+    }
+    let after: Vec<u64> = cluster
+        .masters()
+        .iter()
+        .map(|m| replicaof_calls(m))
+        .collect();
+    assert_eq!(after, before, "REPLICAOF reached a master");
 }
 
 #[test]

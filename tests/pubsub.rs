@@ -1,7 +1,7 @@
 //! Pub/Sub through the proxy against a real 3-master cluster: channels, patterns, RESP3
 //! pushes, RESP2 subscribed mode compared byte for byte with a real redis-server, shard
-//! channels on every master, re-subscription after a slot migration, and a subscriber
-//! that never reads.
+//! channels on every master (one SSUBSCRIBE may name several, as on one Redis),
+//! re-subscription after a slot migration, and a subscriber that never reads.
 
 mod common;
 
@@ -310,14 +310,21 @@ fn shard_channels_on_every_master() {
     let mut want = channels.clone();
     want.sort();
     assert_eq!(listed, want);
-    // Channels of different slots in one SSUBSCRIBE: refused as Redis does.
+    // Channels of different slots in one SSUBSCRIBE, as one Redis takes them: already
+    // subscribed, so the count stays.
     raw.send(&[
         b"SSUBSCRIBE",
         channels[0].as_bytes(),
         channels[1].as_bytes(),
     ]);
-    let refused = raw.read_quiet();
-    assert!(refused.starts_with(b"-CROSSSLOT "), "{}", show(&refused));
+    let again: String = channels[..2]
+        .iter()
+        .map(|c| format!("*3\r\n$10\r\nssubscribe\r\n${}\r\n{c}\r\n:3\r\n", c.len()))
+        .collect();
+    assert_eq!(
+        show(&raw.read_at_least(again.len())),
+        show(again.as_bytes())
+    );
     raw.send(&[b"SUNSUBSCRIBE"]);
     let confirmations = raw.read_at_least(3 * 30);
     assert_eq!(
@@ -338,6 +345,121 @@ fn shard_channels_on_every_master() {
     assert_eq!(show(&raw.read_quiet()), "$-1\\r\\n");
 }
 
+/// The frames of `reply` (confirmations or messages), each as one string, in order.
+fn frames_of(mut reply: &[u8]) -> Vec<String> {
+    let mut frames = Vec::new();
+    while !reply.is_empty() {
+        let mut end = 1;
+        while !common::reply_complete(&reply[..end]) {
+            end += 1;
+        }
+        frames.push(show(&reply[..end]));
+        reply = &reply[end..];
+    }
+    frames
+}
+
+/// One SSUBSCRIBE and SUNSUBSCRIBE naming shard channels of every master: the same bytes as
+/// one redis-server sends (confirmations in the client's order, counts of the client's
+/// shard subscriptions, a repeated or unknown channel), in RESP2 and RESP3; every channel
+/// is subscribed on its own master (SPUBLISH reaches it, SHARDNUMSUB counts it), and
+/// SUNSUBSCRIBE without a channel leaves them all.
+#[test]
+fn one_ssubscribe_takes_channels_of_every_master_as_one_redis() {
+    let cluster = shared_cluster();
+    let standalone = Standalone::start();
+    let [c0, c1, c2]: [String; 3] = cluster
+        .masters()
+        .iter()
+        .map(|m| channel_on(cluster, m, "ps:multi:"))
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap();
+    let (c0, c1, c2) = (c0.as_bytes(), c1.as_bytes(), c2.as_bytes());
+    let steps: &[&[&[u8]]] = &[
+        &[b"SSUBSCRIBE", c0, c1, c2, c0],
+        &[b"SUNSUBSCRIBE", c1, c2, b"ps:multi:none"],
+        &[b"SSUBSCRIBE", c2, c1],
+        &[b"SUNSUBSCRIBE", c0, c2],
+        &[b"SSUBSCRIBE", c2, c0],
+    ];
+    for resp3 in [false, true] {
+        let mut reference = Raw::connect(standalone.addr());
+        let mut through = Raw::connect(proxy().addr());
+        if resp3 {
+            for conn in [&mut reference, &mut through] {
+                conn.send(&[b"HELLO", b"3"]);
+                assert!(conn.read_at_least(1).starts_with(b"%"));
+            }
+        }
+        for step in steps {
+            reference.send(step);
+            let want = reference.read_quiet();
+            through.send(step);
+            let got = through.read_at_least(want.len());
+            assert_eq!(
+                show(&got),
+                show(&want),
+                "RESP3 {resp3}: {}",
+                show(&step.concat())
+            );
+        }
+        // Subscribed now to all three, each on its master.
+        let mut con = proxy().connect();
+        for channel in [c0, c1, c2] {
+            let receivers: i64 = redis::cmd("SPUBLISH")
+                .arg(channel)
+                .arg("m")
+                .query(&mut con)
+                .unwrap();
+            assert_eq!(receivers, 1);
+            let message = through.read_at_least(20);
+            assert!(
+                message.windows(channel.len()).any(|w| w == channel),
+                "{}",
+                show(&message)
+            );
+        }
+        let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(c0)
+            .arg(c1)
+            .arg(c2)
+            .query(&mut con)
+            .unwrap();
+        assert!(counts.iter().all(|(_, n)| *n == 1), "{counts:?}");
+        // Without a channel: every one ends, in an order of Redis's own (a hash table's),
+        // the counts going down to 0.
+        for conn in [&mut reference, &mut through] {
+            conn.send(&[b"SUNSUBSCRIBE"]);
+        }
+        let want = frames_of(&reference.read_quiet());
+        let mut got = frames_of(&through.read_at_least(3 * 40));
+        assert_eq!(got.len(), 3, "{got:?}");
+        let counts: Vec<bool> = got.iter().map(|f| f.ends_with(":0\\r\\n")).collect();
+        assert_eq!(counts, [false, false, true], "{got:?}");
+        let mut want_names: Vec<String> = want.iter().map(|f| strip_count(f)).collect();
+        got = got.iter().map(|f| strip_count(f)).collect();
+        want_names.sort();
+        got.sort();
+        assert_eq!(got, want_names);
+        let receivers: i64 = redis::cmd("SPUBLISH")
+            .arg(c1)
+            .arg("m")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(receivers, 0, "unsubscribed on its master");
+    }
+}
+
+/// A confirmation without its count.
+fn strip_count(frame: &str) -> String {
+    frame
+        .rsplit_once(':')
+        .map_or(frame, |(head, _)| head)
+        .to_string()
+}
+
 #[test]
 fn shard_subscription_follows_a_migrated_slot() {
     let cluster = Cluster::start(3, 0);
@@ -345,10 +467,16 @@ fn shard_subscription_follows_a_migrated_slot() {
     let masters = cluster.masters();
     let channel = channel_on(&cluster, &masters[0], "ps:move:");
     let slot = cluster.keyslot(&channel);
+    // Subscribed in one call with a channel of a master the move leaves alone.
+    let stays = channel_on(&cluster, &masters[2], "ps:stay:");
     let mut raw = Raw::connect(proxy.addr());
-    raw.send(&[b"SSUBSCRIBE", channel.as_bytes()]);
-    let confirmed = raw.read_at_least(20);
-    assert!(show(&confirmed).contains(":1"), "{}", show(&confirmed));
+    raw.send(&[b"SSUBSCRIBE", channel.as_bytes(), stays.as_bytes()]);
+    let confirmed = raw.read_at_least(40);
+    assert!(
+        show(&confirmed).ends_with(":2\\r\\n"),
+        "{}",
+        show(&confirmed)
+    );
 
     cluster.migrate_slot(slot, &masters[1]);
 
@@ -379,6 +507,14 @@ fn shard_subscription_follows_a_migrated_slot() {
         "{}",
         show(&seen)
     );
+    let receivers: i64 = redis::cmd("SPUBLISH")
+        .arg(&stays)
+        .arg("still")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(receivers, 1, "the other channel stays subscribed");
+    let expected = smessage(&stays, "still");
+    assert_eq!(show(&raw.read_at_least(expected.len())), show(&expected));
 }
 
 /// Channels and patterns live on the master of slot 0, where PUBLISH and PUBSUB go. When

@@ -88,6 +88,9 @@ pub enum Emulated {
     Info,
     /// CONFIG GET: a master's answer with `port` and `cluster-enabled` as the proxy's.
     ConfigGet,
+    /// REPLICAOF, SLAVEOF: `NO ONE` is `+OK` from the proxy, which shows itself as a
+    /// master already (a no-op there, as on such a Redis); a master's address is sent on.
+    ReplicaOf,
 }
 
 /// A command answered from every master.
@@ -187,6 +190,10 @@ pub enum CrossSlot {
     /// Multi-key blocking pops: the first key in order with data popped, else a wait on
     /// every key (`cross_slot.blocking`).
     Blocking,
+    /// LMPOP, ZMPOP: the blocking pops' probe and pop, the null array when every key is
+    /// empty. Governed by `cross_slot.blocking`, as they are those pops without the wait
+    /// and keep the same guarantee.
+    Pop,
 }
 
 impl CrossSlot {
@@ -206,15 +213,17 @@ impl CrossSlot {
             "blpop" | "brpop" | "blmpop" | "bzpopmin" | "bzpopmax" | "bzmpop" => {
                 CrossSlot::Blocking
             }
+            "lmpop" | "zmpop" => CrossSlot::Pop,
             _ => return None,
         })
     }
 
     /// Whether the proxy carries out such a command across slots in steps that write
-    /// after the first reply (a store's destination, a move's copy and removal): the
-    /// client session runs it alone, so the client's next commands see its writes.
+    /// after the first reply (a store's destination, a move's copy and removal, a pop
+    /// after its probe): the client session runs it alone, so the client's next commands
+    /// see its writes and do not reach a key before its probe does.
     pub fn runs_in_steps(self) -> bool {
-        matches!(self, CrossSlot::Store | CrossSlot::Move)
+        matches!(self, CrossSlot::Store | CrossSlot::Move | CrossSlot::Pop)
     }
 }
 
@@ -318,7 +327,10 @@ impl Shape {
 impl Emulated {
     /// Whether this is a CLUSTER subcommand.
     pub fn is_cluster(self) -> bool {
-        !matches!(self, Emulated::Info | Emulated::ConfigGet)
+        !matches!(
+            self,
+            Emulated::Info | Emulated::ConfigGet | Emulated::ReplicaOf
+        )
     }
 }
 
@@ -348,6 +360,7 @@ fn special(name: &str) -> Option<Shape> {
         name if name.starts_with("cluster") => Shape::Emulated(Emulated::ClusterOther),
         "info" => Shape::Emulated(Emulated::Info),
         "config|get" => Shape::Emulated(Emulated::ConfigGet),
+        "replicaof" | "slaveof" => Shape::Emulated(Emulated::ReplicaOf),
         "keys" | "pubsub|shardchannels" => Shape::FanOut(Keys),
         "pubsub|shardnumsub" => Shape::FanOut(ShardNumSub),
         "scan" => Shape::FanOut(Scan),
@@ -634,6 +647,8 @@ mod tests {
             ("msetnx", Some(CrossSlot::AllOrNothing)),
             ("blpop", Some(CrossSlot::Blocking)),
             ("bzmpop", Some(CrossSlot::Blocking)),
+            ("lmpop", Some(CrossSlot::Pop)),
+            ("zmpop", Some(CrossSlot::Pop)),
             ("blmove", Some(CrossSlot::Move)),
             ("xread", None),
             ("get", None),

@@ -27,7 +27,8 @@ pub struct CrossSlotConfig {
     /// from the source.
     pub moves: Emulation,
     /// BLPOP, BRPOP, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP: the first key in order with data
-    /// popped, else a wait that takes nothing on every key (see `crossslot::blocking`).
+    /// popped, else a wait that takes nothing on every key (see `crossslot::blocking`);
+    /// and LMPOP, ZMPOP, the same probe and pop without the wait.
     /// Emulated by default, as the other classes: an app written for one Redis waits on
     /// its queues instead of getting an error it cannot handle; what it costs is a
     /// connection per key while the client waits, and a poll for sorted sets.

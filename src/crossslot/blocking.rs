@@ -1,7 +1,7 @@
-//! Multi-key blocking pops across slots: BLPOP, BRPOP, BLMPOP, BZPOPMIN, BZPOPMAX and
-//! BZMPOP whose keys span slots (`cross_slot.blocking`). Pure: what to send to which
-//! key's master and what the replies mean; the planner (`dispatch::crossslot::blocking`)
-//! does the IO.
+//! Multi-key pops across slots: BLPOP, BRPOP, BLMPOP, BZPOPMIN, BZPOPMAX and BZMPOP whose
+//! keys span slots, and their non-blocking forms LMPOP and ZMPOP (`cross_slot.blocking`).
+//! Pure: what to send to which key's master and what the replies mean; the planner
+//! (`dispatch::crossslot::blocking`) does the IO.
 //!
 //! # Design
 //!
@@ -16,7 +16,10 @@
 //!    reshaped where the blocking form's reply differs (`BLPOP`'s `[key, element]`,
 //!    `BZPOPMIN`'s `[key, member, score]`), is the client's. Empty (another client took
 //!    the data since the probe): back to 1.
-//! 3. **Wait** when every key is empty, on connections of the client's own:
+//! 3. LMPOP and ZMPOP stop at 1 when a probe finds every key empty: the null array is
+//!    their reply, as Redis's. A pop that found its key emptied since the probe probes
+//!    again, so the null is only given when one probe saw every key empty.
+//! 4. **Wait** when every key is empty, on connections of the client's own:
 //!    - lists: `BLMOVE key key LEFT LEFT t` for every key at once, `t` what is left of the
 //!      timeout. It returns as soon as the key has an element and leaves the list as it
 //!      was (the element goes back where it was taken, in one step on the node), so the
@@ -84,14 +87,17 @@ enum Pop {
     Multi(&'static [u8], Vec<Bytes>),
 }
 
-/// A parsed blocking pop across slots.
+/// A parsed multi-key pop across slots: a blocking one, or LMPOP / ZMPOP.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockingPop {
     /// The keys, in the client's order.
     pub keys: Vec<Bytes>,
     /// What the keys hold.
     pub holds: Holds,
-    /// How long the client may wait; `None`: for ever (a timeout of 0).
+    /// Whether the client waits when every key is empty: false for LMPOP and ZMPOP.
+    pub blocks: bool,
+    /// How long the client may wait; `None`: for ever (a timeout of 0), or no wait at all
+    /// when the pop does not block.
     pub timeout: Option<Duration>,
     pop: Pop,
 }
@@ -116,8 +122,9 @@ pub enum Waited {
     Reply(Bytes),
 }
 
-/// Parses a blocking pop of `args` (`args[0]` the command's name); `None` when it is not
-/// one; `Err` is the reply Redis gives to such arguments before it looks at a key.
+/// Parses a multi-key pop of `args` (`args[0]` the command's name), blocking or LMPOP /
+/// ZMPOP; `None` when it is not one; `Err` is the reply Redis gives to such arguments
+/// before it looks at a key.
 pub fn parse_blocking_pop(args: &[Bytes]) -> Option<Result<BlockingPop, Bytes>> {
     let name = args.first()?.to_ascii_lowercase();
     let (holds, pop) = match name.as_slice() {
@@ -125,8 +132,26 @@ pub fn parse_blocking_pop(args: &[Bytes]) -> Option<Result<BlockingPop, Bytes>> 
         b"brpop" => (Holds::List, Pop::List(b"RPOP")),
         b"bzpopmin" => (Holds::SortedSet, Pop::SortedSet(b"ZPOPMIN")),
         b"bzpopmax" => (Holds::SortedSet, Pop::SortedSet(b"ZPOPMAX")),
-        b"blmpop" => return Some(parse_multi(args, Holds::List, b"LMPOP", LIST_ENDS)),
-        b"bzmpop" => return Some(parse_multi(args, Holds::SortedSet, b"ZMPOP", ZSET_ENDS)),
+        b"blmpop" => return Some(parse_multi(args, Holds::List, b"LMPOP", LIST_ENDS, true)),
+        b"bzmpop" => {
+            return Some(parse_multi(
+                args,
+                Holds::SortedSet,
+                b"ZMPOP",
+                ZSET_ENDS,
+                true,
+            ))
+        }
+        b"lmpop" => return Some(parse_multi(args, Holds::List, b"LMPOP", LIST_ENDS, false)),
+        b"zmpop" => {
+            return Some(parse_multi(
+                args,
+                Holds::SortedSet,
+                b"ZMPOP",
+                ZSET_ENDS,
+                false,
+            ))
+        }
         _ => return None,
     };
     Some(match args {
@@ -134,6 +159,7 @@ pub fn parse_blocking_pop(args: &[Bytes]) -> Option<Result<BlockingPop, Bytes>> 
             parse_timeout(timeout).map(|timeout| BlockingPop {
                 keys: keys.to_vec(),
                 holds,
+                blocks: true,
                 timeout,
                 pop,
             })
@@ -146,23 +172,26 @@ pub fn parse_blocking_pop(args: &[Bytes]) -> Option<Result<BlockingPop, Bytes>> 
 const LIST_ENDS: [&[u8]; 2] = [b"left", b"right"];
 const ZSET_ENDS: [&[u8]; 2] = [b"min", b"max"];
 
-/// `BLMPOP timeout numkeys key... LEFT|RIGHT [COUNT n]` and `BZMPOP ... MIN|MAX ...`,
-/// checked in Redis's order: numkeys, the end, the options, then the timeout.
+/// `BLMPOP timeout numkeys key... LEFT|RIGHT [COUNT n]` and `BZMPOP ... MIN|MAX ...`
+/// (`blocks`), or `LMPOP numkeys key...` and `ZMPOP numkeys key...`, checked in Redis's
+/// order: numkeys, the end, the options, then the timeout.
 fn parse_multi(
     args: &[Bytes],
     holds: Holds,
     pop: &'static [u8],
     ends: [&[u8]; 2],
+    blocks: bool,
 ) -> Result<BlockingPop, Bytes> {
     let error = |text: &str| reply::error(text);
+    let numkeys_at = if blocks { 2 } else { 1 };
     let numkeys = args
-        .get(2)
+        .get(numkeys_at)
         .and_then(|n| parse_i64(n))
         .filter(|n| *n > 0)
         .ok_or_else(|| error(text::NUMKEYS_POSITIVE))?;
     let end_at = usize::try_from(numkeys)
         .ok()
-        .and_then(|n| n.checked_add(3))
+        .and_then(|n| n.checked_add(numkeys_at + 1))
         .filter(|at| *at < args.len())
         .ok_or_else(|| error(text::SYNTAX))?;
     let end = &args[end_at];
@@ -178,10 +207,14 @@ fn parse_multi(
         }
         _ => return Err(error(text::SYNTAX)),
     }
-    let timeout = parse_timeout(&args[1])?;
+    let timeout = match blocks {
+        true => parse_timeout(&args[1])?,
+        false => None,
+    };
     Ok(BlockingPop {
-        keys: args[3..end_at].to_vec(),
+        keys: args[numkeys_at + 1..end_at].to_vec(),
         holds,
+        blocks,
         timeout,
         pop: Pop::Multi(pop, args[end_at..].to_vec()),
     })
@@ -319,7 +352,8 @@ impl BlockingPop {
     }
 }
 
-/// The null a blocking pop answers when its timeout ends: a null array.
+/// The null a blocking pop answers when its timeout ends, and LMPOP or ZMPOP when every
+/// key is empty: a null array.
 pub fn timed_out(proto: Proto) -> Bytes {
     let mut out = BytesMut::with_capacity(4);
     encode::null_array(&mut out, proto);

@@ -107,6 +107,34 @@ fn mpop_forms_check_numkeys_end_and_count_before_the_timeout() {
 }
 
 #[test]
+fn lmpop_and_zmpop_are_the_same_pops_without_a_wait() {
+    let pop = parsed("LMPOP 2 a b RIGHT COUNT 3");
+    assert_eq!(pop.keys, args("a b"));
+    assert_eq!(pop.holds, Holds::List);
+    assert!(!pop.blocks);
+    assert_eq!(pop.timeout, None);
+    assert_eq!(pop.pop(1), request_frame(&args("LMPOP 1 b RIGHT COUNT 3")));
+    let pop = parsed("zmpop 3 a b c MAX");
+    assert_eq!(pop.holds, Holds::SortedSet);
+    assert_eq!(pop.keys, args("a b c"));
+    assert_eq!(pop.pop(0), request_frame(&args("ZMPOP 1 a MAX")));
+    assert!(parsed("BLMPOP 0 2 a b LEFT").blocks);
+    assert_eq!(
+        refused("LMPOP 0 a LEFT"),
+        "-ERR numkeys should be greater than 0\r\n"
+    );
+    assert_eq!(refused("LMPOP 3 a b LEFT"), "-ERR syntax error\r\n");
+    assert_eq!(refused("ZMPOP 2 a b LEFT"), "-ERR syntax error\r\n");
+    assert_eq!(
+        refused("ZMPOP 2 a b MIN COUNT -1"),
+        "-ERR count should be greater than 0\r\n"
+    );
+    // Its reply is the node's own, `[key, [elements]]`, in the client's protocol.
+    let multi = frame("*2\r\n$1\r\nb\r\n*1\r\n$1\r\nx\r\n");
+    assert_eq!(parsed("LMPOP 2 a b LEFT").popped(1, &multi), Some(multi));
+}
+
+#[test]
 fn the_first_key_in_order_with_data_or_an_error_decides() {
     let pop = parsed("BLPOP a b c 0");
     let zero = frame(":0\r\n");

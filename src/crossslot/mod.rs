@@ -23,8 +23,8 @@
 //!
 //! Moves (RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, COPY) compute nothing: [`moves`] is
 //! the order of their steps over the two masters and the reply each step leads to.
-//! Multi-key blocking pops (BLPOP, BZPOPMIN, BLMPOP...) neither: [`blocking`] says how
-//! they probe, pop and wait.
+//! Multi-key pops (BLPOP, BZPOPMIN, BLMPOP..., and LMPOP, ZMPOP) neither: [`blocking`] says
+//! how they probe, pop and (the blocking ones) wait.
 //!
 //! Limits: [`Limits`] bounds what is computed in memory; above it the reply is an error
 //! naming the limit and nothing is written. The planner should also bound what it reads

@@ -4,7 +4,7 @@
 //! dedicated connection to the destination's master, as transactions are, so no other
 //! client's command lands inside the block. The client's reply goes out only once EXEC
 //! has applied the writes. Moves (RENAME, SMOVE, LMOVE... and COPY) run step by step in
-//! `moves`; multi-key blocking pops probe, pop and wait in `blocking`.
+//! `moves`; multi-key pops probe, pop and (the blocking ones) wait in `blocking`.
 //!
 //! Guarantee: the keys together are not one snapshot (like a split MGET); a destination is
 //! replaced whole or not at all; a move copies before it removes, so a failure between
@@ -36,8 +36,8 @@ pub(super) enum CrossSlotRun {
     /// The source's master computes the result, the destination's stores it (see
     /// `crossslot::SourceStore`).
     SourceStore(crossslot::SourceStore),
-    /// Pop the first key in order with data, else wait on them all (see
-    /// `crossslot::blocking`).
+    /// Pop the first key in order with data, else wait on them all, or answer null for
+    /// LMPOP and ZMPOP (see `crossslot::blocking`).
     BlockingPop(crossslot::blocking::BlockingPop),
 }
 
@@ -54,6 +54,9 @@ impl CrossSlotRun {
             }
             CrossSlotRun::SourceStore(_) => {
                 "computed on the source's master, the destination written as one MULTI/EXEC"
+            }
+            CrossSlotRun::BlockingPop(pop) if !pop.blocks => {
+                "every key probed on its master, the first with data popped, else the null array"
             }
             CrossSlotRun::BlockingPop(_) => {
                 "every key probed on its master, the first with data popped, else a wait \
@@ -92,7 +95,9 @@ impl Proxy {
             Some(CrossSlot::Read) => ("cross_slot.reads", settings.reads),
             Some(CrossSlot::Store) => ("cross_slot.stores", settings.stores),
             Some(CrossSlot::Move) => ("cross_slot.moves", settings.moves),
-            Some(CrossSlot::Blocking) => ("cross_slot.blocking", settings.blocking),
+            Some(CrossSlot::Blocking | CrossSlot::Pop) => {
+                ("cross_slot.blocking", settings.blocking)
+            }
             Some(CrossSlot::AllOrNothing) => {
                 return Plan::Answer(reply::error(reply::crossslot::MSETNX_ACROSS_SLOTS))
             }
@@ -122,6 +127,7 @@ impl Proxy {
             CrossSlotRun::Compute(request) => self.cross_slot_compute(request, proto).await,
             CrossSlotRun::Move(request) => self.cross_slot_move(request, proto).await,
             CrossSlotRun::SourceStore(store) => self.cross_slot_source_store(store, proto).await,
+            CrossSlotRun::BlockingPop(pop) if !pop.blocks => self.cross_slot_pop(pop, proto).await,
             CrossSlotRun::BlockingPop(pop) => self.cross_slot_blocking_pop(pop, proto).await,
         }
     }

@@ -373,7 +373,7 @@ impl Proxy {
             out.push("acl", "allowed");
             return;
         };
-        let policy = self.policy.refusal(&spec.name);
+        let policy = self.policy_refusal(spec, &request.args);
         out.push(
             "policy",
             policy.map_or("allowed".into(), |r| error_text(&r)),

@@ -224,10 +224,19 @@ impl Proxy {
         if !spec.arity_ok(args.len()) {
             return None;
         }
-        if let Some(refusal) = self.policy.refusal(&spec.name) {
+        if let Some(refusal) = self.policy_refusal(spec, args) {
             return Some(refusal);
         }
         Self::user_refusal(spec, request, user)
+    }
+
+    /// The command policy's refusal of a request of `spec`: none for `REPLICAOF NO ONE`,
+    /// which the proxy answers itself without reaching a master (the policy refuses
+    /// REPLICAOF for what it would do to the cluster).
+    fn policy_refusal(&self, spec: &CommandSpec, args: &[Bytes]) -> Option<Bytes> {
+        self.policy
+            .refusal(&spec.name)
+            .filter(|_| !Self::is_replicaof_no_one(spec, args))
     }
 
     /// The refusal for a command `user`'s ACL does not allow (`None`: allowed, or no user

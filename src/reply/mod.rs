@@ -58,8 +58,6 @@ pub mod text {
     pub const LISTING_CURSOR_RANGE: &str = "ERR listing cursor out of range";
     /// An indexed layout write that names no key (a bug, never a client's doing).
     pub const INDEXED_WRITE_WITHOUT_KEYS: &str = "ERR internal: indexed write without keys";
-    /// Keys of one request in different slots, without naming them (SSUBSCRIBE), as Redis 7.
-    pub const CROSSSLOT: &str = "CROSSSLOT Keys in request don't hash to the same slot";
     /// SUBSCRIBE and friends sent where no client connection holds them.
     pub const SUBSCRIBE_NEEDS_CLIENT: &str =
         "ERR proxy: subscriptions are only possible on a client connection";

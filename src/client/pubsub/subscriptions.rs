@@ -1,11 +1,15 @@
 //! The client's subscription sets and the confirmations it is sent: SUBSCRIBE & co on
 //! the regular link, the same once keyspace subscriptions are involved (confirmations
-//! written here from the client's sets), and the shard commands.
+//! written here from the client's sets), and the shard commands: as on one Redis, one
+//! SSUBSCRIBE or SUNSUBSCRIBE may name channels of several slots; each slot's channels go
+//! to its master in one command, all at once, and the confirmations are written here in
+//! the client's order.
 //!
 //! Invariants: a subscription whose connection cannot be had changes no set; the counts
 //! in confirmations are the ones Redis would report after each name; a set that becomes
 //! empty releases its links (reply futures keep theirs until their confirmations are in).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
@@ -297,15 +301,12 @@ impl Inner {
             }
             return Step::Reply(out.freeze());
         }
-        let slot = key_slot(&names[0]);
-        if names.iter().any(|n| key_slot(n) != slot) {
-            return Step::Reply(reply::error(reply::text::CROSSSLOT));
-        }
-        // Counts as Redis reports them: shard subscriptions after each channel.
+        // Counts as Redis reports them: shard subscriptions after each channel, in the
+        // order the client gave them, whichever master each lives on.
         let mut confirmations = BytesMut::new();
         for name in &names {
             if subscribe {
-                self.shard.insert(name.clone(), slot);
+                self.shard.insert(name.clone(), key_slot(name));
             } else {
                 self.shard.remove(name);
             }
@@ -313,24 +314,61 @@ impl Inner {
             confirmations.extend_from_slice(&frames::confirmation(proto, kind, Some(name), count));
         }
         let confirmations = confirmations.freeze();
+        let groups = by_slot(&names);
+        let one_slot = groups.len() == 1;
+        let command = if subscribe {
+            "SSUBSCRIBE"
+        } else {
+            "SUNSUBSCRIBE"
+        };
         let kind: &'static [u8] = kind.as_bytes();
-        let expected = names.len();
+        let calls = groups.into_iter().map(|(slot, names)| {
+            let shared = shared.clone();
+            // One slot (the common case, and a cluster node's only one): as the client sent it.
+            let raw = match one_slot {
+                true => raw.clone(),
+                false => command_bytes(command, &names),
+            };
+            async move { shard_call(&shared, slot, raw, kind, names.len(), proto).await }
+        });
+        let calls = futures_util::future::join_all(calls);
         let shared = shared.clone();
         Step::Pending(
             async move {
-                let answer = shard_call(&shared, slot, raw, kind, expected, proto).await;
+                let answers = calls.await;
                 if !subscribe {
                     lock(&shared).prune_shard_links();
                 }
-                match answer {
-                    Ok(frame) if frame.first() == Some(&b'-') => frame,
-                    Ok(_) => confirmations,
-                    Err(reason) => reply::error(&reply::refusals::proxy_failure(reason)),
+                for answer in answers {
+                    match answer {
+                        Ok(frame) if frame.first() == Some(&b'-') => return frame,
+                        Ok(_) => {}
+                        Err(reason) => {
+                            return reply::error(&reply::refusals::proxy_failure(reason))
+                        }
+                    }
                 }
+                confirmations
             }
             .boxed(),
         )
     }
+}
+
+/// `names` grouped by their slot, the groups in the order of their first channel, each
+/// keeping the client's order: one shard command per slot's master.
+fn by_slot(names: &[Bytes]) -> Vec<(u16, Vec<Bytes>)> {
+    let mut groups: Vec<(u16, Vec<Bytes>)> = Vec::new();
+    let mut at: HashMap<u16, usize> = HashMap::new();
+    for name in names {
+        let slot = key_slot(name);
+        let n = *at.entry(slot).or_insert_with(|| {
+            groups.push((slot, Vec::new()));
+            groups.len() - 1
+        });
+        groups[n].1.push(name.clone());
+    }
+    groups
 }
 
 /// Confirmations for an unsubscribe from nothing, as Redis answers it: one per name, or
@@ -366,4 +404,25 @@ fn confirmed_after(
         }
         .boxed(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_channels_are_grouped_by_slot_in_the_clients_order() {
+        let names: Vec<Bytes> = ["{a}1", "{b}1", "{a}2", "{b}2", "{a}1", "{c}"]
+            .into_iter()
+            .map(Bytes::from)
+            .collect();
+        let groups = by_slot(&names);
+        let slots: Vec<u16> = groups.iter().map(|(slot, _)| *slot).collect();
+        assert_eq!(slots, [key_slot(b"a"), key_slot(b"b"), key_slot(b"c")]);
+        let names = |n: usize| -> Vec<&[u8]> { groups[n].1.iter().map(|b| &b[..]).collect() };
+        // A repeated channel stays: the node confirms it twice, as one Redis does.
+        assert_eq!(names(0), [&b"{a}1"[..], b"{a}2", b"{a}1"]);
+        assert_eq!(names(1), [&b"{b}1"[..], b"{b}2"]);
+        assert_eq!(names(2), [&b"{c}"[..]]);
+    }
 }

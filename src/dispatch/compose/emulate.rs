@@ -2,7 +2,8 @@
 //! INFO/SLOTS/SHARDS/NODES/MYID describe a one-node cluster whose only node is the proxy
 //! (so a cluster-aware client pointed at it stays on it), CLUSTER KEYSLOT is computed here,
 //! INFO is one server's (see [`super::info`]), and CONFIG GET shows the proxy's port and
-//! `cluster-enabled no`.
+//! `cluster-enabled no`. `REPLICAOF NO ONE` is a no-op on a master, which the proxy shows
+//! itself as.
 
 use bytes::{Bytes, BytesMut};
 
@@ -101,6 +102,7 @@ impl Proxy {
                     &String::from_utf8_lossy(&request.args[1]).to_ascii_uppercase(),
                 ))
             }
+            Emulated::ReplicaOf => self.replicaof(request, proto).await,
             Emulated::Info => self.info(request, proto).await,
             Emulated::ConfigGet => {
                 let upstream = self
@@ -110,6 +112,27 @@ impl Proxy {
                 config_as_one_node(&upstream, &port.to_string()).unwrap_or(upstream)
             }
         }
+    }
+
+    /// REPLICAOF / SLAVEOF: `NO ONE` is `+OK`, a no-op on the master the proxy shows
+    /// itself as; a master's address (reached only when the policy allows it) is sent on
+    /// and gets the node's own answer.
+    async fn replicaof(&self, request: &crate::protocol::Request, proto: Proto) -> Bytes {
+        if is_no_one(&request.args) {
+            return Bytes::from_static(b"+OK\r\n");
+        }
+        self.upstream
+            .forward(Target::AnyMaster, request.raw.clone(), proto)
+            .await
+    }
+
+    /// Whether `request` is a REPLICAOF or SLAVEOF the proxy answers itself, a no-op the
+    /// command policy has no reason to refuse.
+    pub(in crate::dispatch) fn is_replicaof_no_one(
+        spec: &crate::command::CommandSpec,
+        args: &[Bytes],
+    ) -> bool {
+        spec.shape == crate::command::Shape::Emulated(Emulated::ReplicaOf) && is_no_one(args)
     }
 
     /// A stable 40-hex-digit node id derived from the listen address.
@@ -125,6 +148,11 @@ impl Proxy {
         id.truncate(40);
         id
     }
+}
+
+/// Whether REPLICAOF's or SLAVEOF's arguments are `NO ONE` (any case), as Redis reads them.
+fn is_no_one(args: &[Bytes]) -> bool {
+    matches!(args, [_, no, one] if no.eq_ignore_ascii_case(b"no") && one.eq_ignore_ascii_case(b"one"))
 }
 
 /// A master's CONFIG GET reply (an array, or a RESP3 map, of name/value bulk strings)
@@ -169,6 +197,21 @@ pub(in crate::dispatch) fn verbatim(text: &[u8], proto: Proto) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_no_one_is_replicaof_a_no_op() {
+        let args = |line: &str| -> Vec<Bytes> {
+            line.split(' ')
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect()
+        };
+        assert!(is_no_one(&args("REPLICAOF NO ONE")));
+        assert!(is_no_one(&args("slaveof no One")));
+        assert!(!is_no_one(&args("REPLICAOF 127.0.0.1 6379")));
+        assert!(!is_no_one(&args("REPLICAOF NO ONE extra")));
+        assert!(!is_no_one(&args("REPLICAOF NO")));
+        assert!(!is_no_one(&args("REPLICAOF ONE NO")));
+    }
 
     #[test]
     fn config_get_shows_the_proxys_port_and_no_cluster() {

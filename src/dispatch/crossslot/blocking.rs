@@ -1,6 +1,6 @@
-//! Multi-key blocking pops across slots carried out (see `crate::crossslot::blocking` for
-//! the design and its guarantee): probes through the forward path, the pop of the key
-//! that decides through it too, and the waits on connections of the client's own (as any
+//! Multi-key pops across slots carried out (see `crate::crossslot::blocking` for the
+//! design and its guarantee): probes through the forward path, the pop of the key that
+//! decides through it too (all LMPOP and ZMPOP need), and the waits on connections of the client's own (as any
 //! blocking command's), so a blocked client never holds a shared connection. The waits of
 //! one round end together: the first to answer drops the others, which closes their
 //! connections and ends their commands on the nodes; a client that goes away drops them
@@ -25,7 +25,30 @@ use crate::route::key_slot;
 /// bound.
 const MAX_LIST_WAITS: usize = 16;
 
+/// What one probe and pop found.
+enum Round {
+    /// The client's reply: what was popped, or an error.
+    Reply(Bytes),
+    /// The probe found every key empty.
+    Empty,
+    /// The probe found a key with data, but another client emptied it before the pop.
+    Emptied,
+}
+
 impl Proxy {
+    /// LMPOP or ZMPOP: pops the first key in order with data, or answers the null array
+    /// when one probe finds every key empty.
+    pub(super) async fn cross_slot_pop(&self, pop: &BlockingPop, proto: Proto) -> Bytes {
+        loop {
+            match self.blocking_pop_round(pop, proto).await {
+                Round::Reply(reply) => return reply,
+                Round::Empty => return timed_out(proto),
+                // Another key may still hold data: what one Redis would have popped.
+                Round::Emptied => {}
+            }
+        }
+    }
+
     /// Pops as `pop` says, waiting as long as its timeout allows, and returns the reply.
     pub(super) async fn cross_slot_blocking_pop(&self, pop: &BlockingPop, proto: Proto) -> Bytes {
         let _blocked = crate::metrics::BlockedClient::enter();
@@ -38,7 +61,7 @@ impl Proxy {
         let polls = pop.holds == Holds::SortedSet || pop.keys.len() > MAX_LIST_WAITS;
         let mut interval = POLL_MIN;
         loop {
-            if let Some(reply) = self.blocking_pop_round(pop, proto).await {
+            if let Round::Reply(reply) = self.blocking_pop_round(pop, proto).await {
                 return reply;
             }
             let left = match deadline {
@@ -64,9 +87,8 @@ impl Proxy {
         }
     }
 
-    /// One probe of every key and, when one has data, its pop: the client's reply, or
-    /// `None` when every key was empty (or emptied by another client since the probe).
-    async fn blocking_pop_round(&self, pop: &BlockingPop, proto: Proto) -> Option<Bytes> {
+    /// One probe of every key and, when one has data, its pop.
+    async fn blocking_pop_round(&self, pop: &BlockingPop, proto: Proto) -> Round {
         let slots: Vec<u16> = pop.keys.iter().map(|key| key_slot(key)).collect();
         let probes: Vec<Bytes> = pop.keys.iter().map(|key| pop.probe(key)).collect();
         let size_hint = probes.iter().map(Bytes::len).sum();
@@ -80,12 +102,12 @@ impl Proxy {
             )
             .await;
         match pop.probed(&replies) {
-            Probed::Reply(reply) => Some(reply),
-            Probed::Empty => None,
+            Probed::Reply(reply) => Round::Reply(reply),
+            Probed::Empty => Round::Empty,
             Probed::Ready(n) => {
                 let target = Target::Slot(slots[n]);
                 let reply = self.upstream.forward(target, pop.pop(n), proto).await;
-                pop.popped(n, &reply)
+                pop.popped(n, &reply).map_or(Round::Emptied, Round::Reply)
             }
         }
     }
