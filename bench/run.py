@@ -916,7 +916,7 @@ def cross_slot_series():
         if "--instructions" in sys.argv:
             cross_slot_instructions(procs, seeds, forms, apart, together)
             return
-        loads = [("-c 50", CLIENTS, N_P1 // 2), ("-c 1", 1, N_P1 // 10)]
+        loads = [("-c 50", CLIENTS, N_P1), ("-c 1", 1, N_P1 // 4)]
         results = {}
         for _ in range(REPS):
             for load, clients, n in loads:
