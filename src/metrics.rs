@@ -48,6 +48,12 @@ pub const CLIENT_OUTPUT_LIMIT_DISCONNECTS: &str =
     "slotbridge_client_output_limit_disconnects_total";
 /// Monitors dropped for not reading their lines fast enough.
 pub const MONITOR_DROPS: &str = "slotbridge_monitor_drops_total";
+/// Clients with CLIENT TRACKING on.
+pub const TRACKING_CLIENTS: &str = "slotbridge_tracking_clients";
+/// Keys in the table of what tracking clients read (bounded by `tracking_table_max_keys`).
+pub const TRACKING_KEYS: &str = "slotbridge_tracking_keys";
+/// Invalidation messages sent to tracking clients, by kind (keys, flush).
+pub const TRACKING_INVALIDATIONS: &str = "slotbridge_tracking_invalidations_total";
 /// Bytes every client owes together: replies held for them and the estimate of those in
 /// flight (flow control, against `max_buffered_bytes`).
 pub const BUFFERED_BYTES: &str = "slotbridge_buffered_bytes";
@@ -218,6 +224,21 @@ fn describe_backend_and_layout() {
         Unit::Count,
         "Clients waiting in a blocking command"
     );
+    describe_gauge!(
+        TRACKING_CLIENTS,
+        Unit::Count,
+        "Clients with CLIENT TRACKING on"
+    );
+    describe_gauge!(
+        TRACKING_KEYS,
+        Unit::Count,
+        "Keys tracking clients read and are owed an invalidation for"
+    );
+    describe_counter!(
+        TRACKING_INVALIDATIONS,
+        Unit::Count,
+        "Invalidation messages sent to tracking clients, by kind (keys, flush)"
+    );
     describe_counter!(
         SPLIT_TRANSACTIONS,
         Unit::Count,
@@ -255,6 +276,7 @@ fn describe_backend_and_layout() {
 struct Totals {
     clients: AtomicI64,
     blocked_clients: AtomicI64,
+    tracking_clients: AtomicI64,
     connections_received: AtomicU64,
     connections_rejected: AtomicU64,
     moved: AtomicU64,
@@ -268,6 +290,7 @@ struct Totals {
 static TOTALS: Totals = Totals {
     clients: AtomicI64::new(0),
     blocked_clients: AtomicI64::new(0),
+    tracking_clients: AtomicI64::new(0),
     connections_received: AtomicU64::new(0),
     connections_rejected: AtomicU64::new(0),
     moved: AtomicU64::new(0),
@@ -285,6 +308,8 @@ pub struct ProxyTotals {
     pub clients: i64,
     /// Clients waiting in a blocking command.
     pub blocked_clients: i64,
+    /// Clients with CLIENT TRACKING on.
+    pub tracking_clients: i64,
     /// Client connections accepted since start.
     pub connections_received: u64,
     /// Client connections refused since start.
@@ -308,6 +333,7 @@ pub fn totals() -> ProxyTotals {
     ProxyTotals {
         clients: TOTALS.clients.load(Ordering::Relaxed),
         blocked_clients: TOTALS.blocked_clients.load(Ordering::Relaxed),
+        tracking_clients: TOTALS.tracking_clients.load(Ordering::Relaxed),
         connections_received: TOTALS.connections_received.load(Ordering::Relaxed),
         connections_rejected: TOTALS.connections_rejected.load(Ordering::Relaxed),
         moved: TOTALS.moved.load(Ordering::Relaxed),
@@ -431,6 +457,22 @@ pub fn flow_paused_clients() -> metrics::Gauge {
 /// A client was disconnected for exceeding its output buffer limit.
 pub fn client_output_limit_disconnect() {
     counter!(CLIENT_OUTPUT_LIMIT_DISCONNECTS).increment(1);
+}
+
+/// A client turned tracking on (`delta` 1) or off (-1).
+pub fn tracking_clients(delta: i64) {
+    TOTALS.tracking_clients.fetch_add(delta, Ordering::Relaxed);
+    gauge!(TRACKING_CLIENTS).increment(delta as f64);
+}
+
+/// The tracking table holds `keys` keys.
+pub fn tracking_keys(keys: usize) {
+    gauge!(TRACKING_KEYS).set(keys as f64);
+}
+
+/// An invalidation message of `kind` (`keys`, `flush`) was sent.
+pub fn tracking_invalidation(kind: &'static str) {
+    counter!(TRACKING_INVALIDATIONS, "kind" => kind).increment(1);
 }
 
 /// A monitor was disconnected for falling behind its feed.
@@ -562,6 +604,9 @@ mod tests {
             INDEX_UPKEEP,
             PUBSUB_SUBSCRIBERS,
             BLOCKED_CLIENTS,
+            TRACKING_CLIENTS,
+            TRACKING_KEYS,
+            TRACKING_INVALIDATIONS,
             SPLIT_TRANSACTIONS,
             AUTH_FAILURES,
             CONFIG_RELOADS,

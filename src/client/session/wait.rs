@@ -291,6 +291,10 @@ impl Session<'_> {
             // The limits are read again at the top of the loop. A client nudged for idling
             // gives back its buffers (they are taken again when it next sends).
             Woken::Signal(Signal::Nudge) => {
+                // Invalidations (client-side caching) behind every reply already due.
+                for message in self.client.guard.take_mail() {
+                    self.order.in_flight.push_ready(message);
+                }
                 if self.order.in_flight.is_empty() && self.order.held.is_none() {
                     conn.input_resizer.release_if_empty(&mut conn.input);
                     conn.output_resizer.release_if_empty(&mut conn.output);

@@ -37,6 +37,7 @@ impl Proxy {
         let own = OwnClients {
             connected: totals.clients.max(0),
             blocked: totals.blocked_clients.max(0),
+            tracking: totals.tracking_clients.max(0),
             max: self.config.maxclients,
         };
         let mut sections = split_sections(&as_one_node(&text, port, &own));
@@ -213,7 +214,8 @@ fn as_one_node(text: &str, port: &str, own: &OwnClients) -> String {
         let end = if line.ends_with("\r\n") { "\r\n" } else { "" };
         let value = match field {
             "redis_mode" => "standalone".to_owned(),
-            "cluster_enabled" | "cluster_connections" | "tracking_clients" => "0".to_owned(),
+            "cluster_enabled" | "cluster_connections" => "0".to_owned(),
+            "tracking_clients" => own.tracking.to_string(),
             "tcp_port" => port.to_owned(),
             "connected_clients" => own.connected.to_string(),
             "blocked_clients" => own.blocked.to_string(),
@@ -230,10 +232,11 @@ fn as_one_node(text: &str, port: &str, own: &OwnClients) -> String {
 
 /// The `# Clients` fields that are the proxy's own: its clients, those of them waiting in
 /// a blocking command, and its `maxclients` (the nodes' count the proxy's connections).
-/// Client-side caching is not offered, so `tracking_clients` is 0.
+/// `tracking_clients` counts the proxy's clients with CLIENT TRACKING on.
 struct OwnClients {
     connected: i64,
     blocked: i64,
+    tracking: i64,
     max: usize,
 }
 
@@ -270,12 +273,13 @@ mod tests {
                 &OwnClients {
                     connected: 12,
                     blocked: 1,
+                    tracking: 3,
                     max: 500
                 }
             ),
             "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\ntcp_port:6380\r\n\
              # Clients\r\nconnected_clients:12\r\ncluster_connections:0\r\n\
-             maxclients:500\r\nblocked_clients:1\r\ntracking_clients:0\r\n\
+             maxclients:500\r\nblocked_clients:1\r\ntracking_clients:3\r\n\
              # Cluster\r\ncluster_enabled:0\r\n"
         );
     }
