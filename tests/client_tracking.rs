@@ -350,3 +350,106 @@ fn tracking_is_refused_under_a_key_layout() {
     );
     assert_eq!(client.call(&["CLIENT", "TRACKING", "OFF"]), "+OK\r\n");
 }
+
+/// The id (on `master`) of the tracking connection a proxy holds there.
+fn tracking_connection_on(master: &str) -> String {
+    let listed: String = common::query(master, redis::cmd("CLIENT").arg("LIST")).unwrap();
+    let line = listed
+        .lines()
+        .find(|line| line.contains(" flags=t"))
+        .unwrap_or_else(|| panic!("no tracking connection on {master}: {listed}"));
+    line.split(' ')
+        .next()
+        .unwrap()
+        .trim_start_matches("id=")
+        .to_owned()
+}
+
+#[test]
+fn a_lost_tracking_connection_flushes_and_reads_are_not_cached_until_it_is_back() {
+    // A cluster of its own: the test kills the proxy's tracking connection and denies the
+    // master's CLIENT TRACKING for a while.
+    let cluster = common::Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut reader = Conn::open(&proxy, true);
+    let mut writer = Conn::open(&proxy, false);
+    reader.call(&["CLIENT", "TRACKING", "ON"]);
+    reader.call(&["GET", "lost:k"]);
+    let master = cluster.node_for_slot(cluster.keyslot("lost:k"));
+    let kill = |id: &str| {
+        let _: () =
+            common::query(&master, redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id)).unwrap();
+    };
+    kill(&tracking_connection_on(&master));
+    // What the client read may change unseen: it is told to drop everything.
+    assert_eq!(reader.next(WAIT).as_deref(), Some(FLUSH));
+
+    let acl = |rule: &str| {
+        let cmd = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg(rule)
+            .clone();
+        let _: () = common::query(&master, &cmd).unwrap();
+    };
+    acl("-client|tracking");
+    common::wait_until("the tracking connection refused", WAIT, || {
+        let listed: String = common::query(&master, redis::cmd("CLIENT").arg("LIST")).unwrap();
+        if let Some(line) = listed.lines().find(|line| line.contains(" flags=t")) {
+            kill(line.split(' ').next().unwrap().trim_start_matches("id="));
+            return false;
+        }
+        true
+    });
+    // While the master does not report, a read is invalidated right behind its reply.
+    reader.call(&["GET", "lost:k"]);
+    assert_eq!(
+        reader.next(WAIT).as_deref(),
+        Some(&*invalidate(&["lost:k"]))
+    );
+
+    acl("+client|tracking");
+    // Back: the client, which read meanwhile, drops everything once more, then keys are
+    // tracked again.
+    assert_eq!(reader.next(WAIT).as_deref(), Some(FLUSH));
+    reader.call(&["GET", "lost:k"]);
+    writer.call(&["SET", "lost:k", "1"]);
+    assert_eq!(
+        reader.next(WAIT).as_deref(),
+        Some(&*invalidate(&["lost:k"]))
+    );
+}
+
+#[test]
+fn the_redis_crate_in_resp3_gets_its_invalidations() {
+    let proxy = proxy();
+    let url = format!("redis://{}/?protocol=resp3", proxy.addr());
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let (pushes, received) = std::sync::mpsc::channel();
+    con.set_push_sender(pushes);
+    let _: () = redis::cmd("CLIENT")
+        .arg("TRACKING")
+        .arg("ON")
+        .query(&mut con)
+        .unwrap();
+    let _: Option<String> = redis::cmd("GET").arg("rc:k").query(&mut con).unwrap();
+    let mut writer = proxy.connect();
+    let _: () = redis::cmd("SET")
+        .arg("rc:k")
+        .arg("v")
+        .query(&mut writer)
+        .unwrap();
+    // A synchronous connection hands pushes over as it reads replies.
+    let deadline = Instant::now() + WAIT;
+    let push = loop {
+        let _: String = redis::cmd("PING").query(&mut con).unwrap();
+        if let Ok(push) = received.try_recv() {
+            break push;
+        }
+        assert!(Instant::now() < deadline, "no invalidation");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(push.kind, redis::PushKind::Invalidate);
+    let key = redis::Value::BulkString(b"rc:k".to_vec());
+    assert_eq!(push.data, vec![redis::Value::Array(vec![key])]);
+}

@@ -344,12 +344,12 @@ impl Tracking {
                 }
                 hub.flush_dirty()
             }
-            Report::Down(addr) => {
-                if let Some(watch) = hub.watch.as_mut() {
-                    watch.up.remove(&addr);
-                }
-                hub.flush_dirty()
-            }
+            // A failed attempt to reopen changes nothing: the reads since the loss were
+            // invalidated one by one.
+            Report::Down(addr) => match hub.watch.as_mut().is_some_and(|w| w.up.remove(&addr)) {
+                true => hub.flush_dirty(),
+                false => Vec::new(),
+            },
         };
         let all_up = hub.all_up();
         if let Some(watch) = &hub.watch {
