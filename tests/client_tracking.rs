@@ -57,6 +57,17 @@ impl Conn {
         frame
     }
 
+    /// Sends a command and returns its reply, passing over the pushes met first.
+    fn call_past_pushes(&mut self, args: &[&str]) -> String {
+        self.send(args);
+        loop {
+            let frame = self.next(WAIT).expect("a reply");
+            if !frame.starts_with('>') {
+                return frame;
+            }
+        }
+    }
+
     /// The next frame within `wait`, if one comes.
     fn next(&mut self, wait: Duration) -> Option<String> {
         let deadline = Instant::now() + wait;
@@ -326,6 +337,26 @@ fn the_tracking_table_is_bounded_and_tracking_can_be_refused() {
     );
     let info = reader.call(&["INFO", "clients"]);
     assert!(info.contains("tracking_clients:1\r\n"), "{info}");
+
+    // The bound is the proxy's, not each client's: many tracking clients hold no more, and
+    // a client that does not track is sent nothing.
+    let mut others: Vec<Conn> = (0..10).map(|_| Conn::open(&proxy, true)).collect();
+    let mut plain = Conn::open(&proxy, true);
+    for (n, other) in others.iter_mut().enumerate() {
+        other.call(&["CLIENT", "TRACKING", "ON"]);
+        for k in 0..5 {
+            let key = format!("tb:{n}:{k}");
+            assert_eq!(other.call_past_pushes(&["GET", &key]), "_\r\n");
+        }
+    }
+    let (_, metrics) = http_get(proxy.admin_addr(), "/metrics");
+    assert!(metrics.contains("slotbridge_tracking_keys 10"), "{metrics}");
+    assert!(
+        metrics.contains("slotbridge_tracking_clients 11"),
+        "{metrics}"
+    );
+    assert_eq!(plain.call(&["SET", "tb:0:0", "x"]), "+OK\r\n");
+    plain.expect_nothing("a client that does not track");
 
     let refusing = proxy_with("client_tracking: refuse\n");
     let mut client = Conn::open(&refusing, true);

@@ -397,8 +397,10 @@ fn tracking(
         let _ = tokio::time::timeout(tracking::READY_WAIT, ready.wait_for(|up| *up)).await;
         ok()
     };
+    // The reply without the wait serves an ON queued in MULTI (answered at EXEC): reads
+    // are then invalidated right behind their replies until the connections are up.
     Some(Answer {
-        reply: Bytes::new(),
+        reply: ok(),
         close: false,
         silent: false,
         pending: Some(pending.boxed()),

@@ -225,10 +225,9 @@ impl Tracking {
     ) -> Option<watch::Receiver<bool>> {
         let mut hub = self.lock();
         hub.databases = databases;
-        let tracker = Tracker {
-            options,
-            dirty: false,
-        };
+        // A second ON keeps what the client may hold from before.
+        let dirty = hub.clients.get(&id).is_some_and(|t| t.dirty);
+        let tracker = Tracker { options, dirty };
         if hub.clients.insert(id, tracker).is_none() {
             self.clients.fetch_add(1, Ordering::Relaxed);
             crate::metrics::tracking_clients(1);
