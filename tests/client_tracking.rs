@@ -484,3 +484,31 @@ fn the_redis_crate_in_resp3_gets_its_invalidations() {
     let key = redis::Value::BulkString(b"rc:k".to_vec());
     assert_eq!(push.data, vec![redis::Value::Array(vec![key])]);
 }
+
+#[test]
+fn a_key_moved_to_a_new_master_is_invalidated_and_tracked_there() {
+    // A cluster of its own: the test adds a master and moves a slot to it.
+    let cluster = common::Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut reader = Conn::open(&proxy, true);
+    let mut writer = Conn::open(&proxy, false);
+    reader.call(&["CLIENT", "TRACKING", "ON"]);
+    writer.call(&["SET", "mv:k", "1"]);
+    assert_eq!(reader.call(&["GET", "mv:k"]), "$1\r\n1\r\n");
+    let new = cluster.add_master();
+    cluster.migrate_slot(cluster.keyslot("mv:k"), &new);
+    // The proxy learns of the new master (a MOVED, here).
+    assert_eq!(writer.call(&["GET", "mv:k"]), "$1\r\n1\r\n");
+    // MIGRATE deleted the key on its old master, which reports it; and once the new
+    // master reports too, the reader, which read from the cluster since its last flush,
+    // drops everything. In either order.
+    let mut seen = vec![reader.next(WAIT), reader.next(WAIT)];
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![Some(invalidate(&["mv:k"])), Some(FLUSH.to_owned())]
+    );
+    assert_eq!(reader.call(&["GET", "mv:k"]), "$1\r\n1\r\n");
+    writer.call(&["SET", "mv:k", "2"]);
+    assert_eq!(reader.next(WAIT).as_deref(), Some(&*invalidate(&["mv:k"])));
+}

@@ -105,7 +105,12 @@ async fn keep_link(
     loop {
         let failure = tokio::select! {
             failure = track(&addr, &opts, &reports) => failure,
-            _ = stopped.changed() => return,
+            _ = stopped.changed() => {
+                // The master left the map: should it come back, it is not taken as
+                // reporting before its new connection says so.
+                let _ = reports.send(Report::Down(addr));
+                return;
+            }
         };
         tracing::debug!(addr = %addr, error = %failure, "tracking connection lost");
         if reports.send(Report::Down(addr.clone())).is_err() {
