@@ -181,13 +181,18 @@ pub struct Mailboxes {
 
 impl Mailboxes {
     /// Posts what `frame` makes of client `id`'s entry (its protocol, its subscriptions)
-    /// to the client, and nudges its session; `false` when the client is gone.
-    pub fn post(&self, id: u64, frame: impl FnOnce(&mut ClientEntry) -> Option<Bytes>) -> bool {
+    /// to the client, and nudges its session: `None` when the client is gone, else
+    /// whether there was something to post.
+    pub fn post(
+        &self,
+        id: u64,
+        frame: impl FnOnce(&mut ClientEntry) -> Option<Bytes>,
+    ) -> Option<bool> {
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(entry) = clients.get_mut(&id) else {
-            return false;
-        };
-        if let Some(frame) = frame(entry) {
+        let entry = clients.get_mut(&id)?;
+        let frame = frame(entry);
+        let posted = frame.is_some();
+        if let Some(frame) = frame {
             let activity = &entry.activity;
             activity
                 .mailbox
@@ -198,7 +203,7 @@ impl Mailboxes {
             activity.nudges.fetch_add(1, Ordering::Release);
             activity.signal_waker.wake();
         }
-        true
+        Some(posted)
     }
 }
 

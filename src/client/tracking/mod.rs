@@ -177,7 +177,8 @@ impl Enabled {
         let max_keys = proxy.config.tracking_table_max_keys;
         self.tracking
             .note(self.id, read, &proxy.topology, mailboxes, max_keys);
-        if !in_multi && name != b"client" {
+        // EXEC and DISCARD end the transaction the CLIENT CACHING applied to.
+        if (!in_multi || matches!(name, b"exec" | b"discard")) && name != b"client" {
             self.caching = false;
         }
     }
@@ -471,9 +472,10 @@ fn post_all(tracking: &Tracking, mailboxes: &Mailboxes, posts: Posts) {
                 _ => None,
             }),
         };
-        if delivered {
+        if delivered == Some(true) {
             crate::metrics::tracking_invalidation(kind);
-        } else if redirect != 0 && tracking.lock().clients.contains_key(&id) {
+        } else if delivered.is_none() && redirect != 0 && tracking.lock().clients.contains_key(&id)
+        {
             mailboxes.post(id, |entry| {
                 entry.tracking.broken = true;
                 (entry.resp == 3).then(|| redirect_broken(redirect))
