@@ -277,6 +277,9 @@ struct Totals {
     clients: AtomicI64,
     blocked_clients: AtomicI64,
     tracking_clients: AtomicI64,
+    tracking_keys: AtomicU64,
+    tracking_items: AtomicU64,
+    tracking_prefixes: AtomicU64,
     connections_received: AtomicU64,
     connections_rejected: AtomicU64,
     moved: AtomicU64,
@@ -291,6 +294,9 @@ static TOTALS: Totals = Totals {
     clients: AtomicI64::new(0),
     blocked_clients: AtomicI64::new(0),
     tracking_clients: AtomicI64::new(0),
+    tracking_keys: AtomicU64::new(0),
+    tracking_items: AtomicU64::new(0),
+    tracking_prefixes: AtomicU64::new(0),
     connections_received: AtomicU64::new(0),
     connections_rejected: AtomicU64::new(0),
     moved: AtomicU64::new(0),
@@ -310,6 +316,8 @@ pub struct ProxyTotals {
     pub blocked_clients: i64,
     /// Clients with CLIENT TRACKING on.
     pub tracking_clients: i64,
+    /// The tracking table's keys, client ids over them, and BCAST prefixes.
+    pub tracking_table: [u64; 3],
     /// Client connections accepted since start.
     pub connections_received: u64,
     /// Client connections refused since start.
@@ -334,6 +342,11 @@ pub fn totals() -> ProxyTotals {
         clients: TOTALS.clients.load(Ordering::Relaxed),
         blocked_clients: TOTALS.blocked_clients.load(Ordering::Relaxed),
         tracking_clients: TOTALS.tracking_clients.load(Ordering::Relaxed),
+        tracking_table: [
+            TOTALS.tracking_keys.load(Ordering::Relaxed),
+            TOTALS.tracking_items.load(Ordering::Relaxed),
+            TOTALS.tracking_prefixes.load(Ordering::Relaxed),
+        ],
         connections_received: TOTALS.connections_received.load(Ordering::Relaxed),
         connections_rejected: TOTALS.connections_rejected.load(Ordering::Relaxed),
         moved: TOTALS.moved.load(Ordering::Relaxed),
@@ -465,8 +478,14 @@ pub fn tracking_clients(delta: i64) {
     gauge!(TRACKING_CLIENTS).increment(delta as f64);
 }
 
-/// The tracking table holds `keys` keys.
-pub fn tracking_keys(keys: usize) {
+/// The tracking table holds `keys` keys, `items` client ids over them, and BCAST clients
+/// `prefixes` distinct prefixes.
+pub fn tracking_table(keys: usize, items: usize, prefixes: usize) {
+    TOTALS.tracking_keys.store(keys as u64, Ordering::Relaxed);
+    TOTALS.tracking_items.store(items as u64, Ordering::Relaxed);
+    TOTALS
+        .tracking_prefixes
+        .store(prefixes as u64, Ordering::Relaxed);
     gauge!(TRACKING_KEYS).set(keys as f64);
 }
 

@@ -220,6 +220,8 @@ fn bcast_clients_hear_of_every_key_under_their_prefixes() {
         info.contains("$5\r\nbcast\r\n") && info.contains("$5\r\nbc:b:\r\n"),
         "{info}"
     );
+    let stats = bcast.call(&["INFO", "stats"]);
+    assert!(stats.contains("tracking_total_prefixes:2\r\n"), "{stats}");
     let listed = bcast.call(&["CLIENT", "INFO"]);
     assert!(
         listed.contains(" flags=tB ") && listed.contains(" redir=0 "),
@@ -337,6 +339,16 @@ fn the_tracking_table_is_bounded_and_tracking_can_be_refused() {
     );
     let info = reader.call(&["INFO", "clients"]);
     assert!(info.contains("tracking_clients:1\r\n"), "{info}");
+    // The table's size is the proxy's, not the masters' (which count its tracking
+    // connections).
+    let stats = reader.call(&["INFO", "stats"]);
+    for line in [
+        "tracking_total_keys:10",
+        "tracking_total_items:10",
+        "tracking_total_prefixes:0",
+    ] {
+        assert!(stats.contains(&format!("{line}\r\n")), "{line}: {stats}");
+    }
 
     // The bound is the proxy's, not each client's: many tracking clients hold no more, and
     // a client that does not track is sent nothing.

@@ -88,6 +88,10 @@ struct Hub {
     clients: HashMap<u64, Tracker>,
     /// Default mode: a key (as the client named it) to the clients that read it.
     keys: HashMap<Bytes, SmallVec<[u64; 2]>>,
+    /// The client ids over all of `keys` (INFO's `tracking_total_items`).
+    items: usize,
+    /// The distinct prefixes of BCAST clients (INFO's `tracking_total_prefixes`).
+    prefixes: usize,
     watch: Option<Watch>,
     /// Counts the watches started, so a report of a closed one is told apart.
     generation: u64,
@@ -225,6 +229,8 @@ impl Tracking {
             crate::metrics::tracking_clients(1);
         }
         let posts = self.follow(&mut hub, topology, mailboxes);
+        hub.count_prefixes();
+        hub.show();
         let ready = hub.watch.as_ref().map(|w| w.ready.subscribe());
         drop(hub);
         post_all(self, mailboxes, posts);
@@ -243,7 +249,10 @@ impl Tracking {
         if hub.clients.is_empty() {
             hub.watch = None;
             hub.keys = HashMap::new();
+            hub.items = 0;
         }
+        hub.count_prefixes();
+        hub.show();
     }
 
     /// Client `id` sent a command: `read` are the keys it reads that it may cache (empty
@@ -273,11 +282,12 @@ impl Tracking {
                 let readers = hub.keys.entry(key).or_default();
                 if !readers.contains(&id) {
                     readers.push(id);
+                    hub.items += 1;
                 }
             }
             posts.extend(hub.evict_over(max_keys));
         }
-        crate::metrics::tracking_keys(hub.keys.len());
+        hub.show();
         drop(hub);
         post_all(self, mailboxes, posts);
     }
@@ -348,7 +358,7 @@ impl Tracking {
                 .ready
                 .send_if_modified(|ready| std::mem::replace(ready, all_up) != all_up);
         }
-        crate::metrics::tracking_keys(hub.keys.len());
+        hub.show();
         posts
     }
 
@@ -363,6 +373,25 @@ impl Tracking {
 }
 
 impl Hub {
+    /// Shows the table's size (metrics, INFO's `tracking_total_*`): the keys, the client
+    /// ids over them, and the distinct prefixes of BCAST clients.
+    fn show(&self) {
+        crate::metrics::tracking_table(self.keys.len(), self.items, self.prefixes);
+    }
+
+    /// Counts the distinct prefixes of BCAST clients again (their clients changed).
+    fn count_prefixes(&mut self) {
+        let mut prefixes: Vec<&Bytes> = self
+            .clients
+            .values()
+            .filter(|t| t.options.bcast)
+            .flat_map(|t| &t.options.prefixes)
+            .collect();
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        self.prefixes = prefixes.len();
+    }
+
     /// Whether every master of the current slot map reports its writes.
     fn all_up(&self) -> bool {
         self.watch.as_ref().is_some_and(|watch| {
@@ -380,6 +409,7 @@ impl Hub {
         for key in stored {
             let (_, name) = crate::rewrite::database::split(key, self.databases);
             if let Some(readers) = self.keys.remove(name) {
+                self.items = self.items.saturating_sub(readers.len());
                 for id in readers {
                     // As Redis: a client that stopped tracking, or went BCAST, is skipped.
                     if let Some(t) = self.clients.get(&id).filter(|t| !t.options.bcast) {
@@ -411,6 +441,7 @@ impl Hub {
     /// nothing it could concern); the table is emptied, as Redis empties it on FLUSHALL.
     fn flush_dirty(&mut self) -> Posts {
         self.keys = HashMap::new();
+        self.items = 0;
         let mut posts = Posts::new();
         for (id, tracker) in self.clients.iter_mut() {
             if std::mem::take(&mut tracker.dirty) {
@@ -427,7 +458,9 @@ impl Hub {
             let Some(key) = self.keys.keys().next().cloned() else {
                 break;
             };
-            for id in self.keys.remove(&key).unwrap_or_default() {
+            let readers = self.keys.remove(&key).unwrap_or_default();
+            self.items = self.items.saturating_sub(readers.len());
+            for id in readers {
                 if let Some(t) = self.clients.get(&id).filter(|t| !t.options.bcast) {
                     posts.push((id, t.options.redirect, Message::Keys(vec![key.clone()])));
                 }

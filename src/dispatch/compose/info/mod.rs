@@ -50,6 +50,16 @@ impl Proxy {
             cluster
                 .stats
                 .set("rejected_connections", totals.connections_rejected);
+            // The masters count the proxies' own tracking connections; the clients that
+            // track are the proxy's.
+            let tracking = [
+                "tracking_total_keys",
+                "tracking_total_items",
+                "tracking_total_prefixes",
+            ];
+            for (name, value) in tracking.into_iter().zip(totals.tracking_table) {
+                cluster.stats.set(name, value);
+            }
             cluster.replace(&mut sections, wanted.keyspace);
             Some(cluster.answered)
         } else {
