@@ -302,6 +302,22 @@ fn optin_tracks_only_the_command_after_client_caching_yes() {
     writer.call(&["SET", "oi:2", "x"]);
     assert_eq!(reader.next(WAIT).as_deref(), Some(&*invalidate(&["oi:2"])));
     reader.expect_nothing("keys read without CLIENT CACHING yes");
+
+    // OPTOUT: every read is tracked but the one after CLIENT CACHING no.
+    let mut optout = Conn::open(&proxy, true);
+    optout.call(&["CLIENT", "TRACKING", "ON", "OPTOUT"]);
+    optout.call(&["GET", "oo:1"]);
+    assert_eq!(optout.call(&["CLIENT", "CACHING", "no"]), "+OK\r\n");
+    optout.call(&["GET", "oo:2"]);
+    optout.call(&["GET", "oo:3"]);
+    writer.call(&["SET", "oo:2", "x"]);
+    writer.call(&["SET", "oo:1", "x"]);
+    writer.call(&["SET", "oo:3", "x"]);
+    let mut seen = vec![optout.next(WAIT), optout.next(WAIT)];
+    seen.sort();
+    let expected = vec![Some(invalidate(&["oo:1"])), Some(invalidate(&["oo:3"]))];
+    assert_eq!(seen, expected);
+    optout.expect_nothing("the key read after CLIENT CACHING no");
 }
 
 #[test]

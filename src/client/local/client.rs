@@ -9,11 +9,10 @@ use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 
 use crate::acl::UserSet;
+use crate::config::Emulation;
 use crate::dispatch::Proxy;
 use crate::protocol::{encode, parse_i64, Proto};
 use crate::reply;
-
-use crate::config::Emulation;
 
 use super::super::pause::PauseMode;
 use super::super::registry::{ClientType, CommandName, KillFilter, Registry, TrackingShown};
