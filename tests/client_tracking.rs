@@ -540,3 +540,26 @@ fn a_key_moved_to_a_new_master_is_invalidated_and_tracked_there() {
     writer.call(&["SET", "mv:k", "2"]);
     assert_eq!(reader.next(WAIT).as_deref(), Some(&*invalidate(&["mv:k"])));
 }
+
+#[test]
+fn noloop_is_shown_and_a_clients_own_write_still_invalidates() {
+    let proxy = proxy();
+    let mut client = Conn::open(&proxy, true);
+    assert_eq!(
+        client.call(&["CLIENT", "TRACKING", "ON", "NOLOOP"]),
+        "+OK\r\n"
+    );
+    let info = client.call(&["CLIENT", "TRACKINGINFO"]);
+    assert!(info.contains("$6\r\nnoloop\r\n"), "{info}");
+    client.call(&["GET", "nl:k"]);
+    // Weaker than Redis, by choice (README): a master's report does not say who wrote, so
+    // the client hears of its own write rather than risk missing another client's. The
+    // invalidation and the write's reply may come in either order.
+    client.send(&["SET", "nl:k", "1"]);
+    let mut seen = vec![client.next(WAIT), client.next(WAIT)];
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![Some("+OK\r\n".to_owned()), Some(invalidate(&["nl:k"]))]
+    );
+}
