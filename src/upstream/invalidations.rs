@@ -102,6 +102,9 @@ async fn keep_link(
     reports: mpsc::UnboundedSender<Report>,
     mut stopped: watch::Receiver<()>,
 ) {
+    // Told once per outage at `warn` (tracking clients cache nothing from this master
+    // meanwhile); the attempts that follow, every RECONNECT_PAUSE, at `debug`.
+    let mut told = false;
     loop {
         let failure = tokio::select! {
             failure = track(&addr, &opts, &reports) => failure,
@@ -112,7 +115,14 @@ async fn keep_link(
                 return;
             }
         };
-        tracing::debug!(addr = %addr, error = %failure, "tracking connection lost");
+        // A connection that had been reporting starts a new outage.
+        told &= !failure.ended_while_up;
+        if told {
+            tracing::debug!(addr = %addr, error = %failure, "tracking connection still down");
+        } else {
+            tracing::warn!(addr = %addr, error = %failure, "no tracking connection to this master: tracking clients cache nothing read from it until it is back");
+            told = true;
+        }
         if reports.send(Report::Down(addr.clone())).is_err() {
             return;
         }
@@ -123,12 +133,39 @@ async fn keep_link(
     }
 }
 
+/// Why a tracking connection stopped, and whether it had been reporting.
+struct Failure {
+    reason: String,
+    ended_while_up: bool,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
 /// Connects, turns tracking on, then reports what the master pushes; returns why it
 /// stopped.
 async fn track(
     addr: &NodeAddr,
     opts: &ConnOptions,
     reports: &mpsc::UnboundedSender<Report>,
+) -> Failure {
+    let mut up = false;
+    let reason = report_pushes(addr, opts, reports, &mut up).await;
+    Failure {
+        reason,
+        ended_while_up: up,
+    }
+}
+
+/// [`track`]'s work; sets `up` once the master reports.
+async fn report_pushes(
+    addr: &NodeAddr,
+    opts: &ConnOptions,
+    reports: &mpsc::UnboundedSender<Report>,
+    up: &mut bool,
 ) -> String {
     let (stream, mut buf) = match backend::connect(addr, opts).await {
         Ok(connected) => connected,
@@ -156,6 +193,7 @@ async fn track(
                     );
                 }
                 answered = true;
+                *up = true;
                 if reports.send(Report::Up(addr.clone())).is_err() {
                     return "no longer wanted".into();
                 }
