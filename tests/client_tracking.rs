@@ -563,3 +563,66 @@ fn noloop_is_shown_and_a_clients_own_write_still_invalidates() {
         vec![Some("+OK\r\n".to_owned()), Some(invalidate(&["nl:k"]))]
     );
 }
+
+#[test]
+fn a_cache_kept_from_the_invalidations_ends_with_the_last_write() {
+    let proxy = proxy();
+    let mut reader = Conn::open(&proxy, true);
+    reader.call(&["CLIENT", "TRACKING", "ON"]);
+    let key = "race:k";
+    let writes: u32 = 2000;
+    // Writes through the proxy and straight on the master, in turns, while the reader
+    // caches what it reads and drops it on each invalidation.
+    let proxy_addr = proxy.addr().to_owned();
+    let writer = std::thread::spawn(move || {
+        let mut through_proxy = common::connect(&proxy_addr);
+        let cluster = shared_cluster();
+        let mut direct = common::connect(&cluster.node_for_slot(cluster.keyslot(key)));
+        for n in 1..=writes {
+            let con = if n % 2 == 0 {
+                &mut through_proxy
+            } else {
+                &mut direct
+            };
+            let _: () = redis::cmd("SET").arg(key).arg(n).query(con).unwrap();
+        }
+    });
+    let mut cached: Option<String> = None;
+    let mut reading = false;
+    let mut invalidations = 0;
+    let mut finished_at: Option<Instant> = None;
+    loop {
+        if cached.is_none() && !reading {
+            reader.send(&["GET", key]);
+            reading = true;
+        }
+        let wait = if finished_at.is_some() {
+            QUIET
+        } else {
+            Duration::from_millis(50)
+        };
+        match reader.next(wait) {
+            Some(frame) if frame.starts_with('>') => {
+                assert_eq!(frame, invalidate(&[key]));
+                invalidations += 1;
+                cached = None;
+            }
+            Some(frame) => {
+                reading = false;
+                cached = Some(frame);
+            }
+            None if finished_at.is_some() && !reading => break,
+            None => {}
+        }
+        if finished_at.is_none() && writer.is_finished() {
+            finished_at = Some(Instant::now());
+        }
+    }
+    writer.join().unwrap();
+    let last = format!("${}\r\n{writes}\r\n", writes.to_string().len());
+    assert!(invalidations > 0);
+    // What the client holds (it reads again whenever it holds nothing) is the last value
+    // written: no invalidation was missed, and none overtook the reply it invalidated.
+    let held = cached.expect("the loop ends holding a value");
+    assert_eq!(held, last, "after {invalidations} invalidations");
+}
