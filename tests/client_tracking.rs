@@ -3,7 +3,8 @@
 //! the proxy, or straight to the master; expired; flushed), BCAST clients of every key
 //! under their prefixes, RESP2 clients through REDIRECT to a subscribed client, OPTIN
 //! follows CLIENT CACHING, OFF and RESET stop the messages, the table of keys is bounded,
-//! and the replies about tracking are Redis's.
+//! keys are named as the client names them (another database, a key layout), and the
+//! replies about tracking are Redis's.
 
 mod common;
 
@@ -395,19 +396,35 @@ fn the_tracking_table_is_bounded_and_tracking_can_be_refused() {
 }
 
 #[test]
-fn tracking_is_refused_under_a_key_layout() {
+fn under_a_key_layout_invalidations_name_the_legacy_keys() {
+    let p = "trklayout";
     let proxy = Proxy::start_with_layout(
         &shared_cluster().seeds_arg(),
         "config/botmesh-cluster-v1.yaml",
-        "trklayout",
+        p,
     );
-    let mut client = Conn::open(&proxy, true);
-    let refused = client.call(&["CLIENT", "TRACKING", "ON"]);
-    assert!(
-        refused.starts_with("-ERR proxy: CLIENT TRACKING ON is not available under a key layout"),
-        "{refused}"
-    );
-    assert_eq!(client.call(&["CLIENT", "TRACKING", "OFF"]), "+OK\r\n");
+    let legacy = format!("{p}:chat:chat-1");
+    let stored = format!("{p}:{{ch:25}}:r:chat-1");
+    let mut reader = Conn::open(&proxy, true);
+    let mut bcast = Conn::open(&proxy, true);
+    let mut writer = Conn::open(&proxy, false);
+    assert_eq!(reader.call(&["CLIENT", "TRACKING", "ON"]), "+OK\r\n");
+    let chats = format!("{p}:chat:");
+    let on = ["CLIENT", "TRACKING", "ON", "BCAST", "PREFIX", &chats];
+    assert_eq!(bcast.call(&on), "+OK\r\n");
+    reader.call(&["GET", &legacy]);
+    // Written through the proxy: the record and its index change on the cluster; the
+    // clients hear of the legacy name only (the index is nobody's key).
+    writer.call(&["SET", &legacy, "v"]);
+    assert_eq!(reader.next(WAIT).as_deref(), Some(&*invalidate(&[&legacy])));
+    assert_eq!(bcast.next(WAIT).as_deref(), Some(&*invalidate(&[&legacy])));
+    reader.expect_nothing("the layout's index");
+    bcast.expect_nothing("the layout's index");
+    // Written straight on the master under its cluster name.
+    assert_eq!(reader.call(&["GET", &legacy]), "$1\r\nv\r\n");
+    write_on_master(&stored, "w");
+    assert_eq!(reader.next(WAIT).as_deref(), Some(&*invalidate(&[&legacy])));
+    assert_eq!(bcast.next(WAIT).as_deref(), Some(&*invalidate(&[&legacy])));
 }
 
 /// The id (on `master`) of the tracking connection a proxy holds there.

@@ -25,9 +25,6 @@ pub const SINGLE_REDIRECT: &str = "ERR A client can only redirect to a single ot
 pub const REDIRECT_TARGET_MISSING: &str = "ERR The client ID you want redirect to does not exist";
 /// CLIENT TRACKING ON refused by the configuration (`client_tracking: refuse`).
 pub const TRACKING_REFUSED: &str = "ERR proxy: CLIENT TRACKING ON is refused by this proxy's configuration (client_tracking: refuse)";
-/// CLIENT TRACKING ON under a key layout: the master reports cluster names, which are
-/// not mapped back to the names the client read.
-pub const TRACKING_UNDER_LAYOUT: &str = "ERR proxy: CLIENT TRACKING ON is not available under a key layout (invalidations name the keys as stored in the cluster, which are not mapped back to the names the client reads)";
 /// CLIENT TRACKING ON with PREFIX but not BCAST.
 pub const PREFIX_WITHOUT_BCAST: &str = "ERR PREFIX option requires BCAST mode to be enabled";
 /// CLIENT TRACKING ON switching BCAST while tracking.

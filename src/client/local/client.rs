@@ -361,9 +361,6 @@ fn tracking(
     if proxy.config.client_tracking == Emulation::Refuse {
         return Answer::reply(reply::error(reply::connection::TRACKING_REFUSED));
     }
-    if proxy.layout.is_some() {
-        return Answer::reply(reply::error(reply::connection::TRACKING_UNDER_LAYOUT));
-    }
     let shown = TrackingShown {
         on: true,
         bcast: options.bcast,
@@ -373,13 +370,13 @@ fn tracking(
     registry.update(state.id, |e| e.tracking = shown);
     let hub = registry.tracking();
     let mailboxes = registry.mailboxes();
-    let databases = proxy.config.databases;
+    let naming = tracking::Naming::of(proxy);
     let ready = hub.enable(
         state.id,
         options.clone(),
         &proxy.topology,
         &mailboxes,
-        databases,
+        naming,
     );
     match &mut state.tracking {
         // Replaced in place: dropping the old handle would turn tracking off.

@@ -15,10 +15,11 @@
 //!   are dropped with an invalidation, as Redis's `tracking-table-max-keys`;
 //! - BCAST: every reported key under one of the client's prefixes.
 //!
-//! Keys are shown under the client's names: a database other than 0 stores `k` as
-//! `__db<n>:k`, and the report is named back to `k` (as Redis, whose tracking ignores the
-//! database, a client is told of `k` in any database). Under a key layout tracking is
-//! refused: a reported cluster name is not always one legacy name.
+//! Keys are shown under the client's names (see [`Naming`]): a database other than 0
+//! stores `k` as `__db<n>:k`, and the report is named back to `k` (as Redis, whose
+//! tracking ignores the database, a client is told of `k` in any database); under a key
+//! layout, a cluster name is named back to its legacy name, and the layout's internal keys
+//! (indices) are nobody's.
 //!
 //! # Why no stale value is served silently
 //!
@@ -59,6 +60,7 @@ use smallvec::SmallVec;
 use tokio::sync::{mpsc, watch};
 
 use crate::command::{CommandFlags, CommandSpec, KeyList};
+use crate::dispatch::layout::ActiveLayout;
 use crate::dispatch::Proxy;
 use crate::protocol::Request;
 use crate::route::NodeAddr;
@@ -95,8 +97,8 @@ struct Hub {
     watch: Option<Watch>,
     /// Counts the watches started, so a report of a closed one is told apart.
     generation: u64,
-    /// The configured `databases` (to name stored keys back).
-    databases: u32,
+    /// How stored keys are named to the clients.
+    naming: Naming,
 }
 
 struct Tracker {
@@ -113,6 +115,36 @@ struct Watch {
     up: HashSet<NodeAddr>,
     /// Whether every master of the current map reports (CLIENT TRACKING ON waits for it).
     ready: watch::Sender<bool>,
+}
+
+/// How a key stored on a master is named to the clients: without the prefix of its
+/// database (`__db3:k` is `k`), or by its legacy name under a key layout, whose
+/// forward and reverse rewrites are inverses (`rewrite`'s round-trip property).
+#[derive(Clone, Default)]
+pub struct Naming {
+    databases: u32,
+    layout: Option<Arc<ActiveLayout>>,
+}
+
+impl Naming {
+    /// The naming of `proxy`'s configuration.
+    pub fn of(proxy: &Proxy) -> Naming {
+        Naming {
+            databases: proxy.config.databases,
+            layout: proxy.layout.clone(),
+        }
+    }
+
+    /// The client's name for `stored`; `None` for a layout's internal key.
+    fn client_name(&self, stored: &Bytes) -> Option<Bytes> {
+        match &self.layout {
+            Some(layout) => layout.legacy_name(stored),
+            None => {
+                let (_, name) = crate::rewrite::database::split(stored, self.databases);
+                Some(stored.slice_ref(name))
+            }
+        }
+    }
 }
 
 /// A client's tracking, held by its session (in its connection state): the client stops
@@ -217,10 +249,10 @@ impl Tracking {
         options: TrackingOptions,
         topology: &Arc<Topology>,
         mailboxes: &Mailboxes,
-        databases: u32,
+        naming: Naming,
     ) -> Option<watch::Receiver<bool>> {
         let mut hub = self.lock();
-        hub.databases = databases;
+        hub.naming = naming;
         // A second ON keeps what the client may hold from before.
         let dirty = hub.clients.get(&id).is_some_and(|t| t.dirty);
         let tracker = Tracker { options, dirty };
@@ -407,14 +439,17 @@ impl Hub {
         let mut bcast: HashMap<(u64, usize), Vec<Bytes>> = HashMap::new();
         let has_bcast = self.clients.values().any(|t| t.options.bcast);
         for key in stored {
-            let (_, name) = crate::rewrite::database::split(key, self.databases);
-            if let Some(readers) = self.keys.remove(name) {
+            // An internal key of the layout (an index) is nobody's.
+            let Some(name) = self.naming.client_name(key) else {
+                continue;
+            };
+            if let Some(readers) = self.keys.remove(&name) {
                 self.items = self.items.saturating_sub(readers.len());
                 for id in readers {
                     // As Redis: a client that stopped tracking, or went BCAST, is skipped.
                     if let Some(t) = self.clients.get(&id).filter(|t| !t.options.bcast) {
-                        let name = Bytes::copy_from_slice(name);
-                        posts.push((id, t.options.redirect, Message::Keys(vec![name])));
+                        let keys = vec![name.clone()];
+                        posts.push((id, t.options.redirect, Message::Keys(keys)));
                     }
                 }
             }
@@ -424,8 +459,7 @@ impl Hub {
             for (id, tracker) in self.clients.iter().filter(|(_, t)| t.options.bcast) {
                 for (at, prefix) in tracker.options.prefixes.iter().enumerate() {
                     if name.starts_with(prefix) {
-                        let keys = bcast.entry((*id, at)).or_default();
-                        keys.push(Bytes::copy_from_slice(name));
+                        bcast.entry((*id, at)).or_default().push(name.clone());
                     }
                 }
             }
@@ -489,7 +523,10 @@ mod tests {
 
     fn hub_with(clients: &[(u64, TrackingOptions)]) -> Hub {
         let mut hub = Hub {
-            databases: 16,
+            naming: Naming {
+                databases: 16,
+                layout: None,
+            },
             ..Hub::default()
         };
         for (id, options) in clients {
