@@ -425,6 +425,13 @@ fn under_a_key_layout_invalidations_name_the_legacy_keys() {
     write_on_master(&stored, "w");
     assert_eq!(reader.next(WAIT).as_deref(), Some(&*invalidate(&[&legacy])));
     assert_eq!(bcast.next(WAIT).as_deref(), Some(&*invalidate(&[&legacy])));
+    // A name under the prefix that no rule matches is stored as it is: one that looks like
+    // the record's cluster name reads the record, and hears of its writes by that name.
+    let mut odd = Conn::open(&proxy, true);
+    odd.call(&["CLIENT", "TRACKING", "ON"]);
+    assert_eq!(odd.call(&["GET", &stored]), "$1\r\nw\r\n");
+    writer.call(&["SET", &legacy, "x"]);
+    assert_eq!(odd.next(WAIT).as_deref(), Some(&*invalidate(&[&stored])));
 }
 
 /// The id (on `master`) of the tracking connection a proxy holds there.

@@ -135,15 +135,26 @@ impl Naming {
         }
     }
 
-    /// The client's name for `stored`; `None` for a layout's internal key.
-    fn client_name(&self, stored: &Bytes) -> Option<Bytes> {
+    /// The names a client may know `stored` by: none for a layout's internal key; under a
+    /// layout, its legacy name, and the stored name itself when that is a legacy name
+    /// the layout stores as is (a name under a prefix that no rule matches may look like
+    /// another key's cluster name: both are told).
+    fn client_names(&self, stored: &Bytes) -> SmallVec<[Bytes; 2]> {
+        let mut names = SmallVec::new();
         match &self.layout {
-            Some(layout) => layout.legacy_name(stored),
+            Some(layout) => {
+                names.extend(layout.legacy_name(stored));
+                let as_is = layout.cluster_name(stored.to_vec()) == stored[..];
+                if as_is && !names.contains(stored) {
+                    names.push(stored.clone());
+                }
+            }
             None => {
                 let (_, name) = crate::rewrite::database::split(stored, self.databases);
-                Some(stored.slice_ref(name))
+                names.push(stored.slice_ref(name));
             }
         }
+        names
     }
 }
 
@@ -438,11 +449,7 @@ impl Hub {
         let mut posts = Posts::new();
         let mut bcast: HashMap<(u64, usize), Vec<Bytes>> = HashMap::new();
         let has_bcast = self.clients.values().any(|t| t.options.bcast);
-        for key in stored {
-            // An internal key of the layout (an index) is nobody's.
-            let Some(name) = self.naming.client_name(key) else {
-                continue;
-            };
+        for name in stored.iter().flat_map(|key| self.naming.client_names(key)) {
             if let Some(readers) = self.keys.remove(&name) {
                 self.items = self.items.saturating_sub(readers.len());
                 for id in readers {
