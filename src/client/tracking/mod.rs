@@ -135,8 +135,9 @@ impl Naming {
         }
     }
 
-    /// The names a client may know `stored` by: none for a layout's internal key; under a
-    /// layout, its legacy name, and the stored name itself when that is a legacy name
+    /// The names a client may know `stored` by: its name in its database, and the stored
+    /// name too, which database 0 reads as it is; none for a layout's internal key; under
+    /// a layout, its legacy name, and the stored name itself when that is a legacy name
     /// the layout stores as is (a name under a prefix that no rule matches may look like
     /// another key's cluster name: both are told).
     fn client_names(&self, stored: &Bytes) -> SmallVec<[Bytes; 2]> {
@@ -150,8 +151,12 @@ impl Naming {
                 }
             }
             None => {
-                let (_, name) = crate::rewrite::database::split(stored, self.databases);
+                let (db, name) = crate::rewrite::database::split(stored, self.databases);
                 names.push(stored.slice_ref(name));
+                // Database 0 reads `__db3:k` as it is stored (a reserved name, README).
+                if db != 0 {
+                    names.push(stored.clone());
+                }
             }
         }
         names
