@@ -469,7 +469,10 @@ impl ClientGuard {
     /// The invalidation messages posted to the client since last taken (see
     /// [`Mailboxes::post`]): an atomic load while there are none.
     pub fn take_mail(&self) -> Vec<Bytes> {
-        if !self.activity.has_mail.swap(false, Ordering::AcqRel) {
+        // A plain load first: asked on every read from the client, almost always empty.
+        if !self.activity.has_mail.load(Ordering::Relaxed)
+            || !self.activity.has_mail.swap(false, Ordering::AcqRel)
+        {
             return Vec::new();
         }
         std::mem::take(
