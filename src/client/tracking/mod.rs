@@ -315,6 +315,9 @@ impl Tracking {
         max_keys: usize,
     ) {
         let mut hub = self.lock();
+        if !hub.clients.contains_key(&id) {
+            return;
+        }
         let mut posts = self.follow(&mut hub, topology, mailboxes);
         let Some(tracker) = hub.clients.get_mut(&id) else {
             return;
