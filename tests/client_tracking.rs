@@ -148,6 +148,12 @@ fn a_key_read_while_tracking_is_invalidated_once_whoever_writes_it() {
     assert_eq!(reader.call(&["GET", "trk:a"]), "$1\r\n3\r\n");
     write_on_master("trk:a", "4");
     assert_eq!(reader.next(WAIT).as_deref(), Some(&*invalidate(&["trk:a"])));
+    // Through another proxy in front of the same cluster.
+    let other = Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]);
+    let mut elsewhere = Conn::open(&other, false);
+    assert_eq!(reader.call(&["GET", "trk:a"]), "$1\r\n4\r\n");
+    elsewhere.call(&["SET", "trk:a", "5"]);
+    assert_eq!(reader.next(WAIT).as_deref(), Some(&*invalidate(&["trk:a"])));
     // A key read in a transaction, and one in another database, named as the client does.
     reader.call(&["MULTI"]);
     reader.call(&["MGET", "trk:b"]);
@@ -164,7 +170,7 @@ fn a_key_read_while_tracking_is_invalidated_once_whoever_writes_it() {
     reader.call(&["SELECT", "0"]);
     reader.call(&["GET", "trk:a"]);
     writer.call(&["SELECT", "0"]);
-    writer.call(&["SET", "trk:a", "5"]);
+    writer.call(&["SET", "trk:a", "6"]);
     reader.expect_nothing("tracking off");
 }
 
