@@ -40,8 +40,9 @@
 //!   [`upstream::Upstream`] (topology, retry limits): MOVED/ASK and retries, connections
 //!   pinned to one client (WATCH, MULTI blocks, blocking commands, scripts) and those kept
 //!   ready for blocking commands, transaction blocks (and the check of a WATCH across slots
-//!   before they run), the per-master batches of the session's direct requests, and subscription
-//!   connections.
+//!   before they run), the per-master batches of the session's direct requests, subscription
+//!   connections, and the tracking connections that report every key a master modifies
+//!   (client-side caching).
 //! - [`backend`]: the endpoint: one pipelined connection to a Redis node (IO).
 //! - [`topology`]: keeps the slot map fresh and owns the node connections (IO).
 //! - [`protocol`]: RESP2/RESP3 framing, check-then-parse, inline commands, limits. Pure.

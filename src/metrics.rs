@@ -48,6 +48,12 @@ pub const CLIENT_OUTPUT_LIMIT_DISCONNECTS: &str =
     "slotbridge_client_output_limit_disconnects_total";
 /// Monitors dropped for not reading their lines fast enough.
 pub const MONITOR_DROPS: &str = "slotbridge_monitor_drops_total";
+/// Clients with CLIENT TRACKING on.
+pub const TRACKING_CLIENTS: &str = "slotbridge_tracking_clients";
+/// Keys in the table of what tracking clients read (bounded by `tracking_table_max_keys`).
+pub const TRACKING_KEYS: &str = "slotbridge_tracking_keys";
+/// Invalidation messages sent to tracking clients, by kind (keys, flush).
+pub const TRACKING_INVALIDATIONS: &str = "slotbridge_tracking_invalidations_total";
 /// Bytes every client owes together: replies held for them and the estimate of those in
 /// flight (flow control, against `max_buffered_bytes`).
 pub const BUFFERED_BYTES: &str = "slotbridge_buffered_bytes";
@@ -222,6 +228,21 @@ fn describe_backend_and_layout() {
         Unit::Count,
         "Clients waiting in a blocking command"
     );
+    describe_gauge!(
+        TRACKING_CLIENTS,
+        Unit::Count,
+        "Clients with CLIENT TRACKING on"
+    );
+    describe_gauge!(
+        TRACKING_KEYS,
+        Unit::Count,
+        "Keys tracking clients read and are owed an invalidation for"
+    );
+    describe_counter!(
+        TRACKING_INVALIDATIONS,
+        Unit::Count,
+        "Invalidation messages sent to tracking clients, by kind (keys, flush)"
+    );
     describe_counter!(
         SPLIT_TRANSACTIONS,
         Unit::Count,
@@ -264,6 +285,10 @@ fn describe_backend_and_layout() {
 struct Totals {
     clients: AtomicI64,
     blocked_clients: AtomicI64,
+    tracking_clients: AtomicI64,
+    tracking_keys: AtomicU64,
+    tracking_items: AtomicU64,
+    tracking_prefixes: AtomicU64,
     connections_received: AtomicU64,
     connections_rejected: AtomicU64,
     moved: AtomicU64,
@@ -277,6 +302,10 @@ struct Totals {
 static TOTALS: Totals = Totals {
     clients: AtomicI64::new(0),
     blocked_clients: AtomicI64::new(0),
+    tracking_clients: AtomicI64::new(0),
+    tracking_keys: AtomicU64::new(0),
+    tracking_items: AtomicU64::new(0),
+    tracking_prefixes: AtomicU64::new(0),
     connections_received: AtomicU64::new(0),
     connections_rejected: AtomicU64::new(0),
     moved: AtomicU64::new(0),
@@ -294,6 +323,10 @@ pub struct ProxyTotals {
     pub clients: i64,
     /// Clients waiting in a blocking command.
     pub blocked_clients: i64,
+    /// Clients with CLIENT TRACKING on.
+    pub tracking_clients: i64,
+    /// The tracking table's keys, client ids over them, and BCAST prefixes.
+    pub tracking_table: [u64; 3],
     /// Client connections accepted since start.
     pub connections_received: u64,
     /// Client connections refused since start.
@@ -317,6 +350,12 @@ pub fn totals() -> ProxyTotals {
     ProxyTotals {
         clients: TOTALS.clients.load(Ordering::Relaxed),
         blocked_clients: TOTALS.blocked_clients.load(Ordering::Relaxed),
+        tracking_clients: TOTALS.tracking_clients.load(Ordering::Relaxed),
+        tracking_table: [
+            TOTALS.tracking_keys.load(Ordering::Relaxed),
+            TOTALS.tracking_items.load(Ordering::Relaxed),
+            TOTALS.tracking_prefixes.load(Ordering::Relaxed),
+        ],
         connections_received: TOTALS.connections_received.load(Ordering::Relaxed),
         connections_rejected: TOTALS.connections_rejected.load(Ordering::Relaxed),
         moved: TOTALS.moved.load(Ordering::Relaxed),
@@ -440,6 +479,28 @@ pub fn flow_paused_clients() -> metrics::Gauge {
 /// A client was disconnected for exceeding its output buffer limit.
 pub fn client_output_limit_disconnect() {
     counter!(CLIENT_OUTPUT_LIMIT_DISCONNECTS).increment(1);
+}
+
+/// A client turned tracking on (`delta` 1) or off (-1).
+pub fn tracking_clients(delta: i64) {
+    TOTALS.tracking_clients.fetch_add(delta, Ordering::Relaxed);
+    gauge!(TRACKING_CLIENTS).increment(delta as f64);
+}
+
+/// The tracking table holds `keys` keys, `items` client ids over them, and BCAST clients
+/// `prefixes` distinct prefixes.
+pub fn tracking_table(keys: usize, items: usize, prefixes: usize) {
+    TOTALS.tracking_keys.store(keys as u64, Ordering::Relaxed);
+    TOTALS.tracking_items.store(items as u64, Ordering::Relaxed);
+    TOTALS
+        .tracking_prefixes
+        .store(prefixes as u64, Ordering::Relaxed);
+    gauge!(TRACKING_KEYS).set(keys as f64);
+}
+
+/// An invalidation message of `kind` (`keys`, `flush`) was sent.
+pub fn tracking_invalidation(kind: &'static str) {
+    counter!(TRACKING_INVALIDATIONS, "kind" => kind).increment(1);
 }
 
 /// A monitor was disconnected for falling behind its feed.
@@ -576,6 +637,9 @@ mod tests {
             INDEX_UPKEEP,
             PUBSUB_SUBSCRIBERS,
             BLOCKED_CLIENTS,
+            TRACKING_CLIENTS,
+            TRACKING_KEYS,
+            TRACKING_INVALIDATIONS,
             SPLIT_TRANSACTIONS,
             SPLIT_TRANSACTIONS_PARTLY_APPLIED,
             AUTH_FAILURES,

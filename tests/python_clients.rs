@@ -1,6 +1,7 @@
 //! A real, unmodified redis-py application through the proxy: runs the pytest suite in
 //! `tests/python` (the cache, session, rate-limit, lock, pub/sub, stream, leaderboard and
-//! HyperLogLog patterns an application writes for one Redis node) against three proxies in
+//! HyperLogLog patterns an application writes for one Redis node, and client-side caching
+//! with REDIRECT to a subscribed connection) against three proxies in
 //! front of one real cluster: the default configuration, `cross_slot_transactions: split`,
 //! and the hash-tag layout of `config/examples/hash-tag-generic.yaml`.
 //!

@@ -5,7 +5,8 @@
 //! [`stream::ClientStream`]; `transaction` and [`pubsub`] are interceptors of that chain,
 //! and the node side of both lives in `upstream`;
 //! `local` answers what belongs to the connection itself (HELLO, CLIENT, SELECT, AUTH,
-//! PING, ...); `monitor` feeds MONITOR the commands every client sends; [`registry`] lists the connected clients for CLIENT LIST; [`plain`] marks
+//! PING, ...); `monitor` feeds MONITOR the commands every client sends; `tracking` keeps what
+//! tracking clients are owed (client-side caching); [`registry`] lists the connected clients for CLIENT LIST; [`plain`] marks
 //! the commands the session routes without its own checks.
 
 mod flow;
@@ -21,6 +22,7 @@ pub mod registry;
 pub mod session;
 mod step;
 pub mod stream;
+mod tracking;
 mod transaction;
 
 pub use registry::Registry;

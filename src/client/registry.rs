@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
+use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 
 use crate::dispatch::BlockedOn;
@@ -38,6 +39,8 @@ pub struct ClientEntry {
     pub user: String,
     /// Its channel, pattern and shard channel subscriptions (`sub=`, `psub=`, `ssub=`).
     pub subscriptions: Subscriptions,
+    /// Its client-side caching (`flags=t`, `R`, `B`, `redir=`).
+    pub tracking: TrackingShown,
     /// When it last sent or was sent something and what it last ran (`idle=`, `cmd=`), and whether
     /// CLIENT KILL picked it.
     activity: Arc<Activity>,
@@ -61,6 +64,24 @@ struct Activity {
     blocked: Arc<BlockedOn>,
     /// A request of its own is held by CLIENT PAUSE (`flags=b`, as Redis shows it).
     paused: AtomicBool,
+    /// Invalidation messages for the client (client-side caching), taken by its session
+    /// when nudged; `has_mail` spares the lock while there is none.
+    mailbox: Mutex<Vec<Bytes>>,
+    has_mail: AtomicBool,
+}
+
+/// What CLIENT LIST shows of a client's tracking (Redis's `t`, `R` and `B` flags and
+/// `redir=`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrackingShown {
+    /// CLIENT TRACKING is on.
+    pub on: bool,
+    /// In BCAST mode.
+    pub bcast: bool,
+    /// Its REDIRECT client went away.
+    pub broken: bool,
+    /// Its REDIRECT client, 0 for none.
+    pub redirect: u64,
 }
 
 /// How many subscriptions of each kind a client has.
@@ -144,13 +165,69 @@ pub struct Registry {
     next_id: AtomicU64,
     /// Set once, when the proxy starts its graceful drain (see [`Registry::start_drain`]).
     draining: AtomicBool,
-    clients: Mutex<BTreeMap<u64, ClientEntry>>,
+    clients: Arc<Mutex<BTreeMap<u64, ClientEntry>>>,
     pause: ClientPause,
     budget: super::flow::SharedBudget,
     monitors: Arc<super::monitor::Monitors>,
+    tracking: Arc<super::tracking::Tracking>,
+}
+
+/// Where invalidation messages are posted: the registry's clients, shared with the task
+/// that reads the masters' reports.
+#[derive(Clone)]
+pub struct Mailboxes {
+    clients: Arc<Mutex<BTreeMap<u64, ClientEntry>>>,
+}
+
+impl Mailboxes {
+    /// Posts what `frame` makes of client `id`'s entry (its protocol, its subscriptions)
+    /// to the client, and nudges its session: `None` when the client is gone, else
+    /// whether there was something to post.
+    pub fn post(
+        &self,
+        id: u64,
+        frame: impl FnOnce(&mut ClientEntry) -> Option<Bytes>,
+    ) -> Option<bool> {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = clients.get_mut(&id)?;
+        let frame = frame(entry);
+        let posted = frame.is_some();
+        if let Some(frame) = frame {
+            let activity = &entry.activity;
+            activity
+                .mailbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(frame);
+            activity.has_mail.store(true, Ordering::Release);
+            activity.nudges.fetch_add(1, Ordering::Release);
+            activity.signal_waker.wake();
+        }
+        Some(posted)
+    }
 }
 
 impl Registry {
+    /// The clients that track keys (CLIENT TRACKING).
+    pub fn tracking(&self) -> &Arc<super::tracking::Tracking> {
+        &self.tracking
+    }
+
+    /// Where invalidation messages are posted.
+    pub fn mailboxes(&self) -> Mailboxes {
+        Mailboxes {
+            clients: self.clients.clone(),
+        }
+    }
+
+    /// What CLIENT LIST shows of client `id`'s tracking.
+    pub fn tracking_shown(&self, id: u64) -> TrackingShown {
+        self.lock()
+            .get(&id)
+            .map(|entry| entry.tracking)
+            .unwrap_or_default()
+    }
+
     /// The clients that monitor (MONITOR).
     pub fn monitors(&self) -> &Arc<super::monitor::Monitors> {
         &self.monitors
@@ -201,6 +278,7 @@ impl Registry {
             lib_ver: String::new(),
             user: user.unwrap_or("default").to_owned(),
             subscriptions: Subscriptions::default(),
+            tracking: TrackingShown::default(),
             activity: activity.clone(),
         };
         self.lock().insert(id, entry);
@@ -313,11 +391,25 @@ fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> Strin
     let pubsub = ClientType::of(e) == ClientType::PubSub;
     let blocked =
         e.activity.paused.load(Ordering::Relaxed) || e.activity.blocked.current().is_some();
-    let flags = match (pubsub, blocked) {
-        (false, false) => "N",
-        (true, false) => "P",
-        (false, true) => "b",
-        (true, true) => "Pb",
+    let tracking = e.tracking;
+    let mut flags = String::new();
+    for (set, letter) in [
+        (pubsub, 'P'),
+        (blocked, 'b'),
+        (tracking.on, 't'),
+        (tracking.on && tracking.broken, 'R'),
+        (tracking.on && tracking.bcast, 'B'),
+    ] {
+        if set {
+            flags.push(letter);
+        }
+    }
+    if flags.is_empty() {
+        flags.push('N');
+    }
+    let redir = match tracking.on {
+        true => tracking.redirect as i64,
+        false => -1,
     };
     let age = e.created.elapsed();
     let last_active =
@@ -332,7 +424,7 @@ fn format_line(id: u64, e: &ClientEntry, command_name: CommandName<'_>) -> Strin
     format!(
         "id={id} addr={} laddr={} fd=-1 name={} age={} idle={idle} flags={flags} db={} sub={} \
          psub={} ssub={} multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 \
-         oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir=-1 resp={} lib-name={} \
+         oll=0 omem=0 tot-mem=0 events=r cmd={cmd} user={} redir={redir} resp={} lib-name={} \
          lib-ver={}\n",
         e.addr,
         e.laddr,
@@ -372,6 +464,24 @@ impl ClientGuard {
     /// Shows whether CLIENT PAUSE holds a request of this client (`flags=b`).
     pub fn held_by_pause(&self, held: bool) {
         self.activity.paused.store(held, Ordering::Relaxed);
+    }
+
+    /// The invalidation messages posted to the client since last taken (see
+    /// [`Mailboxes::post`]): an atomic load while there are none.
+    pub fn take_mail(&self) -> Vec<Bytes> {
+        // A plain load first: asked on every read from the client, almost always empty.
+        if !self.activity.has_mail.load(Ordering::Relaxed)
+            || !self.activity.has_mail.swap(false, Ordering::AcqRel)
+        {
+            return Vec::new();
+        }
+        std::mem::take(
+            &mut *self
+                .activity
+                .mailbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
     }
 
     /// Records the command-table index of the client's latest command (`cmd=`).

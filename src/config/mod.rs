@@ -110,6 +110,12 @@ pub struct Config {
     pub shutdown_timeout_ms: u64,
     /// Written with the proxy's pid at start-up, for `slotbridge reload`.
     pub pidfile: Option<PathBuf>,
+    /// CLIENT TRACKING ON emulated (`emulate`, the default: see `client::tracking`) or
+    /// refused with a reason (`refuse`).
+    pub client_tracking: Emulation,
+    /// Most keys the table of tracking clients' reads holds, past which keys are dropped
+    /// with an invalidation (Redis's `tracking-table-max-keys`; 0: no bound).
+    pub tracking_table_max_keys: usize,
 }
 
 impl Default for Config {
@@ -148,6 +154,10 @@ impl Default for Config {
             tcp_keepalive: 300,
             shutdown_timeout_ms: 10_000,
             pidfile: None,
+            client_tracking: Emulation::Emulate,
+            // A tenth of Redis's default: the proxy's table sits beside no dataset, and
+            // 100,000 keys cost about 10 MB.
+            tracking_table_max_keys: 100_000,
         }
     }
 }

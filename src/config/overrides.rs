@@ -43,6 +43,8 @@ pub const TOP_LEVEL_FIELDS: &[&str] = &[
     "tcp_keepalive",
     "shutdown_timeout_ms",
     "pidfile",
+    "client_tracking",
+    "tracking_table_max_keys",
 ];
 
 /// One option set outside the file: its dotted path (`backend.read_timeout_ms`) and its

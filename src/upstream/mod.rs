@@ -13,6 +13,8 @@
 //!   master, their replies delivered by sequence number.
 //! - [`subscription`]: a client's subscription connections, which read what nodes push;
 //!   [`pushes`] reads those frames.
+//! - [`invalidations`]: the proxy's own tracking connections, one per master, which
+//!   report every key modified there (client-side caching, see `client::tracking`).
 //! - [`warm`]: connections kept ready for blocking commands, so one is written as soon as
 //!   it is read, before what other clients send after it.
 //!
@@ -29,6 +31,7 @@ pub mod batch;
 pub mod block;
 pub mod blocked;
 pub mod forward;
+pub mod invalidations;
 pub mod pinned;
 pub mod pushes;
 pub mod subscription;

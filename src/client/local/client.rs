@@ -1,6 +1,7 @@
 //! CLIENT's subcommands, answered about the proxy's own clients as one Redis answers them
 //! about its clients: SETNAME/GETNAME/ID/INFO/LIST (with TYPE and ID filters), KILL in
-//! both forms, UNBLOCK, REPLY, TRACKING OFF and what goes with it, HELP.
+//! both forms, UNBLOCK, REPLY, TRACKING and what goes with it (client-side caching, see
+//! `tracking`), HELP.
 
 use std::sync::Arc;
 
@@ -8,12 +9,14 @@ use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
 
 use crate::acl::UserSet;
+use crate::config::Emulation;
 use crate::dispatch::Proxy;
 use crate::protocol::{encode, parse_i64, Proto};
 use crate::reply;
 
 use super::super::pause::PauseMode;
-use super::super::registry::{ClientType, CommandName, KillFilter, Registry};
+use super::super::registry::{ClientType, CommandName, KillFilter, Registry, TrackingShown};
+use super::super::tracking::{self, Switch};
 use super::{ok, set_name, valid_name, Answer, ConnState, ReplyMode, BAD_NAME, SYNTAX};
 
 /// Answers CLIENT `args[1]` (always: an unknown subcommand gets Redis's error).
@@ -49,10 +52,9 @@ pub(super) fn answer(
         (b"kill", 3..) => return kill(state, registry, auth, args),
         (b"unblock", 3 | 4) => return unblock(registry, proxy, args),
         (b"help", 2) => help(),
-        (b"tracking", 3..) => tracking(registry, args),
-        (b"trackinginfo", 2) => tracking_info(state.proto),
-        // Tracking is never on, so this is Redis's answer whatever the argument.
-        (b"caching", 3) => reply::error(reply::connection::CACHING_WITHOUT_TRACKING),
+        (b"tracking", 3..) => return tracking(state, registry, proxy, args),
+        (b"trackinginfo", 2) => tracking_info(state, registry),
+        (b"caching", 3) => caching(state, &args[2]),
         (b"pause", 3 | 4) => pause(registry, &args[2..]),
         (b"pause", 2) => reply::wrong_arity("client|pause"),
         (b"pause", _) => reply::error(&reply::connection::client_subcommand(
@@ -66,7 +68,13 @@ pub(super) fn answer(
             b"on" | b"off" => ok(),
             _ => reply::error(SYNTAX),
         },
-        (b"getredir", 2) => encode::integer_frame(-1),
+        (b"getredir", 2) => {
+            let redirect = state
+                .tracking
+                .as_ref()
+                .map_or(-1, |t| t.options.redirect as i64);
+            encode::integer_frame(redirect)
+        }
         (
             b"setname" | b"getname" | b"id" | b"setinfo" | b"info" | b"kill" | b"help"
             | b"tracking" | b"trackinginfo" | b"caching" | b"unpause" | b"unblock" | b"no-evict"
@@ -332,53 +340,97 @@ fn kill_filter(auth: &UserSet, options: &[Bytes]) -> Result<KillFilter, Bytes> {
     Ok(filter)
 }
 
-/// CLIENT TRACKING on|off [options]: options are checked as Redis checks them; OFF is
-/// answered OK (tracking is never on), ON is refused: the proxy does not relay the
-/// invalidation messages client-side caching depends on.
-fn tracking(registry: &Registry, args: &[Bytes]) -> Bytes {
-    let mut redirect = false;
-    let mut j = 3;
-    while j < args.len() {
-        let more = j + 1 < args.len();
-        match args[j].to_ascii_lowercase().as_slice() {
-            b"redirect" if more => {
-                j += 1;
-                if redirect {
-                    return reply::error(reply::connection::SINGLE_REDIRECT);
-                }
-                redirect = true;
-                let Some(id) = parse_i64(&args[j]) else {
-                    return reply::error(reply::text::NOT_AN_INTEGER);
-                };
-                if !u64::try_from(id).is_ok_and(|id| registry.contains(id)) {
-                    return reply::error(reply::connection::REDIRECT_TARGET_MISSING);
-                }
-            }
-            b"prefix" if more => j += 1,
-            b"bcast" | b"optin" | b"optout" | b"noloop" => {}
-            _ => return reply::error(SYNTAX),
+/// CLIENT TRACKING on|off [options], checked as Redis checks them (see `tracking`). ON
+/// answers once the masters' tracking connections report (see `tracking::READY_WAIT`).
+fn tracking(
+    state: &mut ConnState,
+    registry: &Registry,
+    proxy: &Arc<Proxy>,
+    args: &[Bytes],
+) -> Option<Answer> {
+    let current = state.tracking.as_ref().map(|t| &t.options);
+    let options = match tracking::parse(args, current, |id| registry.contains(id)) {
+        Ok(Switch::On(options)) => options,
+        Ok(Switch::Off) => {
+            state.tracking = None;
+            registry.update(state.id, |e| e.tracking = TrackingShown::default());
+            return Answer::reply(ok());
         }
-        j += 1;
+        Err(error) => return Answer::reply(error),
+    };
+    if proxy.config.client_tracking == Emulation::Refuse {
+        return Answer::reply(reply::error(reply::connection::TRACKING_REFUSED));
     }
-    match args[2].to_ascii_lowercase().as_slice() {
-        b"off" => ok(),
-        b"on" => reply::error(reply::connection::TRACKING_UNSUPPORTED),
-        _ => reply::error(SYNTAX),
+    let shown = TrackingShown {
+        on: true,
+        bcast: options.bcast,
+        broken: false,
+        redirect: options.redirect,
+    };
+    registry.update(state.id, |e| e.tracking = shown);
+    let hub = registry.tracking();
+    let mailboxes = registry.mailboxes();
+    let naming = tracking::Naming::of(proxy);
+    let ready = hub.enable(
+        state.id,
+        options.clone(),
+        &proxy.topology,
+        &mailboxes,
+        naming,
+    );
+    match &mut state.tracking {
+        // Replaced in place: dropping the old handle would turn tracking off.
+        Some(enabled) => enabled.options = options,
+        None => {
+            let enabled = tracking::Enabled::new(hub.clone(), state.id, options);
+            state.tracking = Some(Box::new(enabled));
+        }
     }
+    let Some(mut ready) = ready else {
+        return Answer::reply(ok());
+    };
+    let pending = async move {
+        let _ = tokio::time::timeout(tracking::READY_WAIT, ready.wait_for(|up| *up)).await;
+        ok()
+    };
+    // The reply without the wait serves an ON queued in MULTI (answered at EXEC): reads
+    // are then invalidated right behind their replies until the connections are up.
+    Some(Answer {
+        reply: ok(),
+        close: false,
+        silent: false,
+        pending: Some(pending.boxed()),
+    })
 }
 
-/// CLIENT TRACKINGINFO of a client that does not track, as Redis answers it.
-fn tracking_info(proto: Proto) -> Bytes {
-    let mut out = BytesMut::new();
-    encode::map_header(&mut out, proto, 3);
-    encode::bulk(&mut out, b"flags");
-    encode::set_header(&mut out, proto, 1);
-    encode::bulk(&mut out, b"off");
-    encode::bulk(&mut out, b"redirect");
-    encode::integer(&mut out, -1);
-    encode::bulk(&mut out, b"prefixes");
-    encode::array_header(&mut out, 0);
-    out.freeze()
+/// CLIENT TRACKINGINFO, as Redis answers it.
+fn tracking_info(state: &ConnState, registry: &Registry) -> Bytes {
+    let enabled = state.tracking.as_deref();
+    let broken = enabled.is_some() && registry.tracking_shown(state.id).broken;
+    let options = enabled.map(|t| &t.options);
+    let caching = enabled.is_some_and(|t| t.caching);
+    tracking::info(state.proto, options, caching, broken)
+}
+
+/// CLIENT CACHING yes|no: the next command's keys are tracked (OPTIN) or not (OPTOUT).
+fn caching(state: &mut ConnState, value: &[u8]) -> Bytes {
+    let Some(enabled) = state.tracking.as_deref_mut() else {
+        return reply::error(reply::connection::CACHING_WITHOUT_TRACKING);
+    };
+    let allowed = match value.to_ascii_lowercase().as_slice() {
+        b"yes" => enabled.options.optin,
+        b"no" => enabled.options.optout,
+        _ => return reply::error(SYNTAX),
+    };
+    if !allowed {
+        let text = match value.eq_ignore_ascii_case(b"yes") {
+            true => reply::connection::CACHING_YES_WITHOUT_OPTIN,
+            false => reply::connection::CACHING_NO_WITHOUT_OPTOUT,
+        };
+        return reply::error(text);
+    }
+    enabled.caching = true;
+    ok()
 }
 
 /// CLIENT HELP: Redis's text for the subcommands the proxy answers.

@@ -41,6 +41,8 @@ pub struct ConnState {
     pub shown_at_exec: Vec<SmallVec<[Bytes; 4]>>,
     /// The database SELECT chose (see `dispatch::database`); 0 until then.
     pub db: u32,
+    /// The client's CLIENT TRACKING, while on.
+    pub tracking: Option<Box<super::tracking::Enabled>>,
 }
 
 /// What CLIENT REPLY set.
@@ -217,10 +219,12 @@ pub fn answer(
             state.replies = ReplyMode::On;
             state.monitor = None;
             state.db = 0;
+            state.tracking = None;
             registry.update(state.id, |e| {
                 e.name.clear();
                 e.resp = 2;
                 e.db = 0;
+                e.tracking = Default::default();
             });
             show_user(state, registry);
             Answer::reply(Bytes::from_static(b"+RESET\r\n"))

@@ -160,6 +160,10 @@ impl Session<'_> {
         if self.client.registry.monitors().watched() {
             access = self.monitor_step(access, sent, &name, command);
         }
+        // CLIENT TRACKING: a field test while the client does not track.
+        if self.ident.state.tracking.is_some() && matches!(access, Step::Next) {
+            self.track_step(sent, &name, command);
+        }
         let step = match access {
             Step::Next if in_db.answer.is_some() => {
                 self.note_command(command);
@@ -293,6 +297,21 @@ impl Session<'_> {
         };
         let spec = command.and_then(|command| self.ident.snapshot.commands.spec(command));
         monitor::observe(self.client.registry, origin, access, request, name, spec)
+    }
+
+    /// Records what a tracking client reads (see `tracking::Enabled::observe`), before
+    /// the request is sent.
+    #[cold]
+    fn track_step(&mut self, request: &Request, name: &FoldedName, command: Option<usize>) {
+        let ident = &mut self.ident;
+        let Some(enabled) = ident.state.tracking.as_deref_mut() else {
+            return;
+        };
+        let proxy = &ident.snapshot;
+        let spec = command.and_then(|command| proxy.commands.spec(command));
+        let in_multi = self.tx.transaction.in_multi();
+        let mailboxes = self.client.registry.mailboxes();
+        enabled.observe(proxy, &mailboxes, request, spec, name.as_bytes(), in_multi);
     }
 
     /// The interceptors that act on some commands only: the transaction, Pub/Sub, then
@@ -460,6 +479,11 @@ pub(super) fn user_of<'u>(
 fn runs_alone(request: &Request, name: &FoldedName, spec: Option<&CommandSpec>) -> bool {
     match name.as_bytes() {
         b"hello" | b"reset" => true,
+        // Nothing after it starts before the masters report (see `tracking`).
+        b"client" => request
+            .args
+            .get(1)
+            .is_some_and(|sub| sub.eq_ignore_ascii_case(b"tracking")),
         b"sort" | b"sort_ro" => crate::dispatch::sort_runs_in_steps(&request.args),
         _ => spec
             .is_some_and(|spec| spec.blocks(&request.args) || crate::dispatch::runs_a_script(spec)),

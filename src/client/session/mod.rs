@@ -282,6 +282,7 @@ impl<'a> Session<'a> {
                     monitor: None,
                     shown_at_exec: Vec::new(),
                     db: 0,
+                    tracking: None,
                 },
             },
             tx: Tx {

@@ -291,6 +291,10 @@ impl Session<'_> {
             // The limits are read again at the top of the loop. A client nudged for idling
             // gives back its buffers (they are taken again when it next sends).
             Woken::Signal(Signal::Nudge) => {
+                // Invalidations posted to the client (see `take_mail`).
+                for message in self.client.guard.take_mail() {
+                    self.order.in_flight.push_ready(message);
+                }
                 if self.order.in_flight.is_empty() && self.order.held.is_none() {
                     conn.input_resizer.release_if_empty(&mut conn.input);
                     conn.output_resizer.release_if_empty(&mut conn.output);
@@ -387,6 +391,15 @@ impl Session<'_> {
         ident.forget_if_switched();
     }
 
+    /// Invalidations (client-side caching) posted to the client, behind every reply
+    /// already due. Also taken after each read: a client that keeps sending would
+    /// otherwise leave the nudge that posted them unpolled.
+    fn take_mail(&mut self) {
+        for message in self.client.guard.take_mail() {
+            self.order.in_flight.push_ready(message);
+        }
+    }
+
     /// The client sent bytes, closed its side, or its connection failed.
     fn on_read(&mut self, read: std::io::Result<usize>) -> ControlFlow<()> {
         let conn = &mut self.conn;
@@ -402,6 +415,8 @@ impl Session<'_> {
             Err(_) => return ControlFlow::Break(()),
             Ok(n) => conn.counted.received(n),
         }
+        self.take_mail();
+        let conn = &mut self.conn;
         conn.active(self.client.guard);
         conn.pass_started = Some(conn.last_active.into_std());
         if conn.input.capacity() - conn.input.len() < 1024 {

@@ -37,6 +37,7 @@ impl Proxy {
         let own = OwnClients {
             connected: totals.clients.max(0),
             blocked: totals.blocked_clients.max(0),
+            tracking: totals.tracking_clients.max(0),
             max: self.config.maxclients,
         };
         let mut sections = split_sections(&as_one_node(&text, port, &own));
@@ -49,6 +50,16 @@ impl Proxy {
             cluster
                 .stats
                 .set("rejected_connections", totals.connections_rejected);
+            // The masters count the proxies' own tracking connections; the clients that
+            // track are the proxy's.
+            let tracking = [
+                "tracking_total_keys",
+                "tracking_total_items",
+                "tracking_total_prefixes",
+            ];
+            for (name, value) in tracking.into_iter().zip(totals.tracking_table) {
+                cluster.stats.set(name, value);
+            }
             cluster.replace(&mut sections, wanted.keyspace);
             Some(cluster.answered)
         } else {
@@ -213,7 +224,8 @@ fn as_one_node(text: &str, port: &str, own: &OwnClients) -> String {
         let end = if line.ends_with("\r\n") { "\r\n" } else { "" };
         let value = match field {
             "redis_mode" => "standalone".to_owned(),
-            "cluster_enabled" | "cluster_connections" | "tracking_clients" => "0".to_owned(),
+            "cluster_enabled" | "cluster_connections" => "0".to_owned(),
+            "tracking_clients" => own.tracking.to_string(),
             "tcp_port" => port.to_owned(),
             "connected_clients" => own.connected.to_string(),
             "blocked_clients" => own.blocked.to_string(),
@@ -230,10 +242,11 @@ fn as_one_node(text: &str, port: &str, own: &OwnClients) -> String {
 
 /// The `# Clients` fields that are the proxy's own: its clients, those of them waiting in
 /// a blocking command, and its `maxclients` (the nodes' count the proxy's connections).
-/// Client-side caching is not offered, so `tracking_clients` is 0.
+/// `tracking_clients` counts the proxy's clients with CLIENT TRACKING on.
 struct OwnClients {
     connected: i64,
     blocked: i64,
+    tracking: i64,
     max: usize,
 }
 
@@ -270,12 +283,13 @@ mod tests {
                 &OwnClients {
                     connected: 12,
                     blocked: 1,
+                    tracking: 3,
                     max: 500
                 }
             ),
             "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\ntcp_port:6380\r\n\
              # Clients\r\nconnected_clients:12\r\ncluster_connections:0\r\n\
-             maxclients:500\r\nblocked_clients:1\r\ntracking_clients:0\r\n\
+             maxclients:500\r\nblocked_clients:1\r\ntracking_clients:3\r\n\
              # Cluster\r\ncluster_enabled:0\r\n"
         );
     }
