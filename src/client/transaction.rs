@@ -101,8 +101,10 @@ struct Queue {
 /// One client's transaction state.
 #[derive(Default)]
 pub struct Transaction {
-    multi: Option<Queue>,
-    watch: Option<Watch>,
+    // Boxed: every connected client's session holds a `Transaction`, few use MULTI or WATCH
+    // (see `client::session`'s test of the idle session's size).
+    multi: Option<Box<Queue>>,
+    watch: Option<Box<Watch>>,
     /// Dedicated connections kept for this client's next transactions.
     reusable: ReusableConns,
     last_write_slot: Option<u16>,
@@ -193,7 +195,7 @@ impl Transaction {
             }
             (b"multi", true) => Step::Reply(reply::error(NESTED)),
             (b"multi", false) => {
-                self.multi = Some(Queue::default());
+                self.multi = Some(Box::default());
                 Step::Reply(Bytes::from_static(OK))
             }
             (b"exec", true) => self.exec(proxy, proto),
@@ -304,7 +306,7 @@ impl Transaction {
         let watch = self.watch.take();
         if queue.failed || queue.busy.happened() {
             let slot = (queue.slot.as_ref().map(|(slot, _)| *slot))
-                .or(watch.as_ref().and_then(Watch::first_slot));
+                .or(watch.as_deref().and_then(Watch::first_slot));
             return match busy::exec_abort(proxy, slot) {
                 Some(abort) => Step::Alone(abort),
                 None => Step::Reply(reply::error(EXECABORT)),
@@ -312,7 +314,7 @@ impl Transaction {
         }
         let Queue {
             commands, locals, ..
-        } = queue;
+        } = *queue;
         let slots = command_slots(&commands);
         let run = match &watch {
             Some(watch) if watch.spans_slots_with(&slots) => {

@@ -147,9 +147,9 @@ impl Transaction {
         }
         let part = WatchPart::new(slot, keys.to_vec());
         let cell = part.pin.clone();
-        self.watch = Some(Watch {
+        self.watch = Some(Box::new(Watch {
             parts: smallvec::smallvec![part],
-        });
+        }));
         Step::Alone(watch_new(
             proxy.clone(),
             slot,
@@ -170,7 +170,7 @@ impl Transaction {
                 None => by_slot.push((slot, vec![key.clone()])),
             }
         }
-        let watch = self.watch.get_or_insert_with(Watch::default);
+        let watch = self.watch.get_or_insert_with(Box::default);
         let mut calls: Vec<BoxFuture<'static, Bytes>> = Vec::with_capacity(by_slot.len());
         for (slot, slot_keys) in by_slot {
             let mut args: Vec<&[u8]> = vec![b"WATCH"];
