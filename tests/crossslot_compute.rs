@@ -14,7 +14,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use slotbridge::crossslot::{compute, parse, Limits, Request, Value};
+use slotbridge::crossslot::{compute, parse, Limits, Read, Request, Value};
 use slotbridge::protocol::encode::encode_request;
 use slotbridge::protocol::{Limits as WireLimits, Proto, ReplyScanner};
 
@@ -246,19 +246,22 @@ fn zset_command(rng: &mut Rng) -> Vec<String> {
     args
 }
 
+fn read_value(reader: &mut Conn, read: &Read) -> Value {
+    read.value(&reader.call(&read.command()))
+        .unwrap_or_else(|error| panic!("read of {:?} refused: {error:?}", read.key))
+}
+
 /// Reads every input as the proxy does (on `reader`), then computes in both protocols.
 fn run_ours(reader: &mut Conn, request: &Request) -> [slotbridge::crossslot::Outcome; 2] {
     let values: Vec<Value> = request
         .reads
         .iter()
         .map(|read| {
-            let replies: Vec<Bytes> = read
-                .commands()
-                .iter()
-                .map(|command| reader.call(command))
-                .collect();
-            read.value(&replies)
-                .unwrap_or_else(|error| panic!("read of {:?} refused: {error:?}", read.key))
+            let mut value = read_value(reader, read);
+            if let (Value::WrongType, Some(as_set)) = (&value, read.as_set()) {
+                value = read_value(reader, &as_set);
+            }
+            value
         })
         .collect();
     let limits = Limits::default();

@@ -7,10 +7,12 @@
 //! 1. [`parse`] the arguments. An `Err` is the reply (a syntax or arity error Redis gives
 //!    before it looks at any key): send it and stop.
 //! 2. For each [`Read`] of [`Request::reads`] (in order; a key may repeat), send
-//!    [`Read::commands`] to the key's master, pipelined, and hand the raw reply frames to
-//!    [`Read::value`]. Wrapping one read's commands in `MULTI`/`EXEC` makes them one snapshot
-//!    of that key; the keys together are not one snapshot (like a split `MGET`). An `Err`
-//!    from `value` is a reply to forward as it is (the node refused the read).
+//!    [`Read::command`] to the key's master, pipelined, and hand the raw reply frame to
+//!    [`Read::value`]; where that is `WRONGTYPE` and [`Read::as_set`] gives a read, read the
+//!    key again with it (a set is a valid input of a scored command). Each key's read is one
+//!    command, consistent in itself; the keys together are not one snapshot (like a split
+//!    `MGET`). An `Err` from `value` is a reply to forward as it is (the node refused the
+//!    read).
 //! 3. [`compute`] with the values in the same order. [`Outcome::reply`] is the client's reply.
 //! 4. When [`Outcome::writes`] is not empty (STORE forms, BITOP, PFMERGE), send those
 //!    commands in order on one connection to the master of [`Request::destination`]; they

@@ -16,7 +16,8 @@ pub enum ReadKind {
     /// A set's members: `SMEMBERS`.
     Members,
     /// A sorted set's members and scores, or a set's members (score 1, as ZUNION reads a
-    /// set): `ZRANGE key 0 -1 WITHSCORES` then `SMEMBERS key`, one of which is `WRONGTYPE`.
+    /// set): `ZRANGE key 0 -1 WITHSCORES`, and only when that is `WRONGTYPE`, the key read
+    /// again as [`ReadKind::Members`] (see [`Read::as_set`]).
     Scored,
     /// A string: `GET`.
     Text,
@@ -47,46 +48,48 @@ pub enum Value {
 }
 
 impl Read {
-    /// The commands to send to the key's master, in order (a `MULTI`/`EXEC` around them
-    /// makes them one snapshot).
-    pub fn commands(&self) -> Vec<Vec<Bytes>> {
-        let key = self.key.clone();
-        let command = |args: &[&'static [u8]]| {
-            let mut command: Vec<Bytes> = vec![Bytes::from_static(args[0]), key.clone()];
-            command.extend(args[1..].iter().map(|arg| Bytes::from_static(arg)));
-            command
+    /// The command to send to the key's master.
+    pub fn command(&self) -> Vec<Bytes> {
+        let args: &[&'static [u8]] = match self.kind {
+            ReadKind::Members => &[b"SMEMBERS"],
+            ReadKind::Scored => &[b"ZRANGE", b"0", b"-1", b"WITHSCORES"],
+            ReadKind::Text => &[b"GET"],
         };
-        match self.kind {
-            ReadKind::Members => vec![command(&[b"SMEMBERS"])],
-            ReadKind::Scored => vec![
-                command(&[b"ZRANGE", b"0", b"-1", b"WITHSCORES"]),
-                command(&[b"SMEMBERS"]),
-            ],
-            ReadKind::Text => vec![command(&[b"GET"])],
+        let mut command = Vec::with_capacity(args.len() + 1);
+        command.push(Bytes::from_static(args[0]));
+        command.push(self.key.clone());
+        command.extend(args[1..].iter().map(|arg| Bytes::from_static(arg)));
+        command
+    }
+
+    /// The value the reply to [`Read::command`] describes; `Err` is an error reply frame
+    /// to forward to the client (the node refused a read, or replied something unexpected).
+    /// A scored read of a key of another type is [`Value::WrongType`]: read it again with
+    /// [`Read::as_set`], since a set is a valid input too.
+    pub fn value(&self, reply: &Bytes) -> Result<Value, Bytes> {
+        let reply = Reply::of(reply)?;
+        let unexpected = || crate::reply::error("ERR proxy: unexpected reply to a cross-slot read");
+        match (self.kind, &reply) {
+            (_, Reply::WrongType) => Ok(Value::WrongType),
+            (ReadKind::Members, reply) => members(reply).ok_or_else(unexpected),
+            (ReadKind::Text, Reply::Frame(_, ReplyView::Null)) => Ok(Value::Missing),
+            (ReadKind::Text, Reply::Frame(frame, ReplyView::Bulk(data))) => {
+                Ok(Value::Text(frame.slice_ref(data)))
+            }
+            (ReadKind::Scored, Reply::Frame(frame, view)) => {
+                scored(frame, view).ok_or_else(unexpected)
+            }
+            _ => Err(unexpected()),
         }
     }
 
-    /// The value the replies to [`Read::commands`] describe; `Err` is an error reply frame
-    /// to forward to the client (the node refused a read, or replied something unexpected).
-    pub fn value(&self, replies: &[Bytes]) -> Result<Value, Bytes> {
-        let frames = replies
-            .iter()
-            .map(Reply::of)
-            .collect::<Result<Vec<_>, _>>()?;
-        let unexpected = || crate::reply::error("ERR proxy: unexpected reply to a cross-slot read");
-        match (self.kind, frames.as_slice()) {
-            (ReadKind::Members, [reply]) => members(reply).ok_or_else(unexpected),
-            (ReadKind::Text, [Reply::WrongType]) => Ok(Value::WrongType),
-            (ReadKind::Text, [Reply::Frame(_, ReplyView::Null)]) => Ok(Value::Missing),
-            (ReadKind::Text, [Reply::Frame(frame, ReplyView::Bulk(data))]) => {
-                Ok(Value::Text(frame.slice_ref(data)))
-            }
-            (ReadKind::Scored, [zrange, smembers]) => match zrange {
-                Reply::WrongType => members(smembers).ok_or_else(unexpected),
-                Reply::Frame(frame, view) => scored(frame, view).ok_or_else(unexpected),
-            },
-            _ => Err(unexpected()),
-        }
+    /// The same key read as a set: what a scored read that met `WRONGTYPE` reads next. The
+    /// second read is sent only then, so a sorted set costs its master one command.
+    pub fn as_set(&self) -> Option<Read> {
+        (self.kind == ReadKind::Scored).then(|| Read {
+            key: self.key.clone(),
+            kind: ReadKind::Members,
+        })
     }
 }
 

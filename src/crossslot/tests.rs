@@ -140,7 +140,11 @@ fn reads_say_how_each_key_is_read() {
     assert_eq!(request.destination, Some(Bytes::from_static(b"d")));
     assert_eq!(request.reads.len(), 2);
     assert_eq!(request.reads[0].kind, ReadKind::Scored);
-    assert_eq!(request.reads[0].commands().len(), 2);
+    assert_eq!(request.reads[0].command()[0], Bytes::from_static(b"ZRANGE"));
+    assert_eq!(
+        request.reads[0].as_set().map(|read| read.kind),
+        Some(ReadKind::Members)
+    );
     let merge = parse(&args("pfmerge d a")).expect("parses");
     let keys: Vec<&[u8]> = merge.reads.iter().map(|read| &read.key[..]).collect();
     assert_eq!(keys, [&b"d"[..], b"a"], "PFMERGE reads its destination too");

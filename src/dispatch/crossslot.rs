@@ -154,22 +154,45 @@ impl Proxy {
         }
     }
 
-    /// Each read's commands, all sent at once (one part per command, each to its key's
-    /// master), and the values their replies describe, in read order.
+    /// Every read's value, in read order: each key read on its master, all at once; a
+    /// scored read that met `WRONGTYPE` is read again as a set, in a second round.
     async fn cross_slot_reads(
         &self,
         request: &crossslot::Request,
         proto: Proto,
     ) -> Result<Vec<crossslot::Value>, Bytes> {
-        let commands: Vec<Vec<Vec<Bytes>>> = request.reads.iter().map(|r| r.commands()).collect();
-        let mut slots = Vec::new();
-        let mut frames = Vec::new();
-        for (read, commands) in request.reads.iter().zip(&commands) {
-            for command in commands {
-                slots.push(key_slot(&read.key));
-                frames.push(request_frame(command));
+        let mut values = self.read_round(&request.reads, proto).await?;
+        let (at, again): (Vec<usize>, Vec<crossslot::Read>) = request
+            .reads
+            .iter()
+            .zip(&values)
+            .enumerate()
+            .filter(|(_, (_, value))| matches!(value, crossslot::Value::WrongType))
+            .filter_map(|(at, (read, _))| Some((at, read.as_set()?)))
+            .unzip();
+        if !again.is_empty() {
+            let sets = self.read_round(&again, proto).await?;
+            for (at, value) in at.into_iter().zip(sets) {
+                if let Some(slot) = values.get_mut(at) {
+                    *slot = value;
+                }
             }
         }
+        Ok(values)
+    }
+
+    /// One command per read, all sent at once (one part each, to its key's master), and
+    /// the values their replies describe, in read order.
+    async fn read_round(
+        &self,
+        reads: &[crossslot::Read],
+        proto: Proto,
+    ) -> Result<Vec<crossslot::Value>, Bytes> {
+        let slots: Vec<u16> = reads.iter().map(|read| key_slot(&read.key)).collect();
+        let frames: Vec<Bytes> = reads
+            .iter()
+            .map(|read| request_frame(&read.command()))
+            .collect();
         let size_hint = frames.iter().map(Bytes::len).sum();
         let replies = self
             .upstream
@@ -180,17 +203,14 @@ impl Proxy {
                 proto,
             )
             .await;
-        let mut values = Vec::with_capacity(request.reads.len());
-        let mut at = 0;
-        for (read, commands) in request.reads.iter().zip(&commands) {
-            let end = at + commands.len();
-            let Some(replies) = replies.get(at..end) else {
-                return Err(reply::error(reply::crossslot::STORE_NOT_APPLIED));
-            };
-            values.push(read.value(replies)?);
-            at = end;
+        if replies.len() != reads.len() {
+            return Err(reply::error(reply::crossslot::STORE_NOT_APPLIED));
         }
-        Ok(values)
+        reads
+            .iter()
+            .zip(&replies)
+            .map(|(read, reply)| read.value(reply))
+            .collect()
     }
 
     /// Runs `store` on the source's master into a scratch key of its slot, then writes the
