@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,34 +34,62 @@ impl Drop for Server {
     }
 }
 
+/// Starts a redis-server with an empty ACL file on a free port; another port when another
+/// process took the probed one first (the server then fails to bind, or the port answers
+/// with another server's pid).
 fn start_server(label: &str) -> Server {
     require_tool("redis-server");
-    let dir = new_dir(label);
-    let aclfile = dir.join("users.acl");
-    std::fs::write(&aclfile, "").expect("create the ACL file");
-    let port = free_port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .args(["--dir", &dir.display().to_string()])
-        .args(["--aclfile", &aclfile.display().to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start redis-server");
-    let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "redis-server did not start on {addr}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    let mut failures = Vec::new();
+    for _ in 0..5 {
+        let dir = new_dir(label);
+        let aclfile = dir.join("users.acl");
+        std::fs::write(&aclfile, "").expect("create the ACL file");
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--dir", &dir.display().to_string()])
+            .args(["--aclfile", &aclfile.display().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let mut server = Server {
+            child,
+            addr: format!("127.0.0.1:{port}"),
+            aclfile,
+        };
+        match wait_until_own(&mut server) {
+            Ok(()) => return server,
+            Err(why) => failures.push(format!("port {port}: {why}")),
+        }
     }
-    Server {
-        child,
-        addr,
-        aclfile,
+    panic!("redis-server did not start:\n{}", failures.join("\n"));
+}
+
+/// Waits until `server`'s own process answers on its port.
+fn wait_until_own(server: &mut Server) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let own = format!("process_id:{}", server.child.id());
+    loop {
+        if let Ok(Some(status)) = server.child.try_wait() {
+            return Err(format!("redis-server exited ({status})"));
+        }
+        if let Ok(mut stream) = std::net::TcpStream::connect(&server.addr) {
+            // Another process on the port may reset the connection: no panic here.
+            let _ = stream.write_all(b"INFO server\r\n");
+            let (info, _) = common::read_until_close(&mut stream, Duration::from_millis(300));
+            let info = String::from_utf8_lossy(&info);
+            return if info.lines().any(|line| line.trim() == own) {
+                Ok(())
+            } else {
+                Err("the port is served by another process".to_owned())
+            };
+        }
+        if Instant::now() >= deadline {
+            return Err("no answer within 10 s".to_owned());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
