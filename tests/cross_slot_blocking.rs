@@ -26,36 +26,6 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Three untagged key names, each on another master.
-fn keys_on_three_masters(prefix: &str) -> [String; 3] {
-    let cluster = shared_cluster();
-    let master = |key: &str| cluster.node_for_slot(cluster.keyslot(key));
-    let mut keys: Vec<String> = Vec::new();
-    for i in 0.. {
-        let key = format!("{prefix}:{i}");
-        if keys.iter().all(|k| master(k) != master(&key)) {
-            keys.push(key);
-        }
-        if keys.len() == 3 {
-            break;
-        }
-    }
-    [keys[0].clone(), keys[1].clone(), keys[2].clone()]
-}
-
-fn client(addr: &str, resp3: bool) -> Raw {
-    let mut raw = Raw::connect(addr);
-    if resp3 {
-        assert!(raw.call(&["HELLO", "3"]).starts_with('%'));
-    }
-    raw
-}
-
-fn line(raw: &mut Raw, line: &str) -> String {
-    let words: Vec<&str> = line.split(' ').collect();
-    raw.call(&words)
-}
-
 fn send(raw: &mut Raw, line: &str) {
     let words: Vec<&str> = line.split(' ').collect();
     raw.send(&words);
@@ -104,24 +74,24 @@ const SEQUENCES: &[&str] = &[
 fn replies_with_data_present_or_none_equal_one_redis() {
     let _serial = serial();
     let standalone = Standalone::start();
-    let [a, b, c] = keys_on_three_masters("bpop:same");
+    let [a, b, c] = shared_cluster().keys_on_three_masters("bpop:same");
     for resp3 in [false, true] {
-        let mut reference = client(standalone.addr(), resp3);
-        let mut through = client(proxy().addr(), resp3);
+        let mut reference = Raw::connect_in(standalone.addr(), resp3);
+        let mut through = Raw::connect_in(proxy().addr(), resp3);
         for sequence in SEQUENCES {
             let sequence = sequence
                 .replace("{a}", &a)
                 .replace("{b}", &b)
                 .replace("{c}", &c);
             for conn in [&mut reference, &mut through] {
-                line(conn, &format!("DEL {a} {b} {c}"));
+                conn.call_line(&format!("DEL {a} {b} {c}"));
             }
             for step in sequence.split('|') {
                 let started = Instant::now();
-                let want = line(&mut reference, step);
+                let want = reference.call_line(step);
                 let took = started.elapsed();
                 let started = Instant::now();
-                let got = line(&mut through, step);
+                let got = through.call_line(step);
                 assert_eq!(got, want, "RESP3 {resp3}: {step}");
                 if step.contains(" 0.2") && want.starts_with(['*', '_']) && want.len() < 6 {
                     let waited = started.elapsed();
@@ -166,9 +136,9 @@ fn waits_on_masters() -> usize {
 #[test]
 fn a_push_to_any_key_serves_the_blocked_client() {
     let _serial = serial();
-    let [a, b, c] = keys_on_three_masters("bpop:push");
-    let mut admin = client(proxy().addr(), false);
-    line(&mut admin, &format!("DEL {a} {b} {c}"));
+    let [a, b, c] = shared_cluster().keys_on_three_masters("bpop:push");
+    let mut admin = Raw::connect_in(proxy().addr(), false);
+    admin.call_line(&format!("DEL {a} {b} {c}"));
     for (resp3, blocking, push, served) in [
         (
             false,
@@ -201,7 +171,7 @@ fn a_push_to_any_key_serves_the_blocked_client() {
                 .replace("{c}", &c)
                 .replace("{n}", &a.len().to_string())
         };
-        let mut blocked = client(proxy().addr(), resp3);
+        let mut blocked = Raw::connect_in(proxy().addr(), resp3);
         let id = client_id(&mut blocked);
         send(&mut blocked, &fill(blocking));
         wait_until("the client blocked", Duration::from_secs(5), || {
@@ -209,7 +179,7 @@ fn a_push_to_any_key_serves_the_blocked_client() {
         });
         assert_eq!(reply_within(&mut blocked, Duration::from_millis(300)), None);
         let started = Instant::now();
-        line(&mut admin, &fill(push));
+        admin.call_line(&fill(push));
         let reply = reply_within(&mut blocked, Duration::from_secs(3)).expect("served");
         assert_eq!(reply, fill(served), "{blocking}");
         // Sorted sets are polled: served within the longest interval, and some slack.
@@ -218,35 +188,35 @@ fn a_push_to_any_key_serves_the_blocked_client() {
             "{:?}",
             started.elapsed()
         );
-        assert_eq!(line(&mut admin, &format!("EXISTS {a} {b} {c}")), ":0\r\n");
+        assert_eq!(admin.call_line(&format!("EXISTS {a} {b} {c}")), ":0\r\n");
     }
 }
 
 #[test]
 fn one_push_serves_exactly_one_of_two_clients_blocked_on_overlapping_keys() {
     let _serial = serial();
-    let [a, b, c] = keys_on_three_masters("bpop:two");
-    let mut admin = client(proxy().addr(), false);
+    let [a, b, c] = shared_cluster().keys_on_three_masters("bpop:two");
+    let mut admin = Raw::connect_in(proxy().addr(), false);
     for (first_cmd, second_cmd, push) in [
         ("BLPOP {a} {b} 0", "BLPOP {b} {c} 0", "RPUSH {b} {e}"),
         ("BZPOPMIN {a} {b} 0", "BZPOPMAX {c} {b} 0", "ZADD {b} 1 {e}"),
     ] {
-        line(&mut admin, &format!("DEL {a} {b} {c}"));
+        admin.call_line(&format!("DEL {a} {b} {c}"));
         let fill = |text: &str, element: &str| {
             text.replace("{a}", &a)
                 .replace("{b}", &b)
                 .replace("{c}", &c)
                 .replace("{e}", element)
         };
-        let mut first = client(proxy().addr(), false);
-        let mut second = client(proxy().addr(), false);
+        let mut first = Raw::connect_in(proxy().addr(), false);
+        let mut second = Raw::connect_in(proxy().addr(), false);
         let (first_id, second_id) = (client_id(&mut first), client_id(&mut second));
         send(&mut first, &fill(first_cmd, ""));
         send(&mut second, &fill(second_cmd, ""));
         wait_until("both clients blocked", Duration::from_secs(5), || {
             shown_blocked(&mut admin, &first_id) && shown_blocked(&mut admin, &second_id)
         });
-        line(&mut admin, &fill(push, "one"));
+        admin.call_line(&fill(push, "one"));
         let replies = [
             reply_within(&mut first, Duration::from_millis(800)),
             reply_within(&mut second, Duration::from_millis(800)),
@@ -261,19 +231,19 @@ fn one_push_serves_exactly_one_of_two_clients_blocked_on_overlapping_keys() {
         } else {
             &mut second
         };
-        line(&mut admin, &fill(push, "two"));
+        admin.call_line(&fill(push, "two"));
         let other = reply_within(waiting, Duration::from_secs(3)).expect("the other served");
         assert!(other.contains("\r\ntwo\r\n"), "{other}");
-        assert_eq!(line(&mut admin, &format!("EXISTS {b}")), ":0\r\n");
+        assert_eq!(admin.call_line(&format!("EXISTS {b}")), ":0\r\n");
     }
 }
 
 #[test]
 fn client_unblock_ends_the_wait_and_a_disconnect_leaves_none() {
     let _serial = serial();
-    let [a, b, c] = keys_on_three_masters("bpop:unblock");
-    let mut admin = client(proxy().addr(), false);
-    line(&mut admin, &format!("DEL {a} {b} {c}"));
+    let [a, b, c] = shared_cluster().keys_on_three_masters("bpop:unblock");
+    let mut admin = Raw::connect_in(proxy().addr(), false);
+    admin.call_line(&format!("DEL {a} {b} {c}"));
     for (blocking, mode, answer) in [
         ("BLPOP {a} {b} {c} 0", "TIMEOUT", "*-1\r\n"),
         (
@@ -287,7 +257,7 @@ fn client_unblock_ends_the_wait_and_a_disconnect_leaves_none() {
             .replace("{a}", &a)
             .replace("{b}", &b)
             .replace("{c}", &c);
-        let mut blocked = client(proxy().addr(), false);
+        let mut blocked = Raw::connect_in(proxy().addr(), false);
         let id = client_id(&mut blocked);
         send(&mut blocked, &blocking);
         // A sorted-set pop shows as blocked while it waits between two probes.
@@ -299,7 +269,7 @@ fn client_unblock_ends_the_wait_and_a_disconnect_leaves_none() {
     }
     // A client that goes away ends its waits on every master.
     let before = waits_on_masters();
-    let mut leaving = client(proxy().addr(), false);
+    let mut leaving = Raw::connect_in(proxy().addr(), false);
     let id = client_id(&mut leaving);
     send(&mut leaving, &format!("BLPOP {a} {b} {c} 0"));
     wait_until("waits on every master", Duration::from_secs(5), || {
@@ -309,7 +279,7 @@ fn client_unblock_ends_the_wait_and_a_disconnect_leaves_none() {
     wait_until("no wait left", Duration::from_secs(5), || {
         waits_on_masters() <= before
     });
-    assert_eq!(line(&mut admin, &format!("EXISTS {a} {b} {c}")), ":0\r\n");
+    assert_eq!(admin.call_line(&format!("EXISTS {a} {b} {c}")), ":0\r\n");
 }
 
 #[test]
@@ -320,8 +290,8 @@ fn refused_blocking_pops_name_their_setting() {
         "--set",
         "cross_slot.blocking=refuse",
     ]);
-    let [a, b, c] = keys_on_three_masters("bpop:off");
-    let mut conn = client(refusing.addr(), false);
+    let [a, b, c] = shared_cluster().keys_on_three_masters("bpop:off");
+    let mut conn = Raw::connect_in(refusing.addr(), false);
     for command in [
         format!("BLPOP {a} {b} 0"),
         format!("BRPOP {a} {b} {c} 1"),
@@ -331,15 +301,15 @@ fn refused_blocking_pops_name_their_setting() {
         format!("BZMPOP 0 2 {a} {b} MIN"),
     ] {
         assert_eq!(
-            line(&mut conn, &command),
+            conn.call_line(&command),
             "-CROSSSLOT Keys in request don't hash to the same slot (emulation off: cross_slot.blocking)\r\n",
             "{command}"
         );
     }
     // One slot is forwarded whatever the setting.
-    assert_eq!(line(&mut conn, "RPUSH {bpop}x v"), ":1\r\n");
+    assert_eq!(conn.call_line("RPUSH {bpop}x v"), ":1\r\n");
     assert_eq!(
-        line(&mut conn, "BLPOP {bpop}y {bpop}x 0"),
+        conn.call_line("BLPOP {bpop}y {bpop}x 0"),
         "*2\r\n$7\r\n{bpop}x\r\n$1\r\nv\r\n"
     );
 }
@@ -370,9 +340,9 @@ fn under_a_layout_the_reply_names_the_clients_key() {
         .iter()
         .find(|log| tagged(log) != tagged(first))
         .expect("a chat on another master");
-    let mut conn = client(layout.addr(), false);
-    line(&mut conn, &format!("DEL {first} {second}"));
-    assert_eq!(line(&mut conn, &format!("RPUSH {second} hello")), ":1\r\n");
+    let mut conn = Raw::connect_in(layout.addr(), false);
+    conn.call_line(&format!("DEL {first} {second}"));
+    assert_eq!(conn.call_line(&format!("RPUSH {second} hello")), ":1\r\n");
     // The log is where the layout puts it, on another master than the first chat's.
     let chat = second.rsplit(':').next().unwrap();
     let stored: i64 = query(
@@ -382,14 +352,14 @@ fn under_a_layout_the_reply_names_the_clients_key() {
     .unwrap();
     assert_eq!(stored, 1);
     assert_eq!(
-        line(&mut conn, &format!("BLPOP {first} {second} 1")),
+        conn.call_line(&format!("BLPOP {first} {second} 1")),
         format!("*2\r\n${}\r\n{second}\r\n$5\r\nhello\r\n", second.len())
     );
     // Blocked on both, served by a push to the first.
-    let mut blocked = client(layout.addr(), false);
+    let mut blocked = Raw::connect_in(layout.addr(), false);
     send(&mut blocked, &format!("BRPOP {second} {first} 0"));
     assert_eq!(reply_within(&mut blocked, Duration::from_millis(300)), None);
-    line(&mut conn, &format!("LPUSH {first} later"));
+    conn.call_line(&format!("LPUSH {first} later"));
     assert_eq!(
         reply_within(&mut blocked, Duration::from_secs(3)).expect("served"),
         format!("*2\r\n${}\r\n{first}\r\n$5\r\nlater\r\n", first.len())

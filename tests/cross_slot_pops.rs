@@ -19,36 +19,6 @@ fn proxy() -> &'static Proxy {
     PROXY.get_or_init(|| Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]))
 }
 
-/// Three untagged key names, each on another master.
-fn keys_on_three_masters(prefix: &str) -> [String; 3] {
-    let cluster = shared_cluster();
-    let master = |key: &str| cluster.node_for_slot(cluster.keyslot(key));
-    let mut keys: Vec<String> = Vec::new();
-    for i in 0.. {
-        let key = format!("{prefix}:{i}");
-        if keys.iter().all(|k| master(k) != master(&key)) {
-            keys.push(key);
-        }
-        if keys.len() == 3 {
-            break;
-        }
-    }
-    [keys[0].clone(), keys[1].clone(), keys[2].clone()]
-}
-
-fn client(addr: &str, resp3: bool) -> Raw {
-    let mut raw = Raw::connect(addr);
-    if resp3 {
-        assert!(raw.call(&["HELLO", "3"]).starts_with('%'));
-    }
-    raw
-}
-
-fn line(raw: &mut Raw, line: &str) -> String {
-    let words: Vec<&str> = line.split(' ').collect();
-    raw.call(&words)
-}
-
 /// Sequences run on one redis-server and through the proxy, `{a}` `{b}` `{c}` the keys.
 const SEQUENCES: &[&str] = &[
     // Lists: the first key in order with data, from either end, COUNT past the length.
@@ -68,21 +38,21 @@ const SEQUENCES: &[&str] = &[
 #[test]
 fn replies_equal_one_redis_in_both_protocols() {
     let standalone = Standalone::start();
-    let [a, b, c] = keys_on_three_masters("mpop:same");
+    let [a, b, c] = shared_cluster().keys_on_three_masters("mpop:same");
     for resp3 in [false, true] {
-        let mut reference = client(standalone.addr(), resp3);
-        let mut through = client(proxy().addr(), resp3);
+        let mut reference = Raw::connect_in(standalone.addr(), resp3);
+        let mut through = Raw::connect_in(proxy().addr(), resp3);
         for sequence in SEQUENCES {
             let sequence = sequence
                 .replace("{a}", &a)
                 .replace("{b}", &b)
                 .replace("{c}", &c);
             for conn in [&mut reference, &mut through] {
-                line(conn, &format!("DEL {a} {b} {c}"));
+                conn.call_line(&format!("DEL {a} {b} {c}"));
             }
             for step in sequence.split('|') {
-                let want = line(&mut reference, step);
-                assert_eq!(line(&mut through, step), want, "RESP3 {resp3}: {step}");
+                let want = reference.call_line(step);
+                assert_eq!(through.call_line(step), want, "RESP3 {resp3}: {step}");
             }
         }
     }
@@ -105,9 +75,9 @@ fn popped_elements(reply: &str) -> Vec<String> {
 #[test]
 fn concurrent_pops_take_every_element_once() {
     const PER_KEY: usize = 300;
-    let [a, b, c] = keys_on_three_masters("mpop:race");
-    let mut admin = client(proxy().addr(), false);
-    line(&mut admin, &format!("DEL {a} {b} {c}"));
+    let [a, b, c] = shared_cluster().keys_on_three_masters("mpop:race");
+    let mut admin = Raw::connect_in(proxy().addr(), false);
+    admin.call_line(&format!("DEL {a} {b} {c}"));
     let keys = [a.clone(), b.clone(), c.clone()];
     // Pushers fill the three keys while poppers empty them from both ends.
     let pushers: Vec<_> = keys
@@ -115,9 +85,9 @@ fn concurrent_pops_take_every_element_once() {
         .map(|key| {
             let key = key.clone();
             thread::spawn(move || {
-                let mut conn = client(proxy().addr(), false);
+                let mut conn = Raw::connect_in(proxy().addr(), false);
                 for i in 0..PER_KEY {
-                    line(&mut conn, &format!("RPUSH {key} {key}#{i}"));
+                    conn.call_line(&format!("RPUSH {key} {key}#{i}"));
                 }
             })
         })
@@ -132,11 +102,11 @@ fn concurrent_pops_take_every_element_once() {
             );
             let end = if n % 2 == 0 { "LEFT" } else { "RIGHT" };
             thread::spawn(move || {
-                let mut conn = client(proxy().addr(), false);
+                let mut conn = Raw::connect_in(proxy().addr(), false);
                 let mut taken = Vec::new();
                 let mut empty_in_a_row = 0;
                 while empty_in_a_row < 50 {
-                    let reply = line(&mut conn, &format!("LMPOP 3 {order} {end} COUNT 2"));
+                    let reply = conn.call_line(&format!("LMPOP 3 {order} {end} COUNT 2"));
                     let elements = popped_elements(&reply);
                     empty_in_a_row = if elements.is_empty() {
                         empty_in_a_row + 1
@@ -158,10 +128,8 @@ fn concurrent_pops_take_every_element_once() {
         .collect();
     // What the poppers left (they may stop before the last pushes): popped here.
     loop {
-        let elements = popped_elements(&line(
-            &mut admin,
-            &format!("LMPOP 3 {a} {b} {c} LEFT COUNT 100"),
-        ));
+        let elements =
+            popped_elements(&admin.call_line(&format!("LMPOP 3 {a} {b} {c} LEFT COUNT 100")));
         if elements.is_empty() {
             break;
         }
@@ -174,24 +142,18 @@ fn concurrent_pops_take_every_element_once() {
 
 #[test]
 fn keys_in_one_slot_are_forwarded_as_before() {
-    let mut conn = client(proxy().addr(), false);
-    line(&mut conn, "DEL {mpop}x {mpop}y");
-    assert_eq!(line(&mut conn, "RPUSH {mpop}y v w"), ":2\r\n");
+    let mut conn = Raw::connect_in(proxy().addr(), false);
+    conn.call_line("DEL {mpop}x {mpop}y");
+    assert_eq!(conn.call_line("RPUSH {mpop}y v w"), ":2\r\n");
     assert_eq!(
-        line(&mut conn, "LMPOP 2 {mpop}x {mpop}y RIGHT"),
+        conn.call_line("LMPOP 2 {mpop}x {mpop}y RIGHT"),
         "*2\r\n$7\r\n{mpop}y\r\n*1\r\n$1\r\nw\r\n"
     );
     // Planned as a forward, where keys in several slots are carried out by the proxy.
-    let explained = line(
-        &mut conn,
-        "SLOTBRIDGE EXPLAIN LMPOP 2 {mpop}x {mpop}y RIGHT",
-    );
+    let explained = conn.call_line("SLOTBRIDGE EXPLAIN LMPOP 2 {mpop}x {mpop}y RIGHT");
     assert!(explained.contains("shape: forward"), "{explained}");
-    let [a, b, _] = keys_on_three_masters("mpop:explain");
-    let explained = line(
-        &mut conn,
-        &format!("SLOTBRIDGE EXPLAIN ZMPOP 2 {a} {b} MIN"),
-    );
+    let [a, b, _] = shared_cluster().keys_on_three_masters("mpop:explain");
+    let explained = conn.call_line(&format!("SLOTBRIDGE EXPLAIN ZMPOP 2 {a} {b} MIN"));
     assert!(explained.contains("shape: crossslot"), "{explained}");
 }
 
@@ -203,21 +165,21 @@ fn refused_pops_name_their_setting() {
         "--set",
         "cross_slot.blocking=refuse",
     ]);
-    let [a, b, c] = keys_on_three_masters("mpop:off");
-    let mut conn = client(refusing.addr(), false);
+    let [a, b, c] = shared_cluster().keys_on_three_masters("mpop:off");
+    let mut conn = Raw::connect_in(refusing.addr(), false);
     for command in [
         format!("LMPOP 2 {a} {b} LEFT"),
         format!("ZMPOP 3 {a} {b} {c} MAX COUNT 2"),
     ] {
         assert_eq!(
-            line(&mut conn, &command),
+            conn.call_line(&command),
             "-CROSSSLOT Keys in request don't hash to the same slot (emulation off: cross_slot.blocking)\r\n",
             "{command}"
         );
     }
-    assert_eq!(line(&mut conn, "RPUSH {mpop}r v"), ":1\r\n");
+    assert_eq!(conn.call_line("RPUSH {mpop}r v"), ":1\r\n");
     assert_eq!(
-        line(&mut conn, "LMPOP 2 {mpop}q {mpop}r LEFT"),
+        conn.call_line("LMPOP 2 {mpop}q {mpop}r LEFT"),
         "*2\r\n$7\r\n{mpop}r\r\n*1\r\n$1\r\nv\r\n"
     );
 }
@@ -247,18 +209,18 @@ fn under_a_layout_the_reply_names_the_clients_key() {
         .iter()
         .find(|log| tagged(log) != tagged(first))
         .expect("a chat on another master");
-    let mut conn = client(layout.addr(), false);
-    line(&mut conn, &format!("DEL {first} {second}"));
-    assert_eq!(line(&mut conn, &format!("RPUSH {second} hello")), ":1\r\n");
+    let mut conn = Raw::connect_in(layout.addr(), false);
+    conn.call_line(&format!("DEL {first} {second}"));
+    assert_eq!(conn.call_line(&format!("RPUSH {second} hello")), ":1\r\n");
     assert_eq!(
-        line(&mut conn, &format!("LMPOP 2 {first} {second} LEFT")),
+        conn.call_line(&format!("LMPOP 2 {first} {second} LEFT")),
         format!(
             "*2\r\n${}\r\n{second}\r\n*1\r\n$5\r\nhello\r\n",
             second.len()
         )
     );
     assert_eq!(
-        line(&mut conn, &format!("LMPOP 2 {first} {second} LEFT")),
+        conn.call_line(&format!("LMPOP 2 {first} {second} LEFT")),
         "*-1\r\n"
     );
 }

@@ -37,24 +37,6 @@ fn refuse_proxy() -> &'static Proxy {
     PROXY.get_or_init(|| Proxy::start(&["--cluster", &shared_cluster().seeds_arg()]))
 }
 
-/// Three keys named `{prefix}:n`, each served by a different master of `cluster`.
-fn keys_on_three_masters(cluster: &Cluster, prefix: &str) -> [String; 3] {
-    let mut keys: Vec<String> = Vec::new();
-    let mut owners: Vec<String> = Vec::new();
-    for i in 0..500 {
-        let key = format!("{prefix}:{i}");
-        let owner = cluster.node_for_slot(cluster.keyslot(&key));
-        if !owners.contains(&owner) {
-            owners.push(owner);
-            keys.push(key);
-        }
-        if keys.len() == 3 {
-            return [keys[0].clone(), keys[1].clone(), keys[2].clone()];
-        }
-    }
-    panic!("no three keys on three masters");
-}
-
 fn set(addr: &str, key: &str, value: &str) {
     let _: () = query(addr, redis::cmd("SET").arg(key).arg(value)).unwrap();
 }
@@ -66,7 +48,7 @@ fn get(addr: &str, key: &str) -> Option<String> {
 #[test]
 fn watch_across_slots_then_exec_applies_every_slot() {
     let proxy = split_proxy().addr();
-    let [a, b, c] = keys_on_three_masters(shared_cluster(), "wsplit1");
+    let [a, b, c] = shared_cluster().keys_on_three_masters("wsplit1");
     set(proxy, &a, "1");
     set(proxy, &b, "2");
     let mut client = Raw::connect(proxy);
@@ -105,7 +87,7 @@ fn watched_exec(proxy: &str, keys: &[String; 3], change: impl FnOnce()) -> Strin
 #[test]
 fn a_change_to_a_watched_key_in_any_slot_makes_exec_null_and_applies_nothing() {
     let proxy = split_proxy().addr();
-    let keys = keys_on_three_masters(shared_cluster(), "wsplit2");
+    let keys = shared_cluster().keys_on_three_masters("wsplit2");
     for changed in 0..3 {
         for key in &keys {
             set(proxy, key, "before");
@@ -127,7 +109,7 @@ fn a_change_to_a_watched_key_in_any_slot_makes_exec_null_and_applies_nothing() {
 #[test]
 fn a_change_in_resp3_makes_exec_the_resp3_null() {
     let proxy = split_proxy().addr();
-    let [a, b, _] = keys_on_three_masters(shared_cluster(), "wsplit3");
+    let [a, b, _] = shared_cluster().keys_on_three_masters("wsplit3");
     let mut client = Raw::connect(proxy);
     assert!(client.call(&["HELLO", "3"]).starts_with('%'));
     assert_eq!(client.call(&["WATCH", &a, &b]), "+OK\r\n");
@@ -141,7 +123,7 @@ fn a_change_in_resp3_makes_exec_the_resp3_null() {
 #[test]
 fn unwatch_discard_and_reset_clear_the_watch_of_every_slot() {
     let proxy = split_proxy().addr();
-    let [a, b, c] = keys_on_three_masters(shared_cluster(), "wsplit4");
+    let [a, b, c] = shared_cluster().keys_on_three_masters("wsplit4");
     for clear in ["UNWATCH", "DISCARD", "RESET"] {
         set(proxy, &b, "before");
         let mut client = Raw::connect(proxy);
@@ -175,7 +157,7 @@ fn unwatch_discard_and_reset_clear_the_watch_of_every_slot() {
 
 #[test]
 fn watch_inside_multi_stays_redis_error() {
-    let [a, b, _] = keys_on_three_masters(shared_cluster(), "wsplit5");
+    let [a, b, _] = shared_cluster().keys_on_three_masters("wsplit5");
     let mut client = Raw::connect(split_proxy().addr());
     assert_eq!(client.call(&["MULTI"]), "+OK\r\n");
     assert_eq!(
@@ -187,7 +169,7 @@ fn watch_inside_multi_stays_redis_error() {
 
 #[test]
 fn refuse_mode_still_answers_crossslot_to_a_watch_across_slots() {
-    let [a, b, _] = keys_on_three_masters(shared_cluster(), "wsplit6");
+    let [a, b, _] = shared_cluster().keys_on_three_masters("wsplit6");
     let mut client = Raw::connect(refuse_proxy().addr());
     let answer = client.call(&["WATCH", &a, &b]);
     assert!(
@@ -230,7 +212,7 @@ fn a_watched_key_changed_after_the_check_aborts_its_slot_alone_and_is_counted() 
     let cluster = Cluster::start(3, 0);
     let config = split_config();
     let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg(), "--config", &config]);
-    let [a, b, _] = keys_on_three_masters(&cluster, "wsplit7");
+    let [a, b, _] = cluster.keys_on_three_masters("wsplit7");
     let b_master = cluster.node_for_slot(cluster.keyslot(&b));
     set(proxy.addr(), &a, "before");
     set(proxy.addr(), &b, "before");

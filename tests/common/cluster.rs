@@ -136,6 +136,24 @@ impl Cluster {
         u16::try_from(slot).unwrap_or_else(|_| panic!("CLUSTER KEYSLOT returned {slot}"))
     }
 
+    /// Three keys named `{prefix}:n`, each served by a different master.
+    pub fn keys_on_three_masters(&self, prefix: &str) -> [String; 3] {
+        let mut keys: Vec<String> = Vec::new();
+        let mut owners: Vec<String> = Vec::new();
+        for i in 0..500 {
+            let key = format!("{prefix}:{i}");
+            let owner = self.node_for_slot(self.keyslot(&key));
+            if !owners.contains(&owner) {
+                owners.push(owner);
+                keys.push(key);
+            }
+            if let [a, b, c] = keys.as_slice() {
+                return [a.clone(), b.clone(), c.clone()];
+            }
+        }
+        panic!("no three keys named {prefix}:n on three masters");
+    }
+
     /// The cluster node id of the node at `addr`.
     pub fn node_id(&self, addr: &str) -> String {
         query(addr, redis::cmd("CLUSTER").arg("MYID"))

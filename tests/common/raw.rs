@@ -29,6 +29,24 @@ impl Raw {
         Raw { stream }
     }
 
+    /// Connects as [`Raw::connect`], in RESP3 (`HELLO 3`) when `resp3`.
+    pub fn connect_in(addr: &str, resp3: bool) -> Raw {
+        let mut raw = Raw::connect(addr);
+        if resp3 {
+            assert!(
+                raw.call(&["HELLO", "3"]).starts_with('%'),
+                "HELLO 3 on {addr}"
+            );
+        }
+        raw
+    }
+
+    /// [`Raw::call`] of a command line whose arguments are split on single spaces.
+    pub fn call_line(&mut self, line: &str) -> String {
+        let words: Vec<&str> = line.split(' ').collect();
+        self.call(&words)
+    }
+
     /// Sends one command and returns its complete reply (read until it parses).
     pub fn call(&mut self, args: &[&str]) -> String {
         self.send(args);
