@@ -291,10 +291,8 @@ impl Session<'_> {
             // The limits are read again at the top of the loop. A client nudged for idling
             // gives back its buffers (they are taken again when it next sends).
             Woken::Signal(Signal::Nudge) => {
-                // Invalidations posted to the client (see `take_mail`).
-                for message in self.client.guard.take_mail() {
-                    self.order.in_flight.push_ready(message);
-                }
+                self.take_mail();
+                let conn = &mut self.conn;
                 if self.order.in_flight.is_empty() && self.order.held.is_none() {
                     conn.input_resizer.release_if_empty(&mut conn.input);
                     conn.output_resizer.release_if_empty(&mut conn.output);
