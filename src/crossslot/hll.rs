@@ -160,14 +160,14 @@ fn estimate(registers: &[u8; REGISTERS]) -> u64 {
     (ALPHA_INF * m * m / z).round() as u64
 }
 
-/// Raises `max` to the union of the values' registers; the first value's header and whether
-/// any value is dense. `Err` is the reply. (`max` is the caller's: 16 KiB, not moved around.)
+/// Raises `max` to the union of the values' registers; the first value's header. `Err` is
+/// the reply. (`max` is the caller's: 16 KiB, not moved around.)
 fn union(
     request: &Request,
     values: &[Value],
     limits: &Limits,
     max: &mut [u8; REGISTERS],
-) -> Result<(Option<Header>, bool), Outcome> {
+) -> Result<Option<Header>, Outcome> {
     let bytes: u64 = values
         .iter()
         .map(|value| match value {
@@ -179,7 +179,6 @@ fn union(
         return Err(request.too_large("bytes", bytes, limits.max_bytes));
     }
     let mut first = None;
-    let mut any_dense = false;
     for (at, value) in values.iter().enumerate() {
         let text = match value {
             Value::Missing => continue,
@@ -188,12 +187,11 @@ fn union(
         };
         let header = header(text).map_err(Outcome::error)?;
         merge_into(max, text, header.encoding).map_err(Outcome::error)?;
-        any_dense |= header.encoding == DENSE;
         if at == 0 {
             first = Some(header);
         }
     }
-    Ok((first, any_dense))
+    Ok(first)
 }
 
 /// PFCOUNT.
@@ -227,7 +225,7 @@ pub(super) fn merge(
     limits: &Limits,
 ) -> Outcome {
     let mut max = [0u8; REGISTERS];
-    let (header, _) = match union(request, values, limits, &mut max) {
+    let header = match union(request, values, limits, &mut max) {
         Ok(union) => union,
         Err(outcome) => return outcome,
     };
