@@ -13,10 +13,11 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 const CLIENTS: usize = 2000;
-/// The target for an idle connection is 8 KiB; this debug build measures 10-11.3 KiB,
-/// most of it pages the allocator keeps resident after the sessions freed their first
-/// read's buffer, so the bound here is what the debug build reaches.
-const PER_CLIENT_LIMIT: u64 = 12 * 1024;
+/// The target for an idle connection is 8 KiB. This debug build measured 10-11.7 KiB while
+/// each session read into a 16 KiB buffer of its own (the allocator kept those pages resident
+/// after they were given back); reading through the worker's scratch buffer it measures
+/// 7.5-8 KiB, so the bound leaves the debug build 1.5 KiB of room.
+const PER_CLIENT_LIMIT: u64 = 9 * 1024 + 512;
 /// Longer than the sweep period plus the idle time after which sessions give back their
 /// buffers (1 s + 2 s).
 const SETTLE: Duration = Duration::from_millis(4500);
@@ -50,7 +51,7 @@ fn ping_and_get(conn: &mut TcpStream, key: &str) {
 }
 
 #[test]
-fn an_idle_connection_costs_at_most_12_kb_in_the_debug_build() {
+fn an_idle_connection_costs_at_most_9_5_kb_in_the_debug_build() {
     let cluster = common::shared_cluster();
     let seeds = cluster.seeds_arg();
     let proxy = common::Proxy::start(&["--cluster", &seeds]);

@@ -82,20 +82,6 @@ enum Reader {
     Tls(TlsReadHalf<ServerTls>),
 }
 
-impl ClientReader {
-    /// Ready when a read may find input, so a session that holds no input buffer takes one
-    /// only then. Plain TCP asks the socket (no system call: a read that finds the socket
-    /// empty clears its readiness, as `poll_read` would). TLS is always ready: rustls may
-    /// hold decrypted bytes the socket no longer shows, so a TLS session reads as before.
-    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
-        match &self.0 {
-            // An error is left for the read to report.
-            Reader::Tcp(read) => read.as_ref().poll_read_ready(cx).map(|_| ()),
-            Reader::Tls(_) => Poll::Ready(()),
-        }
-    }
-}
-
 impl AsyncRead for ClientReader {
     fn poll_read(
         self: Pin<&mut Self>,
