@@ -510,10 +510,15 @@ def instructions_per_request():
             if extra:
                 cases.append(("SET inside prefix (indexed chat record) -P 16", None, 16, 50000,
                               ["SET", "mybot:chat:__rand_int__", value]))
+            else:
+                # A fleet's per-client costs: the same requests from 1,000 connections.
+                cases += [("SET -P 1 -c 1,000", "set", 1, 50000, None),
+                          ("GET -P 1 -c 1,000", "get", 1, 50000, None)]
             for label, test, pipeline, n, command in cases:
+                clients = 1000 if "-c 1,000" in label else CLIENTS
                 subprocess.run(["callgrind_control", "--zero", str(proxy.pid)], check=True,
                                capture_output=True)
-                benchmark(port, test, pipeline, n, command=command)
+                benchmark(port, test, pipeline, n, command=command, clients=clients)
                 before = set(os.listdir(procs.dir))
                 subprocess.run(["callgrind_control", "--dump", str(proxy.pid)], check=True,
                                capture_output=True)

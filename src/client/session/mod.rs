@@ -50,7 +50,12 @@ use super::registry::{ClientGuard, Registry, Subscriptions};
 use super::stream::{ClientReader, ClientStream, ClientWriter};
 use super::transaction::{LocalCommands, Transaction};
 
+/// How much one read takes from a client's socket (into the worker's scratch buffer).
 const READ_BUFFER: usize = 16 * 1024;
+/// What a client's input buffer usually holds at most: requests are copied into it from the
+/// scratch buffer, so past a few KiB it holds a large request, and it is replaced once that
+/// has been decoded.
+const USUAL_INPUT: usize = 1024;
 /// Unsent replies past which the session stops reading new requests, so a client that
 /// reads slowly is slowed down by TCP instead of growing the proxy's memory.
 const OUTPUT_BACKPRESSURE: usize = 256 * 1024;
@@ -244,7 +249,7 @@ impl<'a> Session<'a> {
                 // Taken when the client first sends (see `Session::wait`).
                 input: BytesMut::new(),
                 output: BytesMut::new(),
-                input_resizer: Resizer::new(READ_BUFFER),
+                input_resizer: Resizer::new(USUAL_INPUT),
                 output_resizer: Resizer::new(READ_BUFFER),
                 counted: crate::metrics::ClientConnection::opened(),
                 last_active: Instant::now(),

@@ -414,35 +414,29 @@ impl Session<'_> {
 }
 
 thread_local! {
-    /// Where a worker thread reads requests of clients that hold no partial request.
-    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_BUFFER].into_boxed_slice());
+    /// Where a worker thread reads its clients' requests (allocated on first use).
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Reads what the client sent into `input`. While `input` holds no partial request, the read
-/// goes to the worker's scratch buffer and only the bytes read are copied into `input`: an
-/// active client between requests then holds an allocation the size of its last read, not a
-/// read buffer of its own (Redis 7.4's shared query buffer does the same), which is most of
-/// what a thousand clients at one request each would otherwise hold. A partial request is
-/// read into `input` itself, which grows to hold it.
+/// Reads what the client sent into `input`, through the worker's scratch buffer: only the
+/// bytes read are copied into `input`, so a client between requests holds an allocation the
+/// size of what it sends at once, not a read buffer of its own (Redis 7.4's shared query
+/// buffer does the same). That is most of what a thousand clients at one request each held,
+/// and a large request costs one copy more than a read into `input` would.
 fn poll_read_input(
     reader: &mut ClientReader,
     input: &mut BytesMut,
     cx: &mut Context<'_>,
 ) -> Poll<std::io::Result<usize>> {
-    if input.is_empty() {
-        return SCRATCH.with_borrow_mut(|scratch| {
-            let mut buf = ReadBuf::new(scratch);
-            ready!(Pin::new(reader).poll_read(cx, &mut buf))?;
-            input.extend_from_slice(buf.filled());
-            Poll::Ready(Ok(buf.filled().len()))
-        });
-    }
-    if input.capacity() - input.len() < 1024 {
-        input.reserve(READ_BUFFER);
-    }
-    // The read future holds only references: one made per poll keeps Tokio's own readiness
-    // bookkeeping (a short read needs no second read to learn the socket is drained).
-    pin!(reader.read_buf(input)).poll(cx)
+    SCRATCH.with_borrow_mut(|scratch| {
+        if scratch.is_empty() {
+            scratch.resize(READ_BUFFER, 0);
+        }
+        let mut buf = ReadBuf::new(scratch);
+        ready!(Pin::new(reader).poll_read(cx, &mut buf))?;
+        input.extend_from_slice(buf.filled());
+        Poll::Ready(Ok(buf.filled().len()))
+    })
 }
 
 /// The next event of a client's subscriptions: it overflowed (looked at only while
