@@ -2,10 +2,12 @@
 //! until a shutdown signal, then drain: stop accepting, let connected clients finish their
 //! in-flight commands (bounded by `shutdown_timeout_ms`), and return.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
@@ -257,17 +259,26 @@ fn announce(live: &Live, listeners: &Listeners) {
 fn serve_plain(stream: tokio::net::TcpStream, live: &Arc<Live>, registry: &Arc<Registry>) {
     match live.client_slot() {
         Some(slot) => {
-            let session = client::serve(ClientStream::Tcp(stream), live.clone(), registry.clone());
-            tokio::spawn(async move {
-                session.await;
-                drop(slot);
-            });
+            tokio::spawn(plain_session(stream, live.clone(), registry.clone(), slot));
         }
         None => {
             crate::metrics::client_rejected();
             tokio::spawn(refuse(ClientStream::Tcp(stream)));
         }
     }
+}
+
+/// The task of one plain client: its session, then its place among `maxclients` given back.
+/// A combinator, not an `async` block that awaits the session: such a block keeps the
+/// session's future twice (once as captured, once as awaited), which doubled what every
+/// connected client's task holds.
+fn plain_session(
+    stream: tokio::net::TcpStream,
+    live: Arc<Live>,
+    registry: Arc<Registry>,
+    slot: crate::reload::ClientSlot,
+) -> impl Future<Output = ()> {
+    client::serve(ClientStream::Tcp(stream), live, registry).map(move |()| drop(slot))
 }
 
 /// After the listeners closed: lets the connected clients finish, up to
@@ -293,4 +304,26 @@ async fn refuse(stream: ClientStream) {
         let _ = writer.shutdown().await;
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    fn size_of_future3<A, B, C, F>(_: impl Fn(A, B, C) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    fn size_of_future4<A, B, C, D, F>(_: impl Fn(A, B, C, D) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn a_plain_client_task_holds_its_session_once() {
+        let session = size_of_future3(crate::client::serve);
+        let task = size_of_future4(super::plain_session);
+        eprintln!("session future: {session} bytes, plain client task: {task} bytes");
+        assert!(
+            task < session + 64,
+            "a plain client's task is {task} bytes for a {session}-byte session"
+        );
+    }
 }
