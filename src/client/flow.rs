@@ -21,9 +21,11 @@
 //!   flight: [`PROBATION`] to begin with, one more each time a first reply comes back small
 //!   (so it doubles every round trip while new clients ask for small values, as TCP's slow
 //!   start), back to [`PROBATION`] at the first large one, and never more than the in-flight
-//!   share of the budget counted at [`SMALL`] each. A thousand new clients each asking for a
-//!   large value at once cannot send a thousand large replies onto the shared connections,
-//!   and a fleet of thousands of bots that connect at once passes within a few round trips.
+//!   share of the budget counted at [`FIRST_REPLY`] each (1,024 at the default budget). A
+//!   thousand new clients each asking for a large value at once send two at a time, unless
+//!   small first replies opened the window just before (then up to the window, until the
+//!   first large reply comes back), and a fleet of thousands of bots that connect at once
+//!   passes within a few round trips.
 //! - Over the process budget, only clients that owe little ([`SMALL`]) and whose requests
 //!   are small go on; the others wait until the total falls below the budget
 //!   ([`SharedBudget::freed`]). The total is the sum of what each session last charged;
@@ -46,8 +48,14 @@ pub const SMALL: usize = 16 * 1024;
 pub const PROBATION: usize = 2;
 
 /// The widest the probation window opens without a process budget (`max_buffered_bytes: 0`);
-/// with one, the window is its in-flight share counted at [`SMALL`] per first request.
+/// with one, the window is its in-flight share counted at [`FIRST_REPLY`] per first request.
 const MAX_PROBATION: usize = 4096;
+
+/// What the probation window counts a first request as, once first replies came back small:
+/// a fleet's first replies are mostly far smaller (an OK, a counter, a short value), and the
+/// first large one closes the window. Counted at [`SMALL`], the default budget let 64 first
+/// requests go at a time, and 5,000 bots connecting at once waited up to seconds for theirs.
+const FIRST_REPLY: usize = 1024;
 
 /// The part of the process budget that replies still due from the masters may take: a
 /// request sent now waits behind at most this much on its master's connection (plus the
@@ -139,7 +147,7 @@ impl SharedBudget {
     fn widest_window(&self) -> usize {
         match self.limit.load(Ordering::Relaxed) {
             0 => MAX_PROBATION,
-            limit => (limit / IN_FLIGHT_SHARE / SMALL).clamp(PROBATION, MAX_PROBATION),
+            limit => (limit / IN_FLIGHT_SHARE / FIRST_REPLY).clamp(PROBATION, MAX_PROBATION),
         }
     }
 
@@ -555,7 +563,7 @@ mod tests {
     }
 
     /// A fleet asking for small values opens the window one place per first reply (doubling
-    /// each round trip), up to the in-flight share of the budget at `SMALL` each; the first
+    /// each round trip), up to the in-flight share of the budget at `FIRST_REPLY` each; the first
     /// large reply closes it again.
     #[test]
     fn the_probation_window_opens_on_small_first_replies_and_closes_on_a_large_one() {
@@ -565,10 +573,11 @@ mod tests {
             first_request(&shared, 100);
         }
         assert_eq!(shared.probation_places(), PROBATION + 10);
-        for _ in 0..1000 {
+        for _ in 0..2000 {
             first_request(&shared, 100);
         }
-        let widest = (64 << 20) / IN_FLIGHT_SHARE / SMALL;
+        let widest = (64 << 20) / IN_FLIGHT_SHARE / FIRST_REPLY;
+        assert_eq!(widest, 1024);
         assert_eq!(shared.probation_places(), widest);
         // That many first requests go at once, no more.
         let mut clients: Vec<ClientFlow> = (0..=widest).map(|_| ClientFlow::new(&shared)).collect();
