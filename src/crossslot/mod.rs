@@ -45,6 +45,7 @@ mod bitop;
 pub mod blocking;
 mod hll;
 mod lcs;
+mod member;
 pub mod moves;
 mod parse;
 mod read;
