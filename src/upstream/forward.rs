@@ -354,6 +354,8 @@ fn send_grouped(
 
 /// Whether `frame`, from the node at `from`, is what the client gets: neither a redirect
 /// nor an error worth retrying.
+// Inlined with its common answer (no error reply), as every forwarded reply asks.
+#[inline]
 pub fn is_final(frame: &[u8], from: &str) -> bool {
-    follow_up(frame, from).is_none()
+    frame.first() != Some(&b'-') || follow_up(frame, from).is_none()
 }
