@@ -99,10 +99,11 @@ pub fn text(value: f64) -> ScoreText {
     ScoreText::of(&printf_17g(value))
 }
 
-/// A score's text: `%.17g` takes at most 24 bytes (`-1.2345678901234567e+300`).
+/// A score's text, at the end of a buffer: `%.17g` takes at most 24 bytes
+/// (`-1.2345678901234567e+300`).
 pub struct ScoreText {
     bytes: [u8; SCORE_TEXT_MAX],
-    len: usize,
+    start: usize,
 }
 
 const SCORE_TEXT_MAX: usize = 32;
@@ -110,23 +111,24 @@ const SCORE_TEXT_MAX: usize = 32;
 impl ScoreText {
     /// The text's bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
+        &self.bytes[self.start..]
     }
 
     fn of(text: &str) -> ScoreText {
         let mut bytes = [0u8; SCORE_TEXT_MAX];
-        let len = text.len().min(SCORE_TEXT_MAX);
-        bytes[..len].copy_from_slice(&text.as_bytes()[..len]);
-        ScoreText { bytes, len }
+        let start = SCORE_TEXT_MAX - text.len().min(SCORE_TEXT_MAX);
+        bytes[start..].copy_from_slice(&text.as_bytes()[..SCORE_TEXT_MAX - start]);
+        ScoreText { bytes, start }
     }
 
+    /// `n`'s digits, written from the end, as `%.17g` prints a whole number below 1e17.
     fn whole(n: i64) -> ScoreText {
-        let mut digits = [0u8; SCORE_TEXT_MAX];
+        let mut bytes = [0u8; SCORE_TEXT_MAX];
         let mut start = SCORE_TEXT_MAX;
         let mut magnitude = n.unsigned_abs();
         loop {
             start -= 1;
-            digits[start] = b'0' + (magnitude % 10) as u8;
+            bytes[start] = b'0' + (magnitude % 10) as u8;
             magnitude /= 10;
             if magnitude == 0 {
                 break;
@@ -134,11 +136,9 @@ impl ScoreText {
         }
         if n < 0 {
             start -= 1;
-            digits[start] = b'-';
+            bytes[start] = b'-';
         }
-        let len = SCORE_TEXT_MAX - start;
-        digits.copy_within(start.., 0);
-        ScoreText { bytes: digits, len }
+        ScoreText { bytes, start }
     }
 }
 
