@@ -876,28 +876,32 @@ def callgrind_total(procs, pid, name):
 
 def cross_slot_instructions(procs, seeds, forms, apart, together):
     """`--cross-slot --instructions`: the proxy's instructions per request of each form under
-    callgrind, a count that repeats from run to run where times on shared cores do not."""
-    port, admin = free_port(), free_port()
-    name = f"callgrind-{port}.out"
-    proxy = procs.start(["valgrind", "--tool=callgrind",
-                         f"--callgrind-out-file={os.path.join(procs.dir, name)}", PROXY,
-                         "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
-                         "--cluster", ",".join(seeds)], name)
-    wait_port(port, timeout=120)
+    callgrind, a count that repeats from run to run where times on shared cores do not; with
+    `--baseline`, the earlier build's counts too, measured after the proxy's on the same data."""
+    targets = [("proxy", PROXY)] + ([("baseline", BASELINE)] if BASELINE else [])
     n = 5000
-    print("| command | one slot instructions per request | across slots | across / one |")
-    print("|---|---|---|---|")
-    for (label, one_slot), (_, across) in zip(forms(together), forms(apart)):
-        counts = []
-        for command in (one_slot, across):
-            benchmark(port, None, 1, 500, clients=1, command=command)  # warm
-            subprocess.run(["callgrind_control", "--zero", str(proxy.pid)], check=True,
-                           capture_output=True)
-            benchmark(port, None, 1, n, clients=1, command=command)
-            counts.append(callgrind_total(procs, proxy.pid, name) / n)
-        print(f"| {label} | {counts[0]:,.0f} | {counts[1]:,.0f} | {counts[1] / counts[0]:.1f} |")
-    proxy.send_signal(signal.SIGTERM)
-    proxy.wait(timeout=60)
+    print("| command | target | one slot instructions per request | across slots | across / one |")
+    print("|---|---|---|---|---|")
+    for target, binary in targets:
+        port, admin = free_port(), free_port()
+        name = f"callgrind-{port}.out"
+        proxy = procs.start(["valgrind", "--tool=callgrind",
+                             f"--callgrind-out-file={os.path.join(procs.dir, name)}", binary,
+                             "--listen", f"127.0.0.1:{port}", "--admin-listen",
+                             f"127.0.0.1:{admin}", "--cluster", ",".join(seeds)], name)
+        wait_port(port, timeout=120)
+        for (label, one_slot), (_, across) in zip(forms(together), forms(apart)):
+            counts = []
+            for command in (one_slot, across):
+                benchmark(port, None, 1, 500, clients=1, command=command)  # warm
+                subprocess.run(["callgrind_control", "--zero", str(proxy.pid)], check=True,
+                               capture_output=True)
+                benchmark(port, None, 1, n, clients=1, command=command)
+                counts.append(callgrind_total(procs, proxy.pid, name) / n)
+            print(f"| {label} | {target} | {counts[0]:,.0f} | {counts[1]:,.0f} | "
+                  f"{counts[1] / counts[0]:.2f} |")
+        proxy.send_signal(signal.SIGTERM)
+        proxy.wait(timeout=60)
 
 
 def cross_slot_series():

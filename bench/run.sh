@@ -29,7 +29,9 @@
 # every target, with p50/p99, CPU per request and peak RSS per run, and the RSS an idle
 # connection costs at 1,000 / 5,000 / 10,000 held connections. `--cross-slot` instead measures
 # emulated cross-slot reads (SUNION, SINTER, ZUNION WITHSCORES, PFCOUNT of two keys on two
-# masters) against the same commands on two keys of one slot, same data, at -c 50 and -c 1.
+# masters) against the same commands on two keys of one slot, same data, at -c 50 and -c 1;
+# with `--instructions`, the proxy's instructions per request of each (and with `--baseline`,
+# the earlier build's).
 # Loopback only; every run is bounded by its request count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

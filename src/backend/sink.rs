@@ -30,6 +30,9 @@ pub struct Delivery {
 struct SinkState {
     delivered: Vec<Delivery>,
     closed: bool,
+    /// For a joined sink, the deliveries still to come before its task is woken; 0 wakes
+    /// it at every delivery.
+    awaited: usize,
 }
 
 /// Where one client session collects the replies of its batches.
@@ -45,11 +48,18 @@ impl ReplySink {
         Arc::new(ReplySink::default())
     }
 
-    /// An open sink with room for `replies` deliveries: the parts of one split command
-    /// arrive from several nodes, and a growing buffer would be reallocated for each.
-    pub fn with_capacity(replies: usize) -> Arc<ReplySink> {
+    /// An open sink for the `replies` parts of one split command, which arrive from
+    /// several nodes: room for them all (a growing buffer would be reallocated for each),
+    /// and its task woken once, when the last is in, rather than once per node. An error
+    /// reply or a failed request wakes it at once: such a part may need another attempt,
+    /// which must not wait for the other nodes.
+    pub fn joined(replies: usize) -> Arc<ReplySink> {
         let sink = ReplySink::default();
-        sink.lock().delivered.reserve_exact(replies);
+        {
+            let mut state = sink.lock();
+            state.delivered.reserve_exact(replies);
+            state.awaited = replies;
+        }
         Arc::new(sink)
     }
 
@@ -94,15 +104,28 @@ impl ReplySink {
 
     /// Consumes `deliveries` even when closed: the caller counts what was taken.
     fn deliver(&self, deliveries: impl Iterator<Item = Delivery>) {
-        {
+        let wake = {
             let mut state = self.lock();
             if state.closed {
                 deliveries.for_each(drop);
                 return;
             }
+            let before = state.delivered.len();
             state.delivered.extend(deliveries);
+            if state.awaited == 0 {
+                true
+            } else {
+                let arrived = &state.delivered[before..];
+                let urgent = arrived
+                    .iter()
+                    .any(|delivery| !matches!(&delivery.reply, Ok(frame) if frame.first() != Some(&b'-')));
+                state.awaited = state.awaited.saturating_sub(arrived.len());
+                urgent || state.awaited == 0
+            }
+        };
+        if wake {
+            self.waker.wake();
         }
-        self.waker.wake();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SinkState> {
@@ -324,6 +347,64 @@ mod tests {
         let got = take(&sink);
         assert_eq!(got.len(), 2);
         assert!(matches!(got[1], (2, Err(BackendError::Lost(_)))));
+    }
+
+    /// A waker that counts its wakes.
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    impl Wakes {
+        fn count(&self) -> usize {
+            self.0.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    /// A batch of one request to one node, delivering under `seq` into `sink`.
+    fn one(sink: &Arc<ReplySink>, seq: u64) -> Batch {
+        let mut builder = BatchBuilder::default();
+        builder.push(&Bytes::from("req"), seq);
+        builder.finish(sink.clone())
+    }
+
+    #[test]
+    fn a_joined_sink_wakes_once_every_part_is_in_or_at_an_error() {
+        let wakes = Arc::new(Wakes(Default::default()));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut into = Vec::new();
+        let sink = ReplySink::joined(3);
+        let mut batches: Vec<Batch> = (0..3).map(|seq| one(&sink, seq)).collect();
+        assert!(sink.poll_take(&mut cx, &mut into).is_pending());
+        batches[0]
+            .replies
+            .deliver_from(&mut [Bytes::from("+a")].into_iter());
+        assert_eq!(wakes.count(), 0, "two parts are still out");
+        batches[1]
+            .replies
+            .deliver_from(&mut [Bytes::from("-MOVED 1 h:1")].into_iter());
+        assert_eq!(
+            wakes.count(),
+            1,
+            "an error may need another attempt at once"
+        );
+        assert!(sink.poll_take(&mut cx, &mut into).is_ready());
+        assert_eq!(into.len(), 2);
+        batches[2]
+            .replies
+            .deliver_from(&mut [Bytes::from("+c")].into_iter());
+        assert_eq!(wakes.count(), 2, "the last part");
+        let plain = ReplySink::new();
+        let mut batch = one(&plain, 7);
+        assert!(plain.poll_take(&mut cx, &mut Vec::new()).is_pending());
+        batch
+            .replies
+            .deliver_from(&mut [Bytes::from("+x")].into_iter());
+        assert_eq!(wakes.count(), 3, "a plain sink wakes at every delivery");
     }
 
     #[test]

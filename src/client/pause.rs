@@ -56,10 +56,19 @@ impl ClientPause {
 
     /// The pause's end, if it holds a command now; `writes` tells (asked only under a
     /// WRITE pause) whether the command writes or may replicate.
+    // Inlined: every request asks, and without a pause the answer is one load, which as a
+    // call (when the code is split differently between codegen units) cost 20 instructions
+    // of a pipelined SET's 3,000.
+    #[inline]
     pub fn holds(&self, writes: impl FnOnce() -> bool) -> Option<Instant> {
         if !self.active.load(Ordering::Relaxed) {
             return None;
         }
+        self.holds_now(writes)
+    }
+
+    /// [`ClientPause::holds`] while a pause is active.
+    fn holds_now(&self, writes: impl FnOnce() -> bool) -> Option<Instant> {
         let mut current = self.lock();
         let (end, mode) = (*current)?;
         if Instant::now() >= end {

@@ -83,6 +83,8 @@ enum Reader {
 }
 
 impl AsyncRead for ClientReader {
+    // Inlined into the session's read: a match on the transport, then the transport's read.
+    #[inline]
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

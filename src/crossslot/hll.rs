@@ -54,6 +54,20 @@ fn merge_into(max: &mut [u8; REGISTERS], value: &[u8], encoding: u8) -> Result<(
         }
         return Ok(());
     }
+    sparse_runs(registers, |index, run, value| {
+        for slot in &mut max[index..index + run] {
+            *slot = (*slot).max(value);
+        }
+    })
+}
+
+/// Walks sparse `registers` as `hllMerge` does, calling `each(index, run, value)` for every
+/// run of non-zero registers (`index + run` is within the registers); `Err` for a corrupt
+/// value.
+fn sparse_runs(
+    registers: &[u8],
+    mut each: impl FnMut(usize, usize, u8),
+) -> Result<(), &'static str> {
     let mut index = 0usize;
     let mut at = 0usize;
     while at < registers.len() {
@@ -77,9 +91,7 @@ fn merge_into(max: &mut [u8; REGISTERS], value: &[u8], encoding: u8) -> Result<(
                 // exact by then.
                 return Err(text::CORRUPT_HLL);
             }
-            for slot in &mut max[index..index + run] {
-                *slot = (*slot).max(value);
-            }
+            each(index, run, value);
             index += run;
             at += 1;
         }
@@ -138,6 +150,11 @@ fn tau(mut x: f64) -> f64 {
 
 /// `hllCount` over raw registers.
 fn estimate(registers: &[u8; REGISTERS]) -> u64 {
+    estimate_from(&histogram_of(registers))
+}
+
+/// How many registers hold each value.
+fn histogram_of(registers: &[u8; REGISTERS]) -> [u32; 64] {
     let mut histogram = [0u32; 64];
     // A union of small (sparse) values is mostly zero registers: count those eight at once.
     for chunk in registers.chunks_exact(8) {
@@ -149,6 +166,11 @@ fn estimate(registers: &[u8; REGISTERS]) -> u64 {
             histogram[usize::from(register & 0x3f)] += 1;
         }
     }
+    histogram
+}
+
+/// `hllCount`'s estimator over the histogram of register values.
+fn estimate_from(histogram: &[u32; 64]) -> u64 {
     let m = REGISTERS as f64;
     let mut z = m * tau((m - f64::from(histogram[Q + 1])) / m);
     for j in (1..=Q).rev() {
@@ -168,16 +190,7 @@ fn union(
     limits: &Limits,
     max: &mut [u8; REGISTERS],
 ) -> Result<Option<Header>, Outcome> {
-    let bytes: u64 = values
-        .iter()
-        .map(|value| match value {
-            Value::Text(text) => text.len() as u64,
-            _ => 0,
-        })
-        .sum();
-    if bytes > limits.max_bytes {
-        return Err(request.too_large("bytes", bytes, limits.max_bytes));
-    }
+    check_size(request, values, limits)?;
     let mut first = None;
     for (at, value) in values.iter().enumerate() {
         let text = match value {
@@ -194,6 +207,68 @@ fn union(
     Ok(first)
 }
 
+/// The refusal when the values exceed the proxy's byte limit.
+fn check_size(request: &Request, values: &[Value], limits: &Limits) -> Result<(), Outcome> {
+    let bytes: u64 = values
+        .iter()
+        .map(|value| match value {
+            Value::Text(text) => text.len() as u64,
+            _ => 0,
+        })
+        .sum();
+    if bytes > limits.max_bytes {
+        return Err(request.too_large("bytes", bytes, limits.max_bytes));
+    }
+    Ok(())
+}
+
+/// Sparse registers at most this many bytes in all are counted from their non-zero
+/// registers alone (at most four per byte), sorted, instead of through 16384 registers.
+const SMALL_SPARSE_BYTES: usize = 256;
+
+/// The histogram of the union's registers when every value is missing or a small sparse
+/// HyperLogLog (`None`: count through the registers). `Err` is the reply, for a corrupt
+/// value, in the order the registers' union meets it.
+fn small_sparse_histogram(values: &[Value]) -> Option<Result<[u32; 64], Outcome>> {
+    let mut bytes = 0;
+    for value in values {
+        match value {
+            Value::Missing => {}
+            Value::Text(text) if matches!(header(text), Ok(h) if h.encoding == SPARSE) => {
+                bytes += text.len() - HEADER;
+            }
+            _ => return None,
+        }
+    }
+    if bytes > SMALL_SPARSE_BYTES {
+        return None;
+    }
+    // (index << 8 | value) of each non-zero register of each value.
+    let mut set: Vec<u32> = Vec::with_capacity(4 * bytes);
+    for value in values {
+        let Value::Text(text) = value else { continue };
+        let walked = sparse_runs(&text[HEADER..], |index, run, value| {
+            set.extend((index..index + run).map(|i| (i as u32) << 8 | u32::from(value)));
+        });
+        if let Err(error) = walked {
+            return Some(Err(Outcome::error(error)));
+        }
+    }
+    // Sorted, each register's greatest value is the last of its index.
+    set.sort_unstable();
+    let mut histogram = [0u32; 64];
+    let mut distinct = 0;
+    for (at, &entry) in set.iter().enumerate() {
+        if set.get(at + 1).is_some_and(|next| next >> 8 == entry >> 8) {
+            continue;
+        }
+        histogram[(entry & 0x3f) as usize] += 1;
+        distinct += 1;
+    }
+    histogram[0] = (REGISTERS - distinct) as u32;
+    Some(Ok(histogram))
+}
+
 /// PFCOUNT.
 pub(super) fn count(request: &Request, values: &[Value], limits: &Limits) -> Outcome {
     if let [Value::Text(text)] = values {
@@ -206,6 +281,17 @@ pub(super) fn count(request: &Request, values: &[Value], limits: &Limits) -> Out
             }
             Ok(_) => {}
         }
+    }
+    if let Err(outcome) = check_size(request, values, limits) {
+        return outcome;
+    }
+    match small_sparse_histogram(values) {
+        Some(Ok(histogram)) => {
+            let estimate = i64::try_from(estimate_from(&histogram)).unwrap_or(i64::MAX);
+            return Outcome::reply(encode::integer_frame(estimate));
+        }
+        Some(Err(outcome)) => return outcome,
+        None => {}
     }
     let mut max = [0u8; REGISTERS];
     match union(request, values, limits, &mut max) {
@@ -252,4 +338,64 @@ pub(super) fn registers_of(value: &[u8]) -> Option<Vec<u8>> {
     let mut max = [0u8; REGISTERS];
     merge_into(&mut max, value, header.encoding).ok()?;
     Some(max.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sparse HyperLogLog whose registers are zero but `set` (ascending indexes, values
+    /// 1 to 32).
+    fn sparse(set: &[(usize, u8)]) -> Bytes {
+        let mut out = b"HYLL\x01\0\0\0\0\0\0\0\0\0\0\0".to_vec();
+        let zeros = |out: &mut Vec<u8>, mut count: usize| {
+            while count > 0 {
+                let run = count.min(REGISTERS);
+                out.extend_from_slice(&[0x40 | ((run - 1) >> 8) as u8, ((run - 1) & 0xff) as u8]);
+                count -= run;
+            }
+        };
+        let mut next = 0;
+        for &(index, value) in set {
+            zeros(&mut out, index - next);
+            out.push(0x80 | ((value - 1) << 2));
+            next = index + 1;
+        }
+        zeros(&mut out, REGISTERS - next);
+        Bytes::from(out)
+    }
+
+    #[test]
+    fn small_sparse_values_count_as_their_registers_do() {
+        let a = sparse(&[(0, 3), (5, 1), (700, 32), (16383, 2)]);
+        let b = sparse(&[(5, 4), (700, 1), (9000, 7)]);
+        let values = [
+            Value::Text(a.clone()),
+            Value::Missing,
+            Value::Text(b.clone()),
+        ];
+        let Some(Ok(histogram)) = small_sparse_histogram(&values) else {
+            panic!("small sparse values are counted from their registers");
+        };
+        let mut max = [0u8; REGISTERS];
+        for value in [&a, &b] {
+            merge_into(&mut max, value, SPARSE).expect("valid");
+        }
+        assert_eq!(histogram, histogram_of(&max));
+        assert_eq!(histogram[0], REGISTERS as u32 - 5);
+        let Some(Ok(none)) = small_sparse_histogram(&[Value::Missing]) else {
+            panic!("a missing key is an empty HyperLogLog");
+        };
+        assert_eq!(none, histogram_of(&[0; REGISTERS]));
+    }
+
+    #[test]
+    fn dense_or_large_values_count_through_the_registers() {
+        let mut dense = b"HYLL\x00\0\0\0\0\0\0\0\0\0\0\0".to_vec();
+        dense.resize(DENSE_SIZE, 0);
+        let values = [Value::Text(Bytes::from(dense)), Value::Missing];
+        assert!(small_sparse_histogram(&values).is_none());
+        let many: Vec<(usize, u8)> = (0..400).map(|i| (i * 40, 1)).collect();
+        assert!(small_sparse_histogram(&[Value::Text(sparse(&many))]).is_none());
+    }
 }

@@ -7,9 +7,10 @@
 //! 1. [`parse`] the arguments. An `Err` is the reply (a syntax or arity error Redis gives
 //!    before it looks at any key): send it and stop.
 //! 2. For each [`Read`] of [`Request::reads`] (in order; a key may repeat), send
-//!    [`Read::command`] to the key's master, pipelined, and hand the raw reply frame to
-//!    [`Read::value`]; where that is `WRONGTYPE` and [`Read::as_set`] gives a read, read the
-//!    key again with it (a set is a valid input of a scored command). Each key's read is one
+//!    [`Read::command`] (framed by [`Read::frame_into`]) to the key's master, pipelined,
+//!    and hand the raw reply frame to [`Read::value`]; where that is `WRONGTYPE` and
+//!    [`Read::as_set`] gives a read, read the key again with it (a set is a valid input of
+//!    a scored command). Each key's read is one
 //!    command, consistent in itself; the keys together are not one snapshot (like a split
 //!    `MGET`). An `Err` from `value` is a reply to forward as it is (the node refused the
 //!    read).
@@ -44,6 +45,7 @@ mod bitop;
 pub mod blocking;
 mod hll;
 mod lcs;
+mod member;
 pub mod moves;
 mod parse;
 mod read;

@@ -16,8 +16,17 @@ pub fn parse(args: &[Bytes]) -> Parsed {
     let Some(name) = args.first() else {
         return Err(crate::reply::error(text::SYNTAX));
     };
-    let lower = name.to_ascii_lowercase();
-    let name: &'static str = match lower.as_slice() {
+    // The longest name below has 11 letters; a longer one folds to none of them.
+    let mut folded = [0u8; 12];
+    let lower = match folded.get_mut(..name.len()) {
+        Some(lower) => {
+            lower.copy_from_slice(name);
+            lower.make_ascii_lowercase();
+            &lower[..]
+        }
+        None => &[],
+    };
+    let name: &'static str = match lower {
         b"sunion" => "sunion",
         b"sinter" => "sinter",
         b"sdiff" => "sdiff",

@@ -5,10 +5,10 @@
 //! `WRONGTYPE` is a value too (the command's reply depends on it); any other error reply is
 //! handed back to be forwarded.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::score;
-use crate::protocol::{AggregateKind, Elements, ReplyView};
+use crate::protocol::{encode, AggregateKind, Elements, ReplyView};
 
 /// How one key is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +62,22 @@ impl Read {
         command
     }
 
+    /// Appends [`Read::command`] to `out` as one RESP request. The fixed arguments are
+    /// framed once, here, as constants: a read costs one header and the key.
+    pub fn frame_into(&self, out: &mut BytesMut) {
+        let (head, tail): (&[u8], &[u8]) = match self.kind {
+            ReadKind::Members => (b"*2\r\n$8\r\nSMEMBERS\r\n", b""),
+            ReadKind::Scored => (
+                b"*5\r\n$6\r\nZRANGE\r\n",
+                b"$1\r\n0\r\n$2\r\n-1\r\n$10\r\nWITHSCORES\r\n",
+            ),
+            ReadKind::Text => (b"*2\r\n$3\r\nGET\r\n", b""),
+        };
+        out.extend_from_slice(head);
+        encode::bulk(out, &self.key);
+        out.extend_from_slice(tail);
+    }
+
     /// The value the reply to [`Read::command`] describes; `Err` is an error reply frame
     /// to forward to the client (the node refused a read, or replied something unexpected).
     /// A scored read of a key of another type is [`Value::WrongType`]: read it again with
@@ -102,7 +118,9 @@ enum Reply<'a> {
 
 impl<'a> Reply<'a> {
     fn of(reply: &'a Bytes) -> Result<Reply<'a>, Bytes> {
-        let view = ReplyView::parse(reply).map_err(|error| {
+        // The frame came whole off a node connection: its members are checked as they
+        // are read, once (see `members` and `scored`).
+        let view = ReplyView::scanned(reply).map_err(|error| {
             crate::reply::error(&format!("ERR proxy: cross-slot read: {}", error.0))
         })?;
         match view {
@@ -137,9 +155,15 @@ fn members(reply: &Reply) -> Option<Value> {
     let Reply::Frame(frame, view) = reply else {
         return Some(Value::WrongType);
     };
-    let members = elements(view)?
-        .map(|item| text(frame, &item))
-        .collect::<Option<Vec<_>>>()?;
+    let mut items = elements(view)?;
+    let mut members = Vec::with_capacity(items.len());
+    for item in items.by_ref() {
+        members.push(text(frame, &item)?);
+    }
+    if !items.is_empty() {
+        // A malformed element ended them.
+        return None;
+    }
     // Redis deletes an emptied set: an empty reply is a missing key.
     Some(if members.is_empty() {
         Value::Missing
@@ -149,31 +173,43 @@ fn members(reply: &Reply) -> Option<Value> {
 }
 
 fn scored(frame: &Bytes, view: &ReplyView<'_>) -> Option<Value> {
-    let items: Vec<ReplyView<'_>> = elements(view)?.collect();
     let score = |view: &ReplyView<'_>| match view {
         ReplyView::Double(data) | ReplyView::Bulk(data) | ReplyView::Simple(data) => {
             score::parse(data)
         }
         _ => None,
     };
-    let mut pairs = Vec::with_capacity(items.len() / 2);
-    if items
-        .iter()
-        .all(|item| matches!(item, ReplyView::Aggregate(AggregateKind::Array, _)))
-    {
+    let mut items = elements(view)?;
+    let mut pairs = Vec::with_capacity(items.len());
+    match items.next() {
+        None => {}
         // RESP3: one [member, score] array per member.
-        for item in &items {
-            let pair: Vec<ReplyView<'_>> = elements(item)?.collect();
-            let [member, value] = pair.as_slice() else {
+        Some(first @ ReplyView::Aggregate(AggregateKind::Array, _)) => {
+            let mut item = Some(first);
+            while let Some(ReplyView::Aggregate(AggregateKind::Array, mut pair)) = item {
+                let (Some(member), Some(value), None) = (pair.next(), pair.next(), pair.next())
+                else {
+                    return None;
+                };
+                pairs.push((text(frame, &member)?, score(&value)?));
+                item = items.next();
+            }
+            if item.is_some() {
                 return None;
-            };
-            pairs.push((text(frame, member)?, score(value)?));
+            }
         }
-    } else {
-        for pair in items.chunks(2) {
-            let [member, value] = pair else { return None };
-            pairs.push((text(frame, member)?, score(value)?));
+        Some(first) => {
+            let mut member = Some(first);
+            while let Some(text_view) = member {
+                let value = items.next()?;
+                pairs.push((text(frame, &text_view)?, score(&value)?));
+                member = items.next();
+            }
         }
+    }
+    if !items.is_empty() {
+        // A malformed element ended them.
+        return None;
     }
     Some(if pairs.is_empty() {
         Value::Missing

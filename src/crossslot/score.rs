@@ -2,8 +2,18 @@
 //! space, trailing bytes, overflow, underflow to zero and NaN) and `%.17g`, the text Redis
 //! 7.0 replies for every score (RESP2 bulk string and RESP3 double alike).
 
+use crate::protocol::parse_i64;
+
+/// Integers below this magnitude are exact doubles: strtod reads them to the same value.
+const EXACT_INTEGERS: u64 = 1 << 53;
+
 /// Reads `text` as Redis's `string2d` does; `None` where Redis refuses it.
 pub fn parse(text: &[u8]) -> Option<f64> {
+    // Most scores are whole numbers, which Redis prints as plain integers: read those
+    // without the float parser. `-0`, leading zeros and signs go the long way.
+    if let Some(n) = parse_i64(text).filter(|n| n.unsigned_abs() < EXACT_INTEGERS) {
+        return Some(n as f64);
+    }
     let text = std::str::from_utf8(text).ok()?;
     let first = *text.as_bytes().first()?;
     if first.is_ascii_whitespace() || first == 0x0b {
@@ -69,23 +79,67 @@ fn hex(text: &str) -> Option<f64> {
         .then_some(value)
 }
 
-/// A score's text as Redis 7.0 replies it: `inf`, `-inf`, or C's `%.17g`.
-pub fn format(value: f64) -> String {
+/// A score's text as Redis 7.0 replies it: `inf`, `-inf`, or C's `%.17g`; on the stack,
+/// as a reply writes one per member.
+pub fn text(value: f64) -> ScoreText {
     if value.is_infinite() {
-        return if value > 0.0 { "inf" } else { "-inf" }.to_owned();
+        return ScoreText::of(if value > 0.0 { "inf" } else { "-inf" });
     }
     if value.is_nan() {
-        return "nan".to_owned();
+        return ScoreText::of("nan");
     }
     if value == 0.0 {
-        return if value.is_sign_negative() { "-0" } else { "0" }.to_owned();
+        return ScoreText::of(if value.is_sign_negative() { "-0" } else { "0" });
     }
     // Most scores are whole numbers, which `%.17g` prints as integers below 1e17; the exact
     // formatting below costs about thirty times as much.
     if value.fract() == 0.0 && value.abs() < 1e17 {
-        return (value as i64).to_string();
+        return ScoreText::whole(value as i64);
     }
-    printf_17g(value)
+    ScoreText::of(&printf_17g(value))
+}
+
+/// A score's text, at the end of a buffer: `%.17g` takes at most 24 bytes
+/// (`-1.2345678901234567e+300`).
+pub struct ScoreText {
+    bytes: [u8; SCORE_TEXT_MAX],
+    start: usize,
+}
+
+const SCORE_TEXT_MAX: usize = 32;
+
+impl ScoreText {
+    /// The text's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+
+    fn of(text: &str) -> ScoreText {
+        let mut bytes = [0u8; SCORE_TEXT_MAX];
+        let start = SCORE_TEXT_MAX - text.len().min(SCORE_TEXT_MAX);
+        bytes[start..].copy_from_slice(&text.as_bytes()[..SCORE_TEXT_MAX - start]);
+        ScoreText { bytes, start }
+    }
+
+    /// `n`'s digits, written from the end, as `%.17g` prints a whole number below 1e17.
+    fn whole(n: i64) -> ScoreText {
+        let mut bytes = [0u8; SCORE_TEXT_MAX];
+        let mut start = SCORE_TEXT_MAX;
+        let mut magnitude = n.unsigned_abs();
+        loop {
+            start -= 1;
+            bytes[start] = b'0' + (magnitude % 10) as u8;
+            magnitude /= 10;
+            if magnitude == 0 {
+                break;
+            }
+        }
+        if n < 0 {
+            start -= 1;
+            bytes[start] = b'-';
+        }
+        ScoreText { bytes, start }
+    }
 }
 
 /// C's `%.17g` of a finite, non-zero `value`.
@@ -120,6 +174,10 @@ fn strip_zeros(text: &str) -> &str {
 mod tests {
     use super::*;
 
+    fn format(value: f64) -> String {
+        String::from_utf8_lossy(text(value).as_bytes()).into_owned()
+    }
+
     #[test]
     fn formats_as_c_printf_17g() {
         let cases = [
@@ -148,6 +206,27 @@ mod tests {
             proptest::prop_assume!(value != 0.0);
             proptest::prop_assert_eq!(format(value), printf_17g(value));
         }
+    }
+
+    #[test]
+    fn whole_numbers_read_as_the_float_parser_reads_them() {
+        for text in [
+            "1",
+            "-7",
+            "9007199254740991",
+            "-9007199254740991",
+            "10",
+            "42",
+        ] {
+            assert_eq!(
+                parse(text.as_bytes()).map(f64::to_bits),
+                text.parse::<f64>().ok().map(f64::to_bits),
+                "{text}"
+            );
+        }
+        assert_eq!(parse(b"9007199254740993"), Some(9007199254740992.0));
+        assert_eq!(parse(b"007"), Some(7.0));
+        assert_eq!(parse(b"+3"), Some(3.0));
     }
 
     #[test]

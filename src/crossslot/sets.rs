@@ -2,6 +2,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::member::Member;
 use super::{write, Limits, Outcome, Request, SetOp, Value};
 use crate::protocol::{encode, parse_i64, Proto};
 use crate::reply::crossslot as text;
@@ -35,12 +36,13 @@ fn inputs<'a>(
 /// The algebra over the inputs, each member once, in byte order. Sorted slices and binary
 /// search rather than hash sets: the result is sorted for the reply anyway, and comparing
 /// the few bytes of a member costs less than hashing it.
-fn algebra<'a>(op: SetOp, inputs: &[&'a [Bytes]]) -> Vec<&'a Bytes> {
+fn algebra<'a>(op: SetOp, inputs: &[&'a [Bytes]]) -> Vec<Member<'a>> {
     let Some((first, rest)) = inputs.split_first() else {
         return Vec::new();
     };
     let sorted = |inputs: &[&'a [Bytes]]| {
-        let mut members: Vec<&'a Bytes> = inputs.iter().flat_map(|m| m.iter()).collect();
+        let mut members = Vec::with_capacity(inputs.iter().map(|m| m.len()).sum());
+        members.extend(inputs.iter().flat_map(|m| m.iter()).map(Member::of));
         members.sort_unstable();
         members.dedup();
         members
@@ -48,7 +50,7 @@ fn algebra<'a>(op: SetOp, inputs: &[&'a [Bytes]]) -> Vec<&'a Bytes> {
     match op {
         SetOp::Union => sorted(inputs),
         SetOp::Inter => {
-            let others: Vec<Vec<&Bytes>> = rest.iter().map(|m| sorted(&[m])).collect();
+            let others: Vec<Vec<Member>> = rest.iter().map(|m| sorted(&[m])).collect();
             let mut result = sorted(&[first]);
             result.retain(|member| others.iter().all(|set| set.binary_search(member).is_ok()));
             result
@@ -62,20 +64,24 @@ fn algebra<'a>(op: SetOp, inputs: &[&'a [Bytes]]) -> Vec<&'a Bytes> {
     }
 }
 
-/// Orders a result as Redis replies it where its order is fixed: a small all-integer
-/// result is an intset, in numeric order; otherwise (Redis's hash order) in byte order.
-fn order(members: &mut [&Bytes]) {
-    let numbers: Option<Vec<i64>> = members.iter().map(|member| parse_i64(member)).collect();
-    match numbers {
-        Some(numbers) if members.len() <= INTSET_MAX_ENTRIES => {
-            let mut pairs: Vec<(i64, &Bytes)> =
-                numbers.into_iter().zip(members.iter().copied()).collect();
-            pairs.sort_unstable_by_key(|(number, _)| *number);
-            for (slot, (_, member)) in members.iter_mut().zip(pairs) {
-                *slot = member;
-            }
+/// Orders a result (in byte order) as Redis replies it where its order is fixed: a small
+/// all-integer result is an intset, in numeric order; otherwise (Redis's hash order) in
+/// byte order, as it is.
+fn order(members: &mut [Member]) {
+    if members.len() > INTSET_MAX_ENTRIES {
+        return;
+    }
+    let numbers: Option<Vec<i64>> = members
+        .iter()
+        .map(|member| parse_i64(member.text))
+        .collect();
+    if let Some(numbers) = numbers {
+        let mut pairs: Vec<(i64, Member)> =
+            numbers.into_iter().zip(members.iter().copied()).collect();
+        pairs.sort_unstable_by_key(|(number, _)| *number);
+        for (slot, (_, member)) in members.iter_mut().zip(pairs) {
+            *slot = member;
         }
-        _ => members.sort_unstable(),
     }
 }
 
@@ -94,7 +100,10 @@ pub(super) fn compute(
     let mut result = algebra(op, &inputs);
     order(&mut result);
     if let Some(destination) = &request.destination {
-        let members: Vec<Bytes> = result.into_iter().cloned().collect();
+        let members: Vec<Bytes> = result
+            .into_iter()
+            .map(|member| member.text.clone())
+            .collect();
         let chunks: Vec<&[Bytes]> = members.chunks(write::CHUNK_ARGS).collect();
         return Outcome {
             reply: encode::integer_frame(members.len() as i64),
@@ -102,11 +111,11 @@ pub(super) fn compute(
         };
     }
     // A bulk string's header and ending take at most 16 bytes beside its text.
-    let size: usize = result.iter().map(|member| member.len() + 16).sum();
+    let size: usize = result.iter().map(|member| member.text.len() + 16).sum();
     let mut out = BytesMut::with_capacity(size + 16);
     encode::set_header(&mut out, proto, result.len());
     for member in result {
-        encode::bulk(&mut out, member);
+        encode::bulk(&mut out, member.text);
     }
     Outcome::reply(out.freeze())
 }

@@ -1,7 +1,7 @@
 //! Unit tests of parsing (Redis 7.0's exact error texts) and of the computations' corner
 //! cases; the differential tests against a real server are in `tests/crossslot_compute.rs`.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::*;
 
@@ -148,6 +148,23 @@ fn reads_say_how_each_key_is_read() {
     let merge = parse(&args("pfmerge d a")).expect("parses");
     let keys: Vec<&[u8]> = merge.reads.iter().map(|read| &read.key[..]).collect();
     assert_eq!(keys, [&b"d"[..], b"a"], "PFMERGE reads its destination too");
+}
+
+#[test]
+fn a_read_frames_the_request_its_command_names() {
+    for kind in [ReadKind::Members, ReadKind::Scored, ReadKind::Text] {
+        let read = Read {
+            key: Bytes::from_static(b"{user}:k"),
+            kind,
+        };
+        let mut framed = BytesMut::new();
+        read.frame_into(&mut framed);
+        assert_eq!(
+            framed,
+            crate::crossslot::moves::request_frame(&read.command()),
+            "{kind:?}"
+        );
+    }
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::cmp::Ordering;
 
 use bytes::{Bytes, BytesMut};
 
+use super::member::Member;
 use super::{score, write, Aggregate, Limits, Outcome, Request, SetOp, Shape, Value};
 use crate::protocol::{encode, Proto};
 use crate::reply::crossslot as text;
@@ -22,18 +23,23 @@ struct Source<'a> {
     key: &'a Bytes,
     /// The entries in member order, made on the first lookup: a binary search over a few
     /// bytes per member costs less than hashing each one.
-    by_member: Vec<(&'a Bytes, f64)>,
+    by_member: Vec<(Member<'a>, f64)>,
 }
 
 impl Source<'_> {
     fn find(&mut self, member: &Bytes) -> Option<f64> {
         if self.by_member.is_empty() {
-            self.by_member = self.entries.clone();
-            self.by_member.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            self.by_member = self
+                .entries
+                .iter()
+                .map(|&(member, score)| (Member::of(member), score))
+                .collect();
+            self.by_member.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         }
+        let member = Member::of(member);
         let at = self
             .by_member
-            .binary_search_by(|(candidate, _)| (*candidate).cmp(member))
+            .binary_search_by(|(candidate, _)| candidate.cmp(&member))
             .ok()?;
         self.by_member.get(at).map(|(_, score)| *score)
     }
@@ -101,23 +107,25 @@ fn sources<'a>(
 }
 
 fn union<'a>(sources: &[Source<'a>], how: Aggregate) -> Vec<(&'a Bytes, f64)> {
-    let mut entries: Vec<(&Bytes, f64)> = sources
-        .iter()
-        .flat_map(|source| {
-            let weight = source.weight;
-            source
-                .entries
-                .iter()
-                .map(move |&(member, value)| (member, weighted(weight, value)))
-        })
-        .collect();
+    let mut entries = Vec::with_capacity(sources.iter().map(|s| s.entries.len()).sum());
+    entries.extend(sources.iter().flat_map(|source| {
+        let weight = source.weight;
+        source
+            .entries
+            .iter()
+            .map(move |&(member, value)| (Member::of(member), weighted(weight, value)))
+    }));
     // A stable sort keeps each member's scores in input order, the order Redis adds them in.
-    entries.sort_by(|a, b| a.0.cmp(b.0));
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
     let mut result: Vec<(&Bytes, f64)> = Vec::with_capacity(entries.len());
+    let mut last: Option<Member> = None;
     for (member, value) in entries {
         match result.last_mut() {
-            Some((last, total)) if *last == member => aggregate(total, value, how),
-            _ => result.push((member, value)),
+            Some((_, total)) if last == Some(member) => aggregate(total, value, how),
+            _ => {
+                result.push((member.text, value));
+                last = Some(member);
+            }
         }
     }
     result
@@ -220,7 +228,7 @@ fn reply(result: &[(&Bytes, f64)], with_scores: bool, proto: Proto) -> Bytes {
         }
         encode::bulk(&mut out, member);
         if with_scores {
-            let text = score::format(*value);
+            let text = score::text(*value);
             match proto {
                 Proto::Resp2 => encode::bulk(&mut out, text.as_bytes()),
                 Proto::Resp3 => {
@@ -237,7 +245,12 @@ fn reply(result: &[(&Bytes, f64)], with_scores: bool, proto: Proto) -> Bytes {
 fn store(destination: &Bytes, result: &[(&Bytes, f64)]) -> Outcome {
     let args: Vec<Bytes> = result
         .iter()
-        .flat_map(|(member, value)| [Bytes::from(score::format(*value)), (*member).clone()])
+        .flat_map(|(member, value)| {
+            [
+                Bytes::copy_from_slice(score::text(*value).as_bytes()),
+                (*member).clone(),
+            ]
+        })
         .collect();
     let chunks: Vec<&[Bytes]> = args.chunks(write::CHUNK_ARGS).collect();
     Outcome {

@@ -12,7 +12,9 @@
 //! and so which setting turns it off, is its `command::CrossSlot`.
 
 use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
 
+use super::forward::PARTS_INLINE;
 use crate::command::{CommandSpec, CrossSlot, KeyList, KeyPos};
 use crate::config::Emulation;
 use crate::crossslot;
@@ -106,7 +108,11 @@ impl Proxy {
         if emulation == Emulation::Refuse {
             return Plan::Answer(reply::error(&reply::crossslot::emulation_off(setting)));
         }
-        let run = if let Some(parsed) = crossslot::moves::parse_move(args) {
+        // A read is one of the computed commands: the parsers of the other classes'
+        // commands need not look at it.
+        let run = if spec.cross_slot == Some(CrossSlot::Read) {
+            crossslot::parse(args).map(CrossSlotRun::Compute)
+        } else if let Some(parsed) = crossslot::moves::parse_move(args) {
             parsed.map(CrossSlotRun::Move)
         } else if let Some(parsed) = crossslot::blocking::parse_blocking_pop(args) {
             parsed.map(CrossSlotRun::BlockingPop)
@@ -188,17 +194,16 @@ impl Proxy {
         reads: &[crossslot::Read],
         proto: Proto,
     ) -> Result<Vec<crossslot::Value>, Bytes> {
-        let slots: Vec<u16> = reads.iter().map(|read| key_slot(&read.key)).collect();
-        let frames: Vec<Bytes> = reads
-            .iter()
-            .map(|read| request_frame(&read.command()))
-            .collect();
-        let size_hint = frames.iter().map(Bytes::len).sum();
+        let slots: SmallVec<[u16; PARTS_INLINE]> =
+            reads.iter().map(|read| key_slot(&read.key)).collect();
+        // Each read is framed straight into the one buffer of the round: a header, the
+        // key, and at most 48 bytes of fixed arguments.
+        let size_hint = reads.iter().map(|read| read.key.len() + 64).sum();
         let replies = self
             .upstream
             .forward_each(
                 &slots,
-                |i, out: &mut BytesMut| out.extend_from_slice(&frames[i]),
+                |i, out: &mut BytesMut| reads[i].frame_into(out),
                 size_hint,
                 proto,
             )

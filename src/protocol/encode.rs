@@ -35,7 +35,19 @@ pub fn integer(out: &mut BytesMut, value: i64) {
 /// `$<len>\r\n<data>\r\n`.
 pub fn bulk(out: &mut BytesMut, data: &[u8]) {
     out.reserve(data.len() + 25);
-    put_header(out, b'$', data.len() as u64);
+    // Most of what the proxy frames (members, scores, keys) is shorter than 100 bytes: a
+    // header of a fixed size is one store, not a formatted line copied through memcpy.
+    match data.len() {
+        len @ 0..=9 => out.extend_from_slice(&[b'$', b'0' + len as u8, b'\r', b'\n']),
+        len @ 10..=99 => out.extend_from_slice(&[
+            b'$',
+            b'0' + (len / 10) as u8,
+            b'0' + (len % 10) as u8,
+            b'\r',
+            b'\n',
+        ]),
+        len => put_header(out, b'$', len as u64),
+    }
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
@@ -322,6 +334,13 @@ mod tests {
         assert_eq!(written(|o| bulk(o, b"")), b"$0\r\n\r\n");
         assert_eq!(written(|o| bulk(o, b"a\r\nb")), b"$4\r\na\r\nb\r\n");
         assert_eq!(written(|o| bulk(o, &[b'x'; 10]))[..5], *b"$10\r\n");
+        for len in [9usize, 10, 99, 100, 1000] {
+            let data = vec![b'y'; len];
+            let mut expected = format!("${len}\r\n").into_bytes();
+            expected.extend_from_slice(&data);
+            expected.extend_from_slice(b"\r\n");
+            assert_eq!(written(|o| bulk(o, &data)), expected, "{len}");
+        }
         assert_eq!(
             written(|o| array_header(o, u64::MAX as usize)),
             b"*18446744073709551615\r\n"

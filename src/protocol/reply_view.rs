@@ -7,8 +7,15 @@
 //! a time, on demand, from the same bytes. Reading a bulk string or an integer allocates
 //! nothing.
 //!
+//! [`ReplyView::scanned`] is the one-pass form for a frame a node connection measured
+//! already (its [`super::ReplyScanner`] split it off the stream): it reads the top level
+//! only, and each element is checked as it is read. A reader that goes through every
+//! element once then reads each header once instead of twice.
+//!
 //! Invariants: a view exists only for bytes that [`ReplyView::parse`] accepted as exactly
-//! one frame, so iterating never meets a malformed element; an attribute (`|`) describes
+//! one frame, so iterating never meets a malformed element, or for a frame read with
+//! [`ReplyView::scanned`], whose top-level elements end early at a malformed one (with
+//! [`Elements::len`] still above zero, which its reader checks); an attribute (`|`) describes
 //! the frame after it and is skipped, so a view is always of the frame itself; no input
 //! panics. This is a reader for the callers that look inside replies, not the node
 //! connection's hot-path scanner ([`super::ReplyScanner`]), which only measures frames.
@@ -74,8 +81,7 @@ impl<'a> Iterator for Elements<'a> {
         }
         // The frame was checked whole, so an element always reads; stop rather than
         // panic should that ever fail.
-        let len = frame_len(self.rest).ok()?;
-        let view = read_view(&self.rest[..len]).ok()?;
+        let (view, len) = view_at(self.rest).ok()?;
         self.rest = &self.rest[len..];
         self.remaining -= 1;
         Some(view)
@@ -134,6 +140,15 @@ impl<'a> ReplyView<'a> {
         read_view(frame)
     }
 
+    /// The view of `frame`, one reply frame as a node connection split it off its stream,
+    /// for a reader that goes through its elements once: only the top level is read now,
+    /// and each top-level element is checked as it is read (a nested aggregate whole). A
+    /// malformed element ends the elements early, so the reader checks that
+    /// [`Elements::len`] is zero once they end.
+    pub fn scanned(frame: &'a [u8]) -> Result<ReplyView<'a>, ProtocolError> {
+        read_view(frame)
+    }
+
     /// The text of a bulk, simple or verbatim string.
     pub fn text(&self) -> Option<&'a [u8]> {
         match *self {
@@ -170,8 +185,66 @@ enum Head<'a> {
     Attribute(usize),
 }
 
+/// Most digits a plain count line has: below 10^18, the sum cannot overflow.
+const PLAIN_COUNT_DIGITS: usize = 18;
+
+/// The count of a length or element-count line at the front of `buf` (after its type
+/// byte) and where the bytes after it start, when the line is what Redis sends: `0`, or
+/// digits without a leading zero, then CRLF. `None` for anything else, which the general
+/// reading in [`read_head`] accepts or refuses.
+fn plain_count(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut count = 0usize;
+    let mut at = 1;
+    while let Some(&digit) = buf.get(at) {
+        if !digit.is_ascii_digit() {
+            break;
+        }
+        count = count * 10 + usize::from(digit - b'0');
+        at += 1;
+        if at > PLAIN_COUNT_DIGITS {
+            return None;
+        }
+    }
+    let digits = at - 1;
+    if digits == 0 || (digits > 1 && buf[1] == b'0') || buf.get(at..at + 2) != Some(b"\r\n") {
+        return None;
+    }
+    Some((count, at + 2))
+}
+
 /// The header at the front of `buf` and where the bytes after it start.
+#[inline]
 fn read_head(buf: &[u8]) -> Result<(Head<'_>, usize), ProtocolError> {
+    match plain_head(buf) {
+        Some(head) => Ok(head),
+        None => read_any_head(buf),
+    }
+}
+
+/// A bulk string or an array with a count as Redis writes it, the bulk of what a reply
+/// holds, read in one pass; `None` for anything else, which [`read_any_head`] reads or
+/// refuses.
+#[inline]
+fn plain_head(buf: &[u8]) -> Option<(Head<'_>, usize)> {
+    let kind = *buf.first()?;
+    if kind != b'$' && kind != b'*' {
+        return None;
+    }
+    let (count, after) = plain_count(buf)?;
+    if kind == b'*' {
+        return Some((Head::Aggregate(AggregateKind::Array, count), after));
+    }
+    let end = after.checked_add(count)?;
+    let data = buf.get(after..end)?;
+    if buf.get(end..end + 2) != Some(b"\r\n") {
+        return None;
+    }
+    Some((Head::Scalar(ReplyView::Bulk(data)), end + 2))
+}
+
+/// [`read_head`] of any header, and the error of a malformed one.
+#[inline(never)]
+fn read_any_head(buf: &[u8]) -> Result<(Head<'_>, usize), ProtocolError> {
     let kind = *buf.first().ok_or_else(|| error("incomplete reply frame"))?;
     let cr = buf
         .iter()
@@ -183,7 +256,7 @@ fn read_head(buf: &[u8]) -> Result<(Head<'_>, usize), ProtocolError> {
     let line = &buf[1..cr];
     let after = cr + 2;
     let count = |line: &[u8]| -> Result<Option<usize>, ProtocolError> {
-        if line == b"-1" {
+        if let [b'-', b'1'] = line {
             return Ok(None);
         }
         parse_i64(line)
@@ -254,11 +327,60 @@ fn read_head(buf: &[u8]) -> Result<(Head<'_>, usize), ProtocolError> {
     }
 }
 
+/// The view of the frame at the front of `buf` and that frame's length. A scalar's header
+/// is the whole frame, so it is read once; an aggregate's elements are measured from
+/// where its header ends.
+fn view_at(buf: &[u8]) -> Result<(ReplyView<'_>, usize), ProtocolError> {
+    match read_head(buf)? {
+        (Head::Scalar(view), len) => Ok((view, len)),
+        (head, len) => nested_view_at(buf, head, len),
+    }
+}
+
+/// [`view_at`] of an aggregate or an attribute whose header `head` takes `len` bytes.
+#[inline(never)]
+fn nested_view_at<'a>(
+    buf: &'a [u8],
+    head: Head<'a>,
+    len: usize,
+) -> Result<(ReplyView<'a>, usize), ProtocolError> {
+    match head {
+        Head::Scalar(view) => Ok((view, len)),
+        Head::Aggregate(kind, n) => {
+            let remaining = if kind == AggregateKind::Map {
+                n.checked_mul(2).ok_or_else(|| error("invalid length"))?
+            } else {
+                n
+            };
+            let end = len + frames_len(&buf[len..], remaining)?;
+            let elements = Elements {
+                rest: &buf[len..end],
+                remaining,
+            };
+            Ok((ReplyView::Aggregate(kind, elements), end))
+        }
+        Head::Attribute(_) => {
+            let end = frame_len(buf)?;
+            Ok((read_view(&buf[..end])?, end))
+        }
+    }
+}
+
 /// The length of the frame at the front of `buf`, checked whole, without recursion.
 fn frame_len(buf: &[u8]) -> Result<usize, ProtocolError> {
+    frames_len(buf, 1)
+}
+
+/// The length of the `frames` frames one after the other at the front of `buf`, checked
+/// whole, without recursion.
+fn frames_len(buf: &[u8], frames: usize) -> Result<usize, ProtocolError> {
+    // Every frame takes at least 3 bytes: a count beyond that is a lie.
+    if frames > buf.len() / 3 + 1 {
+        return Err(error("incomplete reply frame"));
+    }
     let mut at = 0;
-    // Frames still to read: the one asked for plus every element opened since.
-    let mut pending: usize = 1;
+    // Frames still to read: the ones asked for plus every element opened since.
+    let mut pending = frames;
     while pending > 0 {
         let (head, len) = read_head(&buf[at..])?;
         at += len;
@@ -543,8 +665,53 @@ mod tests {
             b"~-1\r\n",
             b"@\r\n",
             b"=2\r\nab\r\n",
+            b"$01\r\na\r\n",
+            b"*01\r\n:1\r\n",
+            b"$1\n\ra\r\n",
+            b"*1234567890123456789012\r\n",
         ] {
             assert!(ReplyView::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_scanned_frame_ends_its_elements_at_a_malformed_one() {
+        let frame = b"*3\r\n$1\r\na\r\n$9\r\nb\r\n$1\r\nc\r\n";
+        assert!(ReplyView::parse(frame).is_err());
+        let mut elements = ReplyView::scanned(frame).unwrap().elements().unwrap();
+        assert_eq!(elements.next(), Some(ReplyView::Bulk(b"a")));
+        assert_eq!(elements.next(), None);
+        assert_eq!(elements.len(), 2, "what was left unread");
+        let whole = b"*2\r\n$1\r\na\r\n*1\r\n:1\r\n";
+        let read: Vec<_> = ReplyView::scanned(whole)
+            .unwrap()
+            .elements()
+            .unwrap()
+            .collect();
+        assert_eq!(read.len(), 2);
+        assert_eq!(
+            ReplyView::parse(whole).unwrap().elements().unwrap().count(),
+            2
+        );
+    }
+
+    #[test]
+    fn counts_read_the_same_short_or_long() {
+        assert_eq!(ReplyView::parse(b"$0\r\n\r\n"), Ok(ReplyView::Bulk(b"")));
+        assert_eq!(
+            ReplyView::parse(b"*0\r\n").map(|view| view.elements().map(|items| items.len())),
+            Ok(Some(0))
+        );
+        // 18 digits and 19: the short reading and the general one refuse alike.
+        for count in ["123456789012345678", "1234567890123456789"] {
+            for kind in ['$', '*'] {
+                let frame = format!("{kind}{count}\r\nab\r\n");
+                assert_eq!(
+                    ReplyView::parse(frame.as_bytes()),
+                    Err(error("incomplete reply frame")),
+                    "{frame:?}"
+                );
+            }
         }
     }
 

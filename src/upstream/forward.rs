@@ -64,7 +64,9 @@ impl Upstream {
     /// request order, each followed through redirects and retries as [`Upstream::forward`]
     /// would. Request `i` goes to the master of `slots[i]` and is framed by `frame(i, out)`.
     /// All are framed into one buffer, grouped per master, so each master's batch is one
-    /// slice of it: one allocation and no copy whatever the number of parts.
+    /// slice of it: one allocation and no copy whatever the number of parts. The task is
+    /// woken once, when the last reply is in, unless a reply needs another attempt (see
+    /// [`ReplySink::joined`]).
     pub async fn forward_each(
         &self,
         slots: &[u16],
@@ -81,7 +83,8 @@ impl Upstream {
                 .map(|slot| Some(routing.master_for_slot(*slot)?.get(proto).clone()))
                 .collect()
         };
-        let sink = ReplySink::with_capacity(count);
+        let mut missing = conns.iter().filter(|conn| conn.is_some()).count();
+        let sink = ReplySink::joined(missing);
         let requests = send_grouped(&conns, frame, size_hint, &sink);
         // Every batched request gets exactly one delivery, whatever happens to its node. A
         // part that needs another attempt (a redirect while its slot moves, a retryable
@@ -92,7 +95,6 @@ impl Upstream {
             (0..count).map(|_| None).collect();
         let mut resumed: Vec<(usize, Resumed<'_>)> = Vec::new();
         let mut delivered: SmallVec<[bool; PARTS_INLINE]> = (0..count).map(|_| false).collect();
-        let mut missing = conns.iter().filter(|conn| conn.is_some()).count();
         // Swapped with the sink's buffer on each take, so it needs the same room.
         let mut taken = Vec::with_capacity(count);
         while missing > 0 {
@@ -352,6 +354,8 @@ fn send_grouped(
 
 /// Whether `frame`, from the node at `from`, is what the client gets: neither a redirect
 /// nor an error worth retrying.
+// Inlined with its common answer (no error reply), as every forwarded reply asks.
+#[inline]
 pub fn is_final(frame: &[u8], from: &str) -> bool {
-    follow_up(frame, from).is_none()
+    frame.first() != Some(&b'-') || follow_up(frame, from).is_none()
 }
