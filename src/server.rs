@@ -212,7 +212,14 @@ pub async fn serve_listeners(
     }));
     announce(&live, &listeners);
     tokio::pin!(shutdown);
+    let mut accepted = 0u32;
     loop {
+        // Accepts do not yield on their own (see `tls::accept`): as Redis, which accepts at
+        // most 1,000 per event, the connected clients get a turn after that many.
+        accepted += 1;
+        if accepted % ACCEPTS_PER_TURN == 0 {
+            tokio::task::yield_now().await;
+        }
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = tls::accept(listeners.plain.as_ref()) => match accepted {
@@ -240,6 +247,9 @@ pub async fn serve_listeners(
     reloader.abort();
     drain(&live, &registry).await;
 }
+
+/// Connections accepted before the accept loop lets the clients' tasks run.
+const ACCEPTS_PER_TURN: u32 = 1000;
 
 /// Logs that the proxy serves, and on what.
 fn announce(live: &Live, listeners: &Listeners) {

@@ -199,9 +199,17 @@ impl SharedBudget {
             Some(_) => self.places.store(PROBATION, Ordering::Relaxed),
             None => {}
         }
-        // One waiter is enough: each woken client passes the turn on while room is left.
-        if was_full && !self.probation_full() {
-            self.freed.notify_one();
+        // A waiter for each place free now (one or two): each woken client also passes the
+        // turn on while room is left, but that turn waits behind every other task ready to
+        // run, and with thousands of new clients one waiter per turn held the last first
+        // requests for seconds.
+        if was_full {
+            let free = self
+                .probation_places()
+                .saturating_sub(self.unproven.load(Ordering::Relaxed));
+            for _ in 0..free {
+                self.freed.notify_one();
+            }
         }
     }
 

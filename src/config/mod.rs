@@ -106,6 +106,10 @@ pub struct Config {
     pub max_buffered_bytes: usize,
     /// TCP keepalive time on client sockets, seconds (0: off; Redis's default 300).
     pub tcp_keepalive: u64,
+    /// The listen backlog of the client listeners (Redis's `tcp-backlog`; the kernel caps it
+    /// at `net.core.somaxconn`). Higher than Redis's 511 by default: a proxy fronts a fleet,
+    /// and connections past the backlog wait for a SYN-ACK retransmission (1 s, then 3 s).
+    pub tcp_backlog: u32,
     /// How long a graceful shutdown waits for in-flight commands, milliseconds.
     pub shutdown_timeout_ms: u64,
     /// Written with the proxy's pid at start-up, for `slotbridge reload`.
@@ -152,6 +156,7 @@ impl Default for Config {
             client_output_buffer_soft_limit: SoftOutputLimit::default(),
             max_buffered_bytes: 64 * 1024 * 1024,
             tcp_keepalive: 300,
+            tcp_backlog: 4096,
             shutdown_timeout_ms: 10_000,
             pidfile: None,
             client_tracking: Emulation::Emulate,

@@ -41,6 +41,7 @@ pub const TOP_LEVEL_FIELDS: &[&str] = &[
     "client_output_buffer_soft_limit",
     "max_buffered_bytes",
     "tcp_keepalive",
+    "tcp_backlog",
     "shutdown_timeout_ms",
     "pidfile",
     "client_tracking",

@@ -20,13 +20,13 @@ pub(super) async fn bind(proxy: &mut Proxy) -> Result<Listeners, StartError> {
     ClientTls::from_config(&proxy.config.tls)?;
     let plain = match proxy.config.listen.as_str() {
         "" => None,
-        listen => Some(bind_one(listen).await?),
+        listen => Some(bind_one(listen, proxy.config.tcp_backlog).await?),
     };
     if let Some(addr) = plain.as_ref().and_then(|l| l.local_addr().ok()) {
         proxy.listen_addr = addr.to_string();
     }
     let tls = match &proxy.config.tls.listen {
-        Some(listen) => Some(bind_one(listen).await?),
+        Some(listen) => Some(bind_one(listen, proxy.config.tcp_backlog).await?),
         None => None,
     };
     if plain.is_none() {
@@ -37,13 +37,33 @@ pub(super) async fn bind(proxy: &mut Proxy) -> Result<Listeners, StartError> {
     Ok(Listeners { plain, tls })
 }
 
-async fn bind_one(listen: &str) -> Result<TcpListener, StartError> {
-    TcpListener::bind(listen)
-        .await
-        .map_err(|source| StartError::Listen {
-            addr: listen.into(),
-            source,
-        })
+/// Binds `listen` (an address, or a name resolved first: the first of its addresses that
+/// binds) with a listen backlog of `backlog`, and `SO_REUSEADDR` as `TcpListener::bind` sets it.
+async fn bind_one(listen: &str, backlog: u32) -> Result<TcpListener, StartError> {
+    let failed = |source| StartError::Listen {
+        addr: listen.into(),
+        source,
+    };
+    let mut last = None;
+    for addr in tokio::net::lookup_host(listen).await.map_err(failed)? {
+        match listen_on(addr, backlog) {
+            Ok(listener) => return Ok(listener),
+            Err(error) => last = Some(error),
+        }
+    }
+    Err(failed(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to bind")
+    })))
+}
+
+fn listen_on(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
 }
 
 /// The next connection of `listener`; never returns without one.
@@ -51,7 +71,10 @@ pub(super) async fn accept(
     listener: Option<&TcpListener>,
 ) -> std::io::Result<(TcpStream, SocketAddr)> {
     match listener {
-        Some(listener) => listener.accept().await,
+        // Not held to Tokio's budget of a turn (128 operations), so one turn takes every
+        // connection waiting, as Redis's accept handler does: a fleet reconnecting at once
+        // otherwise fills the backlog while the sessions already in take their turns.
+        Some(listener) => tokio::task::unconstrained(listener.accept()).await,
         None => std::future::pending().await,
     }
 }
@@ -96,7 +119,7 @@ mod tests {
     async fn an_address_in_use_names_the_address() {
         let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = taken.local_addr().unwrap().to_string();
-        let error = bind_one(&addr).await.unwrap_err();
+        let error = bind_one(&addr, 16).await.unwrap_err();
         assert!(matches!(error, StartError::Listen { .. }), "{error:?}");
         assert!(
             error
