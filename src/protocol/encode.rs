@@ -35,19 +35,7 @@ pub fn integer(out: &mut BytesMut, value: i64) {
 /// `$<len>\r\n<data>\r\n`.
 pub fn bulk(out: &mut BytesMut, data: &[u8]) {
     out.reserve(data.len() + 25);
-    // Most of what the proxy frames (members, scores, keys) is shorter than 100 bytes: a
-    // header of a fixed size is one store, not a formatted line copied through memcpy.
-    match data.len() {
-        len @ 0..=9 => out.extend_from_slice(&[b'$', b'0' + len as u8, b'\r', b'\n']),
-        len @ 10..=99 => out.extend_from_slice(&[
-            b'$',
-            b'0' + (len / 10) as u8,
-            b'0' + (len % 10) as u8,
-            b'\r',
-            b'\n',
-        ]),
-        len => put_header(out, b'$', len as u64),
-    }
+    put_header(out, b'$', data.len() as u64);
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
@@ -187,6 +175,16 @@ pub fn array_frame<'a>(count: usize, elements: impl IntoIterator<Item = &'a Byte
 }
 
 fn put_header(out: &mut BytesMut, marker: u8, len: u64) {
+    // Most of what the proxy frames (members, scores, keys, arrays of a few elements) counts
+    // fewer than 100: a header of a fixed size is one store, not a formatted line.
+    match len {
+        0..=9 => return out.extend_from_slice(&[marker, b'0' + len as u8, b'\r', b'\n']),
+        10..=99 => {
+            let (tens, ones) = (b'0' + (len / 10) as u8, b'0' + (len % 10) as u8);
+            return out.extend_from_slice(&[marker, tens, ones, b'\r', b'\n']);
+        }
+        _ => {}
+    }
     // Laid out on the stack and appended once, not in three appends: a split request
     // frames one header per argument.
     let mut line = [0u8; 23];
