@@ -48,7 +48,8 @@ pub enum Value {
 }
 
 impl Read {
-    /// The command to send to the key's master.
+    /// The command to send to the key's master, as arguments (what [`Read::frame_into`]
+    /// frames; the proxy itself sends the frame).
     pub fn command(&self) -> Vec<Bytes> {
         let args: &[&'static [u8]] = match self.kind {
             ReadKind::Members => &[b"SMEMBERS"],

@@ -2,7 +2,7 @@
 //! space, trailing bytes, overflow, underflow to zero and NaN) and `%.17g`, the text Redis
 //! 7.0 replies for every score (RESP2 bulk string and RESP3 double alike).
 
-use crate::protocol::parse_i64;
+use crate::protocol::{encode, parse_i64};
 
 /// Integers below this magnitude are exact doubles: strtod reads them to the same value.
 const EXACT_INTEGERS: u64 = 1 << 53;
@@ -124,16 +124,7 @@ impl ScoreText {
     /// `n`'s digits, written from the end, as `%.17g` prints a whole number below 1e17.
     fn whole(n: i64) -> ScoreText {
         let mut bytes = [0u8; SCORE_TEXT_MAX];
-        let mut start = SCORE_TEXT_MAX;
-        let mut magnitude = n.unsigned_abs();
-        loop {
-            start -= 1;
-            bytes[start] = b'0' + (magnitude % 10) as u8;
-            magnitude /= 10;
-            if magnitude == 0 {
-                break;
-            }
-        }
+        let mut start = encode::digits_before(&mut bytes, SCORE_TEXT_MAX, n.unsigned_abs());
         if n < 0 {
             start -= 1;
             bytes[start] = b'-';

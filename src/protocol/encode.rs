@@ -223,7 +223,7 @@ fn put_unsigned(out: &mut BytesMut, value: u64) {
 
 /// Writes `value`'s decimal digits into `buf` so that they end just before `end`, and
 /// returns where they start.
-fn digits_before(buf: &mut [u8], end: usize, mut value: u64) -> usize {
+pub fn digits_before(buf: &mut [u8], end: usize, mut value: u64) -> usize {
     let mut start = end;
     loop {
         start -= 1;
