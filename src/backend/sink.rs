@@ -116,9 +116,11 @@ impl ReplySink {
                 true
             } else {
                 let arrived = &state.delivered[before..];
-                let urgent = arrived
-                    .iter()
-                    .any(|delivery| !matches!(&delivery.reply, Ok(frame) if frame.first() != Some(&b'-')));
+                // An error reply or a failed request: it may need another attempt.
+                let urgent = arrived.iter().any(|delivery| match &delivery.reply {
+                    Ok(frame) => frame.first() == Some(&b'-'),
+                    Err(_) => true,
+                });
                 state.awaited = state.awaited.saturating_sub(arrived.len());
                 urgent || state.awaited == 0
             }
