@@ -318,18 +318,12 @@ async fn refuse(stream: ClientStream) {
 
 #[cfg(test)]
 mod tests {
-    fn size_of_future3<A, B, C, F>(_: impl Fn(A, B, C) -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
-
-    fn size_of_future4<A, B, C, D, F>(_: impl Fn(A, B, C, D) -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
+    use crate::test_support::{future_size3, future_size4};
 
     #[test]
     fn a_plain_client_task_holds_its_session_once() {
-        let session = size_of_future3(crate::client::serve);
-        let task = size_of_future4(super::plain_session);
+        let session = future_size3(crate::client::serve);
+        let task = future_size4(super::plain_session);
         eprintln!("session future: {session} bytes, plain client task: {task} bytes");
         assert!(
             task < session + 64,

@@ -1,5 +1,6 @@
-//! Test-only helpers for unit tests inside the crate that need a real `redis-server` (the
-//! integration tests have their own harness, which unit tests cannot reach).
+//! Test-only helpers for unit tests inside the crate: a real `redis-server` (the integration
+//! tests have their own harness, which unit tests cannot reach), and the size of the future
+//! an async function returns.
 //!
 //! Invariants: a server listens on 127.0.0.1 only, on a free port, persists nothing, and is
 //! killed when its handle drops, also when the test panics.
@@ -82,4 +83,14 @@ impl Drop for RedisServer {
 fn free_loopback_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local address").port()
+}
+
+/// The size of the future `f` (of three arguments) returns, without making one.
+pub fn future_size3<A, B, C, F>(_: impl Fn(A, B, C) -> F) -> usize {
+    std::mem::size_of::<F>()
+}
+
+/// The size of the future `f` (of four arguments) returns, without making one.
+pub fn future_size4<A, B, C, D, F>(_: impl Fn(A, B, C, D) -> F) -> usize {
+    std::mem::size_of::<F>()
 }

@@ -406,14 +406,9 @@ impl<'a> ShownSubscriptions<'a> {
 
 #[cfg(test)]
 mod tests {
-    /// The size of the future `f` returns, without making one.
-    fn future_size<A, B, C, F>(_: impl Fn(A, B, C) -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
-
     #[test]
     fn an_idle_session_task_stays_small() {
-        let size = future_size(super::serve);
+        let size = crate::test_support::future_size3(super::serve);
         eprintln!("session future: {size} bytes");
         assert!(
             size < 3 * 1024,
