@@ -502,20 +502,20 @@ def instructions_per_request():
                                 f"callgrind-{port}")
             wait_port(port, timeout=120)
             benchmark(port, "set", 1, 2000)  # warm: backend connections open
-            cases = [("SET -P 1", "set", 1, 20000, None), ("GET -P 1", "get", 1, 20000, None),
-                     ("SET -P 16", "set", 16, 100000, None),
-                     ("GET -P 16", "get", 16, 100000, None),
-                     ("MSET 10 keys", "mset", 1, 10000, None),
-                     ("PING_INLINE", "ping_inline", 1, 20000, None)]
+            cases = [("SET -P 1", "set", 1, 20000, None, CLIENTS),
+                     ("GET -P 1", "get", 1, 20000, None, CLIENTS),
+                     ("SET -P 16", "set", 16, 100000, None, CLIENTS),
+                     ("GET -P 16", "get", 16, 100000, None, CLIENTS),
+                     ("MSET 10 keys", "mset", 1, 10000, None, CLIENTS),
+                     ("PING_INLINE", "ping_inline", 1, 20000, None, CLIENTS)]
             if extra:
                 cases.append(("SET inside prefix (indexed chat record) -P 16", None, 16, 50000,
-                              ["SET", "mybot:chat:__rand_int__", value]))
+                              ["SET", "mybot:chat:__rand_int__", value], CLIENTS))
             else:
                 # A fleet's per-client costs: the same requests from 1,000 connections.
-                cases += [("SET -P 1 -c 1,000", "set", 1, 50000, None),
-                          ("GET -P 1 -c 1,000", "get", 1, 50000, None)]
-            for label, test, pipeline, n, command in cases:
-                clients = 1000 if "-c 1,000" in label else CLIENTS
+                cases += [("SET -P 1 -c 1,000", "set", 1, 50000, None, 1000),
+                          ("GET -P 1 -c 1,000", "get", 1, 50000, None, 1000)]
+            for label, test, pipeline, n, command, clients in cases:
                 subprocess.run(["callgrind_control", "--zero", str(proxy.pid)], check=True,
                                capture_output=True)
                 benchmark(port, test, pipeline, n, command=command, clients=clients)
