@@ -140,13 +140,15 @@ fn client_disconnect_releases_the_blocked_backend_connection() {
     );
 }
 
-/// A blocking command the proxy does not emulate across slots (multi-key pops it does, see
-/// `cross_slot_blocking.rs`).
+/// A blocking command the proxy does not emulate across slots (multi-key pops and XREAD it
+/// does, see `cross_slot_blocking.rs` and `cross_slot_streams.rs`).
 #[test]
 fn blocking_keys_in_different_slots_are_refused() {
     let mut stream = TcpStream::connect(proxy().addr()).unwrap();
     stream
-        .write_all(&common::resp_lines(&["XREAD BLOCK 1000 STREAMS a b 0 0"]))
+        .write_all(&common::resp_lines(&[
+            "XREADGROUP GROUP g c BLOCK 1000 STREAMS a b > >",
+        ]))
         .unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(3)))

@@ -194,6 +194,10 @@ pub enum CrossSlot {
     /// empty. Governed by `cross_slot.blocking`, as they are those pops without the wait
     /// and keep the same guarantee.
     Pop,
+    /// XREAD: every stream read on its master; with `BLOCK`, a wait on every stream when
+    /// none has entries. A read (`cross_slot.reads`) without BLOCK, a blocking command
+    /// (`cross_slot.blocking`) with it.
+    Streams,
 }
 
 impl CrossSlot {
@@ -214,6 +218,7 @@ impl CrossSlot {
                 CrossSlot::Blocking
             }
             "lmpop" | "zmpop" => CrossSlot::Pop,
+            "xread" => CrossSlot::Streams,
             _ => return None,
         })
     }
@@ -650,7 +655,8 @@ mod tests {
             ("lmpop", Some(CrossSlot::Pop)),
             ("zmpop", Some(CrossSlot::Pop)),
             ("blmove", Some(CrossSlot::Move)),
-            ("xread", None),
+            ("xread", Some(CrossSlot::Streams)),
+            ("xreadgroup", None),
             ("get", None),
         ] {
             assert_eq!(table.get(name).expect(name).cross_slot, class, "{name}");

@@ -19,7 +19,8 @@ pub enum Emulation {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(default, deny_unknown_fields)]
 pub struct CrossSlotConfig {
-    /// SUNION, SINTER, SDIFF, SINTERCARD, ZUNION, ZINTER, ZDIFF, ZINTERCARD, LCS, PFCOUNT.
+    /// SUNION, SINTER, SDIFF, SINTERCARD, ZUNION, ZINTER, ZDIFF, ZINTERCARD, LCS, PFCOUNT,
+    /// and XREAD without BLOCK.
     pub reads: Emulation,
     /// The STORE forms, BITOP, PFMERGE, COPY.
     pub stores: Emulation,
@@ -28,7 +29,8 @@ pub struct CrossSlotConfig {
     pub moves: Emulation,
     /// BLPOP, BRPOP, BLMPOP, BZPOPMIN, BZPOPMAX, BZMPOP: the first key in order with data
     /// popped, else a wait that takes nothing on every key (see `crossslot::blocking`);
-    /// and LMPOP, ZMPOP, the same probe and pop without the wait.
+    /// and LMPOP, ZMPOP, the same probe and pop without the wait; and XREAD with BLOCK
+    /// (see `crossslot::streams`).
     /// Emulated by default, as the other classes: an app written for one Redis waits on
     /// its queues instead of getting an error it cannot handle; what it costs is a
     /// connection per key while the client waits, and a poll for sorted sets.

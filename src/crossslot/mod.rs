@@ -27,7 +27,8 @@
 //! Moves (RENAME, RENAMENX, SMOVE, LMOVE, RPOPLPUSH, COPY) compute nothing: [`moves`] is
 //! the order of their steps over the two masters and the reply each step leads to.
 //! Multi-key pops (BLPOP, BZPOPMIN, BLMPOP..., and LMPOP, ZMPOP) neither: [`blocking`] says
-//! how they probe, pop and (the blocking ones) wait.
+//! how they probe, pop and (the blocking ones) wait. XREAD over several slots neither:
+//! [`streams`] says how it probes and waits.
 //!
 //! Limits: [`Limits`] bounds what is computed in memory; above it the reply is an error
 //! naming the limit and nothing is written. The planner should also bound what it reads
@@ -52,6 +53,7 @@ mod read;
 pub mod score;
 mod sets;
 mod source_store;
+pub mod streams;
 mod write;
 mod zsets;
 

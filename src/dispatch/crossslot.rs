@@ -28,6 +28,7 @@ use super::{cross_slot_error, key_target, Plan, Proxy, Target};
 
 mod blocking;
 mod moves;
+mod streams;
 
 /// A cross-slot command the proxy carries out itself.
 pub(super) enum CrossSlotRun {
@@ -41,6 +42,9 @@ pub(super) enum CrossSlotRun {
     /// Pop the first key in order with data, else wait on them all, or answer null for
     /// LMPOP and ZMPOP (see `crossslot::blocking`).
     BlockingPop(crossslot::blocking::BlockingPop),
+    /// XREAD: every stream probed, else (with BLOCK) a wait on them all (see
+    /// `crossslot::streams`).
+    Streams(crossslot::streams::StreamRead),
 }
 
 impl CrossSlotRun {
@@ -63,6 +67,13 @@ impl CrossSlotRun {
             CrossSlotRun::BlockingPop(_) => {
                 "every key probed on its master, the first with data popped, else a wait \
                  that takes nothing on every key (sorted sets polled)"
+            }
+            CrossSlotRun::Streams(read) if read.block.is_none() => {
+                "every stream read on its master, those with entries replied in order"
+            }
+            CrossSlotRun::Streams(_) => {
+                "every stream read on its master, those with entries replied in order, else \
+                 a wait on every stream"
             }
         }
     }
@@ -100,6 +111,10 @@ impl Proxy {
             Some(CrossSlot::Blocking | CrossSlot::Pop) => {
                 ("cross_slot.blocking", settings.blocking)
             }
+            Some(CrossSlot::Streams) if spec.blocks(args) => {
+                ("cross_slot.blocking", settings.blocking)
+            }
+            Some(CrossSlot::Streams) => ("cross_slot.reads", settings.reads),
             Some(CrossSlot::AllOrNothing) => {
                 return Plan::Answer(reply::error(reply::crossslot::MSETNX_ACROSS_SLOTS))
             }
@@ -116,6 +131,8 @@ impl Proxy {
             parsed.map(CrossSlotRun::Move)
         } else if let Some(parsed) = crossslot::blocking::parse_blocking_pop(args) {
             parsed.map(CrossSlotRun::BlockingPop)
+        } else if let Some(parsed) = crossslot::streams::parse_stream_read(args) {
+            parsed.map(CrossSlotRun::Streams)
         } else if let Some(store) = crossslot::parse_source_store(args, keys) {
             Ok(CrossSlotRun::SourceStore(store))
         } else {
@@ -135,6 +152,7 @@ impl Proxy {
             CrossSlotRun::SourceStore(store) => self.cross_slot_source_store(store, proto).await,
             CrossSlotRun::BlockingPop(pop) if !pop.blocks => self.cross_slot_pop(pop, proto).await,
             CrossSlotRun::BlockingPop(pop) => self.cross_slot_blocking_pop(pop, proto).await,
+            CrossSlotRun::Streams(read) => self.cross_slot_stream_read(read, proto).await,
         }
     }
 
