@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{query, shared_cluster, Cluster, Proxy};
+use common::{new_dir, query, shared_cluster, Cluster, Proxy};
 
 /// FLUSHDB and MOVE are refused by the default command policy.
 const CONFIG: &str = "tests/config/databases.yaml";
@@ -30,6 +30,13 @@ fn proxy() -> &'static Proxy {
             &shared_cluster().seeds_arg(),
         ])
     })
+}
+
+/// A configuration file holding `text`, as a path.
+fn new_config(text: &str) -> String {
+    let path = new_dir("databases-config").join("slotbridge.yaml");
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
 }
 
 /// A connection to `proxy` in database `db` (the redis crate sends SELECT on connect).
@@ -288,7 +295,85 @@ fn database_zero_lists_counts_and_flushes_its_own_keys_only() {
         .iter()
         .map(|m| query::<i64>(m, &redis::cmd("DBSIZE")).unwrap())
         .sum();
-    assert_eq!(on_masters, 20);
+    // Database 2's keys and the in-use marker its SELECT wrote.
+    assert_eq!(on_masters, 21);
+}
+
+/// SCAN calls the masters have served since they started.
+fn scans_on(cluster: &Cluster) -> i64 {
+    cluster
+        .masters()
+        .iter()
+        .map(|master| {
+            let stats: String = query(master, redis::cmd("INFO").arg("commandstats")).unwrap();
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix("cmdstat_scan:calls="))
+                .and_then(|rest| rest.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Whether the in-use marker is on its master.
+fn marker_on(cluster: &Cluster) -> bool {
+    let marker = "__db:in-use";
+    let master = cluster.node_for_slot(cluster.keyslot(marker));
+    query::<i64>(&master, redis::cmd("EXISTS").arg(marker)).unwrap() == 1
+}
+
+#[test]
+fn database_zero_counts_without_a_walk_until_another_database_is_selected() {
+    let cluster = Cluster::start(3, 0);
+    let config = new_config("commands:\n  allow: [flushall]\n");
+    let proxy = Proxy::start(&["--config", &config, "--cluster", &cluster.seeds_arg()]);
+    let mut db0 = connect_db(&proxy, 0);
+    for i in 0..10 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k:{i}"))
+            .arg("v")
+            .query(&mut db0)
+            .unwrap();
+    }
+    // No client has left database 0: the cluster's own counts, no SCAN of the keyspace.
+    let size: i64 = redis::cmd("DBSIZE").query(&mut db0).unwrap();
+    assert_eq!(size, 10);
+    let info: String = redis::cmd("INFO").arg("keyspace").query(&mut db0).unwrap();
+    assert!(info.contains("db0:keys=10,expires=0,"), "{info}");
+    assert_eq!(
+        scans_on(&cluster),
+        0,
+        "database 0's counts walked the keyspace"
+    );
+    assert!(!marker_on(&cluster));
+    // A SELECT of database 3 writes the marker before its +OK; from then on database 0's
+    // counts leave out database 3's keys and the marker.
+    let mut db3 = connect_db(&proxy, 3);
+    assert!(marker_on(&cluster));
+    let _: () = redis::cmd("SET")
+        .arg("k:0")
+        .arg("w")
+        .query(&mut db3)
+        .unwrap();
+    let size: i64 = redis::cmd("DBSIZE").query(&mut db0).unwrap();
+    assert_eq!(size, 10);
+    assert!(scans_on(&cluster) > 0);
+    let info: String = redis::cmd("INFO").arg("keyspace").query(&mut db0).unwrap();
+    assert!(info.contains("db0:keys=10,expires=0,"), "{info}");
+    assert!(info.contains("db3:keys=1,expires=0,"), "{info}");
+    // FLUSHALL deletes the marker with every key; a client of this proxy is still in
+    // database 3, so it is written again.
+    let _: () = redis::cmd("FLUSHALL").query(&mut db0).unwrap();
+    assert!(marker_on(&cluster));
+    let _: () = redis::cmd("SET")
+        .arg("k:1")
+        .arg("w")
+        .query(&mut db3)
+        .unwrap();
+    let size: i64 = redis::cmd("DBSIZE").query(&mut db0).unwrap();
+    assert_eq!(size, 0);
+    let size: i64 = redis::cmd("DBSIZE").query(&mut db3).unwrap();
+    assert_eq!(size, 1);
 }
 
 #[test]

@@ -24,6 +24,15 @@
 //!   is seen in database `n` and hidden from database 0's listings.
 //! - **Cheap.** Six or seven bytes per key; finding a key's database is a prefix check
 //!   and at most a few digits parsed.
+//!
+//! # The in-use marker
+//!
+//! Database 0's DBSIZE and `INFO keyspace` are the cluster's own counts less the other
+//! databases' keys, which only a walk of the keyspace finds. So that a cluster whose clients
+//! never leave database 0 keeps O(1) counts, SELECT of a database `n > 0` first writes
+//! [`IN_USE_MARKER`]: while it is absent no other database holds a key and the walk is
+//! skipped. The marker belongs to no database ([`split`] gives [`NO_DATABASE`]), so no
+//! listing shows it and database 0's counts leave it out.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -32,6 +41,13 @@ pub const DEFAULT_DATABASES: u32 = 16;
 
 /// The start every database prefix shares.
 const MARK: &[u8] = b"__db";
+
+/// The key whose presence says a client selected a database other than 0 since the
+/// keyspace was last flushed (see the module doc).
+pub const IN_USE_MARKER: &[u8] = b"__db:in-use";
+
+/// What [`split`] gives for [`IN_USE_MARKER`]: no database (`databases` never reaches it).
+pub const NO_DATABASE: u32 = u32::MAX;
 
 /// The key prefix of database `db` (`__db<db>:`); empty for database 0, whose keys keep
 /// their own names.
@@ -52,12 +68,16 @@ pub fn in_database(prefix: &[u8], name: &[u8]) -> Bytes {
 }
 
 /// The database a stored key belongs to and its name there, with `databases` databases:
-/// `(n, k)` for `__db<n>:k` with `0 < n < databases`, `(0, key)` for any other key.
+/// `(n, k)` for `__db<n>:k` with `0 < n < databases`, [`NO_DATABASE`] for the in-use
+/// marker, `(0, key)` for any other key.
 pub fn split(key: &[u8], databases: u32) -> (u32, &[u8]) {
     let Some(rest) = key.strip_prefix(MARK) else {
         return (0, key);
     };
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 && key == IN_USE_MARKER {
+        return (NO_DATABASE, key);
+    }
     // Canonical decimal only: `__db03:` is no database's prefix.
     if digits == 0 || digits > 10 || rest[0] == b'0' || rest.get(digits) != Some(&b':') {
         return (0, key);
@@ -88,6 +108,17 @@ mod tests {
     use super::*;
     use crate::route::key_slot;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_in_use_marker_belongs_to_no_database() {
+        assert_eq!(split(IN_USE_MARKER, 16), (NO_DATABASE, IN_USE_MARKER));
+        assert_eq!(split(IN_USE_MARKER, u32::MAX), (NO_DATABASE, IN_USE_MARKER));
+        for db in [0, 1, 15] {
+            assert_eq!(name_in(IN_USE_MARKER, db, 16), None);
+        }
+        // Only the exact name: a longer one is database 0's, as before.
+        assert_eq!(split(b"__db:in-use2", 16), (0, &b"__db:in-use2"[..]));
+    }
 
     #[test]
     fn database_zero_keeps_its_names() {

@@ -192,7 +192,7 @@ pub fn answer(
             silent: false,
             pending: None,
         }),
-        b"select" if args.len() == 2 => Answer::reply(select(state, registry, proxy, &args[1])),
+        b"select" if args.len() == 2 => select(state, registry, proxy, &args[1]),
         b"select" => Answer::reply(reply::wrong_arity("select")),
         b"readonly" | b"readwrite" if args.len() == 1 => Answer::reply(ok()),
         // ASKING marks the connection for its next command: on a shared backend connection
@@ -237,23 +237,38 @@ pub fn answer(
 }
 
 /// SELECT `index`: the client's keys are database `index`'s from now on (see
-/// `dispatch::database`), within the configured `databases`.
-fn select(state: &mut ConnState, registry: &Registry, proxy: &Proxy, index: &[u8]) -> Bytes {
+/// `dispatch::database`), within the configured `databases`; a database other than 0 is
+/// marked in use before the client is told `+OK`.
+fn select(
+    state: &mut ConnState,
+    registry: &Registry,
+    proxy: &Arc<Proxy>,
+    index: &[u8],
+) -> Option<Answer> {
     let Some(db) = parse_i64(index) else {
-        return reply::error(reply::text::NOT_AN_INTEGER);
+        return Answer::reply(reply::error(reply::text::NOT_AN_INTEGER));
     };
     let Some(db) = u32::try_from(db)
         .ok()
         .filter(|&db| db < proxy.config.databases)
     else {
-        return reply::error(reply::text::SELECT_RANGE);
+        return Answer::reply(reply::error(reply::text::SELECT_RANGE));
     };
     if db != 0 && !proxy.has_other_databases() {
-        return reply::error(reply::database::SELECT_UNDER_LAYOUT);
+        return Answer::reply(reply::error(reply::database::SELECT_UNDER_LAYOUT));
     }
     state.db = db;
     registry.update(state.id, |e| e.db = db);
-    ok()
+    if db == 0 {
+        return Answer::reply(ok());
+    }
+    // `reply` is what an EXEC answers for a SELECT it ran (see `splice_local_answers`).
+    Some(Answer {
+        reply: ok(),
+        close: false,
+        silent: false,
+        pending: Some(Box::pin(proxy.clone().mark_other_databases_in_use())),
+    })
 }
 
 /// MONITOR: the client is shown every command of every client from now on. As Redis, a

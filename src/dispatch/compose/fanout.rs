@@ -79,7 +79,14 @@ impl Proxy {
             }
             FanOut::SlowlogGet => self.slowlog_all(request, proto).await,
             FanOut::RandomKey => self.random_key(request.raw.clone(), proto).await,
-            FanOut::AllOk => self.broadcast_all_ok(request.raw.clone(), proto).await,
+            FanOut::AllOk => {
+                let reply = self.broadcast_all_ok(request.raw.clone(), proto).await;
+                // FLUSHALL deleted the in-use marker of databases other than 0.
+                if request.args[0].eq_ignore_ascii_case(b"flushall") && reply.starts_with(b"+") {
+                    self.mark_again_after_flushall().await;
+                }
+                reply
+            }
             FanOut::AllSame => self.broadcast_all_same(request.raw.clone(), proto).await,
             FanOut::AnyOk => self.broadcast_any_ok(request.raw.clone(), proto).await,
             FanOut::ShardNumSub => self.shard_numsub(&request.args[2..], proto).await,

@@ -7,7 +7,8 @@
 //! one, in milliseconds (Redis's own is an estimate from samples). Database 0's line is the
 //! cluster's less the others'; its `avg_ttl` stays the masters'. The walk costs a pass
 //! over the whole keyspace, so only `INFO keyspace` asked by name splits the line; plain
-//! `INFO` (and `INFO all`) shows the cluster's one `db0` line.
+//! `INFO` (and `INFO all`) shows the cluster's one `db0` line; and it is skipped while the
+//! in-use marker says no client has selected another database (see `rewrite::database`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,6 +50,18 @@ impl Proxy {
         };
         let databases = self.config.databases;
         let mut counts: BTreeMap<u32, DbCounts> = BTreeMap::new();
+        match self.other_databases_in_use().await {
+            Ok(true) => {}
+            Ok(false) => {
+                let lines = keyspace_lines(&String::from_utf8_lossy(&text), &counts, 0);
+                let mut out = BytesMut::with_capacity(lines.len() + 16);
+                encode::verbatim(&mut out, proto, *b"txt", lines.as_bytes());
+                return out.freeze();
+            }
+            Err(error) => return error,
+        }
+        // Keys of no database (the in-use marker): not in database 0's line, nor shown.
+        let mut hidden = 0;
         let mut walk = Walk::new(Bytes::from_static(OTHER_DATABASES_PATTERN));
         loop {
             let keys = match walk.page(self).await {
@@ -60,6 +73,11 @@ impl Proxy {
                 .into_iter()
                 .map(|key| (database::split(&key, databases).0, key))
                 .filter(|(db, _)| *db != 0)
+                .filter(|(db, _)| {
+                    let shown = *db != database::NO_DATABASE;
+                    hidden += i64::from(!shown);
+                    shown
+                })
                 .collect();
             let ttls = join_all(keys.iter().map(|(_, key)| {
                 let pttl = smallvec![Bytes::from_static(b"PTTL"), key.clone()];
@@ -75,7 +93,7 @@ impl Proxy {
                 }
             }
         }
-        let lines = keyspace_lines(&String::from_utf8_lossy(&text), &counts);
+        let lines = keyspace_lines(&String::from_utf8_lossy(&text), &counts, hidden);
         let mut out = BytesMut::with_capacity(lines.len() + 16);
         encode::verbatim(&mut out, proto, *b"txt", lines.as_bytes());
         out.freeze()
@@ -83,8 +101,8 @@ impl Proxy {
 }
 
 /// The `# Keyspace` section: the cluster's `db0` line (from `cluster`, the masters' summed
-/// section) less the other databases' `counts`, then theirs.
-fn keyspace_lines(cluster: &str, counts: &BTreeMap<u32, DbCounts>) -> String {
+/// section) less the other databases' `counts` and `hidden` keys of none, then theirs.
+fn keyspace_lines(cluster: &str, counts: &BTreeMap<u32, DbCounts>, hidden: i64) -> String {
     let field = |line: &str, name: &str| -> i64 {
         line.split(',')
             .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
@@ -103,7 +121,7 @@ fn keyspace_lines(cluster: &str, counts: &BTreeMap<u32, DbCounts>) -> String {
             ttl_sum: 0,
         });
     let mut out = String::from("# Keyspace\r\n");
-    let keys = field(db0, "keys") - others.keys;
+    let keys = field(db0, "keys") - others.keys - hidden;
     if keys > 0 {
         let expires = (field(db0, "expires") - others.expires).max(0);
         let avg_ttl = field(db0, "avg_ttl");
@@ -150,7 +168,7 @@ mod tests {
         );
         let cluster = "# Keyspace\r\ndb0:keys=10,expires=3,avg_ttl=700\r\n";
         assert_eq!(
-            keyspace_lines(cluster, &counts),
+            keyspace_lines(cluster, &counts, 0),
             "# Keyspace\r\ndb0:keys=5,expires=1,avg_ttl=700\r\n\
              db3:keys=4,expires=2,avg_ttl=1500\r\ndb12:keys=1,expires=0,avg_ttl=0\r\n"
         );
@@ -168,11 +186,15 @@ mod tests {
             },
         );
         assert_eq!(
-            keyspace_lines("# Keyspace\r\ndb0:keys=2,expires=0,avg_ttl=0\r\n", &counts),
+            keyspace_lines(
+                "# Keyspace\r\ndb0:keys=2,expires=0,avg_ttl=0\r\n",
+                &counts,
+                0
+            ),
             "# Keyspace\r\ndb2:keys=2,expires=0,avg_ttl=0\r\n"
         );
         assert_eq!(
-            keyspace_lines("# Keyspace\r\n", &BTreeMap::new()),
+            keyspace_lines("# Keyspace\r\n", &BTreeMap::new(), 0),
             "# Keyspace\r\n"
         );
     }

@@ -7,10 +7,13 @@
 //! the other databases' keys are dropped from the reply (a SCAN page may come back
 //! shorter, as a MATCH page does). DBSIZE and FLUSHDB walk the keyspace with SCAN: in
 //! database `n > 0` the database's keys, in database 0 the others' (to subtract from the
-//! cluster's DBSIZE) or every key (to delete the database's own, by UNLINK). RANDOMKEY
+//! cluster's DBSIZE, skipped while the in-use marker is absent: see `rewrite::database`)
+//! or every key (to delete the database's own, by UNLINK). RANDOMKEY
 //! asks the nodes' RANDOMKEY a few times for a key of the database, then takes the first
 //! one a SCAN finds. None of these is atomic: keys written while they walk may or may not
 //! be counted or deleted, as with a SCAN.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::{Bytes, BytesMut};
 use smallvec::{smallvec, SmallVec};
@@ -23,6 +26,11 @@ use crate::rewrite::database::{self, OTHER_DATABASES_PATTERN};
 
 use super::super::Proxy;
 use super::request_of;
+
+/// Whether a client of this proxy process has selected a database other than 0 since it
+/// started. A fact about the process's clients, not about one configuration, so it
+/// outlives reloads (each reload makes a new `Proxy` snapshot).
+static DATABASES_SELECTED: AtomicBool = AtomicBool::new(false);
 
 /// The commands the database layer carries out itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,8 +174,9 @@ impl Proxy {
         }
     }
 
-    /// Database `n > 0`: its keys counted by SCAN. Database 0: the cluster's DBSIZE less
-    /// the other databases' keys, counted by SCAN.
+    /// Database `n > 0`: its keys counted by SCAN. Database 0: the cluster's DBSIZE, less
+    /// the other databases' keys counted by SCAN when the in-use marker says there may be
+    /// some.
     async fn db_size(self: &std::sync::Arc<Self>, scope: Scope) -> Bytes {
         let total = match scope.db {
             0 => {
@@ -179,6 +188,13 @@ impl Proxy {
             }
             _ => 0,
         };
+        if scope.db == 0 {
+            match self.other_databases_in_use().await {
+                Ok(false) => return encode::integer_frame(total),
+                Ok(true) => {}
+                Err(error) => return error,
+            }
+        }
         let mut walk = Walk::new(scope.walk_pattern());
         let mut counted = 0i64;
         loop {
@@ -195,6 +211,57 @@ impl Proxy {
         } else {
             counted
         })
+    }
+
+    /// Whether a database other than 0 may hold keys: the in-use marker is present (see
+    /// `rewrite::database`). `Err` is the node's error.
+    pub(super) async fn other_databases_in_use(self: &std::sync::Arc<Self>) -> Result<bool, Bytes> {
+        let reply = self
+            .ask_args(&[b"EXISTS", database::IN_USE_MARKER], Proto::Resp2)
+            .await;
+        merge::integer(&reply).map(|n| n > 0).ok_or(reply)
+    }
+
+    /// SELECT of database `n > 0` (the session answers it): writes the in-use marker
+    /// before the client is told `+OK`, so every key it writes there is written after
+    /// the marker. A failure to write it is logged and SELECT still succeeds: what it
+    /// costs is database 0's counts including other databases' keys until the next
+    /// SELECT writes it, where refusing would fail a client the cluster may serve.
+    pub async fn mark_other_databases_in_use(self: std::sync::Arc<Self>) -> Bytes {
+        DATABASES_SELECTED.store(true, Ordering::Relaxed);
+        let reply = self.write_in_use_marker().await;
+        if reply.first() == Some(&b'-') {
+            tracing::warn!(
+                reply = %String::from_utf8_lossy(&reply).trim_end(),
+                "could not write the in-use marker of databases other than 0"
+            );
+        }
+        Bytes::from_static(b"+OK\r\n")
+    }
+
+    /// After FLUSHALL, which deleted the marker: written again when a client of this
+    /// proxy has selected a database other than 0, as it may still write there without
+    /// selecting it again.
+    pub(in crate::dispatch) async fn mark_again_after_flushall(&self) {
+        if DATABASES_SELECTED.load(Ordering::Relaxed) {
+            let reply = self.write_in_use_marker().await;
+            if reply.first() == Some(&b'-') {
+                tracing::warn!(
+                    reply = %String::from_utf8_lossy(&reply).trim_end(),
+                    "could not write the in-use marker again after FLUSHALL"
+                );
+            }
+        }
+    }
+
+    /// `SET` of the in-use marker on its master.
+    async fn write_in_use_marker(&self) -> Bytes {
+        let slot = crate::route::key_slot(database::IN_USE_MARKER);
+        let request =
+            crate::protocol::encode::encode_request(&[b"SET", database::IN_USE_MARKER, b"1"]);
+        self.upstream
+            .forward(super::super::Target::Slot(slot), request, Proto::Resp2)
+            .await
     }
 
     /// FLUSHDB [ASYNC|SYNC]: the database's keys found by SCAN, deleted by UNLINK page by
