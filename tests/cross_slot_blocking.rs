@@ -9,11 +9,10 @@
 
 mod common;
 
-use std::io::Read;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{query, shared_cluster, wait_until, Proxy, Raw, Standalone};
+use common::{query, replay_on_both, shared_cluster, wait_until, Proxy, Raw, Standalone};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
@@ -24,35 +23,6 @@ fn proxy() -> &'static Proxy {
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn send(raw: &mut Raw, line: &str) {
-    let words: Vec<&str> = line.split(' ').collect();
-    raw.send(&words);
-}
-
-/// The next reply if one comes within `within`, else `None` (nothing read).
-fn reply_within(raw: &mut Raw, within: Duration) -> Option<String> {
-    raw.stream.set_read_timeout(Some(within)).unwrap();
-    let mut first = [0u8; 1];
-    let got = match raw.stream.read(&mut first) {
-        Ok(0) => panic!("the proxy closed the connection"),
-        Ok(_) => true,
-        Err(_) => false,
-    };
-    raw.stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    if !got {
-        return None;
-    }
-    let mut reply = vec![first[0]];
-    let mut buf = [0u8; 4096];
-    while !common::reply_complete(&reply) {
-        let n = raw.stream.read(&mut buf).expect("the rest of the reply");
-        reply.extend_from_slice(&buf[..n]);
-    }
-    Some(String::from_utf8_lossy(&reply).into_owned())
 }
 
 /// Sequences run on one redis-server and through the proxy, `{a}` `{b}` `{c}` the keys.
@@ -74,49 +44,14 @@ const SEQUENCES: &[&str] = &[
 fn replies_with_data_present_or_none_equal_one_redis() {
     let _serial = serial();
     let standalone = Standalone::start();
-    let [a, b, c] = shared_cluster().keys_on_three_masters("bpop:same");
-    for resp3 in [false, true] {
-        let mut reference = Raw::connect_in(standalone.addr(), resp3);
-        let mut through = Raw::connect_in(proxy().addr(), resp3);
-        for sequence in SEQUENCES {
-            let sequence = sequence
-                .replace("{a}", &a)
-                .replace("{b}", &b)
-                .replace("{c}", &c);
-            for conn in [&mut reference, &mut through] {
-                conn.call_line(&format!("DEL {a} {b} {c}"));
-            }
-            for step in sequence.split('|') {
-                let started = Instant::now();
-                let want = reference.call_line(step);
-                let took = started.elapsed();
-                let started = Instant::now();
-                let got = through.call_line(step);
-                assert_eq!(got, want, "RESP3 {resp3}: {step}");
-                if step.contains(" 0.2") && want.starts_with(['*', '_']) && want.len() < 6 {
-                    let waited = started.elapsed();
-                    assert!(
-                        waited >= Duration::from_millis(190)
-                            && waited < took + Duration::from_secs(1),
-                        "{step}: {waited:?}"
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// Whether the proxy's CLIENT LIST shows client `id` blocked.
-fn shown_blocked(admin: &mut Raw, id: &str) -> bool {
-    let list = admin.call(&["CLIENT", "LIST"]);
-    list.lines()
-        .any(|line| line.contains(&format!("id={id} ")) && line.contains(" flags=b "))
-}
-
-/// The client's id, as CLIENT ID through the proxy gives it.
-fn client_id(raw: &mut Raw) -> String {
-    let reply = raw.call(&["CLIENT", "ID"]);
-    reply.trim_start_matches(':').trim_end().to_string()
+    let keys = shared_cluster().keys_on_three_masters("bpop:same");
+    replay_on_both(
+        standalone.addr(),
+        proxy().addr(),
+        SEQUENCES,
+        &keys,
+        |step, want| step.contains(" 0.2") && want.starts_with(['*', '_']) && want.len() < 6,
+    );
 }
 
 /// Connections on every master waiting in BLMOVE (what a blocked emulated pop runs).
@@ -172,15 +107,17 @@ fn a_push_to_any_key_serves_the_blocked_client() {
                 .replace("{n}", &a.len().to_string())
         };
         let mut blocked = Raw::connect_in(proxy().addr(), resp3);
-        let id = client_id(&mut blocked);
-        send(&mut blocked, &fill(blocking));
+        let id = blocked.client_id();
+        blocked.send_line(&fill(blocking));
         wait_until("the client blocked", Duration::from_secs(5), || {
-            shown_blocked(&mut admin, &id)
+            admin.shows_blocked(&id)
         });
-        assert_eq!(reply_within(&mut blocked, Duration::from_millis(300)), None);
+        assert_eq!(blocked.reply_within(Duration::from_millis(300)), None);
         let started = Instant::now();
         admin.call_line(&fill(push));
-        let reply = reply_within(&mut blocked, Duration::from_secs(3)).expect("served");
+        let reply = blocked
+            .reply_within(Duration::from_secs(3))
+            .expect("served");
         assert_eq!(reply, fill(served), "{blocking}");
         // Sorted sets are polled: served within the longest interval, and some slack.
         assert!(
@@ -210,16 +147,16 @@ fn one_push_serves_exactly_one_of_two_clients_blocked_on_overlapping_keys() {
         };
         let mut first = Raw::connect_in(proxy().addr(), false);
         let mut second = Raw::connect_in(proxy().addr(), false);
-        let (first_id, second_id) = (client_id(&mut first), client_id(&mut second));
-        send(&mut first, &fill(first_cmd, ""));
-        send(&mut second, &fill(second_cmd, ""));
+        let (first_id, second_id) = (first.client_id(), second.client_id());
+        first.send_line(&fill(first_cmd, ""));
+        second.send_line(&fill(second_cmd, ""));
         wait_until("both clients blocked", Duration::from_secs(5), || {
-            shown_blocked(&mut admin, &first_id) && shown_blocked(&mut admin, &second_id)
+            admin.shows_blocked(&first_id) && admin.shows_blocked(&second_id)
         });
         admin.call_line(&fill(push, "one"));
         let replies = [
-            reply_within(&mut first, Duration::from_millis(800)),
-            reply_within(&mut second, Duration::from_millis(800)),
+            first.reply_within(Duration::from_millis(800)),
+            second.reply_within(Duration::from_millis(800)),
         ];
         let served = replies.iter().filter(|reply| reply.is_some()).count();
         assert_eq!(served, 1, "{first_cmd} / {second_cmd}: {replies:?}");
@@ -232,7 +169,9 @@ fn one_push_serves_exactly_one_of_two_clients_blocked_on_overlapping_keys() {
             &mut second
         };
         admin.call_line(&fill(push, "two"));
-        let other = reply_within(waiting, Duration::from_secs(3)).expect("the other served");
+        let other = waiting
+            .reply_within(Duration::from_secs(3))
+            .expect("the other served");
         assert!(other.contains("\r\ntwo\r\n"), "{other}");
         assert_eq!(admin.call_line(&format!("EXISTS {b}")), ":0\r\n");
     }
@@ -258,22 +197,24 @@ fn client_unblock_ends_the_wait_and_a_disconnect_leaves_none() {
             .replace("{b}", &b)
             .replace("{c}", &c);
         let mut blocked = Raw::connect_in(proxy().addr(), false);
-        let id = client_id(&mut blocked);
-        send(&mut blocked, &blocking);
+        let id = blocked.client_id();
+        blocked.send_line(&blocking);
         // A sorted-set pop shows as blocked while it waits between two probes.
         wait_until("unblocked", Duration::from_secs(5), || {
             admin.call(&["CLIENT", "UNBLOCK", &id, mode]) == ":1\r\n"
         });
-        let reply = reply_within(&mut blocked, Duration::from_secs(3)).expect("answered");
+        let reply = blocked
+            .reply_within(Duration::from_secs(3))
+            .expect("answered");
         assert_eq!(reply, answer, "{blocking}");
     }
     // A client that goes away ends its waits on every master.
     let before = waits_on_masters();
     let mut leaving = Raw::connect_in(proxy().addr(), false);
-    let id = client_id(&mut leaving);
-    send(&mut leaving, &format!("BLPOP {a} {b} {c} 0"));
+    let id = leaving.client_id();
+    leaving.send_line(&format!("BLPOP {a} {b} {c} 0"));
     wait_until("waits on every master", Duration::from_secs(5), || {
-        shown_blocked(&mut admin, &id) && waits_on_masters() >= before + 3
+        admin.shows_blocked(&id) && waits_on_masters() >= before + 3
     });
     drop(leaving);
     wait_until("no wait left", Duration::from_secs(5), || {
@@ -357,11 +298,13 @@ fn under_a_layout_the_reply_names_the_clients_key() {
     );
     // Blocked on both, served by a push to the first.
     let mut blocked = Raw::connect_in(layout.addr(), false);
-    send(&mut blocked, &format!("BRPOP {second} {first} 0"));
-    assert_eq!(reply_within(&mut blocked, Duration::from_millis(300)), None);
+    blocked.send_line(&format!("BRPOP {second} {first} 0"));
+    assert_eq!(blocked.reply_within(Duration::from_millis(300)), None);
     conn.call_line(&format!("LPUSH {first} later"));
     assert_eq!(
-        reply_within(&mut blocked, Duration::from_secs(3)).expect("served"),
+        blocked
+            .reply_within(Duration::from_secs(3))
+            .expect("served"),
         format!("*2\r\n${}\r\n{first}\r\n$5\r\nlater\r\n", first.len())
     );
 }

@@ -12,7 +12,7 @@ mod common;
 use std::collections::HashSet;
 use std::thread;
 
-use common::{shared_cluster, Proxy, Raw, Standalone};
+use common::{replay_on_both, shared_cluster, Proxy, Raw, Standalone};
 
 fn proxy() -> &'static Proxy {
     static PROXY: std::sync::OnceLock<Proxy> = std::sync::OnceLock::new();
@@ -38,24 +38,14 @@ const SEQUENCES: &[&str] = &[
 #[test]
 fn replies_equal_one_redis_in_both_protocols() {
     let standalone = Standalone::start();
-    let [a, b, c] = shared_cluster().keys_on_three_masters("mpop:same");
-    for resp3 in [false, true] {
-        let mut reference = Raw::connect_in(standalone.addr(), resp3);
-        let mut through = Raw::connect_in(proxy().addr(), resp3);
-        for sequence in SEQUENCES {
-            let sequence = sequence
-                .replace("{a}", &a)
-                .replace("{b}", &b)
-                .replace("{c}", &c);
-            for conn in [&mut reference, &mut through] {
-                conn.call_line(&format!("DEL {a} {b} {c}"));
-            }
-            for step in sequence.split('|') {
-                let want = reference.call_line(step);
-                assert_eq!(through.call_line(step), want, "RESP3 {resp3}: {step}");
-            }
-        }
-    }
+    let keys = shared_cluster().keys_on_three_masters("mpop:same");
+    replay_on_both(
+        standalone.addr(),
+        proxy().addr(),
+        SEQUENCES,
+        &keys,
+        |_, _| false,
+    );
 }
 
 /// The elements of an LMPOP reply in RESP2 (`*2 key *n elements`), none for the null.

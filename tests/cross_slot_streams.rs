@@ -9,11 +9,10 @@
 
 mod common;
 
-use std::io::Read;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{query, shared_cluster, wait_until, Proxy, Raw, Standalone};
+use common::{query, replay_on_both, shared_cluster, wait_until, Proxy, Raw, Standalone};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
@@ -24,35 +23,6 @@ fn proxy() -> &'static Proxy {
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn send(raw: &mut Raw, line: &str) {
-    let words: Vec<&str> = line.split(' ').collect();
-    raw.send(&words);
-}
-
-/// The next reply if one comes within `within`, else `None` (nothing read).
-fn reply_within(raw: &mut Raw, within: Duration) -> Option<String> {
-    raw.stream.set_read_timeout(Some(within)).unwrap();
-    let mut first = [0u8; 1];
-    let got = match raw.stream.read(&mut first) {
-        Ok(0) => panic!("the proxy closed the connection"),
-        Ok(_) => true,
-        Err(_) => false,
-    };
-    raw.stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    if !got {
-        return None;
-    }
-    let mut reply = vec![first[0]];
-    let mut buf = [0u8; 4096];
-    while !common::reply_complete(&reply) {
-        let n = raw.stream.read(&mut buf).expect("the rest of the reply");
-        reply.extend_from_slice(&buf[..n]);
-    }
-    Some(String::from_utf8_lossy(&reply).into_owned())
 }
 
 /// Sequences run on one redis-server and through the proxy, `{a}` `{b}` `{c}` the streams.
@@ -72,49 +42,14 @@ const SEQUENCES: &[&str] = &[
 fn replies_with_entries_present_or_none_equal_one_redis() {
     let _serial = serial();
     let standalone = Standalone::start();
-    let [a, b, c] = shared_cluster().keys_on_three_masters("xread:same");
-    for resp3 in [false, true] {
-        let mut reference = Raw::connect_in(standalone.addr(), resp3);
-        let mut through = Raw::connect_in(proxy().addr(), resp3);
-        for sequence in SEQUENCES {
-            let sequence = sequence
-                .replace("{a}", &a)
-                .replace("{b}", &b)
-                .replace("{c}", &c);
-            for conn in [&mut reference, &mut through] {
-                conn.call_line(&format!("DEL {a} {b} {c}"));
-            }
-            for step in sequence.split('|') {
-                let started = Instant::now();
-                let want = reference.call_line(step);
-                let took = started.elapsed();
-                let started = Instant::now();
-                let got = through.call_line(step);
-                assert_eq!(got, want, "RESP3 {resp3}: {step}");
-                if step.contains("BLOCK 200") {
-                    let waited = started.elapsed();
-                    assert!(
-                        waited >= Duration::from_millis(190)
-                            && waited < took + Duration::from_secs(1),
-                        "{step}: {waited:?}"
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// Whether the proxy's CLIENT LIST shows client `id` blocked.
-fn shown_blocked(admin: &mut Raw, id: &str) -> bool {
-    let list = admin.call(&["CLIENT", "LIST"]);
-    list.lines()
-        .any(|line| line.contains(&format!("id={id} ")) && line.contains(" flags=b "))
-}
-
-/// The client's id, as CLIENT ID through the proxy gives it.
-fn client_id(raw: &mut Raw) -> String {
-    let reply = raw.call(&["CLIENT", "ID"]);
-    reply.trim_start_matches(':').trim_end().to_string()
+    let keys = shared_cluster().keys_on_three_masters("xread:same");
+    replay_on_both(
+        standalone.addr(),
+        proxy().addr(),
+        SEQUENCES,
+        &keys,
+        |step, _| step.contains("BLOCK 200"),
+    );
 }
 
 /// Connections on every master blocked in XREAD (the probes run XREAD on shared
@@ -164,14 +99,14 @@ fn an_xadd_to_any_stream_serves_the_blocked_client_with_what_is_new() {
         admin.call_line(&fill("DEL {a} {b} {c}"));
         admin.call_line(&fill(before));
         let mut blocked = Raw::connect_in(proxy().addr(), resp3);
-        let id = client_id(&mut blocked);
-        send(&mut blocked, &fill(blocking));
+        let id = blocked.client_id();
+        blocked.send_line(&fill(blocking));
         wait_until("the client blocked", Duration::from_secs(5), || {
-            shown_blocked(&mut admin, &id)
+            admin.shows_blocked(&id)
         });
-        assert_eq!(reply_within(&mut blocked, Duration::from_millis(300)), None);
+        assert_eq!(blocked.reply_within(Duration::from_millis(300)), None);
         admin.call_line(&fill(push));
-        let reply = reply_within(&mut blocked, Duration::from_secs(3)).expect("served");
+        let reply = blocked.reply_within(Duration::from_secs(3)).expect("served");
         assert_eq!(reply, fill(served), "{blocking}");
         wait_until("the other waits ended", Duration::from_secs(5), || {
             waits_on_masters() == 0
@@ -193,15 +128,14 @@ fn client_unblock_ends_the_wait_and_a_disconnect_leaves_none() {
         ),
     ] {
         let mut blocked = Raw::connect_in(proxy().addr(), false);
-        let id = client_id(&mut blocked);
-        send(
-            &mut blocked,
-            &format!("XREAD BLOCK 0 STREAMS {a} {b} {c} $ $ $"),
-        );
+        let id = blocked.client_id();
+        blocked.send_line(&format!("XREAD BLOCK 0 STREAMS {a} {b} {c} $ $ $"));
         wait_until("unblocked", Duration::from_secs(5), || {
             admin.call(&["CLIENT", "UNBLOCK", &id, mode]) == ":1\r\n"
         });
-        let reply = reply_within(&mut blocked, Duration::from_secs(3)).expect("answered");
+        let reply = blocked
+            .reply_within(Duration::from_secs(3))
+            .expect("answered");
         assert_eq!(reply, answer, "{mode}");
     }
     wait_until("no wait left", Duration::from_secs(5), || {
@@ -209,13 +143,10 @@ fn client_unblock_ends_the_wait_and_a_disconnect_leaves_none() {
     });
     // A client that goes away ends its waits on every master.
     let mut leaving = Raw::connect_in(proxy().addr(), false);
-    let id = client_id(&mut leaving);
-    send(
-        &mut leaving,
-        &format!("XREAD BLOCK 0 STREAMS {a} {b} {c} 0 0 0"),
-    );
+    let id = leaving.client_id();
+    leaving.send_line(&format!("XREAD BLOCK 0 STREAMS {a} {b} {c} 0 0 0"));
     wait_until("waits on every master", Duration::from_secs(5), || {
-        shown_blocked(&mut admin, &id) && waits_on_masters() == 3
+        admin.shows_blocked(&id) && waits_on_masters() == 3
     });
     drop(leaving);
     wait_until("no wait left", Duration::from_secs(5), || {
@@ -244,13 +175,15 @@ fn more_than_sixteen_streams_are_polled() {
     ]
     .concat();
     blocked.send(&command);
-    assert_eq!(reply_within(&mut blocked, Duration::from_millis(300)), None);
+    assert_eq!(blocked.reply_within(Duration::from_millis(300)), None);
     // At most one wait per polling client, on its first stream.
     assert!(waits_on_masters() <= 1, "{}", waits_on_masters());
     let last = &keys[19];
     let started = Instant::now();
     admin.call(&["XADD", last, "9-9", "f", "v"]);
-    let reply = reply_within(&mut blocked, Duration::from_secs(3)).expect("served");
+    let reply = blocked
+        .reply_within(Duration::from_secs(3))
+        .expect("served");
     assert_eq!(
         reply,
         format!(

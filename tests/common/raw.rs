@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a read may wait for the next bytes of a reply before the test fails.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -84,6 +84,50 @@ impl Raw {
 }
 
 impl Raw {
+    /// Sends a command line whose arguments are split on single spaces, without reading
+    /// its reply (a blocking command, say).
+    pub fn send_line(&mut self, line: &str) {
+        let words: Vec<&str> = line.split(' ').collect();
+        self.send(&words);
+    }
+
+    /// The next reply if one starts within `within`, else `None` (nothing read): for a
+    /// command that should still be waiting, or should be answered by now.
+    pub fn reply_within(&mut self, within: Duration) -> Option<String> {
+        self.stream.set_read_timeout(Some(within)).unwrap();
+        let mut first = [0u8; 1];
+        let got = match self.stream.read(&mut first) {
+            Ok(0) => panic!("the connection was closed"),
+            Ok(_) => true,
+            Err(_) => false,
+        };
+        self.stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        if !got {
+            return None;
+        }
+        let mut reply = vec![first[0]];
+        let mut buf = [0u8; 4096];
+        while !reply_complete(&reply) {
+            let n = self.stream.read(&mut buf).expect("the rest of the reply");
+            assert!(n > 0, "the connection was closed mid-reply");
+            reply.extend_from_slice(&buf[..n]);
+        }
+        Some(String::from_utf8_lossy(&reply).into_owned())
+    }
+
+    /// The connection's id, as CLIENT ID gives it.
+    pub fn client_id(&mut self) -> String {
+        let reply = self.call(&["CLIENT", "ID"]);
+        reply.trim_start_matches(':').trim_end().to_string()
+    }
+
+    /// Whether this connection's CLIENT LIST shows client `id` blocked (`flags=b`).
+    pub fn shows_blocked(&mut self, id: &str) -> bool {
+        let list = self.call(&["CLIENT", "LIST"]);
+        list.lines()
+            .any(|line| line.contains(&format!("id={id} ")) && line.contains(" flags=b "))
+    }
+
     /// Writes `wire` (any number of requests) in one write and returns the next `count`
     /// replies, each as its exact bytes.
     pub fn pipeline(&mut self, wire: &[u8], count: usize) -> Vec<Vec<u8>> {
@@ -105,6 +149,50 @@ impl Raw {
                 replies.len()
             );
             data.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// Runs each sequence (steps separated by `|`, `{a}` `{b}` `{c}` standing for `keys`) on
+/// one redis-server and through the proxy, in RESP2 then RESP3, after deleting the keys on
+/// both, and asserts every reply through the proxy is the server's. A step `waits` says
+/// (given the step and the server's reply) must take at least 190 ms through the proxy (a
+/// timeout ran out), and not a second longer than on the server.
+pub fn replay_on_both(
+    reference: &str,
+    proxy: &str,
+    sequences: &[&str],
+    keys: &[String; 3],
+    waits: impl Fn(&str, &str) -> bool,
+) {
+    let [a, b, c] = keys;
+    for resp3 in [false, true] {
+        let mut reference = Raw::connect_in(reference, resp3);
+        let mut through = Raw::connect_in(proxy, resp3);
+        for sequence in sequences {
+            let sequence = sequence
+                .replace("{a}", a)
+                .replace("{b}", b)
+                .replace("{c}", c);
+            for conn in [&mut reference, &mut through] {
+                conn.call_line(&format!("DEL {a} {b} {c}"));
+            }
+            for step in sequence.split('|') {
+                let started = Instant::now();
+                let want = reference.call_line(step);
+                let took = started.elapsed();
+                let started = Instant::now();
+                let got = through.call_line(step);
+                assert_eq!(got, want, "RESP3 {resp3}: {step}");
+                if waits(step, &want) {
+                    let waited = started.elapsed();
+                    assert!(
+                        waited >= Duration::from_millis(190)
+                            && waited < took + Duration::from_secs(1),
+                        "{step}: {waited:?}"
+                    );
+                }
+            }
         }
     }
 }
