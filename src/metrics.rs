@@ -182,9 +182,10 @@ fn describe() {
         "Open connections to each cluster node"
     );
     describe_backend_and_layout();
+    describe_clients_and_upstream();
 }
 
-/// The second half of [`describe`].
+/// [`describe`]'s node connection, traffic and layout metrics.
 fn describe_backend_and_layout() {
     describe_counter!(
         BACKEND_CONNECT_ERRORS,
@@ -222,6 +223,10 @@ fn describe_backend_and_layout() {
         Unit::Count,
         "Index upkeep script calls (writes to index-backed keys, one per slot)"
     );
+}
+
+/// [`describe`]'s client state, transaction, reload and upstream metrics.
+fn describe_clients_and_upstream() {
     describe_gauge!(PUBSUB_SUBSCRIBERS, Unit::Count, "Clients in subscribe mode");
     describe_gauge!(
         BLOCKED_CLIENTS,

@@ -104,24 +104,12 @@ impl Layout {
                 reaches_renamed |= rule.cluster.is_some();
                 match self.pinned_index_keys(prefix, rule_at, &literal) {
                     Some(index_keys) => {
-                        let family = FamilyId(rule.family);
-                        match index_reads
-                            .iter_mut()
-                            .find(|read| read.prefix == prefix && read.family == family)
-                        {
-                            Some(read) => {
-                                for key in index_keys {
-                                    if !read.index_keys.contains(&key) {
-                                        read.index_keys.push(key);
-                                    }
-                                }
-                            }
-                            None => index_reads.push(IndexRead {
-                                prefix,
-                                family,
-                                index_keys,
-                            }),
-                        }
+                        let read = IndexRead {
+                            prefix,
+                            family: FamilyId(rule.family),
+                            index_keys,
+                        };
+                        add_index_read(&mut index_reads, read);
                         served.push((prefix, rule_at));
                         served_nfas.push(nfa);
                     }
@@ -193,5 +181,23 @@ impl Layout {
                 .map(|bucket| self.render_index_key(prefix, rule, &values, bucket as u8))
                 .collect(),
         })
+    }
+}
+
+/// Adds `read` to `reads`: merged into the read of the same prefix and family, each index
+/// key once, so one listing reads an index once however many rules share it.
+fn add_index_read(reads: &mut Vec<IndexRead>, read: IndexRead) {
+    match reads
+        .iter_mut()
+        .find(|known| known.prefix == read.prefix && known.family == read.family)
+    {
+        Some(known) => {
+            for key in read.index_keys {
+                if !known.index_keys.contains(&key) {
+                    known.index_keys.push(key);
+                }
+            }
+        }
+        None => reads.push(read),
     }
 }

@@ -185,32 +185,53 @@ impl Upstream {
             if watched {
                 return watch_failed(proto);
             }
-            match refusal {
-                Redirect::Moved { .. } | Redirect::Ask { .. } => {
-                    if !budget.follow_redirect().await {
-                        return reply::error(reply::text::TOO_MANY_REDIRECTS);
-                    }
-                    (conn, asking) = self.block_redirected_to(refusal, proto);
+            let next = self
+                .after_refused_block(refusal, exec_reply, this, asking, &mut budget, proto)
+                .await;
+            match next {
+                Ok(next) => (conn, asking) = next,
+                Err(reply) => return reply,
+            }
+        }
+    }
+
+    /// Where the next attempt of a block the node refused with `refusal` goes (a
+    /// connection to reuse, or `None` for the slot's master, and whether to send ASKING),
+    /// once redirects or the retry backoff allow; `Err` is the reply when they do not.
+    async fn after_refused_block(
+        &self,
+        refusal: Redirect,
+        exec_reply: Bytes,
+        this: NodeConn,
+        asking: bool,
+        budget: &mut RetryBudget<'_>,
+        proto: Proto,
+    ) -> Result<(Option<NodeConn>, bool), Bytes> {
+        match refusal {
+            Redirect::Moved { .. } | Redirect::Ask { .. } => {
+                if !budget.follow_redirect().await {
+                    return Err(reply::error(reply::text::TOO_MANY_REDIRECTS));
                 }
-                Redirect::NoScript => return exec_reply,
-                retryable => {
-                    if matches!(
-                        retryable,
-                        Redirect::ReadOnly | Redirect::MasterDown | Redirect::ClusterDown
-                    ) {
-                        self.topology.request_refresh();
-                    }
-                    if !budget.wait_for_retry().await {
-                        return exec_reply;
-                    }
-                    if asking && retryable == Redirect::TryAgain {
-                        // The importing node has some of the keys but not all yet: ask it
-                        // again once more have moved, rather than going back to the source,
-                        // which would send us here again for the ones it no longer has.
-                        conn = Some(this);
-                    } else {
-                        asking = false;
-                    }
+                Ok(self.block_redirected_to(refusal, proto))
+            }
+            Redirect::NoScript => Err(exec_reply),
+            retryable => {
+                if matches!(
+                    retryable,
+                    Redirect::ReadOnly | Redirect::MasterDown | Redirect::ClusterDown
+                ) {
+                    self.topology.request_refresh();
+                }
+                if !budget.wait_for_retry().await {
+                    return Err(exec_reply);
+                }
+                if asking && retryable == Redirect::TryAgain {
+                    // The importing node has some of the keys but not all yet: ask it
+                    // again once more have moved, rather than going back to the source,
+                    // which would send us here again for the ones it no longer has.
+                    Ok((Some(this), true))
+                } else {
+                    Ok((None, false))
                 }
             }
         }

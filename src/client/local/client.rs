@@ -81,27 +81,31 @@ pub(super) fn answer(
             | b"no-touch" | b"getredir",
             _,
         ) => reply::wrong_arity(&format!("client|{}", String::from_utf8_lossy(&sub))),
-        (b"reply", 3) => {
-            let mode = match args[2].to_ascii_lowercase().as_slice() {
-                b"on" => ReplyMode::On,
-                b"off" => ReplyMode::Off,
-                // As in Redis, SKIP while replies are off changes nothing.
-                b"skip" if state.replies == ReplyMode::Off => ReplyMode::Off,
-                b"skip" => ReplyMode::SkipNext,
-                _ => return Answer::reply(reply::error(SYNTAX)),
-            };
-            state.replies = mode;
-            return Some(Answer {
-                reply: ok(),
-                close: false,
-                silent: mode != ReplyMode::On,
-                pending: None,
-            });
-        }
+        (b"reply", 3) => return reply_mode(state, &args[2]),
         (b"reply", _) => reply::wrong_arity("client|reply"),
         _ => reply::unknown_subcommand("client", &args[1]),
     };
     Answer::reply(reply)
+}
+
+/// CLIENT REPLY ON|OFF|SKIP: whether the next replies are sent; this one is not when
+/// replies go off.
+fn reply_mode(state: &mut ConnState, mode: &[u8]) -> Option<Answer> {
+    let mode = match mode.to_ascii_lowercase().as_slice() {
+        b"on" => ReplyMode::On,
+        b"off" => ReplyMode::Off,
+        // As in Redis, SKIP while replies are off changes nothing.
+        b"skip" if state.replies == ReplyMode::Off => ReplyMode::Off,
+        b"skip" => ReplyMode::SkipNext,
+        _ => return Answer::reply(reply::error(SYNTAX)),
+    };
+    state.replies = mode;
+    Some(Answer {
+        reply: ok(),
+        close: false,
+        silent: mode != ReplyMode::On,
+        pending: None,
+    })
 }
 
 /// CLIENT SETINFO LIB-NAME|LIB-VER value, checked as Redis checks it and shown by CLIENT
