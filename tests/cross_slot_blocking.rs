@@ -37,7 +37,7 @@ const SEQUENCES: &[&str] = &[
     // Errors before any key is looked at.
     "BLPOP {a} {b} x|BLPOP {a} {b} -1|BZPOPMIN {a} {b} inf|BLMPOP 1 0 {a} {b} LEFT|BLMPOP 1 2 {a} {b} UP|BLMPOP 1 2 {a} {b} LEFT COUNT 0|BZMPOP 1 2 {a} {b} LEFT",
     // Nothing anywhere: the timeout's null.
-    "BLPOP {a} {b} {c} 0.2|BRPOP {a} {c} 0.1|BLMPOP 0.1 2 {a} {b} LEFT|BZPOPMIN {a} {b} {c} 0.2|BZMPOP 0.1 2 {b} {c} MAX",
+    "BLPOP {a} {b} {c} 0.2|BRPOP {a} {c} 0.1|BLPOP {a} {b} 0x1.8p-4|BLPOP {a} {b} 0x|BLPOP {a} {b} 0x1p|BLMPOP 0.1 2 {a} {b} LEFT|BZPOPMIN {a} {b} {c} 0.2|BZMPOP 0.1 2 {b} {c} MAX",
 ];
 
 #[test]

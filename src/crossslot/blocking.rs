@@ -228,13 +228,13 @@ const TIMEOUT_NOT_FLOAT: &str = "ERR timeout is not a float or out of range";
 /// The timeout in seconds as Redis 7.0 reads it: a float, rounded up to whole
 /// milliseconds, 0 (also a negative fraction of a millisecond) for ever. A value beyond
 /// what a 64-bit count of milliseconds holds (`inf`, `1e18`) is "negative" there, as its
-/// conversion on x86-64 gives the least integer. Hexadecimal floats, which Redis also
-/// reads, are refused here as not a float.
+/// conversion on x86-64 gives the least integer. Hexadecimal floats (`0x1.8p-1`) are read
+/// as strtold reads them.
 fn parse_timeout(arg: &[u8]) -> Result<Option<Duration>, Bytes> {
     let seconds = std::str::from_utf8(arg)
         .ok()
         .filter(|s| !s.is_empty() && !s.starts_with(char::is_whitespace))
-        .and_then(|s| s.parse::<f64>().ok())
+        .and_then(|s| s.parse::<f64>().ok().or_else(|| super::score::parse(arg)))
         .filter(|s| !s.is_nan())
         .ok_or_else(|| reply::error(TIMEOUT_NOT_FLOAT))?;
     let millis = (seconds * 1000.0).ceil();

@@ -36,6 +36,16 @@ fn keys_and_timeouts_are_read_as_redis_reads_them() {
         Some(Duration::from_millis(1))
     );
     assert_eq!(parsed("BRPOP a b -0.0004").timeout, None);
+    // Hexadecimal floats, as strtold reads them.
+    assert_eq!(
+        parsed("BLPOP a b 0x1.8p-1").timeout,
+        Some(Duration::from_millis(750))
+    );
+    assert_eq!(
+        parsed("BLPOP a b 0X2").timeout,
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(parsed("BLPOP a b -0x0").timeout, None);
     assert_eq!(
         parsed("BRPOP a b .5").timeout,
         Some(Duration::from_millis(500))
