@@ -154,3 +154,25 @@ fn ready_connections_log_in_as_the_backend_user() {
         format!("*2\r\n${}\r\n{key}\r\n$1\r\nv\r\n", key.len())
     );
 }
+
+/// The proxy accepts its first client only once every master holds its ready connections
+/// in both protocols (three each, answered PING), so the first blocking commands after a
+/// start take one as later ones do.
+#[test]
+fn ready_connections_are_open_before_the_first_client_is_accepted() {
+    let cluster = common::Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    for master in cluster.masters() {
+        let list: String = query(&master, redis::cmd("CLIENT").arg("LIST")).unwrap();
+        let ready = |resp: &str| {
+            list.lines()
+                .filter(|line| line.contains(" cmd=ping ") && line.contains(resp))
+                .count()
+        };
+        assert!(
+            ready(" resp=2") >= 3 && ready(" resp=3") >= 3,
+            "{master} when the proxy accepted: {list}"
+        );
+    }
+    drop(proxy);
+}

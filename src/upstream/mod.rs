@@ -69,4 +69,11 @@ impl Upstream {
             warm,
         }
     }
+
+    /// Waits until every master's ready connections for blocking commands are open, for
+    /// at most `within`: a snapshot that serves before they are would open one on demand
+    /// for its first blocking commands, which other clients' later commands can overtake.
+    pub async fn warm_up(&self, within: std::time::Duration) {
+        self.warm.until_ready(within).await;
+    }
 }

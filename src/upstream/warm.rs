@@ -13,7 +13,8 @@
 //! it is never given back (it may still carry the blocking command when its client left),
 //! a new one is opened in the background to take its place. At most [`WARM_PER_NODE`]
 //! ready or opening connections per node and protocol. Every master of the slot map gets
-//! its sets, in both protocols, when the upstream is built; a master that appears later
+//! its sets, in both protocols, when the upstream is built, and a new snapshot serves only
+//! once they are open (or a short wait has passed); a master that appears later
 //! gets them at its first blocking command. When no ready connection is there (a burst of
 //! blocking commands larger than the set, a node just restarted), the command opens its
 //! own, as before.
@@ -97,6 +98,25 @@ impl WarmConns {
             .by_node
             .get(&(addr.clone(), proto))
             .map_or(0, |set| set.ready.len())
+    }
+
+    /// Waits until every master of the slot map has its full sets in both protocols, or
+    /// `within` has passed (a master that does not answer leaves its sets short).
+    pub async fn until_ready(&self, within: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        let masters: Vec<NodeAddr> = self.topology.routing().map.masters().to_vec();
+        let full = |warm: &WarmConns| {
+            masters.iter().all(|addr| {
+                [Proto::Resp2, Proto::Resp3]
+                    .into_iter()
+                    .all(|proto| warm.ready_on(addr, proto) >= WARM_PER_NODE)
+            })
+        };
+        // Polled: this runs once per start or reload, and a connection opens in about a
+        // millisecond on a healthy network.
+        while !full(self) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
     }
 
     /// Opens as many connections to `addr` as the set lacks, each added once its PING is
