@@ -128,6 +128,35 @@ impl<'a> Iterator for ElementFrames<'a> {
         elements.remaining -= 1;
         Some(frame)
     }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl<'a> ElementFrames<'a> {
+    /// How many element frames are left to read.
+    pub fn len(&self) -> usize {
+        self.0.remaining
+    }
+
+    /// Whether every element frame has been read.
+    pub fn is_empty(&self) -> bool {
+        self.0.remaining == 0
+    }
+
+    /// The element frames left to read when there are exactly `N` of them, for a reply of
+    /// a fixed shape (SCAN's cursor and keys).
+    pub fn exactly<const N: usize>(mut self) -> Option<[&'a [u8]; N]> {
+        if self.len() != N {
+            return None;
+        }
+        let mut frames: [&'a [u8]; N] = [&[]; N];
+        for frame in &mut frames {
+            *frame = self.next()?;
+        }
+        Some(frames)
+    }
 }
 
 impl<'a> ReplyView<'a> {
@@ -147,6 +176,17 @@ impl<'a> ReplyView<'a> {
     /// [`Elements::len`] is zero once they end.
     pub fn scanned(frame: &'a [u8]) -> Result<ReplyView<'a>, ProtocolError> {
         read_view(frame)
+    }
+
+    /// The frame of each element of `frame` when it is an array (`*`), set (`~`) or push
+    /// (`>`) reply, checked whole: what a caller that forwards or rebuilds elements reads.
+    /// `None` for anything else: a null array, an error, a map, a frame behind an
+    /// attribute, malformed bytes.
+    pub fn element_frames(frame: &'a [u8]) -> Option<ElementFrames<'a>> {
+        if !matches!(frame.first(), Some(b'*' | b'~' | b'>')) {
+            return None;
+        }
+        Some(ReplyView::parse(frame).ok()?.elements()?.frames())
     }
 
     /// The text of a bulk, simple or verbatim string.
@@ -629,6 +669,41 @@ mod tests {
             frames,
             [&b"$3\r\nfoo\r\n"[..], b"*2\r\n:1\r\n_\r\n", b":-7\r\n"]
         );
+    }
+
+    #[test]
+    fn element_frames_are_those_of_an_array_set_or_push() {
+        let frame = b"*3\r\n$1\r\na\r\n$-1\r\n*1\r\n:2\r\n";
+        let frames = ReplyView::element_frames(frame).unwrap();
+        assert_eq!(frames.len(), 3);
+        assert_eq!(
+            frames.collect::<Vec<_>>(),
+            [&b"$1\r\na\r\n"[..], b"$-1\r\n", b"*1\r\n:2\r\n"]
+        );
+        for aggregate in [&b"~1\r\n+a\r\n"[..], b">1\r\n+a\r\n"] {
+            let frames: Vec<_> = ReplyView::element_frames(aggregate).unwrap().collect();
+            assert_eq!(frames, [&b"+a\r\n"[..]]);
+        }
+        for other in [
+            &b"*-1\r\n"[..],
+            b"-ERR x\r\n",
+            b"%1\r\n+a\r\n:1\r\n",
+            b"|1\r\n+k\r\n+v\r\n*1\r\n:1\r\n",
+            b"*2\r\n:1\r\n",
+            b"*1\r\n:1\r\n:2\r\n",
+            b"$1\r\na\r\n",
+            b"",
+        ] {
+            assert!(ReplyView::element_frames(other).is_none(), "{other:?}");
+        }
+        let pair = b"*2\r\n$1\r\n0\r\n*0\r\n";
+        let frames = || ReplyView::element_frames(pair).unwrap();
+        assert_eq!(
+            frames().exactly::<2>(),
+            Some([&b"$1\r\n0\r\n"[..], b"*0\r\n"])
+        );
+        assert_eq!(frames().exactly::<1>(), None);
+        assert_eq!(frames().exactly::<3>(), None);
     }
 
     #[test]
