@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::command::value::{decode_reply, Value};
 use crate::protocol::{encode, Proto, ReplyView, Request};
 use crate::reply::merge::{array_frame, integer};
 
@@ -211,15 +210,14 @@ struct Distribution {
     cumulative: Vec<(i64, i64)>,
 }
 
-fn distribution(details: &Value) -> Option<Distribution> {
+fn distribution(details: &ReplyView<'_>) -> Option<Distribution> {
     let cumulative = details
         .field("histogram_usec")?
         .pairs()?
-        .into_iter()
-        .map(|(bound, count)| Some((bound.int()?, count.int()?)))
+        .map(|(bound, count)| Some((bound.integer()?, count.integer()?)))
         .collect::<Option<Vec<_>>>()?;
     Some(Distribution {
-        calls: details.field("calls")?.int()?,
+        calls: details.field("calls")?.integer()?,
         cumulative,
     })
 }
@@ -230,11 +228,10 @@ fn distribution(details: &Value) -> Option<Distribution> {
 fn merge_histograms(replies: &[Bytes], proto: Proto) -> Bytes {
     let mut commands: Vec<(Vec<u8>, Vec<Distribution>)> = Vec::new();
     for reply in replies {
-        let parsed = decode_reply(reply).ok().and_then(|value| {
+        let parsed = ReplyView::parse(reply).ok().and_then(|value| {
             value
                 .pairs()?
-                .into_iter()
-                .map(|(name, details)| Some((name.text()?.to_vec(), distribution(details)?)))
+                .map(|(name, details)| Some((name.text()?.to_vec(), distribution(&details)?)))
                 .collect::<Option<Vec<_>>>()
         });
         let Some(parsed) = parsed else {
