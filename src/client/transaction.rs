@@ -51,9 +51,8 @@ use smallvec::SmallVec;
 
 use crate::command::KeyList;
 use crate::dispatch::{Proxy, Target, WatchPin};
-use crate::protocol::{encode, FoldedName, Proto, Request};
+use crate::protocol::{encode, FoldedName, Proto, ReplyView, Request};
 use crate::reply;
-use crate::reply::merge::array_elements;
 use crate::rewrite::Forward;
 use crate::route::key_slot;
 use crate::upstream::block::{self, Queued, ReusableConns};
@@ -423,19 +422,19 @@ pub fn splice_local_answers(
     locals: LocalCommands,
     mut answer: impl FnMut(&Request) -> Bytes,
 ) -> Bytes {
-    let Some(block) = array_elements(&block_reply) else {
+    let Some(mut block) = ReplyView::element_frames(&block_reply) else {
         return block_reply;
     };
     let total = block.len() + locals.len();
-    let mut block = block.into_iter();
     let mut locals = locals.into_iter().peekable();
     let mut elements = Vec::with_capacity(total);
     for place in 0..total {
         let element = match locals.next_if(|(at, _)| *at == place) {
             Some((_, request)) => answer(&request),
-            None => block
-                .next()
-                .unwrap_or_else(|| reply::error(reply::text::NO_REPLY)),
+            None => block.next().map_or_else(
+                || reply::error(reply::text::NO_REPLY),
+                |element| block_reply.slice_ref(element),
+            ),
         };
         elements.push(element);
     }

@@ -20,7 +20,6 @@ mod name_hash;
 mod parse;
 mod shape;
 mod table;
-pub(crate) mod value;
 
 pub use getkeys::GetKeysProc;
 pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyList, KeyPos, KeySpec};

@@ -1,7 +1,7 @@
 //! Reading a `COMMAND` reply (RESP2 or RESP3 bytes) into [`CommandSpec`]s.
 //!
-//! The frame is decoded into one small [`Value`] tree (see `value`), where a RESP3 map
-//! and a RESP2 flat key/value array read the same. Missing optional parts (tips,
+//! The frame is read through [`ReplyView`], where a RESP3 map and a RESP2 flat key/value
+//! array read the same. Missing optional parts (tips,
 //! key specs, subcommands: Redis 6 sends only 7 fields) are accepted; anything that is
 //! not a command entry is an error naming what was wrong.
 
@@ -11,22 +11,41 @@ use super::getkeys::GetKeysProc;
 use super::keys::{BeginSearch, FindKeys, KeyFlags, KeySpec};
 use super::shape::{CrossSlot, Shape};
 use super::table::{acl_category_bit, CommandFlags, CommandSpec};
-use super::value::{decode_reply, Value};
+use crate::protocol::{reply_nesting, ReplyView, MAX_PARSED_NESTING};
 
 /// Every command (top-level first, then its subcommands) of a `COMMAND` reply.
 pub(crate) fn parse_command_reply(frame: &[u8]) -> Result<Vec<CommandSpec>, String> {
-    let reply = decode_reply(frame).map_err(|e| format!("COMMAND reply: {e}"))?;
-    let entries = reply.list().ok_or("COMMAND reply is not an array")?;
+    let reply = read_reply(frame).map_err(|e| format!("COMMAND reply: {e}"))?;
+    let entries = reply
+        .elements_or_empty()
+        .ok_or("COMMAND reply is not an array")?;
     let mut specs = Vec::with_capacity(entries.len() * 2);
     for entry in entries {
-        parse_entry(entry, &mut specs)?;
+        parse_entry(&entry, &mut specs)?;
     }
     Ok(specs)
 }
 
+/// The view of `frame`, one whole reply that is not an error. Reading subcommands
+/// recurses, so a reply nesting deeper than any `COMMAND` reply does is refused unread.
+fn read_reply(frame: &[u8]) -> Result<ReplyView<'_>, String> {
+    if reply_nesting(frame).map_err(|error| error.0)? > MAX_PARSED_NESTING {
+        return Err(format!(
+            "frame nests deeper than {MAX_PARSED_NESTING} levels"
+        ));
+    }
+    match ReplyView::parse(frame).map_err(|error| error.0)? {
+        ReplyView::Error(text) => Err(format!("server error: {}", String::from_utf8_lossy(text))),
+        view => Ok(view),
+    }
+}
+
 /// One command entry, pushed to `specs` followed by its subcommands.
-fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String> {
-    let fields = entry.list().ok_or("command entry is not an array")?;
+fn parse_entry(entry: &ReplyView<'_>, specs: &mut Vec<CommandSpec>) -> Result<(), String> {
+    let fields: Vec<ReplyView<'_>> = entry
+        .elements_or_empty()
+        .ok_or("command entry is not an array")?
+        .collect();
     // A nil entry is what COMMAND INFO gives for an unknown name: skip it.
     if fields.is_empty() {
         return Ok(());
@@ -43,7 +62,7 @@ fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String
 
     let int_field = |index: usize, what: &str| -> Result<i32, String> {
         fields[index]
-            .int()
+            .integer()
             .and_then(|n| i32::try_from(n).ok())
             .ok_or_else(|| context(what))
     };
@@ -80,9 +99,9 @@ fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String
 
     let subcommands = match fields.get(9) {
         Some(subs) => subs
-            .list()
+            .elements_or_empty()
             .ok_or_else(|| context("subcommands are not a list"))?,
-        None => &[],
+        None => Default::default(),
     };
 
     let getkeys = GetKeysProc::for_command(&name);
@@ -103,7 +122,7 @@ fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String
         cross_slot,
     });
     for sub in subcommands {
-        parse_entry(sub, specs)?;
+        parse_entry(&sub, specs)?;
     }
     Ok(())
 }
@@ -112,39 +131,41 @@ fn parse_entry(entry: &Value, specs: &mut Vec<CommandSpec>) -> Result<(), String
 /// `bit` does not know adds none. `errors`: what to say when `list` is not a list, and
 /// when one of its names is not a string.
 fn named_bits<T: Default + std::ops::BitOrAssign>(
-    list: &Value,
+    list: &ReplyView<'_>,
     errors: [&'static str; 2],
     bit: impl Fn(&[u8]) -> Option<T>,
 ) -> Result<T, &'static str> {
     let mut bits = T::default();
-    for name in list.list().ok_or(errors[0])? {
+    for name in list.elements_or_empty().ok_or(errors[0])? {
         bits |= bit(name.text().ok_or(errors[1])?).unwrap_or_default();
     }
     Ok(bits)
 }
 
 /// A command's key specs (the 9th field of its `COMMAND` entry).
-fn parse_key_specs(raw_specs: &Value) -> Result<Vec<KeySpec>, String> {
+fn parse_key_specs(raw_specs: &ReplyView<'_>) -> Result<Vec<KeySpec>, String> {
     raw_specs
-        .list()
+        .elements_or_empty()
         .ok_or("key specs are not a list")?
-        .iter()
-        .map(parse_key_spec)
+        .map(|raw| parse_key_spec(&raw))
         .collect()
 }
 
-fn parse_key_spec(raw: &Value) -> Result<KeySpec, String> {
+fn parse_key_spec(raw: &ReplyView<'_>) -> Result<KeySpec, String> {
     let mut flags = KeyFlags::default();
     if let Some(names) = raw.field("flags") {
-        for flag in names.list().ok_or("key spec flags are not a list")? {
+        for flag in names
+            .elements_or_empty()
+            .ok_or("key spec flags are not a list")?
+        {
             let flag = flag.text().ok_or("a key spec flag is not a string")?;
             flags.0 |= KeyFlags::from_name(flag).unwrap_or(0);
         }
     }
 
-    let small = |value: Option<&Value>, what: &str| -> Result<i32, String> {
+    let small = |value: Option<ReplyView<'_>>, what: &str| -> Result<i32, String> {
         value
-            .and_then(Value::int)
+            .and_then(|value| value.integer())
             .and_then(|n| i32::try_from(n).ok())
             .ok_or_else(|| format!("key spec {what} is missing or not a small integer"))
     };
@@ -154,15 +175,17 @@ fn parse_key_spec(raw: &Value) -> Result<KeySpec, String> {
         .ok_or("key spec without begin_search")?;
     let begin_type = begin
         .field("type")
-        .and_then(Value::text)
+        .as_ref()
+        .and_then(ReplyView::text)
         .unwrap_or(b"unknown");
     let begin_spec = begin.field("spec");
-    let field = |name: &str| begin_spec.and_then(|s| s.field(name));
+    let field = |name: &str| begin_spec.as_ref().and_then(|s| s.field(name));
     let begin_search = if begin_type.eq_ignore_ascii_case(b"index") {
         BeginSearch::Index(small(field("index"), "index")?)
     } else if begin_type.eq_ignore_ascii_case(b"keyword") {
         let keyword = field("keyword")
-            .and_then(Value::text)
+            .as_ref()
+            .and_then(ReplyView::text)
             .ok_or("key spec keyword is missing")?;
         BeginSearch::Keyword {
             keyword: Bytes::copy_from_slice(keyword),
@@ -175,10 +198,11 @@ fn parse_key_spec(raw: &Value) -> Result<KeySpec, String> {
     let find = raw.field("find_keys").ok_or("key spec without find_keys")?;
     let find_type = find
         .field("type")
-        .and_then(Value::text)
+        .as_ref()
+        .and_then(ReplyView::text)
         .unwrap_or(b"unknown");
     let find_spec = find.field("spec");
-    let field = |name: &str| find_spec.and_then(|s| s.field(name));
+    let field = |name: &str| find_spec.as_ref().and_then(|s| s.field(name));
     let find_keys = if find_type.eq_ignore_ascii_case(b"range") {
         FindKeys::Range {
             lastkey: small(field("lastkey"), "lastkey")?,

@@ -395,3 +395,23 @@ proptest::proptest! {
         proptest::prop_assert_eq!(table.lookup_index(&argv), lookup_by_search(&table, &argv));
     }
 }
+
+#[test]
+fn an_error_or_too_deep_a_reply_is_refused_unread() {
+    assert_eq!(
+        CommandTable::from_command_reply(b"-ERR unknown command\r\n").err(),
+        Some("COMMAND reply: server error: ERR unknown command".to_owned())
+    );
+    // Reading subcommands recurses: the depth is measured before anything is read.
+    let deep = "*1\r\n".repeat(100_000) + ":1\r\n";
+    let refused = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || CommandTable::from_command_reply(deep.as_bytes()).err())
+        .expect("spawn")
+        .join()
+        .expect("no overflow");
+    assert_eq!(
+        refused,
+        Some("COMMAND reply: frame nests deeper than 32 levels".to_owned())
+    );
+}

@@ -44,8 +44,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::command::value::{decode_reply, Value};
-use crate::protocol::{encode, Proto};
+use crate::protocol::{encode, Elements, Proto, ReplyView};
 use crate::reply::{self, crossslot as text};
 
 mod parse;
@@ -242,14 +241,14 @@ impl Mover {
         if is_error(reply) {
             return self.answer(Bytes::copy_from_slice(reply));
         }
-        let Ok(value) = decode_reply(reply) else {
+        let Some(read) = ReadReply::of(reply) else {
             return self.unexpected();
         };
         let destination = self.request.destination.clone();
-        match (&self.request.kind, value) {
-            (MoveKind::Rename { .. }, Value::Null) => self.error(text::NO_SUCH_KEY),
-            (MoveKind::Copy { .. }, Value::Null) => self.answer(encode::integer_frame(0)),
-            (MoveKind::Rename { .. } | MoveKind::Copy { .. }, Value::Int(size)) => {
+        match (&self.request.kind, read) {
+            (MoveKind::Rename { .. }, ReadReply::Null) => self.error(text::NO_SUCH_KEY),
+            (MoveKind::Copy { .. }, ReadReply::Null) => self.answer(encode::integer_frame(0)),
+            (MoveKind::Rename { .. } | MoveKind::Copy { .. }, ReadReply::Int(size)) => {
                 let size = u64::try_from(size).unwrap_or_default();
                 self.error(&text::too_large(
                     self.request.name,
@@ -258,13 +257,13 @@ impl Mover {
                     self.max_bytes,
                 ))
             }
-            (MoveKind::Rename { .. } | MoveKind::Copy { .. }, Value::List(dump)) => {
+            (MoveKind::Rename { .. } | MoveKind::Copy { .. }, ReadReply::List(dump)) => {
                 let replace = match self.request.kind {
                     MoveKind::Rename { nx } => !nx,
                     MoveKind::Copy { replace } => replace,
                     _ => false,
                 };
-                match restore(destination, &dump, replace) {
+                match restore(destination, dump, replace) {
                     Some(command) => self.send(Side::Destination, command, None),
                     None => self.unexpected(),
                 }
@@ -274,15 +273,15 @@ impl Mover {
                 MoveKind::Lmove {
                     timeout: Some(_), ..
                 },
-                Value::Int(-1),
+                ReadReply::Int(-1),
             ) => self.wait(),
-            (MoveKind::Smove { .. } | MoveKind::Lmove { .. }, Value::Int(-1)) => {
+            (MoveKind::Smove { .. } | MoveKind::Lmove { .. }, ReadReply::Int(-1)) => {
                 self.answer(self.missing_source())
             }
-            (MoveKind::Smove { .. } | MoveKind::Lmove { .. }, Value::Int(-2)) => {
+            (MoveKind::Smove { .. } | MoveKind::Lmove { .. }, ReadReply::Int(-2)) => {
                 self.error(text::WRONGTYPE)
             }
-            (MoveKind::Smove { member }, Value::Int(found)) => {
+            (MoveKind::Smove { member }, ReadReply::Int(found)) => {
                 let member = member.clone();
                 let command = if found == 1 {
                     vec![Bytes::from_static(b"SADD"), destination, member.clone()]
@@ -291,15 +290,15 @@ impl Mover {
                 };
                 self.send(Side::Destination, command, (found == 1).then_some(member))
             }
-            (MoveKind::Lmove { to, .. }, Value::List(items)) => {
-                let Some(Value::Text(element)) = items.into_iter().next() else {
+            (MoveKind::Lmove { to, .. }, ReadReply::List(mut items)) => {
+                let Some(element) = items.next().as_ref().and_then(ReplyView::text) else {
                     return self.unexpected();
                 };
                 let push: &'static [u8] = match to {
                     End::Left => b"LPUSH",
                     End::Right => b"RPUSH",
                 };
-                let element = Bytes::from(element);
+                let element = Bytes::copy_from_slice(element);
                 let command = vec![Bytes::from_static(push), destination, element.clone()];
                 self.send(Side::Destination, command, Some(element))
             }
@@ -398,14 +397,50 @@ impl Mover {
     }
 }
 
+/// What a move's read step answered, as the move tells its answers apart.
+enum ReadReply<'a> {
+    Null,
+    /// An integer, or a boolean as 0 or 1.
+    Int(i64),
+    /// An array (or set, or push): its elements.
+    List(Elements<'a>),
+    Other,
+}
+
+impl<'a> ReadReply<'a> {
+    /// `None` when `reply` is not one whole frame.
+    fn of(reply: &'a [u8]) -> Option<ReadReply<'a>> {
+        let view = ReplyView::parse(reply).ok()?;
+        Some(match view {
+            ReplyView::Null => ReadReply::Null,
+            ReplyView::Aggregate(..) => match view.elements() {
+                Some(elements) => ReadReply::List(elements),
+                None => ReadReply::Other,
+            },
+            _ => ReadReply::int(&view).map_or(ReadReply::Other, ReadReply::Int),
+        })
+    }
+
+    fn int(view: &ReplyView<'_>) -> Option<i64> {
+        match *view {
+            ReplyView::Int(n) => Some(n),
+            ReplyView::Boolean(b) => Some(i64::from(b)),
+            _ => None,
+        }
+    }
+}
+
 /// `RESTORE destination ttl payload [REPLACE]` from a DUMP script's `[payload, pttl]`. A
 /// key without a TTL (-1) is restored without one; a TTL of 0 ms left becomes 1 ms, as
 /// RESTORE reads 0 as none.
-fn restore(destination: Bytes, dump: &[Value], replace: bool) -> Option<Vec<Bytes>> {
-    let [Value::Text(payload), Value::Int(pttl)] = dump else {
+fn restore(destination: Bytes, mut dump: Elements<'_>, replace: bool) -> Option<Vec<Bytes>> {
+    let (Some(payload), Some(pttl), None) = (dump.next(), dump.next(), dump.next()) else {
         return None;
     };
-    let ttl = if *pttl < 0 { 0 } else { (*pttl).max(1) };
+    let (Some(payload), Some(pttl)) = (payload.text(), ReadReply::int(&pttl)) else {
+        return None;
+    };
+    let ttl = if pttl < 0 { 0 } else { pttl.max(1) };
     let mut command = vec![
         Bytes::from_static(b"RESTORE"),
         destination,

@@ -18,8 +18,8 @@
 use bytes::Bytes;
 
 use super::write;
-use crate::command::value::{decode_reply, Value};
 use crate::command::KeyPos;
+use crate::protocol::ReplyView;
 use crate::reply::{self, crossslot as text};
 
 /// `KEYS[1]` the source, `KEYS[2]` the scratch key, `ARGV[1]` the most members read back,
@@ -114,21 +114,27 @@ impl SourceStore {
             return Err(Bytes::copy_from_slice(script_reply));
         }
         let unexpected = || reply::error(text::STORE_NOT_APPLIED);
-        let value = decode_reply(script_reply).map_err(|_| unexpected())?;
-        let [count, result] = value.list().ok_or_else(unexpected)? else {
+        let view = ReplyView::parse(script_reply).map_err(|_| unexpected())?;
+        let mut parts = view.elements_or_empty().ok_or_else(unexpected)?;
+        let (Some(count), Some(result), None) = (parts.next(), parts.next(), parts.next()) else {
             return Err(unexpected());
         };
-        let count = count.int().ok_or_else(unexpected)?;
-        if let Value::Int(size) = result {
-            let size = u64::try_from(*size).unwrap_or(u64::MAX);
+        let count = count.integer().ok_or_else(unexpected)?;
+        let size = match result {
+            ReplyView::Int(size) => Some(size),
+            ReplyView::Boolean(b) => Some(i64::from(b)),
+            _ => None,
+        };
+        if let Some(size) = size {
+            let size = u64::try_from(size).unwrap_or(u64::MAX);
             let refusal = text::too_large(&self.name, "members", size, max_members);
             return Err(reply::error(&refusal));
         }
-        let items = result.list().ok_or_else(unexpected)?;
+        let mut items = result.elements_or_empty().ok_or_else(unexpected)?;
         // ZRANGE WITHSCORES lists member, score; ZADD takes score, member.
         let mut pairs = Vec::with_capacity(items.len());
-        for pair in items.chunks(2) {
-            let [member, score] = pair else {
+        while let Some(member) = items.next() {
+            let Some(score) = items.next() else {
                 return Err(unexpected());
             };
             let (Some(member), Some(score)) = (member.text(), score.text()) else {

@@ -19,9 +19,8 @@ use crate::command::{CommandSpec, CrossSlot, KeyList, KeyPos};
 use crate::config::Emulation;
 use crate::crossslot;
 use crate::crossslot::moves::request_frame;
-use crate::protocol::Proto;
+use crate::protocol::{Proto, ReplyView};
 use crate::reply;
-use crate::reply::merge::array_elements;
 use crate::route::{key_slot, tag_in_slot};
 
 use super::{cross_slot_error, key_target, Plan, Proxy, Target};
@@ -293,12 +292,12 @@ impl Proxy {
         if is_error(&exec) {
             return Err(exec);
         }
-        let Some(elements) = array_elements(&exec) else {
+        let Some(mut elements) = ReplyView::element_frames(&exec) else {
             // A null EXEC: the block was discarded.
             return Err(reply::error(reply::crossslot::STORE_NOT_APPLIED));
         };
-        match elements.into_iter().find(|element| is_error(element)) {
-            Some(error) => Err(error),
+        match elements.find(|element| is_error(element)) {
+            Some(error) => Err(exec.slice_ref(error)),
             None => Ok(()),
         }
     }

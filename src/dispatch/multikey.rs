@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
 use crate::command::SplitKind;
-use crate::protocol::{encode, Proto};
+use crate::protocol::{encode, Proto, ReplyView};
 use crate::reply::merge;
 use crate::route::key_slot;
 
@@ -89,14 +89,13 @@ impl Proxy {
             SplitKind::Mget => {
                 let mut values: Vec<Option<Bytes>> = vec![None; key_count];
                 for (part, reply) in parts.iter().zip(&replies) {
-                    let Some(elements) = merge::array_elements(reply) else {
+                    let Some(elements) = ReplyView::element_frames(reply)
+                        .filter(|elements| elements.len() == part.len())
+                    else {
                         return reply.clone();
                     };
-                    if elements.len() != part.len() {
-                        return reply.clone();
-                    }
                     for ((_, key_number), element) in by_slot[part.clone()].iter().zip(elements) {
-                        values[*key_number] = Some(element);
+                        values[*key_number] = Some(reply.slice_ref(element));
                     }
                 }
                 let values: Vec<Bytes> = values.into_iter().flatten().collect();

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 
 use crate::command::{ScriptAdmin, ScriptRun};
-use crate::protocol::{encode, Proto, Request};
+use crate::protocol::{encode, Proto, ReplyView, Request};
 use crate::reply::{self, merge};
 
 use super::{Proxy, Target};
@@ -237,13 +237,12 @@ impl Proxy {
                 let shas = &args[2..];
                 let mut everywhere = vec![true; shas.len()];
                 for reply in &replies {
-                    let Some(flags) = merge::array_elements(reply) else {
+                    let Some(flags) =
+                        ReplyView::element_frames(reply).filter(|flags| flags.len() == shas.len())
+                    else {
                         return reply.clone();
                     };
-                    if flags.len() != shas.len() {
-                        return reply.clone();
-                    }
-                    for (all, flag) in everywhere.iter_mut().zip(&flags) {
+                    for (all, flag) in everywhere.iter_mut().zip(flags) {
                         *all &= merge::integer(flag) == Some(1);
                     }
                 }

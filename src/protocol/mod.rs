@@ -23,7 +23,7 @@ mod request;
 pub use frame::{parse_frame, BytesFrame};
 pub(crate) use number::parse_i64;
 pub use reply_scan::{reply_nesting, ReplyScanner};
-pub use reply_view::{AggregateKind, ElementFrames, Elements, ReplyView};
+pub use reply_view::{double_text, AggregateKind, ElementFrames, Elements, Pairs, ReplyView};
 pub use request::{FoldedName, Request, RequestDecoder};
 
 /// Size limits on client input. Defaults are Redis's own.

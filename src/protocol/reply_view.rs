@@ -128,6 +128,35 @@ impl<'a> Iterator for ElementFrames<'a> {
         elements.remaining -= 1;
         Some(frame)
     }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl<'a> ElementFrames<'a> {
+    /// How many element frames are left to read.
+    pub fn len(&self) -> usize {
+        self.0.remaining
+    }
+
+    /// Whether every element frame has been read.
+    pub fn is_empty(&self) -> bool {
+        self.0.remaining == 0
+    }
+
+    /// The element frames left to read when there are exactly `N` of them, for a reply of
+    /// a fixed shape (SCAN's cursor and keys).
+    pub fn exactly<const N: usize>(mut self) -> Option<[&'a [u8]; N]> {
+        if self.len() != N {
+            return None;
+        }
+        let mut frames: [&'a [u8]; N] = [&[]; N];
+        for frame in &mut frames {
+            *frame = self.next()?;
+        }
+        Some(frames)
+    }
 }
 
 impl<'a> ReplyView<'a> {
@@ -147,6 +176,17 @@ impl<'a> ReplyView<'a> {
     /// [`Elements::len`] is zero once they end.
     pub fn scanned(frame: &'a [u8]) -> Result<ReplyView<'a>, ProtocolError> {
         read_view(frame)
+    }
+
+    /// The frame of each element of `frame` when it is an array (`*`), set (`~`) or push
+    /// (`>`) reply, checked whole: what a caller that forwards or rebuilds elements reads.
+    /// `None` for anything else: a null array, an error, a map, a frame behind an
+    /// attribute, malformed bytes.
+    pub fn element_frames(frame: &'a [u8]) -> Option<ElementFrames<'a>> {
+        if !matches!(frame.first(), Some(b'*' | b'~' | b'>')) {
+            return None;
+        }
+        Some(ReplyView::parse(frame).ok()?.elements()?.frames())
     }
 
     /// The text of a bulk, simple or verbatim string.
@@ -174,6 +214,79 @@ impl<'a> ReplyView<'a> {
             }
             _ => None,
         }
+    }
+
+    /// [`ReplyView::elements`], with a null read as no elements: Redis answers a null where
+    /// a list has nothing to say (COMMAND INFO of an unknown name).
+    pub fn elements_or_empty(&self) -> Option<Elements<'a>> {
+        match self {
+            ReplyView::Null => Some(Elements::default()),
+            _ => self.elements(),
+        }
+    }
+
+    /// The name/value pairs of a RESP3 map or of its RESP2 form, a flat array of names and
+    /// values in turn (a set or push read the same); a null has none. `None` for anything
+    /// else, an aggregate of an odd count included.
+    pub fn pairs(&self) -> Option<Pairs<'a>> {
+        match self {
+            ReplyView::Null => Some(Pairs(Elements::default())),
+            ReplyView::Aggregate(_, elements) if elements.len() % 2 == 0 => {
+                Some(Pairs(elements.clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The value named `name` (ignoring ASCII case) in a map or its RESP2 flat array form.
+    pub fn field(&self, name: &str) -> Option<ReplyView<'a>> {
+        let ReplyView::Aggregate(_, elements) = self else {
+            return None;
+        };
+        let mut elements = elements.clone();
+        while let (Some(key), Some(value)) = (elements.next(), elements.next()) {
+            if key
+                .text()
+                .is_some_and(|key| key.eq_ignore_ascii_case(name.as_bytes()))
+            {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    /// The integer a reply carries, however it is sent: `:n`, a boolean as 0 or 1, or a
+    /// string or double whose text is an integer (RESP2 sends numbers as strings).
+    pub fn integer(&self) -> Option<i64> {
+        match *self {
+            ReplyView::Int(n) => Some(n),
+            ReplyView::Boolean(b) => Some(i64::from(b)),
+            ReplyView::Bulk(text)
+            | ReplyView::Simple(text)
+            | ReplyView::BigNumber(text)
+            | ReplyView::Verbatim { text, .. } => std::str::from_utf8(text).ok()?.parse().ok(),
+            ReplyView::Double(text) => double_text(text)?.parse().ok(),
+            _ => None,
+        }
+    }
+}
+
+/// A double's text as it reads back as a number (`1.50` is `1.5`, `3.0` is `3`), or
+/// `None` when it does not read as one.
+pub fn double_text(text: &[u8]) -> Option<String> {
+    let value: f64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    Some(value.to_string())
+}
+
+/// The name/value pairs of a map or its flat array form (see [`ReplyView::pairs`]).
+#[derive(Debug, Clone)]
+pub struct Pairs<'a>(Elements<'a>);
+
+impl<'a> Iterator for Pairs<'a> {
+    type Item = (ReplyView<'a>, ReplyView<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        Some((self.0.next()?, self.0.next()?))
     }
 }
 
@@ -629,6 +742,82 @@ mod tests {
             frames,
             [&b"$3\r\nfoo\r\n"[..], b"*2\r\n:1\r\n_\r\n", b":-7\r\n"]
         );
+    }
+
+    #[test]
+    fn element_frames_are_those_of_an_array_set_or_push() {
+        let frame = b"*3\r\n$1\r\na\r\n$-1\r\n*1\r\n:2\r\n";
+        let frames = ReplyView::element_frames(frame).unwrap();
+        assert_eq!(frames.len(), 3);
+        assert_eq!(
+            frames.collect::<Vec<_>>(),
+            [&b"$1\r\na\r\n"[..], b"$-1\r\n", b"*1\r\n:2\r\n"]
+        );
+        for aggregate in [&b"~1\r\n+a\r\n"[..], b">1\r\n+a\r\n"] {
+            let frames: Vec<_> = ReplyView::element_frames(aggregate).unwrap().collect();
+            assert_eq!(frames, [&b"+a\r\n"[..]]);
+        }
+        for other in [
+            &b"*-1\r\n"[..],
+            b"-ERR x\r\n",
+            b"%1\r\n+a\r\n:1\r\n",
+            b"|1\r\n+k\r\n+v\r\n*1\r\n:1\r\n",
+            b"*2\r\n:1\r\n",
+            b"*1\r\n:1\r\n:2\r\n",
+            b"$1\r\na\r\n",
+            b"",
+        ] {
+            assert!(ReplyView::element_frames(other).is_none(), "{other:?}");
+        }
+        let pair = b"*2\r\n$1\r\n0\r\n*0\r\n";
+        let frames = || ReplyView::element_frames(pair).unwrap();
+        assert_eq!(
+            frames().exactly::<2>(),
+            Some([&b"$1\r\n0\r\n"[..], b"*0\r\n"])
+        );
+        assert_eq!(frames().exactly::<1>(), None);
+        assert_eq!(frames().exactly::<3>(), None);
+    }
+
+    #[test]
+    fn pairs_and_fields_read_a_map_and_its_flat_array_alike() {
+        for frame in [
+            &b"%2\r\n+calls\r\n:3\r\n+Rate\r\n,1.50\r\n"[..],
+            b"*4\r\n$5\r\ncalls\r\n:3\r\n$4\r\nRate\r\n$3\r\n1.5\r\n",
+        ] {
+            let view = ReplyView::parse(frame).unwrap();
+            let names: Vec<_> = view.pairs().unwrap().map(|(k, _)| k.text()).collect();
+            assert_eq!(names, [Some(&b"calls"[..]), Some(b"Rate")]);
+            assert_eq!(view.field("CALLS").and_then(|v| v.integer()), Some(3));
+            assert!(view.field("rate").is_some());
+            assert_eq!(view.field("missing"), None);
+        }
+        let null = ReplyView::parse(b"_\r\n").unwrap();
+        assert_eq!(null.pairs().map(Iterator::count), Some(0));
+        assert_eq!(null.elements_or_empty().map(|e| e.len()), Some(0));
+        assert_eq!(null.elements(), None);
+        let odd = ReplyView::parse(b"*3\r\n:1\r\n:2\r\n:3\r\n").unwrap();
+        assert!(odd.pairs().is_none());
+        assert_eq!(odd.field("1"), None, "an integer key is not a name");
+    }
+
+    #[test]
+    fn integers_read_however_they_are_sent() {
+        for (frame, n) in [
+            (&b":-4\r\n"[..], Some(-4)),
+            (b"#t\r\n", Some(1)),
+            (b"$2\r\n12\r\n", Some(12)),
+            (b"+7\r\n", Some(7)),
+            (b",3.0\r\n", Some(3)),
+            (b",1.5\r\n", None),
+            (b"$1\r\nx\r\n", None),
+            (b"_\r\n", None),
+        ] {
+            assert_eq!(ReplyView::parse(frame).unwrap().integer(), n, "{frame:?}");
+        }
+        assert_eq!(double_text(b"1.50").as_deref(), Some("1.5"));
+        assert_eq!(double_text(b"inf").as_deref(), Some("inf"));
+        assert_eq!(double_text(b"x"), None);
     }
 
     #[test]

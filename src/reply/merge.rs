@@ -5,18 +5,6 @@ use bytes::Bytes;
 
 use crate::protocol::{encode, ReplyView};
 
-/// The element frames of an array (`*`), set (`~`) or push (`>`) reply, as slices of it.
-/// `None` when `frame` is not such an aggregate (an error, a null array...).
-pub fn array_elements(frame: &Bytes) -> Option<Vec<Bytes>> {
-    if !matches!(frame.first(), Some(b'*' | b'~' | b'>')) {
-        return None;
-    }
-    let elements = ReplyView::parse(frame).ok()?.elements()?;
-    let mut out = Vec::with_capacity(elements.len());
-    out.extend(elements.frames().map(|element| frame.slice_ref(element)));
-    Some(out)
-}
-
 /// The integer of a `:n` reply.
 pub fn integer(frame: &[u8]) -> Option<i64> {
     if frame.first() != Some(&b':') {
@@ -65,26 +53,6 @@ pub fn first_error(parts: &[Bytes]) -> Option<&Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn splits_array_of_bulks_and_nulls() {
-        let frame = Bytes::from_static(b"*3\r\n$1\r\na\r\n$-1\r\n$2\r\nbc\r\n");
-        let elements = array_elements(&frame).unwrap();
-        assert_eq!(
-            elements,
-            vec![
-                Bytes::from_static(b"$1\r\na\r\n"),
-                Bytes::from_static(b"$-1\r\n"),
-                Bytes::from_static(b"$2\r\nbc\r\n")
-            ]
-        );
-    }
-
-    #[test]
-    fn not_an_array() {
-        assert!(array_elements(&Bytes::from_static(b"-ERR x\r\n")).is_none());
-        assert!(array_elements(&Bytes::from_static(b"*-1\r\n")).is_none());
-    }
 
     #[test]
     fn integers() {

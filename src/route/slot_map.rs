@@ -77,12 +77,12 @@ impl SlotMap {
         port: NodePort,
     ) -> Result<SlotMap, String> {
         let mut builder = Builder::new();
-        for shard in decode_reply(frame)?.list("CLUSTER SHARDS reply")? {
-            let fields = shard.fields("shard")?;
-            let slots = field(&fields, "slots")?.list("shard slots")?;
+        for shard in read_reply(frame)?.read_list("CLUSTER SHARDS reply")? {
+            let fields = shard.read_fields("shard")?;
+            let slots = field(&fields, "slots")?.read_list("shard slots")?;
             let mut master = None;
-            for node in field(&fields, "nodes")?.list("shard nodes")? {
-                let node = node.fields("shard node")?;
+            for node in field(&fields, "nodes")?.read_list("shard nodes")? {
+                let node = node.read_fields("shard node")?;
                 let healthy = optional_text(&node, "health")
                     .is_none_or(|health| health != "fail" && health != "failed");
                 let Some(addr) = shard_node_addr(&node, remap, port)? else {
@@ -102,8 +102,8 @@ impl SlotMap {
                 return Err("shard slots: odd number of range bounds".to_string());
             }
             for range in slots.chunks(2) {
-                let start = range[0].slot("slot range start")?;
-                let end = range[1].slot("slot range end")?;
+                let start = range[0].read_slot("slot range start")?;
+                let end = range[1].read_slot("slot range end")?;
                 builder.assign(start, end, &master)?;
             }
         }
@@ -122,13 +122,13 @@ impl SlotMap {
     ) -> Result<SlotMap, String> {
         let from_host = split_host_port(from).map(|(host, _)| host).unwrap_or("");
         let mut builder = Builder::new();
-        for entry in decode_reply(frame)?.list("CLUSTER SLOTS reply")? {
-            let entry = entry.list("slot range")?;
+        for entry in read_reply(frame)?.read_list("CLUSTER SLOTS reply")? {
+            let entry = entry.read_list("slot range")?;
             if entry.len() < 3 {
                 return Err("slot range: fewer than 3 elements".to_string());
             }
-            let start = entry[0].slot("slot range start")?;
-            let end = entry[1].slot("slot range end")?;
+            let start = entry[0].read_slot("slot range start")?;
+            let end = entry[1].read_slot("slot range end")?;
             let mut master = None;
             for (position, node) in entry[2..].iter().enumerate() {
                 let Some(addr) = slots_node_addr(node, from_host, remap)? else {
@@ -286,7 +286,7 @@ pub enum NodePort {
 
 /// The address of one node of a `CLUSTER SHARDS` shard, or None when it has no usable one.
 fn shard_node_addr(
-    node: &[(String, &Value)],
+    node: &[(String, ReplyView<'_>)],
     remap: &HashMap<String, String>,
     reached_on: NodePort,
 ) -> Result<Option<NodeAddr>, String> {
@@ -300,7 +300,7 @@ fn shard_node_addr(
     let port_of = |field: &str| {
         node.iter()
             .find(|(name, _)| name == field)
-            .map(|(_, value)| value.port("node port"))
+            .map(|(_, value)| value.read_port("node port"))
             .transpose()
     };
     let port = match reached_on {
@@ -322,17 +322,17 @@ fn shard_node_addr(
 
 /// The address of one `[endpoint, port, id, ...]` node of a `CLUSTER SLOTS` range.
 fn slots_node_addr(
-    node: &Value,
+    node: &ReplyView<'_>,
     from_host: &str,
     remap: &HashMap<String, String>,
 ) -> Result<Option<NodeAddr>, String> {
-    let node = node.list("slot range node")?;
+    let node = node.read_list("slot range node")?;
     if node.len() < 2 {
         return Err("slot range node: fewer than 2 elements".to_string());
     }
     let host = match &node[0] {
-        Value::Null => from_host.to_string(),
-        other => other.text("node endpoint")?,
+        ReplyView::Null => from_host.to_string(),
+        other => other.read_text("node endpoint")?,
     };
     let host = if host.is_empty() {
         from_host.to_string()
@@ -342,7 +342,7 @@ fn slots_node_addr(
     if host == "?" || host.is_empty() {
         return Ok(None);
     }
-    let port = node[1].port("node port")?;
+    let port = node[1].read_port("node port")?;
     Ok(Some(SlotMap::remap_addr(
         &join_host_port(&host, port),
         remap,
@@ -371,81 +371,80 @@ pub(crate) fn split_host_port(addr: &str) -> Option<(&str, u16)> {
     Some((host, port))
 }
 
-/// A reply reduced to what slot map parsing needs. RESP3 maps become flat key/value lists,
-/// the same shape RESP2 uses, so one walker reads both.
-#[derive(Debug)]
-enum Value {
-    Text(Vec<u8>),
-    Int(i64),
-    List(Vec<Value>),
-    Null,
-    Error(String),
-    Other,
-}
-
-/// Decodes a RESP2 or RESP3 reply. Building the tree recurses: a reply nesting deeper
-/// than any slot map does is refused unread.
-fn decode_reply(frame: &[u8]) -> Result<Value, String> {
+/// The top-level view of a `CLUSTER SHARDS` or `CLUSTER SLOTS` reply (RESP2 or RESP3),
+/// or the error that answered instead.
+fn read_reply(frame: &[u8]) -> Result<ReplyView<'_>, String> {
+    // No slot map nests this deep: such a reply is refused before it is walked.
     let nesting = crate::protocol::reply_nesting(frame).map_err(|error| error.0)?;
     if nesting > crate::protocol::MAX_PARSED_NESTING {
         return Err(format!("reply nests {nesting} levels deep"));
     }
-    let view = ReplyView::parse(frame).map_err(|error| format!("unparsable reply: {}", error.0))?;
-    match Value::from_view(view) {
-        Value::Error(text) => Err(text),
-        value => Ok(value),
+    match ReplyView::parse(frame) {
+        Ok(ReplyView::Error(text)) => Err(String::from_utf8_lossy(text).into_owned()),
+        Ok(view) => Ok(view),
+        Err(error) => Err(format!("unparsable reply: {}", error.0)),
     }
 }
 
-impl Value {
-    fn from_view(view: ReplyView<'_>) -> Value {
-        match view {
-            ReplyView::Bulk(text)
-            | ReplyView::Simple(text)
-            | ReplyView::BigNumber(text)
-            | ReplyView::Verbatim { text, .. } => Value::Text(text.to_vec()),
-            ReplyView::Int(n) => Value::Int(n),
-            // A map reads as its keys and values in turn, RESP2's shape.
-            ReplyView::Aggregate(_, items) => Value::List(items.map(Value::from_view).collect()),
-            ReplyView::Null => Value::Null,
-            ReplyView::Error(text) => Value::Error(String::from_utf8_lossy(text).into_owned()),
-            ReplyView::Double(_) | ReplyView::Boolean(_) => Value::Other,
-        }
-    }
+/// What the walk over a slot map reply reads from each of its parts; `what` names the part
+/// in the error when it is not of the expected shape.
+trait SlotMapPart<'a> {
+    /// The elements of an aggregate; a RESP3 map reads as its keys and values in turn,
+    /// RESP2's shape, so one walk reads both.
+    fn read_list(&self, what: &str) -> Result<Vec<ReplyView<'a>>, String>;
+    /// A flat `name, value, name, value...` list as (name, value) pairs.
+    fn read_fields(&self, what: &str) -> Result<Vec<(String, ReplyView<'a>)>, String>;
+    /// A string or an integer, as text.
+    fn read_text(&self, what: &str) -> Result<String, String>;
+    /// An integer, or a string of one.
+    fn read_int(&self, what: &str) -> Result<i64, String>;
+    /// A slot number.
+    fn read_slot(&self, what: &str) -> Result<u16, String>;
+    /// A port number other than 0.
+    fn read_port(&self, what: &str) -> Result<u16, String>;
+}
 
-    fn list(&self, what: &str) -> Result<&[Value], String> {
+impl<'a> SlotMapPart<'a> for ReplyView<'a> {
+    fn read_list(&self, what: &str) -> Result<Vec<ReplyView<'a>>, String> {
         match self {
-            Value::List(items) => Ok(items),
+            ReplyView::Aggregate(_, items) => Ok(items.clone().collect()),
             other => Err(format!("{what}: expected an array, got {other:?}")),
         }
     }
 
-    /// A flat `name, value, name, value...` list as (name, value) pairs.
-    fn fields(&self, what: &str) -> Result<Vec<(String, &Value)>, String> {
-        let items = self.list(what)?;
+    fn read_fields(&self, what: &str) -> Result<Vec<(String, ReplyView<'a>)>, String> {
+        let items = self.read_list(what)?;
         if items.len() % 2 != 0 {
             return Err(format!("{what}: odd number of map elements"));
         }
-        items
-            .chunks(2)
-            .map(|pair| Ok((pair[0].text(what)?, &pair[1])))
-            .collect()
+        let mut fields = Vec::with_capacity(items.len() / 2);
+        let mut items = items.into_iter();
+        while let (Some(name), Some(value)) = (items.next(), items.next()) {
+            fields.push((name.read_text(what)?, value));
+        }
+        Ok(fields)
     }
 
-    fn text(&self, what: &str) -> Result<String, String> {
+    fn read_text(&self, what: &str) -> Result<String, String> {
         match self {
-            Value::Text(bytes) => {
-                String::from_utf8(bytes.clone()).map_err(|_| format!("{what}: not valid UTF-8"))
+            ReplyView::Bulk(text)
+            | ReplyView::Simple(text)
+            | ReplyView::BigNumber(text)
+            | ReplyView::Verbatim { text, .. } => {
+                String::from_utf8(text.to_vec()).map_err(|_| format!("{what}: not valid UTF-8"))
             }
-            Value::Int(n) => Ok(n.to_string()),
+            ReplyView::Int(n) => Ok(n.to_string()),
             other => Err(format!("{what}: expected a string, got {other:?}")),
         }
     }
 
-    fn int(&self, what: &str) -> Result<i64, String> {
+    fn read_int(&self, what: &str) -> Result<i64, String> {
         match self {
-            Value::Int(n) => Ok(*n),
-            Value::Text(bytes) => std::str::from_utf8(bytes)
+            ReplyView::Int(n) => Ok(*n),
+            ReplyView::Bulk(text)
+            | ReplyView::Simple(text)
+            | ReplyView::BigNumber(text)
+            | ReplyView::Verbatim { text, .. } => std::str::from_utf8(text)
                 .ok()
                 .and_then(|t| t.parse().ok())
                 .ok_or_else(|| format!("{what}: not an integer")),
@@ -453,16 +452,16 @@ impl Value {
         }
     }
 
-    fn slot(&self, what: &str) -> Result<u16, String> {
-        let n = self.int(what)?;
+    fn read_slot(&self, what: &str) -> Result<u16, String> {
+        let n = self.read_int(what)?;
         u16::try_from(n)
             .ok()
             .filter(|&slot| usize::from(slot) < SLOT_COUNT)
             .ok_or_else(|| format!("{what}: slot {n} out of range"))
     }
 
-    fn port(&self, what: &str) -> Result<u16, String> {
-        let n = self.int(what)?;
+    fn read_port(&self, what: &str) -> Result<u16, String> {
+        let n = self.read_int(what)?;
         u16::try_from(n)
             .ok()
             .filter(|&port| port != 0)
@@ -470,19 +469,22 @@ impl Value {
     }
 }
 
-fn field<'a>(fields: &[(String, &'a Value)], name: &str) -> Result<&'a Value, String> {
+fn field<'f, 'a>(
+    fields: &'f [(String, ReplyView<'a>)],
+    name: &str,
+) -> Result<&'f ReplyView<'a>, String> {
     fields
         .iter()
         .find(|(n, _)| n == name)
-        .map(|(_, value)| *value)
+        .map(|(_, value)| value)
         .ok_or_else(|| format!("missing field {name:?}"))
 }
 
-fn optional_text(fields: &[(String, &Value)], name: &str) -> Option<String> {
+fn optional_text(fields: &[(String, ReplyView<'_>)], name: &str) -> Option<String> {
     fields
         .iter()
         .find(|(n, _)| n == name)
-        .and_then(|(_, value)| value.text(name).ok())
+        .and_then(|(_, value)| value.read_text(name).ok())
 }
 
 #[cfg(test)]

@@ -16,9 +16,8 @@ use crate::route::NodeAddr;
 
 use super::watch_check::{check_watches, WatchCheck, WatchedSlot};
 use super::{watch_failed, Target, Upstream, WatchPin};
-use crate::protocol::{encode, Proto};
+use crate::protocol::{encode, Proto, ReplyView};
 use crate::reply;
-use crate::reply::merge::array_elements;
 
 /// Dedicated connections a client keeps for its next transactions, by node and protocol
 /// (a block that is not pinned by WATCH runs on one, never on a shared connection).
@@ -275,7 +274,10 @@ impl Block {
         reply: &Bytes,
         proto: Proto,
     ) -> Option<Vec<Bytes>> {
-        let elements = array_elements(reply).filter(|e| e.len() == self.requests.len())?;
+        let elements: Vec<Bytes> = ReplyView::element_frames(reply)
+            .filter(|frames| frames.len() == self.requests.len())?
+            .map(|element| reply.slice_ref(element))
+            .collect();
         if self
             .shapes
             .iter()

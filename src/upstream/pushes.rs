@@ -2,7 +2,7 @@
 //! push or array, its kind word (`message`, `subscribe`...), and whether a channel is a
 //! keyspace notification's. Pure; never panics on any input.
 
-use std::ops::Range;
+use crate::protocol::ReplyView;
 
 /// The prefix of keyspace notification channels (`__keyspace@<db>__:<key>`).
 pub const KEYSPACE: &[u8] = b"__keyspace@";
@@ -16,10 +16,10 @@ pub fn is_keyspace_channel(channel: &[u8]) -> bool {
 
 /// One element of a flat array or push frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Element {
-    /// A bulk string: where its payload lies in the frame.
-    Bulk(Range<usize>),
-    /// A null (`$-1`, `*-1` or `_`).
+pub enum Element<'a> {
+    /// A bulk string's payload, as a slice of the frame.
+    Bulk(&'a [u8]),
+    /// A null (`$-1` or `_`).
     Null,
     /// An integer.
     Int(i64),
@@ -27,63 +27,29 @@ pub enum Element {
 
 /// The elements of a flat `*` or `>` frame of bulk strings, integers and nulls (every
 /// Pub/Sub confirmation and message is one); `None` for anything else.
-pub fn elements(frame: &[u8]) -> Option<Vec<Element>> {
+pub fn elements(frame: &[u8]) -> Option<Vec<Element<'_>>> {
     if !matches!(frame.first(), Some(b'*' | b'>')) {
         return None;
     }
-    let (count, mut pos) = line_number(frame, 1)?;
-    let count = usize::try_from(count).ok()?;
-    // The count comes from the backend: never reserve more than the frame can hold.
-    let mut out = Vec::with_capacity(count.min(8));
-    for _ in 0..count {
-        match frame.get(pos)? {
-            b'$' => {
-                let (len, start) = line_number(frame, pos + 1)?;
-                if len < 0 {
-                    out.push(Element::Null);
-                    pos = start;
-                    continue;
-                }
-                let end = start.checked_add(usize::try_from(len).ok()?)?;
-                if frame.get(end..end + 2)? != b"\r\n" {
-                    return None;
-                }
-                out.push(Element::Bulk(start..end));
-                pos = end + 2;
-            }
-            b':' => {
-                let (n, next) = line_number(frame, pos + 1)?;
-                out.push(Element::Int(n));
-                pos = next;
-            }
-            b'_' => {
-                if frame.get(pos + 1..pos + 3)? != b"\r\n" {
-                    return None;
-                }
-                out.push(Element::Null);
-                pos += 3;
-            }
+    let items = ReplyView::parse(frame).ok()?.elements()?;
+    let mut out = Vec::with_capacity(items.len());
+    // The type byte of each element's frame tells a null bulk string from a null array,
+    // which no Pub/Sub frame holds.
+    for (item, item_frame) in items.clone().zip(items.frames()) {
+        out.push(match (item_frame.first(), item) {
+            (Some(b'$' | b'_'), ReplyView::Null) => Element::Null,
+            (Some(b'$'), ReplyView::Bulk(data)) => Element::Bulk(data),
+            (Some(b':'), ReplyView::Int(n)) => Element::Int(n),
             _ => return None,
-        }
+        });
     }
-    (pos == frame.len()).then_some(out)
-}
-
-/// The number on the line starting at `from`, and where the next line starts.
-fn line_number(frame: &[u8], from: usize) -> Option<(i64, usize)> {
-    let rest = frame.get(from..)?;
-    let cr = rest.iter().position(|&b| b == b'\r')?;
-    if rest.get(cr + 1) != Some(&b'\n') {
-        return None;
-    }
-    let n = std::str::from_utf8(&rest[..cr]).ok()?.parse().ok()?;
-    Some((n, from + cr + 2))
+    Some(out)
 }
 
 /// The first element of a Pub/Sub frame (`message`, `subscribe`, ...), if it has one.
-pub fn kind_word<'a>(frame: &'a [u8], elems: &[Element]) -> Option<&'a [u8]> {
+pub fn kind_word<'a>(elems: &[Element<'a>]) -> Option<&'a [u8]> {
     match elems.first()? {
-        Element::Bulk(range) => frame.get(range.clone()),
+        Element::Bulk(word) => Some(word),
         _ => None,
     }
 }
@@ -109,11 +75,8 @@ mod tests {
     fn elements_of_a_resp2_message_and_a_resp3_confirmation() {
         let message = b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\nhello\r\n";
         let elems = elements(message).expect("flat array");
-        assert_eq!(kind_word(message, &elems), Some(&b"message"[..]));
-        match &elems[2] {
-            Element::Bulk(range) => assert_eq!(&message[range.clone()], b"hello"),
-            other => panic!("payload parsed as {other:?}"),
-        }
+        assert_eq!(kind_word(&elems), Some(&b"message"[..]));
+        assert_eq!(elems[2], Element::Bulk(b"hello"));
         let confirm = b">3\r\n$11\r\nunsubscribe\r\n_\r\n:0\r\n";
         let elems = elements(confirm).expect("flat push");
         assert_eq!(elems[1], Element::Null);
@@ -128,5 +91,14 @@ mod tests {
         assert_eq!(elements(b"*1\r\n$5\r\nab\r\n"), None);
         assert_eq!(elements(b"+OK\r\n"), None);
         assert_eq!(elements(b"*99999999999\r\n"), None);
+        assert_eq!(elements(b"*1\r\n*-1\r\n"), None);
+        assert_eq!(elements(b"*1\r\n+OK\r\n"), None);
+        assert_eq!(elements(b"*-1\r\n"), None);
+        assert_eq!(elements(b"%1\r\n:1\r\n:2\r\n"), None);
+        assert_eq!(
+            elements(b"*2\r\n$-1\r\n:-3\r\n"),
+            Some(vec![Element::Null, Element::Int(-3)])
+        );
+        assert_eq!(elements(b"*0\r\n"), Some(vec![]));
     }
 }

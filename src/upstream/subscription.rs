@@ -279,7 +279,7 @@ fn on_frame(frame: Bytes, pending: &mut VecDeque<Pending>, sink: &Sink, role: Ro
         return true;
     }
     let elems = pushes::elements(&frame).unwrap_or_default();
-    let word = pushes::kind_word(&frame, &elems).unwrap_or_default();
+    let word = pushes::kind_word(&elems).unwrap_or_default();
     if !pushes::is_confirmation(word) {
         let channel_at = match word {
             b"message" => Some(1),
@@ -287,7 +287,7 @@ fn on_frame(frame: Bytes, pending: &mut VecDeque<Pending>, sink: &Sink, role: Ro
             _ => None,
         };
         let keyspace = match channel_at.and_then(|at| elems.get(at)) {
-            Some(Element::Bulk(range)) => Some(pushes::is_keyspace_channel(&frame[range.clone()])),
+            Some(Element::Bulk(channel)) => Some(pushes::is_keyspace_channel(channel)),
             _ => None,
         };
         // Each message has one link that relays it: see `Role`.
@@ -310,8 +310,8 @@ fn on_frame(frame: Bytes, pending: &mut VecDeque<Pending>, sink: &Sink, role: Ro
         }
     }
     if word == b"sunsubscribe" {
-        if let Some(Element::Bulk(range)) = elems.get(1) {
-            let channel = frame.slice(range.clone());
+        if let Some(Element::Bulk(channel)) = elems.get(1) {
+            let channel = frame.slice_ref(channel);
             return sink.send(Event::ShardLost { channel });
         }
     }

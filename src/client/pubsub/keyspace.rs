@@ -226,10 +226,10 @@ impl Upstream {
             return Some(frame);
         };
         let bulk = |i: usize| match elems.get(i) {
-            Some(Element::Bulk(range)) => frame.get(range.clone()),
+            Some(Element::Bulk(data)) => Some(*data),
             _ => None,
         };
-        let (pattern, channel, payload) = match frames::kind_word(&frame, &elems) {
+        let (pattern, channel, payload) = match frames::kind_word(&elems) {
             Some(b"message") if elems.len() == 3 => (None, bulk(1)?, bulk(2)?),
             Some(b"pmessage") if elems.len() == 4 => (Some(bulk(1)?), bulk(2)?, bulk(3)?),
             _ => return Some(frame),

@@ -7,9 +7,8 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::command::value::{decode_reply, Value};
 use crate::command::Emulated;
-use crate::protocol::{encode, Proto};
+use crate::protocol::{encode, AggregateKind, Proto, ReplyView};
 use crate::reply;
 use crate::route::{key_slot, SLOT_COUNT};
 
@@ -160,22 +159,21 @@ fn is_no_one(args: &[Bytes]) -> bool {
 /// `cluster-enabled no` (the proxy is not a cluster to its clients). `None` for any other
 /// reply (an error passes as it is).
 fn config_as_one_node(frame: &[u8], port: &str) -> Option<Bytes> {
-    let (as_map, flat) = match decode_reply(frame).ok()? {
-        Value::Map(pairs) => (true, pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
-        Value::List(items) => (false, items),
-        _ => return None,
+    let ReplyView::Aggregate(kind, elements) = ReplyView::parse(frame).ok()? else {
+        return None;
     };
-    if flat.len() % 2 != 0 {
+    if elements.len() % 2 != 0 {
         return None;
     }
     let mut out = BytesMut::with_capacity(frame.len() + 8);
-    if as_map {
-        encode::map_header(&mut out, Proto::Resp3, flat.len() / 2);
+    if kind == AggregateKind::Map {
+        encode::map_header(&mut out, Proto::Resp3, elements.len() / 2);
     } else {
-        encode::array_header(&mut out, flat.len());
+        encode::array_header(&mut out, elements.len());
     }
-    for pair in flat.chunks_exact(2) {
-        let (name, value) = (pair[0].text()?, pair[1].text()?);
+    let mut elements = elements;
+    while let (Some(name), Some(value)) = (elements.next(), elements.next()) {
+        let (name, value) = (name.text()?, value.text()?);
         let value: &[u8] = match name {
             b"port" => port.as_bytes(),
             b"cluster-enabled" => b"no",

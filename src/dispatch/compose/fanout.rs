@@ -41,7 +41,7 @@ use futures_util::future::join_all;
 
 use crate::backend::BackendError;
 use crate::command::FanOut;
-use crate::protocol::{encode, Proto, Request};
+use crate::protocol::{encode, Proto, ReplyView, Request};
 use crate::reply::{self, merge};
 use crate::route::{key_slot, NodeAddr};
 
@@ -512,12 +512,8 @@ pub fn next_cursor(index: usize, node_cursor: u64, masters: &[NodeAddr]) -> Opti
 
 /// A node's SCAN reply: its next cursor and the raw frame of its key array.
 fn scan_reply(frame: &Bytes) -> Option<(u64, Bytes)> {
-    let mut parts = merge::array_elements(frame)?;
-    if parts.len() != 2 {
-        return None;
-    }
-    let keys = parts.pop()?;
-    let cursor_frame = parts.pop()?;
+    let [cursor_frame, keys] = ReplyView::element_frames(frame)?.exactly::<2>()?;
+    let keys = frame.slice_ref(keys);
     aggregate_body(&keys)?;
     let header_end = cursor_frame.windows(2).position(|w| w == b"\r\n")?;
     if cursor_frame.first() != Some(&b'$') {

@@ -33,7 +33,6 @@ use futures_util::future::join_all;
 use crate::protocol::encode::{self, encode_request};
 use crate::protocol::{Proto, ReplyView};
 use crate::reply;
-use crate::reply::merge;
 use crate::rewrite::{Forward, ListingPlan};
 use crate::route::key_slot;
 
@@ -98,23 +97,26 @@ impl ListingCursor {
 
 /// `(cursor, keys)` of a SCAN reply.
 pub fn parse_scan_reply(reply: &Bytes) -> Option<(Bytes, Vec<Bytes>)> {
-    let parts = merge::array_elements(reply)?;
-    let [cursor, keys] = parts.as_slice() else {
-        return None;
-    };
-    let cursor = bulk(cursor)?;
-    let keys = merge::array_elements(keys)?
-        .iter()
-        .map(bulk)
-        .collect::<Option<Vec<_>>>()?;
+    let [cursor, keys] = ReplyView::element_frames(reply)?.exactly::<2>()?;
+    let cursor = bulk(reply, cursor)?;
+    let keys = bulks(reply, keys)?;
     Some((cursor, keys))
 }
 
-fn bulk(frame: &Bytes) -> Option<Bytes> {
-    match ReplyView::parse(frame).ok()? {
-        ReplyView::Bulk(payload) => Some(frame.slice_ref(payload)),
+/// The payload of `element`, a bulk string frame inside `reply`, as a slice of `reply`.
+fn bulk(reply: &Bytes, element: &[u8]) -> Option<Bytes> {
+    match ReplyView::parse(element).ok()? {
+        ReplyView::Bulk(payload) => Some(reply.slice_ref(payload)),
         _ => None,
     }
+}
+
+/// The payloads of `array`, an array of bulk strings inside `reply` (or `reply` itself),
+/// as slices of `reply`; `None` when it is not such an array.
+fn bulks(reply: &Bytes, array: &[u8]) -> Option<Vec<Bytes>> {
+    ReplyView::element_frames(array)?
+        .map(|element| bulk(reply, element))
+        .collect()
 }
 
 fn keys_frame(keys: &[Bytes]) -> Bytes {
@@ -182,9 +184,7 @@ impl Proxy {
             .upstream
             .forward(Target::Slot(key_slot(index_key)), call, Proto::Resp2)
             .await;
-        merge::array_elements(&reply)
-            .and_then(|members| members.iter().map(bulk).collect::<Option<Vec<_>>>())
-            .ok_or(reply)
+        bulks(&reply, &reply).ok_or(reply)
     }
 
     /// The legacy names of `plan`'s index `index_key` matching the glob (and `kind`).
@@ -289,9 +289,7 @@ impl Proxy {
             let reply = self
                 .keys_all(encode_request(&[b"KEYS", pattern]), Proto::Resp2)
                 .await;
-            merge::array_elements(&reply)
-                .and_then(|keys| keys.iter().map(bulk).collect::<Option<Vec<_>>>())
-                .ok_or(reply)
+            bulks(&reply, &reply).ok_or(reply)
         });
         join_all(calls).await
     }

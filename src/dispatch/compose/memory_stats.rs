@@ -5,8 +5,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::command::value::{decode_reply, Value};
-use crate::protocol::{encode, Proto};
+use crate::protocol::{double_text, encode, reply_nesting, Proto, ReplyView, MAX_PARSED_NESTING};
 
 use crate::dispatch::Proxy;
 
@@ -36,7 +35,7 @@ enum Field {
 fn merge(replies: &[Bytes], proto: Proto) -> Bytes {
     let mut merged: Vec<(Vec<u8>, Field)> = Vec::new();
     for reply in replies {
-        let Some(fields) = decode_reply(reply).ok().as_ref().and_then(fields_of) else {
+        let Some(fields) = read_fields(reply) else {
             return reply.clone();
         };
         add(&mut merged, fields);
@@ -47,20 +46,42 @@ fn merge(replies: &[Bytes], proto: Proto) -> Bytes {
     out.freeze()
 }
 
-fn fields_of(value: &Value) -> Option<Vec<(Vec<u8>, Field)>> {
-    value
-        .pairs()?
-        .into_iter()
+/// The fields of one master's reply; `None` when it is not a map of fields (an error, or a
+/// reply nesting deeper than the walk over nested maps will go).
+fn read_fields(reply: &[u8]) -> Option<Vec<(Vec<u8>, Field)>> {
+    if reply_nesting(reply).ok()? > MAX_PARSED_NESTING {
+        return None;
+    }
+    fields_of(&ReplyView::parse(reply).ok()?)
+}
+
+fn fields_of(view: &ReplyView<'_>) -> Option<Vec<(Vec<u8>, Field)>> {
+    view.pairs()?
         .map(|(name, value)| {
             let field = match value {
-                Value::Int(n) => Field::Count(*n),
-                Value::Text(text) => Field::Other(text.clone()),
-                Value::Map(_) | Value::List(_) => Field::Map(fields_of(value)?),
-                Value::Null => Field::Other(Vec::new()),
+                ReplyView::Int(n) => Field::Count(n),
+                ReplyView::Boolean(b) => Field::Count(i64::from(b)),
+                ReplyView::Aggregate(..) => Field::Map(fields_of(&value)?),
+                ReplyView::Null => Field::Other(Vec::new()),
+                _ => Field::Other(text_of(&value)?),
             };
-            Some((name.text()?.to_vec(), field))
+            Some((text_of(&name)?, field))
         })
         .collect()
+}
+
+/// The text of a string field, a double as it reads back (`1.50` is `1.5`).
+fn text_of(view: &ReplyView<'_>) -> Option<Vec<u8>> {
+    match *view {
+        ReplyView::Bulk(text)
+        | ReplyView::Simple(text)
+        | ReplyView::BigNumber(text)
+        | ReplyView::Verbatim { text, .. } => Some(text.to_vec()),
+        ReplyView::Double(text) => {
+            Some(double_text(text).map_or_else(|| text.to_vec(), String::into_bytes))
+        }
+        _ => None,
+    }
 }
 
 fn add(merged: &mut Vec<(Vec<u8>, Field)>, fields: Vec<(Vec<u8>, Field)>) {

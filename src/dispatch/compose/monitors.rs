@@ -11,9 +11,8 @@ use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::command::value::{decode_reply, Value};
-use crate::protocol::{encode, Proto, Request};
-use crate::reply::merge::{array_elements, array_frame, integer};
+use crate::protocol::{encode, Proto, ReplyView, Request};
+use crate::reply::merge::{array_frame, integer};
 
 use crate::dispatch::Proxy;
 
@@ -32,8 +31,8 @@ impl Proxy {
         };
         let mut logs = Vec::with_capacity(replies.len());
         for reply in &replies {
-            match array_elements(reply) {
-                Some(elements) => logs.push(elements),
+            match ReplyView::element_frames(reply) {
+                Some(entries) => logs.push(entries.map(|entry| reply.slice_ref(entry)).collect()),
                 None => return reply.clone(),
             }
         }
@@ -85,8 +84,9 @@ impl Proxy {
 /// after it is newer than the others' copies of it. Further ties: master order.
 fn encode_newest_first(logs: Vec<Vec<Bytes>>, limit: usize) -> Bytes {
     let timestamp = |entry: &Bytes| {
-        array_elements(entry)
-            .and_then(|fields| fields.get(1).and_then(|t| integer(t)))
+        ReplyView::element_frames(entry)
+            .and_then(|mut fields| fields.nth(1))
+            .and_then(integer)
             .unwrap_or(i64::MIN)
     };
     // Per master, each entry with its timestamp and how many entries from it on share it.
@@ -126,29 +126,30 @@ fn merge_latest(replies: &[Bytes]) -> Bytes {
     // In the order first seen: event name, timestamp, the newest entry, highest max.
     let mut events: Vec<(Bytes, i64, Bytes, i64)> = Vec::new();
     for reply in replies {
-        let Some(entries) = array_elements(reply) else {
+        let Some(entries) = ReplyView::element_frames(reply) else {
             return reply.clone();
         };
         for entry in entries {
-            let Some(fields) = array_elements(&entry) else {
+            let Some(mut fields) = ReplyView::element_frames(entry) else {
                 return reply.clone();
             };
+            // Fields: event, timestamp, latest, max.
             let (Some(name), Some(time), Some(max)) = (
-                fields.first(),
-                fields.get(1).and_then(|f| integer(f)),
-                fields.get(3).and_then(|f| integer(f)),
+                fields.next(),
+                fields.next().and_then(integer),
+                fields.nth(1).and_then(integer),
             ) else {
                 return reply.clone();
             };
-            match events.iter_mut().find(|kept| kept.0 == *name) {
+            match events.iter_mut().find(|kept| kept.0 == name) {
                 Some(kept) => {
                     if time > kept.1 {
                         kept.1 = time;
-                        kept.2 = entry.clone();
+                        kept.2 = reply.slice_ref(entry);
                     }
                     kept.3 = kept.3.max(max);
                 }
-                None => events.push((name.clone(), time, entry.clone(), max)),
+                None => events.push((reply.slice_ref(name), time, reply.slice_ref(entry), max)),
             }
         }
     }
@@ -161,13 +162,16 @@ fn merge_latest(replies: &[Bytes]) -> Bytes {
 
 /// `entry` with its fourth field (the maximum) set to `max`.
 fn with_max(entry: &Bytes, max: i64) -> Bytes {
-    let Some(mut fields) = array_elements(entry) else {
+    let Some(fields) = ReplyView::element_frames(entry) else {
         return entry.clone();
     };
-    if let Some(field) = fields.get_mut(3) {
-        *field = encode::integer_frame(max);
+    let max = encode::integer_frame(max);
+    let mut out = BytesMut::with_capacity(entry.len() + max.len());
+    encode::array_header(&mut out, fields.len());
+    for (at, field) in fields.enumerate() {
+        out.extend_from_slice(if at == 3 { &max } else { field });
     }
-    array_frame(fields.len(), fields.iter())
+    out.freeze()
 }
 
 /// The `[timestamp, latency]` samples of every reply in time order, the highest of those
@@ -175,17 +179,18 @@ fn with_max(entry: &Bytes, max: i64) -> Bytes {
 fn merge_history(replies: &[Bytes]) -> Bytes {
     let mut samples: BTreeMap<i64, (i64, Bytes)> = BTreeMap::new();
     for reply in replies {
-        let Some(entries) = array_elements(reply) else {
+        let Some(entries) = ReplyView::element_frames(reply) else {
             return reply.clone();
         };
         for entry in entries {
-            let fields = array_elements(&entry).unwrap_or_default();
+            let mut fields = ReplyView::element_frames(entry).into_iter().flatten();
             let (Some(time), Some(latency)) = (
-                fields.first().and_then(|f| integer(f)),
-                fields.get(1).and_then(|f| integer(f)),
+                fields.next().and_then(integer),
+                fields.next().and_then(integer),
             ) else {
                 return reply.clone();
             };
+            let entry = reply.slice_ref(entry);
             let kept = samples.entry(time).or_insert((latency, entry.clone()));
             if latency > kept.0 {
                 *kept = (latency, entry);
@@ -205,15 +210,14 @@ struct Distribution {
     cumulative: Vec<(i64, i64)>,
 }
 
-fn distribution(details: &Value) -> Option<Distribution> {
+fn distribution(details: &ReplyView<'_>) -> Option<Distribution> {
     let cumulative = details
         .field("histogram_usec")?
         .pairs()?
-        .into_iter()
-        .map(|(bound, count)| Some((bound.int()?, count.int()?)))
+        .map(|(bound, count)| Some((bound.integer()?, count.integer()?)))
         .collect::<Option<Vec<_>>>()?;
     Some(Distribution {
-        calls: details.field("calls")?.int()?,
+        calls: details.field("calls")?.integer()?,
         cumulative,
     })
 }
@@ -224,11 +228,10 @@ fn distribution(details: &Value) -> Option<Distribution> {
 fn merge_histograms(replies: &[Bytes], proto: Proto) -> Bytes {
     let mut commands: Vec<(Vec<u8>, Vec<Distribution>)> = Vec::new();
     for reply in replies {
-        let parsed = decode_reply(reply).ok().and_then(|value| {
+        let parsed = ReplyView::parse(reply).ok().and_then(|value| {
             value
                 .pairs()?
-                .into_iter()
-                .map(|(name, details)| Some((name.text()?.to_vec(), distribution(details)?)))
+                .map(|(name, details)| Some((name.text()?.to_vec(), distribution(&details)?)))
                 .collect::<Option<Vec<_>>>()
         });
         let Some(parsed) = parsed else {
@@ -279,10 +282,9 @@ mod tests {
 
     /// The ids of the SLOWLOG GET reply `frame`, in order.
     fn ids(frame: &Bytes) -> Vec<i64> {
-        array_elements(frame)
+        ReplyView::element_frames(frame)
             .unwrap()
-            .iter()
-            .map(|e| integer(&array_elements(e).unwrap()[0]).unwrap())
+            .map(|e| integer(ReplyView::element_frames(e).unwrap().next().unwrap()).unwrap())
             .collect()
     }
 

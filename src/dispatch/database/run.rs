@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use smallvec::{smallvec, SmallVec};
 
 use crate::protocol::encode;
-use crate::protocol::{parse_i64, Proto, ReplyView, Request};
+use crate::protocol::{parse_i64, ElementFrames, Proto, ReplyView, Request};
 use crate::reply;
 use crate::reply::merge;
 use crate::rewrite::database::{self, OTHER_DATABASES_PATTERN};
@@ -135,13 +135,15 @@ impl Proxy {
             }
         }
         let reply = self.clone().execute(request_of(sent), proto).await;
-        let Some(parts) = merge::array_elements(&reply).filter(|parts| parts.len() == 2) else {
+        let Some([cursor, keys]) =
+            ReplyView::element_frames(&reply).and_then(ElementFrames::exactly::<2>)
+        else {
             return reply;
         };
-        let keys = scope.keep_own(parts[1].clone());
+        let keys = scope.keep_own(reply.slice_ref(keys));
         let mut out = BytesMut::with_capacity(reply.len());
         encode::array_header(&mut out, 2);
-        out.extend_from_slice(&parts[0]);
+        out.extend_from_slice(cursor);
         out.extend_from_slice(&keys);
         out.freeze()
     }
@@ -425,16 +427,18 @@ impl Walk {
             WALK_COUNT,
         ];
         let reply = proxy.ask_args(args, Proto::Resp2).await;
-        let parts = merge::array_elements(&reply)
-            .filter(|parts| parts.len() == 2)
-            .ok_or_else(|| reply.clone())?;
-        let Ok(ReplyView::Bulk(next)) = ReplyView::parse(&parts[0]) else {
+        let Some([cursor, keys]) =
+            ReplyView::element_frames(&reply).and_then(ElementFrames::exactly::<2>)
+        else {
+            return Err(reply);
+        };
+        let Ok(ReplyView::Bulk(next)) = ReplyView::parse(cursor) else {
             return Err(reply);
         };
         if next != b"0" {
             self.cursor = Some(Bytes::copy_from_slice(next));
         }
-        let keys = ReplyView::parse(&parts[1])
+        let keys = ReplyView::parse(keys)
             .ok()
             .and_then(|view| view.elements())
             .ok_or_else(|| reply.clone())?

@@ -4,7 +4,6 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::protocol::ReplyView;
-use crate::reply::merge;
 use crate::rewrite::Reverse;
 use crate::upstream::block::BlockLayout;
 
@@ -85,10 +84,10 @@ pub fn rename_reply_keys(
 }
 
 fn rename_first_element(reply: Bytes, name_of: &impl Fn(&[u8]) -> Option<Bytes>) -> Bytes {
-    let Some(elements) = merge::array_elements(&reply) else {
+    let Some(mut elements) = ReplyView::element_frames(&reply) else {
         return reply;
     };
-    let Some(first) = elements.first() else {
+    let Some(first) = elements.next() else {
         return reply;
     };
     let Some(key) = bulk_payload(first) else {
@@ -97,9 +96,8 @@ fn rename_first_element(reply: Bytes, name_of: &impl Fn(&[u8]) -> Option<Bytes>)
     let Some(shown) = name_of(key).filter(|shown| shown != key) else {
         return reply;
     };
-    let mut parts = elements;
-    parts[0] = bulk_frame(&shown);
-    rebuild(&reply, &parts)
+    let shown = bulk_frame(&shown);
+    rebuild(&reply, std::iter::once(&shown[..]).chain(elements))
 }
 
 /// XREAD/XREADGROUP: RESP2 `*N` of `[name, entries]` pairs; RESP3 `%N` name -> entries.
@@ -115,12 +113,12 @@ fn rename_stream_names(reply: Bytes, name_of: &impl Fn(&[u8]) -> Option<Bytes>) 
         }
         return rebuild(&reply, &parts);
     }
-    let Some(mut streams) = merge::array_elements(&reply) else {
+    let Some(streams) = ReplyView::element_frames(&reply) else {
         return reply;
     };
-    for stream in streams.iter_mut() {
-        *stream = rename_first_element(stream.clone(), name_of);
-    }
+    let streams: Vec<Bytes> = streams
+        .map(|stream| rename_first_element(reply.slice_ref(stream), name_of))
+        .collect();
     rebuild(&reply, &streams)
 }
 
@@ -187,7 +185,10 @@ pub(super) fn aggregate_elements(frame: &Bytes) -> Option<Vec<Bytes>> {
 }
 
 /// `original`'s aggregate header followed by `parts`.
-pub(super) fn rebuild(original: &[u8], parts: &[Bytes]) -> Bytes {
+pub(super) fn rebuild<P: AsRef<[u8]>>(
+    original: &[u8],
+    parts: impl IntoIterator<Item = P>,
+) -> Bytes {
     let header_end = original
         .windows(2)
         .position(|w| w == b"\r\n")
@@ -195,7 +196,7 @@ pub(super) fn rebuild(original: &[u8], parts: &[Bytes]) -> Bytes {
     let mut out = BytesMut::with_capacity(original.len() + 64);
     out.put_slice(&original[..header_end]);
     for part in parts {
-        out.put_slice(part);
+        out.put_slice(part.as_ref());
     }
     out.freeze()
 }

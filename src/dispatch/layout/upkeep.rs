@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 use crate::backend::{BackendError, Batch, ReplySink};
 use crate::command::{CommandSpec, KeyPos, ScriptRun, Shape, SplitKind};
 use crate::protocol::encode::encode_request;
-use crate::protocol::{Proto, Request};
+use crate::protocol::{Proto, ReplyView, Request};
 use crate::reply;
 use crate::reply::merge;
 use crate::route::key_slot;
@@ -327,10 +327,7 @@ impl Proxy {
             }
         };
         // An error instead of the array (EXECABORT after a refusal at queue time): nothing ran.
-        let replies = merge::array_elements(&exec)?;
-        let [command, refresh] = replies.as_slice() else {
-            return None;
-        };
+        let [command, refresh] = ReplyView::element_frames(&exec)?.exactly::<2>()?;
         if command.starts_with(b"-NOSCRIPT") {
             // Only the refresh ran; the script path loads a remembered body and retries.
             return None;
@@ -341,10 +338,11 @@ impl Proxy {
                 "index refresh in the block of a command failed"
             );
         }
+        let command = exec.slice_ref(command);
         Some(if block.script_call {
-            scripts::with_key_slot_hint(command.clone())
+            scripts::with_key_slot_hint(command)
         } else {
-            command.clone()
+            command
         })
     }
 

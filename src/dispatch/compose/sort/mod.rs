@@ -18,8 +18,7 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::command::value::{decode_reply, Value};
-use crate::protocol::{encode, parse_i64, Proto};
+use crate::protocol::{double_text, encode, parse_i64, Proto, ReplyView};
 use crate::reply;
 use crate::route::key_slot;
 
@@ -344,9 +343,9 @@ impl Proxy {
             .collect();
         for (&i, reply) in asked.iter().zip(replies) {
             values[i] = match reply.first() {
-                Some(b'$') => decode_reply(&reply)
+                Some(b'$') => ReplyView::parse(&reply)
                     .map_err(|_| unexpected())
-                    .and_then(bulk_value)?,
+                    .and_then(|value| bulk_value(&reply, value))?,
                 Some(b'-') if reply.starts_with(b"-WRONGTYPE") => None,
                 _ => return Err(reply),
             };
@@ -372,17 +371,27 @@ fn bulk_strings(frame: &Bytes) -> Result<Vec<Option<Bytes>>, Bytes> {
     if frame.first() == Some(&b'-') {
         return Err(frame.clone());
     }
-    let Ok(Value::List(items)) = decode_reply(frame) else {
+    let Some(items) = ReplyView::parse(frame)
+        .ok()
+        .and_then(|view| view.elements())
+    else {
         return Err(unexpected());
     };
-    items.into_iter().map(bulk_value).collect()
+    items.map(|item| bulk_value(frame, item)).collect()
 }
 
-/// A bulk string, or nil, of a node's reply.
-fn bulk_value(value: Value) -> Result<Option<Bytes>, Bytes> {
+/// A bulk string, or nil, of `reply`, a node's reply `value` is part of (a slice of it,
+/// not a copy).
+fn bulk_value(reply: &Bytes, value: ReplyView<'_>) -> Result<Option<Bytes>, Bytes> {
     match value {
-        Value::Text(text) => Ok(Some(Bytes::from(text))),
-        Value::Null => Ok(None),
+        ReplyView::Bulk(text)
+        | ReplyView::Simple(text)
+        | ReplyView::BigNumber(text)
+        | ReplyView::Verbatim { text, .. } => Ok(Some(reply.slice_ref(text))),
+        ReplyView::Double(text) => Ok(Some(
+            double_text(text).map_or_else(|| Bytes::copy_from_slice(text), Bytes::from),
+        )),
+        ReplyView::Null => Ok(None),
         _ => Err(unexpected()),
     }
 }
