@@ -222,7 +222,7 @@ impl Live {
                 .await
                 .map_err(ReloadError::LayoutRefused)?;
         }
-        next.upstream.warm_up(crate::server::WARM_UP_WITHIN).await;
+        next.upstream.warm_up().await;
         self.current.store(Arc::new(next));
         self.client_tls.store(client_tls.map(Arc::new));
         if let (Some(running), Some(newer), false) =

@@ -29,10 +29,6 @@ pub use error::StartError;
 /// How long start-up waits for a first complete slot map before serving anyway.
 const STARTUP_MAP_WAIT: Duration = Duration::from_secs(10);
 
-/// How long a new snapshot (at start-up and on reload) waits for its connections ready for
-/// blocking commands before serving anyway (see `upstream::warm`).
-pub const WARM_UP_WITHIN: Duration = Duration::from_secs(1);
-
 /// The client listeners: plain, TLS (`tls.listen`), or both.
 pub struct Listeners {
     /// The plain listener (`listen`); `None` when `listen` is empty.
@@ -121,7 +117,7 @@ pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), 
             .await
             .map_err(StartError::LayoutRefused)?;
     }
-    proxy.upstream.warm_up(WARM_UP_WITHIN).await;
+    proxy.upstream.warm_up().await;
     let listeners = crate::server::tls::bind(&mut proxy).await?;
     Ok((Arc::new(proxy), listeners))
 }

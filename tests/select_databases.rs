@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{new_dir, query, shared_cluster, Cluster, Proxy};
+use common::{new_dir, query, shared_cluster, Cluster, Proxy, Raw, Standalone};
 
 /// FLUSHDB and MOVE are refused by the default command policy.
 const CONFIG: &str = "tests/config/databases.yaml";
@@ -770,4 +770,35 @@ fn resp3_replies_in_a_database_keep_their_types() {
     assert!(raw.call(&["INFO", "keyspace"]).starts_with('='));
     assert_eq!(raw.call(&["SELECT", "14"]), "+OK\r\n");
     assert_eq!(raw.call(&["GET", "r3:a"]), "_\r\n");
+}
+
+/// Inside MULTI too, replies that name keys show the client's names: EXEC's reply is one
+/// redis-server's for the same commands in the same database, in both protocols, with
+/// SELECT's own answer and a local command's in their places.
+#[test]
+fn replies_inside_exec_name_keys_in_the_clients_database() {
+    let standalone = Standalone::start();
+    let steps = [
+        "SELECT 13",
+        "DEL {m}l {m}z {m}s",
+        "MULTI",
+        "RPUSH {m}l a b c",
+        "LMPOP 1 {m}l LEFT",
+        "BLPOP {m}l 1",
+        "ZADD {m}z 1 m 2 n",
+        "ZMPOP 1 {m}z MIN",
+        "BZPOPMAX {m}z 1",
+        "CLIENT GETNAME",
+        "XADD {m}s 1-1 f v",
+        "XREAD STREAMS {m}s 0",
+        "EXEC",
+    ];
+    for resp3 in [false, true] {
+        let mut reference = Raw::connect_in(standalone.addr(), resp3);
+        let mut through = Raw::connect_in(proxy().addr(), resp3);
+        for step in steps {
+            let want = reference.call_line(step);
+            assert_eq!(through.call_line(step), want, "RESP3 {resp3}: {step}");
+        }
+    }
 }

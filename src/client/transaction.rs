@@ -50,10 +50,11 @@ use futures_util::FutureExt;
 use smallvec::SmallVec;
 
 use crate::command::KeyList;
+use crate::dispatch::layout::{rename_reply_keys, ReplyKeys};
 use crate::dispatch::{Proxy, Target, WatchPin};
 use crate::protocol::{encode, FoldedName, Proto, ReplyView, Request};
 use crate::reply;
-use crate::rewrite::Forward;
+use crate::rewrite::{database, Forward};
 use crate::route::key_slot;
 use crate::upstream::block::{self, Queued, ReusableConns};
 
@@ -95,6 +96,9 @@ struct Queue {
     busy: busy::BusyRefused,
     /// Whether a queued command writes or may replicate (CLIENT PAUSE WRITE holds EXEC).
     writes: bool,
+    /// In a database other than 0: the block commands (by their place among them) whose
+    /// replies name keys, shown without the database's prefix in EXEC's reply.
+    shown: Vec<(usize, ReplyKeys)>,
 }
 
 /// One client's transaction state.
@@ -170,6 +174,7 @@ impl Transaction {
         &mut self,
         proxy: &Arc<Proxy>,
         proto: Proto,
+        db: u32,
         request: &Request,
         name: &FoldedName,
     ) -> Step {
@@ -197,7 +202,7 @@ impl Transaction {
                 self.multi = Some(Box::default());
                 Step::Reply(Bytes::from_static(OK))
             }
-            (b"exec", true) => self.exec(proxy, proto),
+            (b"exec", true) => self.exec(proxy, proto, db),
             (b"exec", false) => Step::Reply(reply::error(EXEC_WITHOUT_MULTI)),
             (b"discard", true) => {
                 self.multi = None;
@@ -216,7 +221,7 @@ impl Transaction {
                 Step::Next
             }
             (b"quit", _) => Step::Next,
-            (_, true) => self.queue(proxy, proto, request),
+            (_, true) => self.queue(proxy, proto, db, request),
             (b"wait", false) => match self.last_write_slot {
                 Some(slot) => {
                     let proxy = proxy.clone();
@@ -265,7 +270,7 @@ impl Transaction {
     }
 
     /// Checks one command at queue time, as Redis does, and queues it.
-    fn queue(&mut self, proxy: &Proxy, proto: Proto, request: &Request) -> Step {
+    fn queue(&mut self, proxy: &Proxy, proto: Proto, db: u32, request: &Request) -> Step {
         let admitted = match self.admit(proxy, proto, request) {
             Ok(admitted) => admitted,
             Err(error) => {
@@ -280,6 +285,12 @@ impl Transaction {
             Admitted::Block { queued, writes } => {
                 queue.writes |= writes;
                 let slot = queued.slot;
+                if db != 0 {
+                    let spec = proxy.commands.lookup(&request.args);
+                    if let Some(keys) = spec.and_then(|spec| ReplyKeys::of(&spec.name)) {
+                        queue.shown.push((queue.commands.len(), keys));
+                    }
+                }
                 queue.commands.push(queued);
                 slot
             }
@@ -299,7 +310,7 @@ impl Transaction {
         }
     }
 
-    fn exec(&mut self, proxy: &Arc<Proxy>, proto: Proto) -> Step {
+    fn exec(&mut self, proxy: &Arc<Proxy>, proto: Proto, db: u32) -> Step {
         let queue = self.multi.take().unwrap_or_default();
         // EXEC always ends the WATCH, whatever its outcome.
         let watch = self.watch.take();
@@ -312,7 +323,10 @@ impl Transaction {
             };
         }
         let Queue {
-            commands, locals, ..
+            commands,
+            locals,
+            shown,
+            ..
         } = *queue;
         let slots = command_slots(&commands);
         let run = match &watch {
@@ -342,6 +356,14 @@ impl Transaction {
                 Err(()) => return Step::Reply(crate::dispatch::watch_failed(proto)),
             },
             None => self.run_block(proxy, proto, commands, slots, None, None),
+        };
+        let run = match shown.is_empty() {
+            true => run,
+            false => {
+                let databases = proxy.config.databases;
+                run.map(move |reply| show_in_database(reply, &shown, db, databases, proto))
+                    .boxed()
+            }
         };
         if locals.is_empty() {
             Step::Alone(run)
@@ -410,6 +432,34 @@ fn command_slots(commands: &[Queued]) -> SmallVec<[u16; 4]> {
         }
     }
     slots
+}
+
+/// EXEC's reply of block commands with the key names in the replies of those at `shown`
+/// (their places among the block's replies) shown as in database `db`: without its prefix,
+/// as the same commands outside MULTI show them. A reply that is not the array of the
+/// block's replies (EXEC aborted, an error) is left as it is.
+fn show_in_database(
+    reply: Bytes,
+    shown: &[(usize, ReplyKeys)],
+    db: u32,
+    databases: u32,
+    proto: Proto,
+) -> Bytes {
+    let Some(frames) = ReplyView::element_frames(&reply) else {
+        return reply;
+    };
+    let count = frames.len();
+    let mut elements: Vec<Bytes> = frames.map(|frame| reply.slice_ref(frame)).collect();
+    for &(at, keys) in shown {
+        let Some(element) = elements.get_mut(at) else {
+            continue;
+        };
+        let name_of =
+            |key: &[u8]| database::name_in(key, db, databases).map(Bytes::copy_from_slice);
+        *element = rename_reply_keys(keys, std::mem::take(element), name_of)
+            .unwrap_or_else(|| encode::null_frame(proto));
+    }
+    encode::array_frame(count, &elements)
 }
 
 /// EXEC's reply with the answers of the commands the proxy answers itself put in their

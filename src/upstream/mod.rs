@@ -71,9 +71,10 @@ impl Upstream {
     }
 
     /// Waits until every master's ready connections for blocking commands are open, for
-    /// at most `within`: a snapshot that serves before they are would open one on demand
-    /// for its first blocking commands, which other clients' later commands can overtake.
-    pub async fn warm_up(&self, within: std::time::Duration) {
-        self.warm.until_ready(within).await;
+    /// at most [`warm::WARM_UP_WITHIN`]: a snapshot (at start-up, on reload) that serves
+    /// before they are would open one on demand for its first blocking commands, which
+    /// other clients' later commands can overtake.
+    pub async fn warm_up(&self) {
+        self.warm.until_ready(warm::WARM_UP_WITHIN).await;
     }
 }

@@ -34,6 +34,10 @@ use crate::topology::Topology;
 /// idle connections per master in all, a few tens of KiB on the node.
 pub const WARM_PER_NODE: usize = 3;
 
+/// How long a new snapshot waits for its ready connections before serving anyway (a
+/// master that does not answer).
+pub const WARM_UP_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What opens a connection: answered, the connection is established and authenticated.
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 

@@ -325,7 +325,8 @@ impl Session<'_> {
     ) -> Step {
         let proxy = &self.ident.snapshot;
         let proto = self.ident.state.proto;
-        let step = self.tx.transaction.handle(proxy, proto, request, name);
+        let db = self.ident.state.db;
+        let step = self.tx.transaction.handle(proxy, proto, db, request, name);
         if !matches!(step, Step::Next) {
             self.note_command(command);
             return step;
