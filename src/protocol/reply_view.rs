@@ -359,9 +359,12 @@ fn plain_head(buf: &[u8]) -> Option<(Head<'_>, usize)> {
 #[inline(never)]
 fn read_any_head(buf: &[u8]) -> Result<(Head<'_>, usize), ProtocolError> {
     let kind = *buf.first().ok_or_else(|| error("incomplete reply frame"))?;
-    let cr = buf
+    // The line starts after the type byte: a `\r` in its place (`\r\n`) is a type byte
+    // like any unknown one, not an empty line before it.
+    let cr = buf[1..]
         .iter()
         .position(|&b| b == b'\r')
+        .map(|at| at + 1)
         .ok_or_else(|| error("incomplete reply frame"))?;
     if buf.get(cr + 1) != Some(&b'\n') {
         return Err(error("expected CRLF"));
@@ -718,6 +721,14 @@ mod tests {
             if let Ok(view) = ReplyView::parse(&bytes) {
                 let _ = from_view(view);
             }
+        }
+    }
+
+    #[test]
+    fn a_carriage_return_in_the_type_byte_is_refused_not_a_panic() {
+        for frame in [&b"\r\n"[..], b"\r\r\n", b"\rx\r\n"] {
+            assert!(ReplyView::parse(frame).is_err(), "{frame:?}");
+            assert!(ReplyView::scanned(frame).is_err(), "{frame:?}");
         }
     }
 
