@@ -56,16 +56,7 @@ fn replies_with_data_present_or_none_equal_one_redis() {
 
 /// Connections on every master waiting in BLMOVE (what a blocked emulated pop runs).
 fn waits_on_masters() -> usize {
-    shared_cluster()
-        .masters()
-        .iter()
-        .map(|node| {
-            let list: String = query(node, redis::cmd("CLIENT").arg("LIST")).unwrap();
-            list.lines()
-                .filter(|line| line.contains(" cmd=blmove "))
-                .count()
-        })
-        .sum()
+    shared_cluster().connections_on_masters(&[" cmd=blmove "])
 }
 
 #[test]

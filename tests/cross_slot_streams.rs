@@ -12,7 +12,7 @@ mod common;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use common::{query, replay_on_both, shared_cluster, wait_until, Proxy, Raw, Standalone};
+use common::{replay_on_both, shared_cluster, wait_until, Proxy, Raw, Standalone};
 
 fn proxy() -> &'static Proxy {
     static PROXY: OnceLock<Proxy> = OnceLock::new();
@@ -55,16 +55,7 @@ fn replies_with_entries_present_or_none_equal_one_redis() {
 /// Connections on every master blocked in XREAD (the probes run XREAD on shared
 /// connections too, which are not blocked).
 fn waits_on_masters() -> usize {
-    shared_cluster()
-        .masters()
-        .iter()
-        .map(|node| {
-            let list: String = query(node, redis::cmd("CLIENT").arg("LIST")).unwrap();
-            list.lines()
-                .filter(|line| line.contains(" cmd=xread ") && line.contains(" flags=b "))
-                .count()
-        })
-        .sum()
+    shared_cluster().connections_on_masters(&[" cmd=xread ", " flags=b "])
 }
 
 #[test]

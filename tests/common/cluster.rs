@@ -109,6 +109,20 @@ impl Cluster {
         self.layout().masters()
     }
 
+    /// Connections on every master whose CLIENT LIST line holds each of `fragments`
+    /// (` cmd=blmove `, ` flags=b `...): what the proxy runs on them.
+    pub fn connections_on_masters(&self, fragments: &[&str]) -> usize {
+        self.masters()
+            .iter()
+            .map(|node| {
+                let list: String = query(node, redis::cmd("CLIENT").arg("LIST")).unwrap();
+                list.lines()
+                    .filter(|line| fragments.iter().all(|f| line.contains(f)))
+                    .count()
+            })
+            .sum()
+    }
+
     /// Current replicas (live nodes only), in address order.
     pub fn replicas(&self) -> Vec<String> {
         self.layout().replicas()
