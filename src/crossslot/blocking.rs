@@ -352,6 +352,17 @@ impl BlockingPop {
     }
 }
 
+/// What is left until `deadline` (`None`: no end) for the next wait: `Some(None)` for
+/// ever, `Some(Some(left))`, or `None` once less than a millisecond is left (the timeout
+/// has ended).
+pub fn time_left(deadline: Option<std::time::Instant>) -> Option<Option<Duration>> {
+    let Some(deadline) = deadline else {
+        return Some(None);
+    };
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    (left >= Duration::from_millis(1)).then_some(Some(left))
+}
+
 /// The null a blocking pop answers when its timeout ends, and LMPOP or ZMPOP when every
 /// key is empty: a null array.
 pub fn timed_out(proto: Proto) -> Bytes {

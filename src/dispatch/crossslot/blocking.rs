@@ -14,7 +14,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::future::select_all;
 
 use crate::crossslot::blocking::{
-    timed_out, BlockingPop, Holds, Probed, Waited, POLL_MAX, POLL_MIN,
+    time_left, timed_out, BlockingPop, Holds, Probed, Waited, POLL_MAX, POLL_MIN,
 };
 use crate::dispatch::{Proxy, Target};
 use crate::protocol::Proto;
@@ -64,15 +64,8 @@ impl Proxy {
             if let Round::Reply(reply) = self.blocking_pop_round(pop, proto).await {
                 return reply;
             }
-            let left = match deadline {
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left < Duration::from_millis(1) {
-                        return timed_out(proto);
-                    }
-                    Some(left)
-                }
-                None => None,
+            let Some(left) = time_left(deadline) else {
+                return timed_out(proto);
             };
             let waited = if polls {
                 let span = left.map_or(interval, |left| left.min(interval));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use futures_util::future::select_all;
 
-use crate::crossslot::blocking::Waited;
+use crate::crossslot::blocking::{time_left, timed_out, Waited};
 use crate::crossslot::streams::{Probed, StreamRead, MAX_WAITS, POLL_MAX, POLL_MIN};
 use crate::dispatch::{Proxy, Target};
 use crate::protocol::Proto;
@@ -25,7 +25,7 @@ impl Proxy {
             Probed::Empty(ids) => ids,
         };
         let Some(timeout) = read.block else {
-            return crate::crossslot::blocking::timed_out(proto);
+            return timed_out(proto);
         };
         let _blocked = crate::metrics::BlockedClient::enter();
         // An unblock meant for an earlier command of the client's.
@@ -35,15 +35,8 @@ impl Proxy {
         let polls = read.keys.len() > MAX_WAITS;
         let mut interval = POLL_MIN;
         loop {
-            let left = match deadline {
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left < Duration::from_millis(1) {
-                        return crate::crossslot::blocking::timed_out(proto);
-                    }
-                    Some(left)
-                }
-                None => None,
+            let Some(left) = time_left(deadline) else {
+                return timed_out(proto);
             };
             let span = match polls {
                 true => Some(left.map_or(interval, |left| left.min(interval))),

@@ -231,13 +231,7 @@ impl Proxy {
     /// SELECT writes it, where refusing would fail a client the cluster may serve.
     pub async fn mark_other_databases_in_use(self: std::sync::Arc<Self>) -> Bytes {
         DATABASES_SELECTED.store(true, Ordering::Relaxed);
-        let reply = self.write_in_use_marker().await;
-        if reply.first() == Some(&b'-') {
-            tracing::warn!(
-                reply = %String::from_utf8_lossy(&reply).trim_end(),
-                "could not write the in-use marker of databases other than 0"
-            );
-        }
+        self.write_in_use_marker().await;
         Bytes::from_static(b"+OK\r\n")
     }
 
@@ -246,24 +240,26 @@ impl Proxy {
     /// selecting it again.
     pub(in crate::dispatch) async fn mark_again_after_flushall(&self) {
         if DATABASES_SELECTED.load(Ordering::Relaxed) {
-            let reply = self.write_in_use_marker().await;
-            if reply.first() == Some(&b'-') {
-                tracing::warn!(
-                    reply = %String::from_utf8_lossy(&reply).trim_end(),
-                    "could not write the in-use marker again after FLUSHALL"
-                );
-            }
+            self.write_in_use_marker().await;
         }
     }
 
-    /// `SET` of the in-use marker on its master.
-    async fn write_in_use_marker(&self) -> Bytes {
+    /// `SET` of the in-use marker on its master; a failure is logged (see
+    /// [`Proxy::mark_other_databases_in_use`] for what it costs).
+    async fn write_in_use_marker(&self) {
         let slot = crate::route::key_slot(database::IN_USE_MARKER);
         let request =
             crate::protocol::encode::encode_request(&[b"SET", database::IN_USE_MARKER, b"1"]);
-        self.upstream
+        let reply = self
+            .upstream
             .forward(super::super::Target::Slot(slot), request, Proto::Resp2)
-            .await
+            .await;
+        if reply.first() == Some(&b'-') {
+            tracing::warn!(
+                reply = %String::from_utf8_lossy(&reply).trim_end(),
+                "could not write the in-use marker of databases other than 0"
+            );
+        }
     }
 
     /// FLUSHDB [ASYNC|SYNC]: the database's keys found by SCAN, deleted by UNLINK page by
