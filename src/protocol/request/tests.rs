@@ -335,3 +335,28 @@ proptest! {
         prop_assert_eq!(fast, slow);
     }
 }
+
+proptest! {
+    /// A place decoded into again and again (as the session does) holds exactly the request
+    /// decoded last, whatever the argument counts before it.
+    #[test]
+    fn a_reused_place_holds_only_the_last_request(
+        requests in prop::collection::vec(arbitrary_request(), 1..8),
+    ) {
+        let mut stream = Vec::new();
+        for args in &requests {
+            let refs: Vec<&[u8]> = args.iter().map(|arg| &arg[..]).collect();
+            stream.extend_from_slice(&multibulk(&refs));
+        }
+        let mut buf = BytesMut::from(&stream[..]);
+        let mut decoder = RequestDecoder::default();
+        let mut place = Request::default();
+        for args in &requests {
+            prop_assert_eq!(decoder.decode_into(&mut buf, &mut place), Ok(true));
+            let decoded: Vec<&[u8]> = place.args.iter().map(|arg| &arg[..]).collect();
+            let sent: Vec<&[u8]> = args.iter().map(|arg| &arg[..]).collect();
+            prop_assert_eq!(decoded, sent);
+        }
+        prop_assert!(buf.is_empty());
+    }
+}
