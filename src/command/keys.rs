@@ -161,9 +161,45 @@ pub(crate) struct LegacyRange {
     pub step: i32,
 }
 
+/// How a command's keys are found, decided once from its specs when the command table is
+/// built, so that a routed request takes its command's way at once (one match) instead of
+/// asking the specs again each time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRule {
+    /// One spec names one argument at a fixed index, with flags that do not vary (GET,
+    /// INCR, HSET, LPUSH...: most of what clients send).
+    Lone {
+        /// The key's argument index.
+        index: usize,
+        /// What the command does with it.
+        flags: KeyFlags,
+    },
+    /// The specs defer to the command's own routine: their flags vary with the arguments
+    /// (SET, whose GET option makes it read), or it has no specs.
+    Routine(GetKeysProc),
+    /// Anything else: Redis's walk over the specs.
+    Walk,
+}
+
+impl KeyRule {
+    /// The rule [`find_keys`] follows for a command with these `specs` and routine.
+    pub(crate) fn of(specs: &[KeySpec], proc_: Option<GetKeysProc>) -> KeyRule {
+        if let Some((index, flags)) = lone_key(specs) {
+            return KeyRule::Lone { index, flags };
+        }
+        let has_keyspec = specs.iter().any(|s| !s.flags.has(KeyFlags::NOT_KEY));
+        let has_varflags = specs.iter().any(|s| s.flags.has(KeyFlags::VARIABLE_FLAGS));
+        match proc_ {
+            Some(proc_) if !has_keyspec || has_varflags => KeyRule::Routine(proc_),
+            _ => KeyRule::Walk,
+        }
+    }
+}
+
 /// Key positions of one invocation, as Redis's `getKeysFromCommandWithSpecs` finds them,
-/// into `out` (cleared first).
+/// into `out` (cleared first). `rule` is [`KeyRule::of`] the `specs` and `proc_`.
 pub(crate) fn find_keys(
+    rule: KeyRule,
     specs: &[KeySpec],
     proc_: Option<GetKeysProc>,
     legacy: LegacyRange,
@@ -171,18 +207,17 @@ pub(crate) fn find_keys(
     out: &mut KeyList,
 ) {
     out.clear();
-    if let Some(key) = lone_key(specs, args) {
-        out.push(key);
-        return;
+    match rule {
+        KeyRule::Lone { index, flags } if index < args.len() => out.push(KeyPos { index, flags }),
+        KeyRule::Routine(proc_) => proc_.find_keys(args, out),
+        _ => find_keys_by_walk(specs, proc_, legacy, args, out),
     }
-    find_keys_by_walk(specs, proc_, legacy, args, out);
 }
 
-/// The key of a command whose one spec names one argument at a fixed index (GET, INCR,
-/// HSET, LPUSH...: most of what clients send; not SET, whose key flags vary with its
-/// arguments), when the arguments reach it: what the walk below finds for it, without the
-/// walk's generality on every routed request.
-fn lone_key(specs: &[KeySpec], args: &[Bytes]) -> Option<KeyPos> {
+/// The key index and flags of a command whose one spec names one argument at a fixed index
+/// (GET, INCR, HSET, LPUSH...; not SET, whose key flags vary with its arguments): what the
+/// walk below finds for it whenever the arguments reach that index.
+fn lone_key(specs: &[KeySpec]) -> Option<(usize, KeyFlags)> {
     let [spec] = specs else { return None };
     let odd = KeyFlags::NOT_KEY | KeyFlags::INCOMPLETE | KeyFlags::VARIABLE_FLAGS;
     match (&spec.begin_search, &spec.find_keys) {
@@ -192,11 +227,7 @@ fn lone_key(specs: &[KeySpec], args: &[Bytes]) -> Option<KeyPos> {
                 lastkey: 0, step, ..
             },
         ) if *step >= 1 && spec.flags.0 & odd == 0 => {
-            let index = usize::try_from(*at).ok()?;
-            (index < args.len()).then_some(KeyPos {
-                index,
-                flags: spec.flags,
-            })
+            Some((usize::try_from(*at).ok()?, spec.flags))
         }
         _ => None,
     }
@@ -478,18 +509,25 @@ mod tests {
         };
         let mut out = SmallVec::new();
         for argv in [args(&[]), args(&["x"]), args(&["x", "K", "2", "a", "b"])] {
-            find_keys(&specs, None, legacy, &argv, &mut out);
+            find_keys(
+                KeyRule::of(&specs, None),
+                &specs,
+                None,
+                legacy,
+                &argv,
+                &mut out,
+            );
             assert!(out.iter().all(|k| k.index < argv.len()));
-            find_keys(&[], None, legacy, &argv, &mut out);
+            find_keys(KeyRule::Walk, &[], None, legacy, &argv, &mut out);
             assert!(out.is_empty());
         }
     }
 
     proptest::proptest! {
-        /// The lone-key shortcut finds what the general walk finds, for every command of
-        /// the shipped table and argument lists of any length.
+        /// Each command's key rule finds what the general walk finds, for every command
+        /// of the shipped table and argument lists of any length.
         #[test]
-        fn the_lone_key_shortcut_reads_as_the_walk(
+        fn every_key_rule_reads_as_the_walk(
             command in 0usize..400,
             argc in 0usize..7,
         ) {
@@ -501,31 +539,34 @@ mod tests {
             let legacy = LegacyRange { first: spec.first_key, last: spec.last_key, step: spec.step };
             let mut walked = SmallVec::new();
             find_keys_by_walk(&spec.key_specs, spec.getkeys, legacy, &argv, &mut walked);
-            if let Some(key) = lone_key(&spec.key_specs, &argv) {
-                proptest::prop_assert_eq!(&walked[..], &[key][..], "{}", spec.name());
-            }
             let mut found = SmallVec::new();
-            find_keys(&spec.key_specs, spec.getkeys, legacy, &argv, &mut found);
+            find_keys(spec.key_rule, &spec.key_specs, spec.getkeys, legacy, &argv, &mut found);
             proptest::prop_assert_eq!(found, walked);
         }
     }
 
     #[test]
-    fn the_lone_key_shortcut_covers_the_common_commands() {
+    fn the_common_commands_take_the_short_ways() {
         let table = crate::command::CommandTable::builtin();
         for name in ["get", "incr", "hset", "lpush", "zadd", "expire", "hget"] {
             let spec = table.get(name).unwrap();
-            let argv = args(&[name, "k", "v", "w"]);
-            assert_eq!(
-                lone_key(&spec.key_specs, &argv).map(|k| k.index),
-                Some(1),
-                "{name}"
+            assert!(
+                matches!(spec.key_rule, KeyRule::Lone { index: 1, .. }),
+                "{name}: {:?}",
+                spec.key_rule
             );
         }
-        for name in ["mset", "del", "eval", "xread", "sort", "migrate"] {
+        for name in ["set", "bitfield"] {
             let spec = table.get(name).unwrap();
-            let argv = args(&[name, "k", "v", "w"]);
-            assert_eq!(lone_key(&spec.key_specs, &argv), None, "{name}");
+            assert!(
+                matches!(spec.key_rule, KeyRule::Routine(_)),
+                "{name}: {:?}",
+                spec.key_rule
+            );
+        }
+        for name in ["mset", "del", "sort", "eval"] {
+            let spec = table.get(name).unwrap();
+            assert_eq!(spec.key_rule, KeyRule::Walk, "{name}");
         }
     }
 
@@ -539,6 +580,7 @@ mod tests {
         };
         let mut out = SmallVec::new();
         find_keys(
+            KeyRule::Walk,
             &[],
             None,
             legacy,

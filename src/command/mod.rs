@@ -22,7 +22,7 @@ mod shape;
 mod table;
 
 pub use getkeys::GetKeysProc;
-pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyList, KeyPos, KeySpec};
+pub use keys::{BeginSearch, FindKeys, KeyFlags, KeyList, KeyPos, KeyRule, KeySpec};
 pub use name_hash::{NameHasher, NameMap};
 pub use shape::{
     Blocks, Connection, CrossSlot, Emulated, FanOut, ScriptAdmin, ScriptRun, Shape, SplitKind,

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 
 use super::getkeys::GetKeysProc;
-use super::keys::{BeginSearch, FindKeys, KeyFlags, KeySpec};
+use super::keys::{BeginSearch, FindKeys, KeyFlags, KeyRule, KeySpec};
 use super::shape::{CrossSlot, Shape};
 use super::table::{acl_category_bit, CommandFlags, CommandSpec};
 use crate::protocol::{reply_nesting, ReplyView, MAX_PARSED_NESTING};
@@ -105,6 +105,7 @@ fn parse_entry(entry: &ReplyView<'_>, specs: &mut Vec<CommandSpec>) -> Result<()
     };
 
     let getkeys = GetKeysProc::for_command(&name);
+    let key_rule = KeyRule::of(&key_specs, getkeys);
     let shape = Shape::of(&name, flags);
     let cross_slot = CrossSlot::of(&name);
     specs.push(CommandSpec {
@@ -117,6 +118,7 @@ fn parse_entry(entry: &ReplyView<'_>, specs: &mut Vec<CommandSpec>) -> Result<()
         acl_categories,
         key_specs,
         getkeys,
+        key_rule,
         has_subcommands: !subcommands.is_empty(),
         shape,
         cross_slot,

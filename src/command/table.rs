@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 
 use super::getkeys::GetKeysProc;
-use super::keys::{self, KeyList, KeySpec, LegacyRange};
+use super::keys::{self, KeyList, KeyRule, KeySpec, LegacyRange};
 use super::parse::parse_command_reply;
 use super::shape::{CrossSlot, Shape};
 
@@ -166,6 +166,8 @@ pub struct CommandSpec {
     pub key_specs: Vec<KeySpec>,
     /// The command's own key routine, for when its specs cannot find the keys.
     pub getkeys: Option<GetKeysProc>,
+    /// How its keys are found: [`KeyRule::of`] `key_specs` and `getkeys`.
+    pub key_rule: KeyRule,
     /// Whether this is a container (OBJECT, CONFIG...) whose subcommands have specs.
     pub has_subcommands: bool,
     /// How the proxy carries the command out, from its name and flags.
@@ -194,7 +196,14 @@ impl CommandSpec {
             last: self.last_key,
             step: self.step,
         };
-        keys::find_keys(&self.key_specs, self.getkeys, legacy, args, out);
+        keys::find_keys(
+            self.key_rule,
+            &self.key_specs,
+            self.getkeys,
+            legacy,
+            args,
+            out,
+        );
     }
 
     /// The name for metrics labels (lower-case, `container|sub` for subcommands).
