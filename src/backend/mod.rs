@@ -11,6 +11,7 @@
 mod conn;
 mod fifo;
 mod handshake;
+mod outbox;
 mod reader;
 mod sink;
 mod stream;

@@ -13,7 +13,7 @@ use super::conn::WriterSide;
 use super::fifo::{InFlight, Pending};
 use super::{BackendError, ConnOptions, NodeReader};
 use crate::buffer::Resizer;
-use crate::protocol::ReplyScanner;
+use crate::protocol::{ProtocolError, ReplyScanner};
 use crate::route::NodeAddr;
 
 /// The read buffer grows by this much when less than a quarter of it is free.
@@ -117,60 +117,12 @@ async fn read_loop(
     let mut popped: Vec<Pending> = Vec::new();
     let mut buf_resizer = Resizer::new(READ_CHUNK);
     loop {
-        loop {
-            match scanner.next_frame_len(&buf) {
-                Ok(Some(len)) => {
-                    let frame = buf.split_to(len).freeze();
-                    if frame.first() == Some(&b'>') {
-                        // RESP3 push (e.g. invalidation): not the reply to any request.
-                        tracing::debug!(addr = %addr, "skipped push frame");
-                        continue;
-                    }
-                    frames.push(frame);
-                }
-                Ok(None) => break,
-                Err(error) => return format!("unreadable reply: {error}"),
-            }
+        if let Err(error) = take_frames(&mut scanner, &mut buf, &mut frames, addr) {
+            return format!("unreadable reply: {error}");
         }
-        let mut ready = frames.drain(..);
-        while ready.len() > 0 {
-            if owners.is_empty() {
-                // Entries taken here beyond these frames (or a batch whose frames straddle
-                // reads) wait in `owners` for the next read.
-                in_flight.pop_into(ready.len(), &mut popped);
-                owners.extend(popped.drain(..));
-                if owners.is_empty() {
-                    return "reply without a request".to_string();
-                }
-            }
-            let Some(owner) = owners.front_mut() else {
-                continue;
-            };
-            match owner {
-                Pending::Batch(batch) => {
-                    batch.deliver_from(&mut ready);
-                    if !batch.is_done() {
-                        continue;
-                    }
-                }
-                Pending::Reply(_) | Pending::AskingAck => {}
-            }
-            match owners.pop_front() {
-                Some(Pending::Reply(sender)) => {
-                    if let Some(frame) = ready.next() {
-                        // The caller may have given up; its reply is simply dropped.
-                        let _ = sender.send(Ok(frame));
-                    }
-                }
-                Some(Pending::AskingAck) => {
-                    if !ready.next().is_some_and(|frame| frame.starts_with(b"+OK")) {
-                        tracing::debug!(addr = %addr, "ASKING not acknowledged");
-                    }
-                }
-                Some(Pending::Batch(_)) | None => {}
-            }
+        if let Err(reason) = deliver(&mut frames, owners, &mut popped, in_flight, addr) {
+            return reason.to_string();
         }
-        drop(ready);
         buf_resizer.shrink_if_idle(&mut buf);
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             buf.reserve(READ_CHUNK);
@@ -195,4 +147,72 @@ async fn read_loop(
             Err(error) => return format!("read failed: {error}"),
         }
     }
+}
+
+/// Moves every whole reply at the front of `buf` to `frames`, skipping RESP3 pushes (an
+/// invalidation, say: the reply to no request).
+#[inline(always)]
+fn take_frames(
+    scanner: &mut ReplyScanner,
+    buf: &mut BytesMut,
+    frames: &mut Vec<Bytes>,
+    addr: &NodeAddr,
+) -> Result<(), ProtocolError> {
+    while let Some(len) = scanner.next_frame_len(buf)? {
+        let frame = buf.split_to(len).freeze();
+        if frame.first() == Some(&b'>') {
+            tracing::debug!(addr = %addr, "skipped push frame");
+            continue;
+        }
+        frames.push(frame);
+    }
+    Ok(())
+}
+
+/// Hands `frames`, in order, to the requests that own them: the entries of `owners`, then
+/// of `in_flight` (through `popped`). A batch takes as many as it has requests; entries
+/// left over (or a batch whose frames straddle reads) wait in `owners` for the next read.
+/// `Err` when a reply has no request.
+#[inline(always)]
+fn deliver(
+    frames: &mut Vec<Bytes>,
+    owners: &mut VecDeque<Pending>,
+    popped: &mut Vec<Pending>,
+    in_flight: &InFlight,
+    addr: &NodeAddr,
+) -> Result<(), &'static str> {
+    let mut ready = frames.drain(..);
+    while ready.len() > 0 {
+        if owners.is_empty() {
+            in_flight.pop_into(ready.len(), popped);
+            owners.extend(popped.drain(..));
+            if owners.is_empty() {
+                return Err("reply without a request");
+            }
+        }
+        let Some(owner) = owners.front_mut() else {
+            continue;
+        };
+        if let Pending::Batch(batch) = owner {
+            batch.deliver_from(&mut ready);
+            if !batch.is_done() {
+                continue;
+            }
+        }
+        match owners.pop_front() {
+            Some(Pending::Reply(sender)) => {
+                if let Some(frame) = ready.next() {
+                    // The caller may have given up; its reply is simply dropped.
+                    let _ = sender.send(Ok(frame));
+                }
+            }
+            Some(Pending::AskingAck) => {
+                if !ready.next().is_some_and(|frame| frame.starts_with(b"+OK")) {
+                    tracing::debug!(addr = %addr, "ASKING not acknowledged");
+                }
+            }
+            Some(Pending::Batch(_)) | None => {}
+        }
+    }
+    Ok(())
 }
