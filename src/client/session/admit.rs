@@ -29,7 +29,6 @@ use crate::reply;
 
 use super::super::flow::Gate;
 use super::super::local;
-use super::super::monitor;
 use super::super::pipeline::Running;
 use super::super::pubsub;
 use super::super::registry::Registry;
@@ -136,35 +135,16 @@ impl Session<'_> {
                     || spec.is_some_and(|spec| {
                         snapshot.runs_in_steps_across_slots(spec, &request.args)
                     }));
-        // As in Redis, a client that has not authenticated gets NOAUTH at once.
-        let pause = (!self.end.draining && self.ident.state.user.is_some())
-            .then(|| paused(self.client.registry, &self.tx.transaction, request, spec))
-            .flatten();
+        let pause = self.pause_holding(request, spec);
         if self.waits(&name, command, pause, was_held, alone) {
             // Held as the client sent it: the stage runs again when it is admitted.
             self.order.held = Some(in_db.original.unwrap_or_else(|| spent(request)));
             return ControlFlow::Break(());
         }
-        let in_flight = &mut self.order.in_flight;
-        if in_flight.is_empty() {
-            self.order.routed_moves = self.ident.snapshot.topology.moves();
-        }
-        let muted = self.ident.state.replies.mutes() && !local::sets_reply_mode(request);
-        if muted && (self.tx.transaction.in_multi() || !pubsub::confirms_unmuted(request)) {
-            in_flight.mute_next();
-        }
+        let muted = self.admitted(request);
         // Access and MONITOR see the names the client sent.
         let sent = in_db.original.as_ref().unwrap_or(request);
-        let mut access = self.access_step(sent, &name, command, checked);
-        // MONITOR: one relaxed load while nobody monitors.
-        if self.client.registry.monitors().watched() {
-            access = self.monitor_step(access, sent, &name, command);
-        }
-        // CLIENT TRACKING: a field test while the client does not track.
-        if self.ident.state.tracking.is_some() && matches!(access, Step::Next) {
-            self.track_step(sent, &name, command);
-        }
-        let step = match access {
+        let step = match self.checks(sent, &name, command, checked) {
             Step::Next if in_db.answer.is_some() => {
                 self.note_command(command);
                 self.tx.transaction.refused();
@@ -227,91 +207,29 @@ impl Session<'_> {
         !in_flight.is_empty() && (alone || moved || Transaction::is_sequence_point(name))
     }
 
-    /// The chain's one access check: a draining proxy's refusal, NOAUTH, then the command
-    /// policy and the user's ACL, as far as this request needs them before it runs.
-    ///
-    /// Outside MULTI, the ACL's command rules (the dispatcher adds the key patterns as it
-    /// plans; the commands answered by the session never reach it); for WATCH, and for a
-    /// command the transaction queues, the policy and the whole ACL, key patterns
-    /// included, as Redis checks them at queue time (a refusal fails the EXEC).
-    fn access_step(
-        &mut self,
-        request: &Request,
-        name: &FoldedName,
-        command: Option<usize>,
-        checked: bool,
-    ) -> Step {
-        if self.end.draining {
-            return Step::Reply(reply::error(reply::text::SHUTTING_DOWN));
-        }
-        let ident = &mut self.ident;
-        let proxy = &ident.snapshot;
-        let user = user_of(&mut ident.user, proxy, ident.state.user.as_deref());
-        if user.is_none() && !local::allowed_before_auth(request) {
-            return Step::Reply(reply::error(auth::NOAUTH));
-        }
-        let transaction = &mut self.tx.transaction;
-        let whole = checked
-            && (transaction.queues(name, request.args.len())
-                || !transaction.in_multi() && name.as_bytes() == b"watch");
-        if !whole && transaction.in_multi() {
-            return Step::Next;
-        }
-        let mut refusal = match user {
-            Some(user) if !whole || !transaction.in_multi() => {
-                let (state, registry) = (&ident.state, self.client.registry);
-                local::acl_refusal(&proxy.commands, user, request, |reason, object| {
-                    let info = local::client_info(state, registry, proxy);
-                    let name = state.user.as_deref().unwrap_or("default");
-                    local::log_denial(&proxy.acl.log, reason, false, object, name, &info);
-                })
-            }
-            _ => None,
-        };
-        if refusal.is_none() && whole {
-            refusal = proxy.admit(request, user.map(|user| &**user));
-            if refusal.is_some() {
-                transaction.refused();
-                self.note_command(command);
-            }
-        }
-        match refusal {
-            Some(refusal) => Step::Reply(refusal),
-            None => Step::Next,
-        }
+    /// The end of the CLIENT PAUSE that holds `request` (of `spec`) now, if one does. As
+    /// in Redis, a client that has not authenticated is not held: it gets NOAUTH at once.
+    #[inline(always)]
+    fn pause_holding(&self, request: &Request, spec: Option<&CommandSpec>) -> Option<Instant> {
+        (!self.end.draining && self.ident.state.user.is_some())
+            .then(|| paused(self.client.registry, &self.tx.transaction, request, spec))
+            .flatten()
     }
 
-    /// Shows the request to the monitors (see `monitor::observe`).
-    fn monitor_step(
-        &mut self,
-        access: Step,
-        request: &Request,
-        name: &FoldedName,
-        command: Option<usize>,
-    ) -> Step {
-        let origin = monitor::Origin {
-            peer: &self.conn.peer,
-            db: self.ident.state.db,
-            state: &mut self.ident.state,
-            transaction: &self.tx.transaction,
-        };
-        let spec = command.and_then(|command| self.ident.snapshot.commands.spec(command));
-        monitor::observe(self.client.registry, origin, access, request, name, spec)
-    }
-
-    /// Records what a tracking client reads (see `tracking::Enabled::observe`), before
-    /// the request is sent.
-    #[cold]
-    fn track_step(&mut self, request: &Request, name: &FoldedName, command: Option<usize>) {
-        let ident = &mut self.ident;
-        let Some(enabled) = ident.state.tracking.as_deref_mut() else {
-            return;
-        };
-        let proxy = &ident.snapshot;
-        let spec = command.and_then(|command| proxy.commands.spec(command));
-        let in_multi = self.tx.transaction.in_multi();
-        let mailboxes = self.client.registry.mailboxes();
-        enabled.observe(proxy, &mailboxes, request, spec, name.as_bytes(), in_multi);
+    /// Notes a request that is not held: the topology its batch is routed by, when it is
+    /// the first in flight, and its reply muted by CLIENT REPLY OFF/SKIP. Whether replies
+    /// are muted for it.
+    #[inline(always)]
+    fn admitted(&mut self, request: &Request) -> bool {
+        let in_flight = &mut self.order.in_flight;
+        if in_flight.is_empty() {
+            self.order.routed_moves = self.ident.snapshot.topology.moves();
+        }
+        let muted = self.ident.state.replies.mutes() && !local::sets_reply_mode(request);
+        if muted && (self.tx.transaction.in_multi() || !pubsub::confirms_unmuted(request)) {
+            in_flight.mute_next();
+        }
+        muted
     }
 
     /// The interceptors that act on some commands only: the transaction, Pub/Sub, then

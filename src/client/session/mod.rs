@@ -3,8 +3,9 @@
 //! A [`Session`] is the connection's state, grouped by job: the connection and its buffers
 //! ([`Conn`]), what the client may send ([`Flow`]), the order replies keep ([`Order`]),
 //! who the client is ([`Identity`]), its subscriptions ([`Subscribers`]) and its
-//! transaction ([`Tx`]). [`Session::run`] is a short loop: admit what was read (`admit`),
-//! flush and decide whether to go on (`wait`), wait for the next event, handle it.
+//! transaction ([`Tx`]). [`Session::run`] is a short loop: admit what was read (`admit`,
+//! after the checks in `access`), flush and decide whether to go on (`wait`), wait for the
+//! next event, handle it (`woken`).
 //!
 //! Requests are admitted as soon as they are decoded, so a pipeline runs in parallel
 //! across masters; the [`Pipeline`] sends plain forwards in one batch per master and
@@ -23,9 +24,11 @@
 //! reply, and nothing after it starts until it is answered, so a pipeline takes effect in
 //! order, as on one Redis, where a blocked client's next command waits for it.
 
+mod access;
 mod admit;
 mod database;
 mod wait;
+mod woken;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
