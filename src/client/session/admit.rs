@@ -46,6 +46,13 @@ impl Session<'_> {
     /// would cost them the making and dropping of one.
     pub(super) fn admit_buffered(&mut self) -> Option<Running> {
         let max_pipeline = self.flow.limits.max_pipeline;
+        if self.order.held.is_none() && self.conn.input.is_empty() {
+            // Nothing to admit (a pass after a write, say): no place to make and drop.
+            if self.order.in_flight.is_empty() {
+                self.order.sequence_point = false;
+            }
+            return self.end_pass();
+        }
         // The place requests are decoded into, one after the other, and that the chain
         // borrows: it moves out only what it keeps (each move of a request copies its
         // inline arguments).
@@ -89,6 +96,12 @@ impl Session<'_> {
                 ControlFlow::Continue(Some(run)) => return Some(run),
             }
         }
+        self.end_pass()
+    }
+
+    /// Ends a pass of [`Session::admit_buffered`]: sends the staged batches and lets go of
+    /// what the pass's requests shared.
+    fn end_pass(&mut self) -> Option<Running> {
         self.order.pass_routing = None;
         self.conn.pass_started = None;
         self.order.in_flight.send_staged();

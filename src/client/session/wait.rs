@@ -311,7 +311,14 @@ pub(super) fn waits_for_its_read(in_flight: &Pipeline, output: &BytesMut) -> boo
 /// interaction: `now`, or a clock read of a moment before (see [`Conn::active`]).
 pub(super) fn wrote(n: usize, conn: &mut Conn, guard: &ClientGuard, now: Option<Instant>) {
     conn.counted.sent(n);
-    conn.output.advance(n);
+    // All of it written (the usual case): emptied where it starts, the next replies are
+    // appended without `BytesMut` first moving its start back (about 80 instructions of
+    // an unpipelined request).
+    if n == conn.output.len() {
+        conn.output.clear();
+    } else {
+        conn.output.advance(n);
+    }
     conn.active(guard, now);
 }
 
