@@ -371,15 +371,6 @@ fn read_any_head(buf: &[u8]) -> Result<(Head<'_>, usize), ProtocolError> {
     }
     let line = &buf[1..cr];
     let after = cr + 2;
-    let count = |line: &[u8]| -> Result<Option<usize>, ProtocolError> {
-        if let [b'-', b'1'] = line {
-            return Ok(None);
-        }
-        parse_i64(line)
-            .and_then(|n| usize::try_from(n).ok())
-            .map(Some)
-            .ok_or_else(|| error("invalid length"))
-    };
     let scalar = |view| Ok((Head::Scalar(view), after));
     match kind {
         b'+' => scalar(ReplyView::Simple(line)),
@@ -396,34 +387,18 @@ fn read_any_head(buf: &[u8]) -> Result<(Head<'_>, usize), ProtocolError> {
         },
         b'_' if line.is_empty() => scalar(ReplyView::Null),
         b'$' | b'=' | b'!' => {
-            let Some(len) = count(line)? else {
+            let Some(len) = read_count(line)? else {
                 return if kind == b'$' {
                     scalar(ReplyView::Null)
                 } else {
                     Err(error("invalid length"))
                 };
             };
-            let end = after
-                .checked_add(len)
-                .ok_or_else(|| error("invalid length"))?;
-            let data = buf
-                .get(after..end)
-                .ok_or_else(|| error("incomplete reply frame"))?;
-            if buf.get(end..end + 2) != Some(b"\r\n") {
-                return Err(error("expected CRLF"));
-            }
-            let view = match kind {
-                b'!' => ReplyView::Error(data),
-                b'=' => match (data.get(..3), data.get(3), data.get(4..)) {
-                    (Some(format), Some(b':'), Some(text)) => ReplyView::Verbatim { format, text },
-                    _ => return Err(error("invalid verbatim string")),
-                },
-                _ => ReplyView::Bulk(data),
-            };
-            Ok((Head::Scalar(view), end + 2))
+            let (view, end) = read_blob(buf, kind, len, after)?;
+            Ok((Head::Scalar(view), end))
         }
         b'*' | b'~' | b'>' | b'%' | b'|' => {
-            let Some(n) = count(line)? else {
+            let Some(n) = read_count(line)? else {
                 return if kind == b'*' {
                     scalar(ReplyView::Null)
                 } else {
@@ -441,6 +416,43 @@ fn read_any_head(buf: &[u8]) -> Result<(Head<'_>, usize), ProtocolError> {
         }
         _ => Err(error("invalid reply type")),
     }
+}
+
+/// A length or element count: `None` for `-1`, RESP2's null.
+fn read_count(line: &[u8]) -> Result<Option<usize>, ProtocolError> {
+    if let [b'-', b'1'] = line {
+        return Ok(None);
+    }
+    parse_i64(line)
+        .and_then(|n| usize::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| error("invalid length"))
+}
+
+/// The blob string of type `kind` (`$`, `=` or `!`) whose `len` bytes of data start at `at`
+/// in `buf`, and where its frame ends.
+fn read_blob(
+    buf: &[u8],
+    kind: u8,
+    len: usize,
+    at: usize,
+) -> Result<(ReplyView<'_>, usize), ProtocolError> {
+    let end = at.checked_add(len).ok_or_else(|| error("invalid length"))?;
+    let data = buf
+        .get(at..end)
+        .ok_or_else(|| error("incomplete reply frame"))?;
+    if buf.get(end..end + 2) != Some(b"\r\n") {
+        return Err(error("expected CRLF"));
+    }
+    let view = match kind {
+        b'!' => ReplyView::Error(data),
+        b'=' => match (data.get(..3), data.get(3), data.get(4..)) {
+            (Some(format), Some(b':'), Some(text)) => ReplyView::Verbatim { format, text },
+            _ => return Err(error("invalid verbatim string")),
+        },
+        _ => ReplyView::Bulk(data),
+    };
+    Ok((view, end + 2))
 }
 
 /// The view of the frame at the front of `buf` and that frame's length. A scalar's header
