@@ -145,6 +145,12 @@ impl<'a> ElementFrames<'a> {
         self.0.remaining == 0
     }
 
+    /// The element frames left to read as one slice, back to back as the frame holds
+    /// them, for a caller that passes them all on at once (the keys of a KEYS reply).
+    pub fn joined(&self) -> &'a [u8] {
+        self.0.rest
+    }
+
     /// The element frames left to read when there are exactly `N` of them, for a reply of
     /// a fixed shape (SCAN's cursor and keys).
     pub fn exactly<const N: usize>(mut self) -> Option<[&'a [u8]; N]> {
@@ -800,6 +806,30 @@ mod tests {
         );
         assert_eq!(frames().exactly::<1>(), None);
         assert_eq!(frames().exactly::<3>(), None);
+    }
+
+    #[test]
+    fn joined_element_frames_are_the_bytes_after_the_header() {
+        let frame = b"*3\r\n$1\r\na\r\n$-1\r\n*1\r\n:2\r\n";
+        let mut frames = ReplyView::element_frames(frame).unwrap();
+        assert_eq!(frames.joined(), b"$1\r\na\r\n$-1\r\n*1\r\n:2\r\n");
+        frames.next();
+        assert_eq!(frames.joined(), b"$-1\r\n*1\r\n:2\r\n");
+        assert_eq!(ReplyView::element_frames(b"*0\r\n").unwrap().joined(), b"");
+        let nested = b"*2\r\n*1\r\n:1\r\n:2\r\n";
+        let inner = ReplyView::parse(nested)
+            .unwrap()
+            .elements()
+            .unwrap()
+            .next()
+            .unwrap();
+        let inner = inner.elements().unwrap().frames();
+        assert_eq!(inner.joined(), b":1\r\n");
+        let map = b"%1\r\n+k\r\n:1\r\n";
+        let ReplyView::Aggregate(AggregateKind::Map, pair) = ReplyView::parse(map).unwrap() else {
+            panic!("a map");
+        };
+        assert_eq!(pair.frames().joined(), b"+k\r\n:1\r\n");
     }
 
     #[test]

@@ -41,7 +41,7 @@ use futures_util::future::join_all;
 
 use crate::backend::BackendError;
 use crate::command::FanOut;
-use crate::protocol::{encode, Proto, ReplyView, Request};
+use crate::protocol::{encode, AggregateKind, Proto, ReplyView, Request};
 use crate::reply::{self, merge};
 use crate::route::{key_slot, NodeAddr};
 
@@ -120,11 +120,15 @@ impl Proxy {
         } else {
             encode::array_header(&mut out, channels.len() * 2);
         }
+        let kind = if as_map {
+            AggregateKind::Map
+        } else {
+            AggregateKind::Array
+        };
         for reply in &replies {
-            match aggregate(reply) {
-                Some((b'%', 1, pair)) if as_map => out.put_slice(pair),
-                Some((b'*', 2, pair)) if !as_map => out.put_slice(pair),
-                _ => return reply.clone(),
+            match numsub_pair(reply, kind) {
+                Some(pair) => out.put_slice(pair),
+                None => return reply.clone(),
             }
         }
         out.freeze()
@@ -407,23 +411,28 @@ fn all_same(replies: Vec<Bytes>) -> Bytes {
 
 /// The element count and the element bytes (everything after the header) of an array
 /// or set reply.
-fn aggregate_body(frame: &Bytes) -> Option<(usize, &[u8])> {
-    match aggregate(frame)? {
-        (b'*' | b'~', count, body) => Some((count, body)),
-        _ => None,
+fn aggregate_body(frame: &[u8]) -> Option<(usize, &[u8])> {
+    // A push is never a node's answer to a command: not one to merge.
+    if !matches!(frame.first(), Some(b'*' | b'~')) {
+        return None;
     }
+    let elements = ReplyView::element_frames(frame)?;
+    Some((elements.len(), elements.joined()))
 }
 
-/// An aggregate reply's type byte (`*`, `~` or `%`), its count (pairs for a map) and the
-/// bytes after its header.
-fn aggregate(frame: &Bytes) -> Option<(u8, usize, &[u8])> {
-    let kind = *frame.first().filter(|k| matches!(k, b'*' | b'~' | b'%'))?;
-    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
-    let count: usize = std::str::from_utf8(&frame[1..header_end])
-        .ok()?
-        .parse()
-        .ok()?;
-    Some((kind, count, &frame[header_end + 2..]))
+/// The `channel, count` pair of one channel's SHARDNUMSUB reply, a map of one pair or an
+/// array of two elements as `kind` says; `None` for any other reply.
+fn numsub_pair(reply: &[u8], kind: AggregateKind) -> Option<&[u8]> {
+    // Read from the first byte: a reply behind an attribute is passed on as it is.
+    if !matches!(reply.first(), Some(b'%' | b'*')) {
+        return None;
+    }
+    match ReplyView::parse(reply).ok()? {
+        ReplyView::Aggregate(read, elements) if read == kind && elements.len() == 2 => {
+            Some(elements.frames().joined())
+        }
+        _ => None,
+    }
 }
 
 fn is_null(frame: &[u8]) -> bool {
@@ -515,11 +524,9 @@ fn scan_reply(frame: &Bytes) -> Option<(u64, Bytes)> {
     let [cursor_frame, keys] = ReplyView::element_frames(frame)?.exactly::<2>()?;
     let keys = frame.slice_ref(keys);
     aggregate_body(&keys)?;
-    let header_end = cursor_frame.windows(2).position(|w| w == b"\r\n")?;
-    if cursor_frame.first() != Some(&b'$') {
+    let ReplyView::Bulk(text) = ReplyView::parse(cursor_frame).ok()? else {
         return None;
-    }
-    let text = cursor_frame.get(header_end + 2..cursor_frame.len().checked_sub(2)?)?;
+    };
     Some((parse_cursor(text)?, keys))
 }
 
@@ -619,6 +626,40 @@ mod tests {
         assert_eq!(cursor, 17);
         assert_eq!(&keys[..], b"*2\r\n$1\r\na\r\n$1\r\nb\r\n");
         assert!(scan_reply(&Bytes::from_static(b"-ERR x\r\n")).is_none());
+        let not_a_bulk_cursor = Bytes::from_static(b"*2\r\n:17\r\n*0\r\n");
+        assert!(scan_reply(&not_a_bulk_cursor).is_none());
+        let keys_not_an_array = Bytes::from_static(b"*2\r\n$1\r\n0\r\n$1\r\na\r\n");
+        assert!(scan_reply(&keys_not_an_array).is_none());
+    }
+
+    #[test]
+    fn key_arrays_and_numsub_pairs_are_read_from_their_header() {
+        assert_eq!(
+            aggregate_body(b"*2\r\n$1\r\na\r\n$1\r\nb\r\n"),
+            Some((2, &b"$1\r\na\r\n$1\r\nb\r\n"[..]))
+        );
+        assert_eq!(
+            aggregate_body(b"~1\r\n$1\r\na\r\n"),
+            Some((1, &b"$1\r\na\r\n"[..]))
+        );
+        assert_eq!(aggregate_body(b"*0\r\n"), Some((0, &b""[..])));
+        for other in [
+            &b"*-1\r\n"[..],
+            b">1\r\n$1\r\na\r\n",
+            b"%1\r\n$1\r\na\r\n:1\r\n",
+            b"-ERR x\r\n",
+        ] {
+            assert_eq!(aggregate_body(other), None, "{other:?}");
+        }
+        let pair = &b"$2\r\nch\r\n:3\r\n"[..];
+        let map = b"%1\r\n$2\r\nch\r\n:3\r\n";
+        let array = b"*2\r\n$2\r\nch\r\n:3\r\n";
+        assert_eq!(numsub_pair(map, AggregateKind::Map), Some(pair));
+        assert_eq!(numsub_pair(array, AggregateKind::Array), Some(pair));
+        assert_eq!(numsub_pair(map, AggregateKind::Array), None);
+        assert_eq!(numsub_pair(array, AggregateKind::Map), None);
+        assert_eq!(numsub_pair(b"*0\r\n", AggregateKind::Array), None);
+        assert_eq!(numsub_pair(b"-ERR x\r\n", AggregateKind::Array), None);
     }
 
     #[test]
