@@ -40,13 +40,13 @@ use crate::route::{key_slot, SLOT_COUNT};
 use crate::upstream::{forward, pinned};
 
 pub use crate::topology::PUBSUB_HOME_SLOT;
-use compose::{fanout, sort};
+use compose::{scan, sort};
 pub use direct::{Direct, DirectKind, Forwardable, Route};
 pub use explain::{Explanation, SessionShape, FIELDS as EXPLAIN_FIELDS};
-pub use fanout::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
 pub use forward::{is_final, Target};
 use layout::{Refused, ReplyNames, Rewrite};
 pub use pinned::{watch_failed, BlockedOn, WatchPin, BLOCKED_ON};
+pub use scan::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
 pub use scripts::ScriptCache;
 pub use snapshot::{Builder, Fixed, Proxy};
 
