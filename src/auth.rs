@@ -23,11 +23,13 @@ use sha2::{Digest, Sha256};
 use smallvec::SmallVec;
 use subtle::ConstantTimeEq;
 
-use crate::command::{acl_category_bit, CommandSpec, KeyList, NameMap};
+use crate::command::{CommandSpec, KeyList, NameMap};
 use crate::rewrite::glob::glob_match;
 
+mod rules;
 mod user_config;
 
+use rules::{parse_patterns, parse_rule, Selector, CHANNEL_RULES, KEY_RULES};
 pub use user_config::{ScriptTrust, Secret, UserConfig};
 
 pub use crate::reply::access::{
@@ -74,31 +76,6 @@ impl Denial {
             Denial::Keys => NOPERM_KEYS.into(),
             Denial::Channels => NOPERM_CHANNELS.into(),
             Denial::Scripts => noperm_script(command),
-        }
-    }
-}
-
-/// What one command rule names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Selector {
-    All,
-    Category(u64),
-    /// A command (`config`, which covers its subcommands) or one subcommand (`config|set`).
-    Command(String),
-}
-
-impl Selector {
-    fn matches(&self, spec: &CommandSpec) -> bool {
-        match self {
-            Selector::All => true,
-            Selector::Category(bit) => spec.acl_categories & bit != 0,
-            Selector::Command(name) => {
-                spec.name == *name
-                    || spec
-                        .name
-                        .split_once('|')
-                        .is_some_and(|(container, _)| container == name)
-            }
         }
     }
 }
@@ -420,96 +397,6 @@ fn parse_hex_digest(hex: &str) -> Option<[u8; 32]> {
         *byte = u8::from_str_radix(text, 16).ok()?;
     }
     Some(out)
-}
-
-/// How one kind of pattern list is spelled: `~`/`allkeys`/`resetkeys` for keys, `&`/
-/// `allchannels`/`resetchannels` for channels.
-struct PatternRules {
-    what: &'static str,
-    prefix: char,
-    all: &'static str,
-    reset: &'static str,
-    /// The other kind's prefix and the field it belongs in, for a rule in the wrong list.
-    other: (char, &'static str),
-}
-
-const KEY_RULES: PatternRules = PatternRules {
-    what: "key pattern",
-    prefix: '~',
-    all: "allkeys",
-    reset: "resetkeys",
-    other: ('&', "channels"),
-};
-
-const CHANNEL_RULES: PatternRules = PatternRules {
-    what: "channel rule",
-    prefix: '&',
-    all: "allchannels",
-    reset: "resetchannels",
-    other: ('~', "keys"),
-};
-
-/// Patterns in Redis's ACL words, applied in order (`None`: everything). As in Redis, the
-/// prefix followed by `*` means everything, and a pattern after it adds nothing.
-fn parse_patterns(list: &[String], rules: PatternRules) -> Result<Option<Vec<Vec<u8>>>, String> {
-    let mut patterns = Some(Vec::new());
-    for entry in list {
-        let entry = entry.trim();
-        let pattern = entry.strip_prefix(rules.prefix);
-        if entry == rules.all || pattern == Some("*") {
-            patterns = None;
-        } else if entry == rules.reset {
-            patterns = Some(Vec::new());
-        } else if let Some(pattern) = pattern {
-            if let Some(patterns) = &mut patterns {
-                patterns.push(pattern.as_bytes().to_vec());
-            }
-        } else if entry.starts_with(rules.other.0) {
-            return Err(format!(
-                "'{entry}' is not a {}: list it under {}",
-                rules.what, rules.other.1
-            ));
-        } else {
-            return Err(format!(
-                "{} '{entry}' must start with '{}' (or be '{}' or '{}')",
-                rules.what, rules.prefix, rules.all, rules.reset
-            ));
-        }
-    }
-    Ok(patterns)
-}
-
-fn parse_rule(rule: &str) -> Result<(bool, Selector), String> {
-    let rule = rule.trim();
-    match rule {
-        "allcommands" => return Ok((true, Selector::All)),
-        "nocommands" => return Ok((false, Selector::All)),
-        _ => {}
-    }
-    let (allow, rest) = match rule.as_bytes().first() {
-        Some(b'+') => (true, &rule[1..]),
-        Some(b'-') => (false, &rule[1..]),
-        _ => {
-            return Err(format!(
-                "command rule '{rule}' must start with '+' or '-' (e.g. +@read, -flushall)"
-            ))
-        }
-    };
-    let selector = if let Some(category) = rest.strip_prefix('@') {
-        if category.eq_ignore_ascii_case("all") {
-            Selector::All
-        } else {
-            Selector::Category(
-                acl_category_bit(category.as_bytes())
-                    .ok_or_else(|| format!("unknown ACL category '@{category}'"))?,
-            )
-        }
-    } else if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_graphic()) {
-        Selector::Command(rest.to_ascii_lowercase())
-    } else {
-        return Err(format!("invalid command rule '{rule}'"));
-    };
-    Ok((allow, selector))
 }
 
 #[cfg(test)]

@@ -71,26 +71,8 @@ fn parse_entry(entry: &ReplyView<'_>, specs: &mut Vec<CommandSpec>) -> Result<()
     let last_key = int_field(4, "last key is not a small integer")?;
     let step = int_field(5, "key step is not a small integer")?;
 
-    let flags = CommandFlags(
-        named_bits(
-            &fields[2],
-            ["flags are not a list", "a flag is not a string"],
-            CommandFlags::from_name,
-        )
-        .map_err(context)?,
-    );
-    let acl_categories = match fields.get(6) {
-        Some(categories) => named_bits(
-            categories,
-            [
-                "ACL categories are not a list",
-                "an ACL category is not a string",
-            ],
-            acl_category_bit,
-        )
-        .map_err(context)?,
-        None => 0,
-    };
+    let flags = parse_flags(&fields[2]).map_err(context)?;
+    let acl_categories = parse_acl_categories(fields.get(6)).map_err(context)?;
 
     let key_specs = match fields.get(8) {
         Some(raw_specs) => parse_key_specs(raw_specs).map_err(|e| context(&e))?,
@@ -127,6 +109,32 @@ fn parse_entry(entry: &ReplyView<'_>, specs: &mut Vec<CommandSpec>) -> Result<()
         parse_entry(&sub, specs)?;
     }
     Ok(())
+}
+
+/// A command's flags (the 3rd field of its `COMMAND` entry).
+fn parse_flags(field: &ReplyView<'_>) -> Result<CommandFlags, &'static str> {
+    named_bits(
+        field,
+        ["flags are not a list", "a flag is not a string"],
+        CommandFlags::from_name,
+    )
+    .map(CommandFlags)
+}
+
+/// A command's ACL categories (the 7th field of its `COMMAND` entry; none when the entry
+/// has no such field).
+fn parse_acl_categories(field: Option<&ReplyView<'_>>) -> Result<u64, &'static str> {
+    match field {
+        Some(categories) => named_bits(
+            categories,
+            [
+                "ACL categories are not a list",
+                "an ACL category is not a string",
+            ],
+            acl_category_bit,
+        ),
+        None => Ok(0),
+    }
 }
 
 /// The bits of a list of names (command flags, ACL categories) ORed together; a name

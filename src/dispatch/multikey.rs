@@ -44,14 +44,7 @@ impl Proxy {
             .collect();
         by_slot.sort_unstable();
         let by_slot = &by_slot[..];
-        let mut parts: SmallVec<[Range<usize>; PARTS_INLINE]> = SmallVec::new();
-        for (i, (slot, _)) in by_slot.iter().enumerate() {
-            match parts.last_mut() {
-                Some(part) if by_slot[part.start].0 == *slot => part.end = i + 1,
-                _ => parts.push(i..i + 1),
-            }
-        }
-        parts.sort_unstable_by_key(|part| by_slot[part.start].1);
+        let parts = slot_groups(by_slot);
         let parts = &parts[..];
         let slots: SmallVec<[u16; PARTS_INLINE]> =
             parts.iter().map(|part| by_slot[part.start].0).collect();
@@ -86,21 +79,44 @@ impl Proxy {
                 .next()
                 .unwrap_or_else(|| Bytes::from_static(b"+OK\r\n")),
             SplitKind::Count => merge::sum_counts(&replies),
-            SplitKind::Mget => {
-                let mut values: Vec<Option<Bytes>> = vec![None; key_count];
-                for (part, reply) in parts.iter().zip(&replies) {
-                    let Some(elements) = ReplyView::element_frames(reply)
-                        .filter(|elements| elements.len() == part.len())
-                    else {
-                        return reply.clone();
-                    };
-                    for ((_, key_number), element) in by_slot[part.clone()].iter().zip(elements) {
-                        values[*key_number] = Some(reply.slice_ref(element));
-                    }
-                }
-                let values: Vec<Bytes> = values.into_iter().flatten().collect();
-                merge::array_frame(values.len(), values.iter())
-            }
+            SplitKind::Mget => merge_mget(key_count, by_slot, parts, &replies),
         }
     }
+}
+
+/// The ranges of `by_slot` (sorted by slot, then key number) that share a slot, one per
+/// slot, in the order of each slot's first key as the client named them.
+fn slot_groups(by_slot: &[(u16, usize)]) -> SmallVec<[Range<usize>; PARTS_INLINE]> {
+    let mut parts: SmallVec<[Range<usize>; PARTS_INLINE]> = SmallVec::new();
+    for (i, (slot, _)) in by_slot.iter().enumerate() {
+        match parts.last_mut() {
+            Some(part) if by_slot[part.start].0 == *slot => part.end = i + 1,
+            _ => parts.push(i..i + 1),
+        }
+    }
+    parts.sort_unstable_by_key(|part| by_slot[part.start].1);
+    parts
+}
+
+/// MGET's parts' values put back in the client's key order; a part whose reply is not an
+/// array of one value per key is passed on as it is.
+fn merge_mget(
+    key_count: usize,
+    by_slot: &[(u16, usize)],
+    parts: &[Range<usize>],
+    replies: &[Bytes],
+) -> Bytes {
+    let mut values: Vec<Option<Bytes>> = vec![None; key_count];
+    for (part, reply) in parts.iter().zip(replies) {
+        let Some(elements) =
+            ReplyView::element_frames(reply).filter(|elements| elements.len() == part.len())
+        else {
+            return reply.clone();
+        };
+        for ((_, key_number), element) in by_slot[part.clone()].iter().zip(elements) {
+            values[*key_number] = Some(reply.slice_ref(element));
+        }
+    }
+    let values: Vec<Bytes> = values.into_iter().flatten().collect();
+    merge::array_frame(values.len(), values.iter())
 }

@@ -6,18 +6,23 @@
 //! Keys outside every prefix never allocate. A key under a prefix is tried against the
 //! rules from most to least specific; each try is a few literal comparisons and `:` scans,
 //! with no allocation until the rewritten key is built.
+//!
+//! Reading index entries back to legacy keys lives in `index`; the layout's account of
+//! itself and of one key (conflicting rules, `explain`) in `diagnose`.
 
 use std::cell::RefCell;
 use std::path::Path;
 
 use bytes::Bytes;
 
-use super::automaton::{search, ByteSet, Goal, Search};
-use super::encoding::{bucket, BUCKET_COUNT};
+use super::automaton::ByteSet;
+use super::encoding::bucket;
 use super::rules::{check_prefixes, compile_rule, parse_file, read_file, LayoutError, Rule};
 use super::template::{Spans, Values};
-use super::{FamilyId, Forward, IndexEntry, Reverse, Rewritten, RuleConflict, RuleInfo};
-use crate::route::key_slot;
+use super::{FamilyId, Forward, IndexEntry, Reverse, Rewritten, RuleInfo};
+
+mod diagnose;
+mod index;
 
 /// The body (after `<p>:`) of the layout marker key.
 const MARKER_BODY: &[u8] = b"{meta}:layout";
@@ -348,222 +353,12 @@ impl Layout {
         }
     }
 
-    /// The legacy key an index entry (index key and member) stands for, if it is ours.
-    pub fn legacy_from_index_entry(&self, index_key: &[u8], member: &[u8]) -> Option<Bytes> {
-        let prefix = self.prefix_of(index_key)?;
-        let body = self.body(prefix, index_key);
-        for &rule_at in &self.by_precedence {
-            let rule = &self.rules[rule_at];
-            let Some(index) = &rule.index else { continue };
-            let mut values = Values::default();
-            if index.key.read(body, &mut values).is_none()
-                || index.member.read(member, &mut values).is_none()
-            {
-                continue;
-            }
-            let Some(legacy) = self.legacy_key(prefix, rule, &values) else {
-                continue;
-            };
-            let same_entry = |rw: &Rewritten| {
-                rw.index
-                    .as_ref()
-                    .is_some_and(|entry| entry.key == index_key && entry.member == member)
-            };
-            if self.forwards_to(&legacy, rule_at, same_entry) {
-                return Some(legacy);
-            }
-        }
-        None
-    }
-
-    /// The legacy key an index member of `family` under `prefix` stands for, for families
-    /// whose index key holds no capture (the bucket-indexed ones). For others (an index per
-    /// user, say) use [`Layout::legacy_from_index_entry`].
-    pub fn legacy_from_index_member(
-        &self,
-        prefix: usize,
-        family: FamilyId,
-        member: &[u8],
-    ) -> Option<Bytes> {
-        self.prefixes.get(prefix)?;
-        for &rule_at in &self.by_precedence {
-            let rule = &self.rules[rule_at];
-            let Some(index) = rule.index.as_ref().filter(|_| rule.family == family.0) else {
-                continue;
-            };
-            if index.key.capture_slots().next().is_some() {
-                continue;
-            }
-            let mut values = Values::default();
-            if index.member.read(member, &mut values).is_none() {
-                continue;
-            }
-            let Some(legacy) = self.legacy_key(prefix, rule, &values) else {
-                continue;
-            };
-            let same_member = |rw: &Rewritten| {
-                rw.index
-                    .as_ref()
-                    .is_some_and(|entry| entry.member == member)
-            };
-            if self.forwards_to(&legacy, rule_at, same_member) {
-                return Some(legacy);
-            }
-        }
-        None
-    }
-
-    /// Every index key of `family` under `prefix` whose name holds no capture: the 32
-    /// bucket indices of a bucket-indexed family (`p:{ch:0}:idx` .. `p:{ch:31}:idx`).
-    /// Empty for families indexed per capture (user data), whose index keys come from
-    /// [`Layout::listing_plan`] when a glob pins the capture.
-    pub fn index_keys(&self, prefix: usize, family: FamilyId) -> Vec<Bytes> {
-        let mut keys: Vec<Bytes> = Vec::new();
-        if prefix >= self.prefixes.len() {
-            return keys;
-        }
-        for rule in self.rules.iter().filter(|rule| rule.family == family.0) {
-            let Some(index) = &rule.index else { continue };
-            if index.key.capture_slots().next().is_some() {
-                continue;
-            }
-            let buckets = if index.key.uses_bucket() {
-                BUCKET_COUNT
-            } else {
-                1
-            };
-            for bucket in 0..buckets {
-                let key = self.render_index_key(prefix, rule, &Values::default(), bucket as u8);
-                if !keys.contains(&key) {
-                    keys.push(key);
-                }
-            }
-        }
-        keys
-    }
-
-    /// Renders the index key of `rule` from raw capture values (missing ones render empty).
-    pub(crate) fn render_index_key(
-        &self,
-        prefix: usize,
-        rule: &Rule,
-        values: &Values,
-        bucket: u8,
-    ) -> Bytes {
-        let prefix_name = self.prefixes[prefix].as_bytes();
-        let mut out = Vec::with_capacity(prefix_name.len() + 24);
-        out.extend_from_slice(prefix_name);
-        out.push(b':');
-        if let Some(index) = &rule.index {
-            index.key.render(
-                |slot| values[usize::from(slot)].as_deref().unwrap_or_default(),
-                bucket,
-                &mut out,
-            );
-        }
-        Bytes::from(out)
-    }
-
     pub(crate) fn rule(&self, at: usize) -> &Rule {
         &self.rules[at]
     }
 
     pub(crate) fn rule_count(&self) -> usize {
         self.rules.len()
-    }
-
-    /// Pairs of rules that can match one key with equal specificity: the file order, not
-    /// the data, decides between them, which is almost always a mistake in the file.
-    pub fn conflicts(&self) -> Vec<RuleConflict> {
-        let lead = self
-            .prefixes
-            .first()
-            .map(|prefix| format!("{prefix}:"))
-            .unwrap_or_default();
-        let nfas: Vec<_> = self
-            .rules
-            .iter()
-            .map(|rule| rule.legacy.nfa(lead.as_bytes()))
-            .collect();
-        let mut conflicts = Vec::new();
-        for first in 0..self.rules.len() {
-            for second in first + 1..self.rules.len() {
-                if self.rules[first].legacy.literal_len() != self.rules[second].legacy.literal_len()
-                {
-                    continue;
-                }
-                let example = match search(&[&nfas[first], &nfas[second]], Goal::AllAccept) {
-                    Search::None => continue,
-                    Search::Found(example) => Some(Bytes::from(example)),
-                    Search::Unknown => None,
-                };
-                conflicts.push(RuleConflict {
-                    first: first + 1,
-                    second: second + 1,
-                    example,
-                });
-            }
-        }
-        conflicts
-    }
-
-    /// The rule `key` falls under (the one [`Layout::forward`] applies), `None` when the
-    /// key is outside every prefix or no rule under its prefix matches.
-    pub fn rule_of(&self, key: &[u8]) -> Option<&RuleInfo> {
-        match self.find(key) {
-            Found::Rule { rule, .. } => self.infos.get(rule),
-            Found::Outside | Found::Unmatched(_) => None,
-        }
-    }
-
-    /// A human-readable account of how `key` translates: prefix, rule, cluster key, hash
-    /// slot, index entry.
-    pub fn explain(&self, key: &[u8]) -> String {
-        let shown = |bytes: &[u8]| bytes.escape_ascii().to_string();
-        let mut text = format!("key: {}\n", shown(key));
-        match self.find(key) {
-            Found::Outside => {
-                text.push_str(
-                    "prefix: none (outside every layout prefix; passed through untouched)\n",
-                );
-                text.push_str(&format!("hash slot: {}\n", key_slot(key)));
-            }
-            Found::Unmatched(prefix) => {
-                text.push_str(&format!("prefix: {}\n", self.prefixes[prefix]));
-                text.push_str(
-                    "rule: none matches (passed through unchanged; refused when strict)\n",
-                );
-                text.push_str(&format!("hash slot: {}\n", key_slot(key)));
-            }
-            Found::Rule {
-                prefix,
-                rule,
-                spans,
-            } => {
-                let info = &self.infos[rule];
-                let rewritten =
-                    self.build(prefix, rule, key, &spans, || Bytes::copy_from_slice(key));
-                text.push_str(&format!("prefix: {}\n", self.prefixes[prefix]));
-                text.push_str(&format!(
-                    "rule: {} (family {}): {} -> {}\n",
-                    info.number,
-                    info.family,
-                    info.legacy,
-                    info.cluster.as_deref().unwrap_or("(unchanged)")
-                ));
-                text.push_str(&format!("cluster key: {}\n", shown(&rewritten.key)));
-                text.push_str(&format!("hash slot: {}\n", key_slot(&rewritten.key)));
-                if let Some(index) = &rewritten.index {
-                    text.push_str(&format!(
-                        "index: {} member {} (slot {})\n",
-                        shown(&index.key),
-                        shown(&index.member),
-                        key_slot(&index.key)
-                    ));
-                }
-            }
-        }
-        text
     }
 }
 

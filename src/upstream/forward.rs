@@ -75,14 +75,7 @@ impl Upstream {
         proto: Proto,
     ) -> Vec<Bytes> {
         let count = slots.len();
-        let conns: SmallVec<[Option<NodeConn>; PARTS_INLINE]> = {
-            // One routing snapshot for all parts.
-            let routing = self.topology.routing();
-            slots
-                .iter()
-                .map(|slot| Some(routing.master_for_slot(*slot)?.get(proto).clone()))
-                .collect()
-        };
+        let conns = self.masters_of(slots, proto);
         let mut missing = conns.iter().filter(|conn| conn.is_some()).count();
         let sink = ReplySink::joined(missing);
         let requests = send_grouped(&conns, frame, size_hint, &sink);
@@ -136,20 +129,20 @@ impl Upstream {
                 ));
             }
         }
-        if !resumed.is_empty() {
-            let outcomes = join_all(
-                resumed
-                    .into_iter()
-                    .map(|(i, retry)| async move { (i, retry.await) }),
-            )
-            .await;
-            for (i, frame) in outcomes {
-                finished[i] = Some(frame);
-            }
-        }
-        finished
-            .into_iter()
-            .map(|frame| frame.unwrap_or_else(|| reply::error(reply::text::NO_REPLY)))
+        join_resumed(finished, resumed).await
+    }
+
+    /// The master connection of each of `slots`, from one routing snapshot; `None` for a
+    /// slot the slot map does not cover.
+    fn masters_of(
+        &self,
+        slots: &[u16],
+        proto: Proto,
+    ) -> SmallVec<[Option<NodeConn>; PARTS_INLINE]> {
+        let routing = self.topology.routing();
+        slots
+            .iter()
+            .map(|slot| Some(routing.master_for_slot(*slot)?.get(proto).clone()))
             .collect()
     }
 
@@ -169,12 +162,12 @@ impl Upstream {
         loop {
             let (conn, answer) = match answered.take() {
                 Some(first) => first,
-                None => {
-                    let (conn, asking) = match redirected.take() {
-                        Some((conn, asking)) => (Some(conn), asking),
-                        None => (self.first_conn(target, proto), false),
-                    };
-                    let Some(conn) = conn else {
+                None => match self
+                    .attempt(target, &request, proto, redirected.take())
+                    .await
+                {
+                    Some(attempt) => attempt,
+                    None => {
                         // The slot map does not cover the slot (yet): wait for a refresh.
                         self.topology.request_refresh();
                         if attempts >= retry.attempts {
@@ -183,10 +176,8 @@ impl Upstream {
                         let reason = Some(RetryReason::Unreachable);
                         self.retry_after(reason, &mut attempts, &mut masters).await;
                         continue;
-                    };
-                    let answer = conn.call(request.clone(), asking).await;
-                    (conn, answer)
-                }
+                    }
+                },
             };
             let frame = match answer {
                 Ok(frame) => frame,
@@ -223,10 +214,7 @@ impl Upstream {
             }
             redirected = self.redirected_to(&redirect, proto);
             if redirected.is_none() {
-                if matches!(
-                    redirect,
-                    Redirect::ReadOnly | Redirect::MasterDown | Redirect::ClusterDown
-                ) {
+                if suggests_stale_map(&redirect) {
                     self.topology.request_refresh();
                 }
                 if attempts >= retry.attempts {
@@ -236,6 +224,24 @@ impl Upstream {
                 self.retry_after(reason, &mut attempts, &mut masters).await;
             }
         }
+    }
+
+    /// Sends `request` on the node a redirect named (with ASKING after an ASK), else on the
+    /// first attempt's connection for `target`; `None`, unsent, while the slot map does not
+    /// cover its slot.
+    async fn attempt(
+        &self,
+        target: Target,
+        request: &Bytes,
+        proto: Proto,
+        redirected: Option<(NodeConn, bool)>,
+    ) -> Option<(NodeConn, Result<Bytes, BackendError>)> {
+        let (conn, asking) = match redirected {
+            Some((conn, asking)) => (conn, asking),
+            None => (self.first_conn(target, proto)?, false),
+        };
+        let answer = conn.call(request.clone(), asking).await;
+        Some((conn, answer))
     }
 
     /// The connection a first attempt at `target` goes on; `None` while the slot map does
@@ -294,6 +300,39 @@ fn follow_up(frame: &[u8], from: &str) -> Option<Redirect> {
         return None;
     }
     Redirect::classify(frame, from).filter(|redirect| *redirect != Redirect::NoScript)
+}
+
+/// Whether `redirect` says the slot map may be out of date (the node is a replica now, or
+/// its master or the cluster is down), so a refresh is worth asking for.
+fn suggests_stale_map(redirect: &Redirect) -> bool {
+    matches!(
+        redirect,
+        Redirect::ReadOnly | Redirect::MasterDown | Redirect::ClusterDown
+    )
+}
+
+/// Waits for the parts of [`Upstream::forward_each`] that went on after their first
+/// answer, then returns every part's reply in request order (an error for a part that got
+/// none).
+async fn join_resumed(
+    mut finished: SmallVec<[Option<Bytes>; PARTS_INLINE]>,
+    resumed: Vec<(usize, Resumed<'_>)>,
+) -> Vec<Bytes> {
+    if !resumed.is_empty() {
+        let outcomes = join_all(
+            resumed
+                .into_iter()
+                .map(|(i, retry)| async move { (i, retry.await) }),
+        )
+        .await;
+        for (i, frame) in outcomes {
+            finished[i] = Some(frame);
+        }
+    }
+    finished
+        .into_iter()
+        .map(|frame| frame.unwrap_or_else(|| reply::error(reply::text::NO_REPLY)))
+        .collect()
 }
 
 /// Frames request `i` of `conns` with `frame(i, out)` into one buffer, grouped per master

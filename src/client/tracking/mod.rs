@@ -47,7 +47,9 @@
 //! - A FLUSHALL reaches every master, each reporting a flush: a client that sends
 //!   commands between them is told more than once.
 
+mod enabled;
 mod messages;
+mod naming;
 mod options;
 
 use std::collections::{HashMap, HashSet};
@@ -59,17 +61,15 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 use tokio::sync::{mpsc, watch};
 
-use crate::command::{CommandFlags, CommandSpec, KeyList};
-use crate::dispatch::layout::ActiveLayout;
-use crate::dispatch::Proxy;
-use crate::protocol::Request;
 use crate::route::NodeAddr;
 use crate::topology::Topology;
 use crate::upstream::invalidations::{InvalidationWatch, Report};
 
 use super::registry::Mailboxes;
 
+pub use enabled::Enabled;
 use messages::{post_all, Message, Posts};
+pub use naming::Naming;
 pub use options::{info, parse, Switch, TrackingOptions};
 
 /// How long CLIENT TRACKING ON waits for the tracking connections to every master before
@@ -115,131 +115,6 @@ struct Watch {
     up: HashSet<NodeAddr>,
     /// Whether every master of the current map reports (CLIENT TRACKING ON waits for it).
     ready: watch::Sender<bool>,
-}
-
-/// How a key stored on a master is named to the clients: without the prefix of its
-/// database (`__db3:k` is `k`), or by its legacy name under a key layout, whose
-/// forward and reverse rewrites are inverses (`rewrite`'s round-trip property).
-#[derive(Clone, Default)]
-pub struct Naming {
-    databases: u32,
-    layout: Option<Arc<ActiveLayout>>,
-}
-
-impl Naming {
-    /// The naming of `proxy`'s configuration.
-    pub fn of(proxy: &Proxy) -> Naming {
-        Naming {
-            databases: proxy.config.databases,
-            layout: proxy.layout.clone(),
-        }
-    }
-
-    /// The names a client may know `stored` by: its name in its database, and the stored
-    /// name too, which database 0 reads as it is; none for a layout's internal key; under
-    /// a layout, its legacy name, and the stored name itself when that is a legacy name
-    /// the layout stores as is (a name under a prefix that no rule matches may look like
-    /// another key's cluster name: both are told).
-    fn client_names(&self, stored: &Bytes) -> SmallVec<[Bytes; 2]> {
-        let mut names = SmallVec::new();
-        match &self.layout {
-            Some(layout) => {
-                names.extend(layout.legacy_name(stored));
-                let as_is = layout.cluster_name(stored.to_vec()) == stored[..];
-                if as_is && !names.contains(stored) {
-                    names.push(stored.clone());
-                }
-            }
-            None => {
-                let (db, name) = crate::rewrite::database::split(stored, self.databases);
-                names.push(stored.slice_ref(name));
-                // Database 0 reads `__db3:k` as it is stored (a reserved name, README).
-                if db != 0 {
-                    names.push(stored.clone());
-                }
-            }
-        }
-        names
-    }
-}
-
-/// A client's tracking, held by its session (in its connection state): the client stops
-/// tracking when it is dropped (CLIENT TRACKING OFF, RESET, disconnect).
-pub struct Enabled {
-    tracking: Arc<Tracking>,
-    id: u64,
-    /// What CLIENT TRACKING ON set.
-    pub options: TrackingOptions,
-    /// CLIENT CACHING yes (OPTIN) or no (OPTOUT) was given for the next command.
-    pub caching: bool,
-}
-
-impl std::fmt::Debug for Enabled {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Enabled")
-            .field("id", &self.id)
-            .field("options", &self.options)
-            .field("caching", &self.caching)
-            .finish()
-    }
-}
-
-impl Enabled {
-    /// The handle of client `id`, which [`Tracking::enable`] turned on.
-    pub fn new(tracking: Arc<Tracking>, id: u64, options: TrackingOptions) -> Self {
-        Enabled {
-            tracking,
-            id,
-            options,
-            caching: false,
-        }
-    }
-
-    /// The client sent `request` (`spec`, `name` folded or empty for a plain command):
-    /// records the keys it reads, as Redis's `trackingRememberKeys` (read-only commands,
-    /// as OPTIN/OPTOUT and CLIENT CACHING allow; a script's declared keys too, which may
-    /// be more than it reads: an extra invalidation, never a missing one), then ends a
-    /// CLIENT CACHING as Redis does after the next command outside MULTI.
-    pub fn observe(
-        &mut self,
-        proxy: &Proxy,
-        mailboxes: &Mailboxes,
-        request: &Request,
-        spec: Option<&CommandSpec>,
-        name: &[u8],
-        in_multi: bool,
-    ) {
-        let options = &self.options;
-        let skipped = options.optin && !self.caching || options.optout && self.caching;
-        let reads = spec.filter(|spec| {
-            let read_only = spec.flags.has(CommandFlags::READONLY) && !spec.is_pubsub();
-            !skipped && (read_only || crate::dispatch::runs_a_script(spec))
-        });
-        let mut read = Vec::new();
-        if let Some(spec) = reads {
-            let mut keys = KeyList::new();
-            spec.keys(&request.args, &mut keys);
-            // Copied: the arguments may share the client's whole input buffer.
-            read.extend(
-                keys.iter()
-                    .filter_map(|key| request.args.get(key.index))
-                    .map(|key| Bytes::copy_from_slice(key)),
-            );
-        }
-        let max_keys = proxy.config.tracking_table_max_keys;
-        self.tracking
-            .note(self.id, read, &proxy.topology, mailboxes, max_keys);
-        // EXEC and DISCARD end the transaction the CLIENT CACHING applied to.
-        if (!in_multi || matches!(name, b"exec" | b"discard")) && name != b"client" {
-            self.caching = false;
-        }
-    }
-}
-
-impl Drop for Enabled {
-    fn drop(&mut self) {
-        self.tracking.disable(self.id);
-    }
 }
 
 impl std::fmt::Debug for Tracking {

@@ -50,43 +50,8 @@ impl Proxy {
                 );
                 verbatim(line.as_bytes(), proto)
             }
-            Emulated::ClusterSlots => {
-                let mut out = BytesMut::new();
-                encode::array_header(&mut out, 1);
-                encode::array_header(&mut out, 3);
-                encode::integer(&mut out, 0);
-                encode::integer(&mut out, SLOT_COUNT as i64 - 1);
-                encode::array_header(&mut out, 3);
-                encode::bulk(&mut out, host.as_bytes());
-                encode::integer(&mut out, i64::from(port));
-                encode::bulk(&mut out, id.as_bytes());
-                out.freeze()
-            }
-            Emulated::ClusterShards => {
-                let mut out = BytesMut::new();
-                encode::array_header(&mut out, 1);
-                encode::map_header(&mut out, proto, 2);
-                encode::bulk(&mut out, b"slots");
-                encode::array_header(&mut out, 2);
-                encode::integer(&mut out, 0);
-                encode::integer(&mut out, SLOT_COUNT as i64 - 1);
-                encode::bulk(&mut out, b"nodes");
-                encode::array_header(&mut out, 1);
-                encode::map_header(&mut out, proto, 7);
-                for (k, v) in [("id", id.as_str()), ("ip", host), ("endpoint", host)] {
-                    encode::bulk(&mut out, k.as_bytes());
-                    encode::bulk(&mut out, v.as_bytes());
-                }
-                encode::bulk(&mut out, b"port");
-                encode::integer(&mut out, i64::from(port));
-                for (k, v) in [("role", "master"), ("health", "online")] {
-                    encode::bulk(&mut out, k.as_bytes());
-                    encode::bulk(&mut out, v.as_bytes());
-                }
-                encode::bulk(&mut out, b"replication-offset");
-                encode::integer(&mut out, 0);
-                out.freeze()
-            }
+            Emulated::ClusterSlots => cluster_slots(host, port, &id),
+            Emulated::ClusterShards => cluster_shards(host, port, &id, proto),
             // A subcommand the servers do not have gets their error, not the proxy's.
             Emulated::ClusterOther
                 if self
@@ -147,6 +112,47 @@ impl Proxy {
         id.truncate(40);
         id
     }
+}
+
+/// CLUSTER SLOTS of a one-node cluster: every slot on the proxy's own address.
+fn cluster_slots(host: &str, port: u16, id: &str) -> Bytes {
+    let mut out = BytesMut::new();
+    encode::array_header(&mut out, 1);
+    encode::array_header(&mut out, 3);
+    encode::integer(&mut out, 0);
+    encode::integer(&mut out, SLOT_COUNT as i64 - 1);
+    encode::array_header(&mut out, 3);
+    encode::bulk(&mut out, host.as_bytes());
+    encode::integer(&mut out, i64::from(port));
+    encode::bulk(&mut out, id.as_bytes());
+    out.freeze()
+}
+
+/// CLUSTER SHARDS of a one-node cluster: one shard, all slots, the proxy as its master.
+fn cluster_shards(host: &str, port: u16, id: &str, proto: Proto) -> Bytes {
+    let mut out = BytesMut::new();
+    encode::array_header(&mut out, 1);
+    encode::map_header(&mut out, proto, 2);
+    encode::bulk(&mut out, b"slots");
+    encode::array_header(&mut out, 2);
+    encode::integer(&mut out, 0);
+    encode::integer(&mut out, SLOT_COUNT as i64 - 1);
+    encode::bulk(&mut out, b"nodes");
+    encode::array_header(&mut out, 1);
+    encode::map_header(&mut out, proto, 7);
+    for (k, v) in [("id", id), ("ip", host), ("endpoint", host)] {
+        encode::bulk(&mut out, k.as_bytes());
+        encode::bulk(&mut out, v.as_bytes());
+    }
+    encode::bulk(&mut out, b"port");
+    encode::integer(&mut out, i64::from(port));
+    for (k, v) in [("role", "master"), ("health", "online")] {
+        encode::bulk(&mut out, k.as_bytes());
+        encode::bulk(&mut out, v.as_bytes());
+    }
+    encode::bulk(&mut out, b"replication-offset");
+    encode::integer(&mut out, 0);
+    out.freeze()
 }
 
 /// Whether REPLICAOF's or SLAVEOF's arguments are `NO ONE` (any case), as Redis reads them.

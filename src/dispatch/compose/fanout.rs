@@ -1,7 +1,7 @@
 //! Keyless commands about the whole data set, answered over every master as one server
 //! would answer them: KEYS and PUBSUB SHARDCHANNELS (concatenated), PUBSUB SHARDNUMSUB
 //! (each channel asked of its slot's master), SCAN (one cursor walking every master in
-//! turn), DBSIZE and LATENCY RESET (summed), RANDOMKEY (a master that has keys), SLOWLOG
+//! turn, see [`super::scan`]), DBSIZE and LATENCY RESET (summed), RANDOMKEY (a master that has keys), SLOWLOG
 //! (every master's log as one, newest first), LATENCY LATEST/HISTORY (see `monitors`), and
 //! admin broadcasts (FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT,
 //! FUNCTION LOAD/DELETE/FLUSH/RESTORE, the KILLs). Which commands fan out, and how their
@@ -13,25 +13,6 @@
 //! reports success only when every master succeeded, and otherwise the first error in
 //! that order (the masters that did succeed keep their change: Redis has no cross-node
 //! rollback). With a standalone upstream every fan-out is a call to the one node.
-//!
-//! # SCAN cursor
-//!
-//! The client sees one `u64` cursor: bits 0..48 hold the current master's own cursor,
-//! bits 48..54 a 6-bit fingerprint of that master's address, bits 54..64 its index in
-//! the address-sorted master list (so at most [`MAX_SCAN_MASTERS`] masters). Cursor 0
-//! starts at master 0; a master's cursor 0 moves on to the next master (at once, in the
-//! same call, while the page holds fewer keys than COUNT, so a page is filled across
-//! masters); past the last master the cursor is 0 again. Redis's own cursors are reverse-binary bucket indexes
-//! of a table that would need 2^48 buckets to reach bit 48, so a node cursor that does
-//! not fit is answered with an error rather than truncated.
-//!
-//! When the master list changes mid-iteration the fingerprint finds the master being
-//! scanned at its new index (every master before it in address order was scanned in
-//! full, or is new and only owns slots that moved). If that master is gone (its slots
-//! moved away, or it failed over to a replica whose table order differs) the iteration
-//! restarts from the first master: keys may repeat, which SCAN allows, but none present
-//! for the whole iteration is missed. What can be missed: keys of a slot that moved
-//! during the iteration from a master not yet scanned to one already scanned.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -41,23 +22,11 @@ use futures_util::future::join_all;
 
 use crate::backend::BackendError;
 use crate::command::FanOut;
-use crate::protocol::{encode, Proto, ReplyView, Request};
+use crate::protocol::{encode, AggregateKind, Proto, ReplyView, Request};
 use crate::reply::{self, merge};
 use crate::route::{key_slot, NodeAddr};
 
 use crate::dispatch::Proxy;
-
-/// Bits of a client SCAN cursor that carry the current master's own cursor.
-pub const NODE_CURSOR_BITS: u32 = 48;
-/// Bits that carry the fingerprint of the current master's address.
-const FINGERPRINT_BITS: u32 = 6;
-/// Bits that carry the current master's index in the sorted master list.
-const INDEX_BITS: u32 = 64 - NODE_CURSOR_BITS - FINGERPRINT_BITS;
-/// The most masters a SCAN can walk (the index must fit its bits).
-pub const MAX_SCAN_MASTERS: usize = 1 << INDEX_BITS;
-
-const NODE_CURSOR_MASK: u64 = (1 << NODE_CURSOR_BITS) - 1;
-const FINGERPRINT_MASK: u64 = (1 << FINGERPRINT_BITS) - 1;
 
 impl Proxy {
     pub(in crate::dispatch) async fn fanout(
@@ -120,11 +89,15 @@ impl Proxy {
         } else {
             encode::array_header(&mut out, channels.len() * 2);
         }
+        let kind = if as_map {
+            AggregateKind::Map
+        } else {
+            AggregateKind::Array
+        };
         for reply in &replies {
-            match aggregate(reply) {
-                Some((b'%', 1, pair)) if as_map => out.put_slice(pair),
-                Some((b'*', 2, pair)) if !as_map => out.put_slice(pair),
-                _ => return reply.clone(),
+            match numsub_pair(reply, kind) {
+                Some(pair) => out.put_slice(pair),
+                None => return reply.clone(),
             }
         }
         out.freeze()
@@ -280,89 +253,6 @@ impl Proxy {
         }
         last
     }
-
-    async fn scan_all(&self, args: &[Bytes], proto: Proto) -> Bytes {
-        let Some(cursor) = parse_cursor(&args[1]) else {
-            return reply::error(reply::text::INVALID_CURSOR);
-        };
-        let masters = match self.masters_in_order().await {
-            Ok(masters) => masters,
-            Err(error) => return error,
-        };
-        if masters.len() > MAX_SCAN_MASTERS {
-            return reply::error(&reply::refusals::scan_too_many_masters(
-                MAX_SCAN_MASTERS,
-                masters.len(),
-            ));
-        }
-        let wanted = scan_count(args);
-        let (mut index, mut node_cursor) = resume_point(cursor, &masters);
-        let mut page = ScanPage::default();
-        let next_node_cursor = loop {
-            let node_cursor_text = node_cursor.to_string();
-            let mut node_args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-            node_args[1] = node_cursor_text.as_bytes();
-            let frame = self
-                .call_node(&masters[index], encode::encode_request(&node_args), proto)
-                .await;
-            let Some((next_node_cursor, keys)) = scan_reply(&frame) else {
-                return frame;
-            };
-            page.add(&keys);
-            // A master whose scan ended before the page holds COUNT keys hands over to
-            // the next one in the same call, so a small keyspace is scanned in one call
-            // and an empty one answers cursor 0 at once, as on one Redis.
-            if next_node_cursor == 0 && page.count < wanted && index + 1 < masters.len() {
-                index += 1;
-                node_cursor = 0;
-                continue;
-            }
-            break next_node_cursor;
-        };
-        let Some(next) = next_cursor(index, next_node_cursor, &masters) else {
-            return reply::error(&reply::refusals::scan_cursor_too_large(
-                &masters[index],
-                NODE_CURSOR_BITS,
-            ));
-        };
-        let next_text = next.to_string();
-        let mut out = BytesMut::with_capacity(page.body.len() + 48);
-        encode::array_header(&mut out, 2);
-        encode::bulk(&mut out, next_text.as_bytes());
-        encode::array_header(&mut out, page.count);
-        out.put_slice(&page.body);
-        out.freeze()
-    }
-}
-
-/// The keys of one SCAN call, gathered from one master or several.
-#[derive(Default)]
-struct ScanPage {
-    count: usize,
-    body: BytesMut,
-}
-
-impl ScanPage {
-    /// Adds the keys of a node's key array (checked by `scan_reply`).
-    fn add(&mut self, keys: &Bytes) {
-        if let Some((count, body)) = aggregate_body(keys) {
-            self.count += count;
-            self.body.extend_from_slice(body);
-        }
-    }
-}
-
-/// SCAN's COUNT (Redis's default, 10, when not given or not a positive number: the
-/// masters answer a wrong one with their own error).
-fn scan_count(args: &[Bytes]) -> usize {
-    args.iter()
-        .skip(2)
-        .zip(args.iter().skip(3))
-        .step_by(2)
-        .find(|(option, _)| option.eq_ignore_ascii_case(b"count"))
-        .and_then(|(_, value)| std::str::from_utf8(value).ok()?.parse::<usize>().ok())
-        .filter(|&count| count > 0)
-        .unwrap_or(10)
 }
 
 /// `+OK` when every reply is `+OK`; else the first one that is not.
@@ -407,218 +297,66 @@ fn all_same(replies: Vec<Bytes>) -> Bytes {
 
 /// The element count and the element bytes (everything after the header) of an array
 /// or set reply.
-fn aggregate_body(frame: &Bytes) -> Option<(usize, &[u8])> {
-    match aggregate(frame)? {
-        (b'*' | b'~', count, body) => Some((count, body)),
-        _ => None,
+pub(super) fn aggregate_body(frame: &[u8]) -> Option<(usize, &[u8])> {
+    // A push is never a node's answer to a command: not one to merge.
+    if !matches!(frame.first(), Some(b'*' | b'~')) {
+        return None;
     }
+    let elements = ReplyView::element_frames(frame)?;
+    Some((elements.len(), elements.joined()))
 }
 
-/// An aggregate reply's type byte (`*`, `~` or `%`), its count (pairs for a map) and the
-/// bytes after its header.
-fn aggregate(frame: &Bytes) -> Option<(u8, usize, &[u8])> {
-    let kind = *frame.first().filter(|k| matches!(k, b'*' | b'~' | b'%'))?;
-    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
-    let count: usize = std::str::from_utf8(&frame[1..header_end])
-        .ok()?
-        .parse()
-        .ok()?;
-    Some((kind, count, &frame[header_end + 2..]))
+/// The `channel, count` pair of one channel's SHARDNUMSUB reply, a map of one pair or an
+/// array of two elements as `kind` says; `None` for any other reply.
+fn numsub_pair(reply: &[u8], kind: AggregateKind) -> Option<&[u8]> {
+    // Read from the first byte: a reply behind an attribute is passed on as it is.
+    if !matches!(reply.first(), Some(b'%' | b'*')) {
+        return None;
+    }
+    match ReplyView::parse(reply).ok()? {
+        ReplyView::Aggregate(read, elements) if read == kind && elements.len() == 2 => {
+            Some(elements.frames().joined())
+        }
+        _ => None,
+    }
 }
 
 fn is_null(frame: &[u8]) -> bool {
     frame == b"$-1\r\n" || frame == b"_\r\n" || frame == b"*-1\r\n"
 }
 
-/// A client cursor as Redis 7.0 reads it (C's `strtoul`, refusing leading space and
-/// overflow): an optional sign, decimal digits; a negative value wraps, and an empty
-/// text is cursor 0.
-fn parse_cursor(text: &[u8]) -> Option<u64> {
-    let (negative, digits) = match text.first() {
-        None => return Some(0),
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        Some(_) => (false, text),
-    };
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let value: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    Some(if negative {
-        value.wrapping_neg()
-    } else {
-        value
-    })
-}
-
-/// A 6-bit fingerprint of a master's address (FNV-1a, folded).
-fn fingerprint(addr: &str) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in addr.bytes() {
-        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-    }
-    (hash ^ (hash >> 32) ^ (hash >> 16)) & FINGERPRINT_MASK
-}
-
-/// The client cursor for master `index` of `masters` at its own cursor `node_cursor`;
-/// `None` when the node cursor does not fit its bits or the index does not fit its.
-pub fn encode_cursor(index: usize, node_cursor: u64, masters: &[NodeAddr]) -> Option<u64> {
-    if node_cursor > NODE_CURSOR_MASK || index >= MAX_SCAN_MASTERS {
-        return None;
-    }
-    let print = fingerprint(masters.get(index)?);
-    Some(
-        ((index as u64) << (NODE_CURSOR_BITS + FINGERPRINT_BITS))
-            | (print << NODE_CURSOR_BITS)
-            | node_cursor,
-    )
-}
-
-/// Where a client cursor resumes in `masters` (non-empty): the master's index and its own
-/// cursor. See the module docs for what happens when the master list changed.
-pub fn resume_point(cursor: u64, masters: &[NodeAddr]) -> (usize, u64) {
-    if cursor == 0 {
-        return (0, 0);
-    }
-    let node_cursor = cursor & NODE_CURSOR_MASK;
-    let print = (cursor >> NODE_CURSOR_BITS) & FINGERPRINT_MASK;
-    let index = (cursor >> (NODE_CURSOR_BITS + FINGERPRINT_BITS)) as usize;
-    if masters.get(index).is_some_and(|m| fingerprint(m) == print) {
-        return (index, node_cursor);
-    }
-    // The list changed: find the master by its fingerprint; unless exactly one master
-    // has it, start over rather than resume a cursor on the wrong node.
-    let mut found = masters
-        .iter()
-        .enumerate()
-        .filter(|(_, m)| fingerprint(m) == print);
-    match (found.next(), found.next()) {
-        (Some((at, _)), None) => (at, node_cursor),
-        _ => (0, 0),
-    }
-}
-
-/// The client cursor after master `index` answered `node_cursor`: the same master, the
-/// next one at its start, or 0 after the last. `None` when the node cursor does not fit.
-pub fn next_cursor(index: usize, node_cursor: u64, masters: &[NodeAddr]) -> Option<u64> {
-    if node_cursor != 0 {
-        return encode_cursor(index, node_cursor, masters);
-    }
-    if index + 1 >= masters.len() {
-        return Some(0);
-    }
-    encode_cursor(index + 1, 0, masters)
-}
-
-/// A node's SCAN reply: its next cursor and the raw frame of its key array.
-fn scan_reply(frame: &Bytes) -> Option<(u64, Bytes)> {
-    let [cursor_frame, keys] = ReplyView::element_frames(frame)?.exactly::<2>()?;
-    let keys = frame.slice_ref(keys);
-    aggregate_body(&keys)?;
-    let header_end = cursor_frame.windows(2).position(|w| w == b"\r\n")?;
-    if cursor_frame.first() != Some(&b'$') {
-        return None;
-    }
-    let text = cursor_frame.get(header_end + 2..cursor_frame.len().checked_sub(2)?)?;
-    Some((parse_cursor(text)?, keys))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn masters(names: &[&str]) -> Vec<NodeAddr> {
-        names.iter().map(|n| NodeAddr::from(*n)).collect()
-    }
-
     #[test]
-    fn node_cursors_up_to_2_pow_48_round_trip_for_every_index() {
-        let list: Vec<NodeAddr> = (0..MAX_SCAN_MASTERS)
-            .map(|i| NodeAddr::from(format!("10.0.{}.{}:7000", i / 256, i % 256)))
-            .collect();
-        for index in [0, 1, 2, 511, MAX_SCAN_MASTERS - 1] {
-            for node_cursor in [1u64, 12345, (1 << 47) + 3, (1 << 48) - 1] {
-                let cursor = encode_cursor(index, node_cursor, &list).expect("fits");
-                assert_eq!(resume_point(cursor, &list), (index, node_cursor));
-            }
-        }
-        assert_eq!(encode_cursor(0, 1 << 48, &list), None);
-        assert_eq!(encode_cursor(MAX_SCAN_MASTERS, 1, &list), None);
-    }
-
-    #[test]
-    fn walk_moves_to_next_master_and_ends_at_zero() {
-        let list = masters(&["a:1", "b:1", "c:1"]);
-        assert_eq!(resume_point(0, &list), (0, 0));
-        let second = next_cursor(0, 0, &list).unwrap();
-        assert_ne!(second, 0);
-        assert_eq!(resume_point(second, &list), (1, 0));
-        assert_eq!(next_cursor(2, 0, &list), Some(0));
-        let mid = next_cursor(2, 77, &list).unwrap();
-        assert_eq!(resume_point(mid, &list), (2, 77));
-    }
-
-    #[test]
-    fn resumes_on_the_same_master_after_the_list_changes() {
-        let before = masters(&["b:1", "d:1", "f:1"]);
-        let cursor = encode_cursor(1, 99, &before).unwrap();
-        // A new master sorts first: "d:1" is now at index 2.
-        let grown = masters(&["a:1", "b:1", "d:1", "f:1"]);
-        let (index, node_cursor) = resume_point(cursor, &grown);
-        if fingerprint("a:1") != fingerprint("d:1") && fingerprint("b:1") != fingerprint("d:1") {
-            assert_eq!((index, node_cursor), (2, 99));
-        }
-        // The master being scanned is gone: start over, never resume on another node.
-        let shrunk = masters(&["b:1", "f:1"]);
-        let (index, node_cursor) = resume_point(cursor, &shrunk);
-        assert!(
-            (index, node_cursor) == (0, 0)
-                || shrunk[index].as_ref() != "d:1"
-                    && fingerprint(&shrunk[index]) == fingerprint("d:1"),
-        );
-    }
-
-    #[test]
-    fn cursor_text_is_an_unsigned_integer() {
-        assert_eq!(parse_cursor(b"0"), Some(0));
-        assert_eq!(parse_cursor(b"18446744073709551615"), Some(u64::MAX));
-        assert_eq!(parse_cursor(b"18446744073709551616"), None);
-        assert_eq!(parse_cursor(b"-1"), Some(u64::MAX));
-        assert_eq!(parse_cursor(b"+7"), Some(7));
-        assert_eq!(parse_cursor(b""), Some(0));
-        assert_eq!(parse_cursor(b" 1"), None);
-        assert_eq!(parse_cursor(b"1x"), None);
-    }
-
-    #[test]
-    fn scan_count_reads_the_count_option_or_is_redis_default() {
-        let args = |words: &[&str]| -> Vec<Bytes> {
-            words
-                .iter()
-                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-                .collect()
-        };
-        assert_eq!(scan_count(&args(&["SCAN", "0"])), 10);
-        assert_eq!(scan_count(&args(&["SCAN", "0", "count", "250"])), 250);
+    fn key_arrays_and_numsub_pairs_are_read_from_their_header() {
         assert_eq!(
-            scan_count(&args(&["SCAN", "0", "MATCH", "count", "COUNT", "3"])),
-            3
+            aggregate_body(b"*2\r\n$1\r\na\r\n$1\r\nb\r\n"),
+            Some((2, &b"$1\r\na\r\n$1\r\nb\r\n"[..]))
         );
         assert_eq!(
-            scan_count(&args(&["SCAN", "0", "TYPE", "string", "COUNT", "7"])),
-            7
+            aggregate_body(b"~1\r\n$1\r\na\r\n"),
+            Some((1, &b"$1\r\na\r\n"[..]))
         );
-        assert_eq!(scan_count(&args(&["SCAN", "0", "COUNT", "0"])), 10);
-        assert_eq!(scan_count(&args(&["SCAN", "0", "COUNT"])), 10);
-    }
-
-    #[test]
-    fn scan_reply_splits_cursor_and_keys() {
-        let frame = Bytes::from_static(b"*2\r\n$2\r\n17\r\n*2\r\n$1\r\na\r\n$1\r\nb\r\n");
-        let (cursor, keys) = scan_reply(&frame).unwrap();
-        assert_eq!(cursor, 17);
-        assert_eq!(&keys[..], b"*2\r\n$1\r\na\r\n$1\r\nb\r\n");
-        assert!(scan_reply(&Bytes::from_static(b"-ERR x\r\n")).is_none());
+        assert_eq!(aggregate_body(b"*0\r\n"), Some((0, &b""[..])));
+        for other in [
+            &b"*-1\r\n"[..],
+            b">1\r\n$1\r\na\r\n",
+            b"%1\r\n$1\r\na\r\n:1\r\n",
+            b"-ERR x\r\n",
+        ] {
+            assert_eq!(aggregate_body(other), None, "{other:?}");
+        }
+        let pair = &b"$2\r\nch\r\n:3\r\n"[..];
+        let map = b"%1\r\n$2\r\nch\r\n:3\r\n";
+        let array = b"*2\r\n$2\r\nch\r\n:3\r\n";
+        assert_eq!(numsub_pair(map, AggregateKind::Map), Some(pair));
+        assert_eq!(numsub_pair(array, AggregateKind::Array), Some(pair));
+        assert_eq!(numsub_pair(map, AggregateKind::Array), None);
+        assert_eq!(numsub_pair(array, AggregateKind::Map), None);
+        assert_eq!(numsub_pair(b"*0\r\n", AggregateKind::Array), None);
+        assert_eq!(numsub_pair(b"-ERR x\r\n", AggregateKind::Array), None);
     }
 
     #[test]

@@ -345,21 +345,7 @@ impl Proxy {
                     Ok(scanned) => scanned,
                     Err(reply) => return reply,
                 };
-                let next = if node_next != 0 {
-                    ListingCursor::Scan {
-                        target,
-                        node: node_next,
-                    }
-                    .encode()
-                } else if target + 1 < targets {
-                    ListingCursor::Scan {
-                        target: target + 1,
-                        node: 0,
-                    }
-                    .encode()
-                } else {
-                    Some(0)
-                };
+                let next = cursor_after_scan(target, targets, node_next);
                 let names = keys
                     .iter()
                     .filter_map(|key| plan.legacy_from_scanned(&active.layout, key))
@@ -414,6 +400,26 @@ impl Proxy {
             Some(node_next) => Ok((node_next, keys)),
             None => Err(reply::error("ERR unexpected SCAN cursor from a node")),
         }
+    }
+}
+
+/// The client's cursor after scan target `target` (of `targets`) answered with node cursor
+/// `node_next`: that target's next step, else the next target's first, else 0 (done).
+fn cursor_after_scan(target: usize, targets: usize, node_next: u64) -> Option<u64> {
+    if node_next != 0 {
+        ListingCursor::Scan {
+            target,
+            node: node_next,
+        }
+        .encode()
+    } else if target + 1 < targets {
+        ListingCursor::Scan {
+            target: target + 1,
+            node: 0,
+        }
+        .encode()
+    } else {
+        Some(0)
     }
 }
 

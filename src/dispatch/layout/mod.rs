@@ -36,6 +36,7 @@
 //! server's own shortest form (e.g. `ZINCRBY` on an indexed key; records are strings and
 //! hashes in practice).
 
+mod queued;
 mod reply;
 mod request;
 mod startup;
@@ -50,10 +51,10 @@ use crate::command::{CommandSpec, KeyList, KeyPos};
 use crate::protocol::Request;
 use crate::rewrite::{Forward, IndexEntry, Layout, Reverse};
 
+pub use queued::QueuedUnderLayout;
 pub use reply::{rename_reply_keys, ReplyKeys};
 pub use request::{framed, upkeep_as_eval, Listing, Refused, ReplyNames, Rewrite, RewriteCounts};
 pub use startup::{start, LEGACY_CHECK_LIMIT};
-pub use upkeep::QueuedUnderLayout;
 pub(in crate::dispatch) use upkeep::{upkeep_plan, Upkeep};
 
 #[cfg(test)]
