@@ -1,9 +1,9 @@
 //! Keyless commands about the whole data set, answered over every master as one server
 //! would answer them: KEYS and PUBSUB SHARDCHANNELS (concatenated), PUBSUB SHARDNUMSUB
 //! (each channel asked of its slot's master), SCAN (one cursor walking every master in
-//! turn, see [`super::scan`]), DBSIZE and LATENCY RESET (summed), RANDOMKEY (a master that has keys), SLOWLOG
-//! (every master's log as one, newest first), LATENCY LATEST/HISTORY (see `monitors`), and
-//! admin broadcasts (FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT,
+//! turn, see [`super::scan`]), DBSIZE and LATENCY RESET (summed), RANDOMKEY (a master that
+//! has keys), SLOWLOG (every master's log as one, newest first), LATENCY LATEST/HISTORY
+//! (see `monitors`), and admin broadcasts (FLUSHDB, FLUSHALL, CONFIG SET/RESETSTAT,
 //! FUNCTION LOAD/DELETE/FLUSH/RESTORE, the KILLs). Which commands fan out, and how their
 //! replies combine, follows the request and response policies Redis 7 documents for them
 //! (`COMMAND DOCS`' tips).

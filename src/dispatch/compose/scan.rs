@@ -8,9 +8,9 @@
 //! the address-sorted master list (so at most [`MAX_SCAN_MASTERS`] masters). Cursor 0
 //! starts at master 0; a master's cursor 0 moves on to the next master (at once, in the
 //! same call, while the page holds fewer keys than COUNT, so a page is filled across
-//! masters); past the last master the cursor is 0 again. Redis's own cursors are reverse-binary bucket indexes
-//! of a table that would need 2^48 buckets to reach bit 48, so a node cursor that does
-//! not fit is answered with an error rather than truncated.
+//! masters); past the last master the cursor is 0 again. Redis's own cursors are
+//! reverse-binary bucket indexes of a table that would need 2^48 buckets to reach bit 48,
+//! so a node cursor that does not fit is answered with an error rather than truncated.
 //!
 //! When the master list changes mid-iteration the fingerprint finds the master being
 //! scanned at its new index (every master before it in address order was scanned in
