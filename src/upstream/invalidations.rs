@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::backend::{self, ConnOptions};
-use crate::protocol::{Proto, ReplyScanner};
+use crate::protocol::{Proto, ReplyScanner, ReplyView};
 use crate::route::NodeAddr;
 use crate::topology::Topology;
 
@@ -219,34 +219,24 @@ async fn report_pushes(
 /// The report an `invalidate` push makes: `>2 invalidate [keys]`, or `>2 invalidate _`
 /// (a flush). `None` for any other frame. Pure; never panics on any input.
 pub fn invalidation(frame: &[u8]) -> Option<Report> {
-    let rest = frame.strip_prefix(b">2\r\n$10\r\ninvalidate\r\n")?;
-    if rest == b"_\r\n" || rest == b"*-1\r\n" || rest == b"$-1\r\n" {
+    if frame.first() != Some(&b'>') {
+        return None;
+    }
+    let [kind, keys] = ReplyView::element_frames(frame)?.exactly::<2>()?;
+    if ReplyView::parse(kind).ok()? != ReplyView::Bulk(b"invalidate") {
+        return None;
+    }
+    // `_`, or the RESP2 forms of a null, `*-1` and `$-1`.
+    if ReplyView::parse(keys).ok()? == ReplyView::Null {
         return Some(Report::Flush);
     }
-    let (count, mut pos) = number_line(rest, 1).filter(|_| rest.first() == Some(&b'*'))?;
-    let count = usize::try_from(count).ok()?;
-    // The count comes from the node: never reserve more than the frame can hold.
-    let mut keys = Vec::with_capacity(count.min(rest.len() / 4));
-    for _ in 0..count {
-        if rest.get(pos) != Some(&b'$') {
-            return None;
-        }
-        let (len, start) = number_line(rest, pos + 1)?;
-        let end = start.checked_add(usize::try_from(len).ok()?)?;
-        if rest.get(end..end.checked_add(2)?)? != b"\r\n" {
-            return None;
-        }
-        keys.push(Bytes::copy_from_slice(&rest[start..end]));
-        pos = end + 2;
-    }
-    (pos == rest.len()).then_some(Report::Keys(keys))
-}
-
-/// The decimal number from `at` to the next CRLF, and where the line after it starts.
-fn number_line(frame: &[u8], at: usize) -> Option<(i64, usize)> {
-    let line_len = frame.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
-    let text = std::str::from_utf8(&frame[at..at + line_len]).ok()?;
-    Some((text.parse().ok()?, at + line_len + 2))
+    let keys = ReplyView::element_frames(keys).filter(|_| keys.first() == Some(&b'*'))?;
+    keys.map(|key| match ReplyView::parse(key) {
+        Ok(ReplyView::Bulk(key)) => Some(Bytes::copy_from_slice(key)),
+        _ => None,
+    })
+    .collect::<Option<Vec<_>>>()
+    .map(Report::Keys)
 }
 
 #[cfg(test)]
@@ -270,6 +260,10 @@ mod tests {
         assert_eq!(invalidation(flush), Some(Report::Flush));
         let empty = b">2\r\n$10\r\ninvalidate\r\n*0\r\n";
         assert_eq!(invalidation(empty), Some(keys(&[])));
+        for resp2_null in [&b"*-1\r\n"[..], b"$-1\r\n"] {
+            let flush = [&b">2\r\n$10\r\ninvalidate\r\n"[..], resp2_null].concat();
+            assert_eq!(invalidation(&flush), Some(Report::Flush));
+        }
     }
 
     #[test]
@@ -282,6 +276,12 @@ mod tests {
             b">2\r\n$10\r\ninvalidate\r\n*1\r\n$-3\r\na\r\n",
             b">2\r\n$10\r\ninvalidate\r\n*99999999999\r\n",
             b">2\r\n$10\r\ninvalidate\r\n",
+            b">2\r\n$10\r\ninvalidate\r\n*-2\r\n",
+            b">2\r\n$10\r\ninvalidate\r\n*1\r\n+a\r\n",
+            b">2\r\n$10\r\ninvalidate\r\n~1\r\n$1\r\na\r\n",
+            b">2\r\n+invalidate\r\n*0\r\n",
+            b"*2\r\n$10\r\ninvalidate\r\n*0\r\n",
+            b">2\r\n$10\r\ninvalidate\r\n*0\r\n:1\r\n",
         ] {
             assert_eq!(
                 invalidation(frame),

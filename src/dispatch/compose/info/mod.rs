@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::future::join_all;
 
-use crate::protocol::{encode, Proto, Request};
+use crate::protocol::{encode, Proto, ReplyView, Request};
 
 use super::emulate::verbatim;
 use crate::dispatch::{Proxy, Target};
@@ -252,18 +252,12 @@ struct OwnClients {
 
 /// The text of a bulk (`$`) or verbatim (`=`, after its `txt:` tag) string reply.
 pub(in crate::dispatch) fn info_text(frame: &[u8]) -> Option<String> {
-    let header_end = frame.windows(2).position(|w| w == b"\r\n")?;
-    let len: usize = std::str::from_utf8(&frame[1..header_end])
-        .ok()?
-        .parse()
-        .ok()?;
-    let body = frame.get(header_end + 2..header_end + 2 + len)?;
-    let body = match frame.first()? {
-        b'$' => body,
-        b'=' => body.get(4..)?,
-        _ => return None,
-    };
-    Some(String::from_utf8_lossy(body).into_owned())
+    match ReplyView::parse(frame).ok()? {
+        ReplyView::Bulk(text) | ReplyView::Verbatim { text, .. } => {
+            Some(String::from_utf8_lossy(text).into_owned())
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -302,6 +296,8 @@ mod tests {
             Some("a:1\r\n")
         );
         assert_eq!(info_text(b"-ERR x\r\n"), None);
+        assert_eq!(info_text(b"+a:1\r\n"), None);
+        assert_eq!(info_text(b"$5\r\na:1\r\n"), None);
     }
 
     #[test]
