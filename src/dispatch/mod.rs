@@ -44,6 +44,7 @@ pub use explain::{Explanation, SessionShape, FIELDS as EXPLAIN_FIELDS};
 pub use forward::{is_final, Target};
 use layout::{Refused, ReplyNames, Rewrite};
 pub use pinned::{watch_failed, BlockedOn, WatchPin, BLOCKED_ON};
+pub use plan::keys_and_slots;
 use plan::{cross_slot_error, key_target, known, Plan};
 pub use scan::{MAX_SCAN_MASTERS, NODE_CURSOR_BITS};
 pub use scripts::ScriptCache;

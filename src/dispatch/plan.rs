@@ -202,11 +202,15 @@ fn common_slot(args: &[Bytes], keys: &[KeyPos]) -> Result<Option<u16>, ()> {
 
 /// The `-CROSSSLOT` refusal of a request of `spec` whose keys span slots.
 pub(super) fn cross_slot_error(spec: &CommandSpec, args: &[Bytes]) -> Bytes {
+    reply::cross_slot(&keys_and_slots(spec, args))
+}
+
+/// Each key of a request of `spec` (at its place in `args`) with its slot, in the order
+/// the command names them: what a `-CROSSSLOT` refusal lists.
+pub fn keys_and_slots<'a>(spec: &CommandSpec, args: &'a [Bytes]) -> Vec<(&'a [u8], u16)> {
     let mut keys: KeyList = SmallVec::new();
     spec.keys(args, &mut keys);
-    let named: Vec<(&[u8], u16)> = keys
-        .iter()
+    keys.iter()
         .map(|k| (&args[k.index][..], key_slot(&args[k.index])))
-        .collect();
-    reply::cross_slot(&named)
+        .collect()
 }

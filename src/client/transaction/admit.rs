@@ -5,12 +5,11 @@
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use crate::command::{CommandFlags, CommandSpec, KeyList};
+use crate::command::{CommandFlags, CommandSpec};
 use crate::config::CrossSlotTransactions;
-use crate::dispatch::Proxy;
+use crate::dispatch::{keys_and_slots, Proxy};
 use crate::protocol::{Proto, Request};
 use crate::reply;
-use crate::route::key_slot;
 
 use super::{Admitted, Transaction, NOT_IN_MULTI};
 use crate::upstream::block::Queued;
@@ -89,12 +88,7 @@ impl Transaction {
         spec: &CommandSpec,
         args: &[Bytes],
     ) -> Result<Option<u16>, Bytes> {
-        let mut keys: KeyList = SmallVec::new();
-        spec.keys(args, &mut keys);
-        let named: Vec<(&[u8], u16)> = keys
-            .iter()
-            .map(|k| (&args[k.index][..], key_slot(&args[k.index])))
-            .collect();
+        let named = keys_and_slots(spec, args);
         let Some(&(first_key, slot)) = named.first() else {
             return Ok(None);
         };
