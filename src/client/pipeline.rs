@@ -79,9 +79,6 @@ pub struct Pipeline {
     ready_bytes: usize,
     /// How large the client's replies are (flow control).
     estimate: ReplyEstimate,
-    /// When the replies delivered by the latest [`Pipeline::poll_progress`] came in, if it
-    /// delivered any (see [`Pipeline::take_replies_at`]).
-    replies_at: Option<tokio::time::Instant>,
 }
 
 impl Pipeline {
@@ -209,13 +206,9 @@ impl Pipeline {
     /// Moves finished replies into their slots; ready when the oldest has its reply.
     pub fn poll_progress(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let waited = self.waits_for_its_read();
-        self.replies_at = None;
         if let Poll::Ready(mut delivered) = self.staging.poll_take(cx) {
-            // One clock read times every reply of this wake-up, and the write that sends
-            // them (`take_replies_at`).
-            let now = tokio::time::Instant::now();
-            self.replies_at = Some(now);
-            let mut clock = Clock::new(now.into_std());
+            // One clock read times every reply of this wake-up.
+            let mut clock = Clock::new(Instant::now());
             let mut tally = Tally::default();
             for (seq, answer) in delivered.drain() {
                 self.complete(seq, answer, &mut clock, &mut tally);
@@ -231,13 +224,6 @@ impl Pipeline {
             Some(Slot::Running) if waited => Poll::Ready(()),
             _ => Poll::Pending,
         }
-    }
-
-    /// When the replies delivered by the latest [`Pipeline::poll_progress`] came in, if it
-    /// delivered any: the time of the write that follows it at once, which needs no clock
-    /// read of its own.
-    pub fn take_replies_at(&mut self) -> Option<tokio::time::Instant> {
-        self.replies_at.take()
     }
 
     /// Appends the replies that are next in order to `out`, leaving out the muted ones.

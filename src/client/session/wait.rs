@@ -308,8 +308,8 @@ pub(super) fn waits_for_its_read(in_flight: &Pipeline, output: &BytesMut) -> boo
 }
 
 /// Accounts for `n` bytes of the output written to the client, at the client's last
-/// interaction: `now`, or a clock read of a moment before (see [`Conn::active`]).
-pub(super) fn wrote(n: usize, conn: &mut Conn, guard: &ClientGuard, now: Option<Instant>) {
+/// interaction.
+pub(super) fn wrote(n: usize, conn: &mut Conn, guard: &ClientGuard) {
     conn.counted.sent(n);
     // All of it written (the usual case): emptied where it starts, the next replies are
     // appended without `BytesMut` first moving its start back (about 80 instructions of
@@ -319,15 +319,14 @@ pub(super) fn wrote(n: usize, conn: &mut Conn, guard: &ClientGuard, now: Option<
     } else {
         conn.output.advance(n);
     }
-    conn.active(guard, now);
+    conn.active(guard);
 }
 
 impl Conn {
     /// The client was active now (a read or a write): idle time counts from here, and
-    /// others see it within `ACTIVITY_GRAIN`. `now`: a clock read of a moment before (the
-    /// replies just written came in then), instead of a clock read of its own.
-    pub(super) fn active(&mut self, guard: &ClientGuard, now: Option<Instant>) {
-        self.last_active = now.unwrap_or_else(Instant::now);
+    /// others see it within `ACTIVITY_GRAIN`.
+    pub(super) fn active(&mut self, guard: &ClientGuard) {
+        self.last_active = Instant::now();
         if self.last_active >= self.show_activity_at {
             guard.active_at(self.last_active.into_std());
             self.show_activity_at = self.last_active + ACTIVITY_GRAIN;

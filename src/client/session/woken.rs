@@ -22,7 +22,7 @@ impl Session<'_> {
         let guard = self.client.guard;
         match woken {
             Woken::Progress => return self.on_progress(),
-            Woken::Wrote(Ok(n)) if n > 0 => wrote(n, conn, guard, None),
+            Woken::Wrote(Ok(n)) if n > 0 => wrote(n, conn, guard),
             Woken::Wrote(_) => return ControlFlow::Break(()),
             // A subscriber that stopped reading must not hold its messages forever.
             Woken::Overflowed => return ControlFlow::Break(()),
@@ -88,7 +88,6 @@ impl Session<'_> {
             ..
         } = self;
         let in_flight = &mut order.in_flight;
-        let replies_at = in_flight.take_replies_at();
         // Everything answered, in order, leaves in the same write.
         in_flight.write_ready(&mut conn.output);
         conn.output_resizer.note(&conn.output);
@@ -103,7 +102,7 @@ impl Session<'_> {
         // reply than waiting for the write branch of the wait.
         if !conn.output.is_empty() && !waits_for_its_read(in_flight, &conn.output) {
             match conn.writer.try_write(&conn.output) {
-                Ok(n) if n > 0 => wrote(n, conn, client.guard, replies_at),
+                Ok(n) if n > 0 => wrote(n, conn, client.guard),
                 Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
                 _ => return ControlFlow::Break(()),
             }
@@ -171,7 +170,7 @@ impl Session<'_> {
         }
         self.take_mail();
         let conn = &mut self.conn;
-        conn.active(self.client.guard, None);
+        conn.active(self.client.guard);
         conn.pass_started = Some(conn.last_active.into_std());
         conn.input_resizer.note(&conn.input);
         ControlFlow::Continue(())
