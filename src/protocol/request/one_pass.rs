@@ -27,32 +27,26 @@ pub(super) fn take_whole_multibulk(
     if count == 0 || count > limits.max_multibulk_len {
         return false;
     }
-    // Most requests have a few arguments: their places are found on the stack, without
-    // the growth checks of a vector (about 40 instructions of a SET).
-    if count <= INLINE_SPANS {
-        let mut spans = [(0, 0); INLINE_SPANS];
-        let spans = &mut spans[..count];
-        return match locate_arguments(buf, limits, pos, spans) {
-            Some(len) => {
-                split_request_into(buf, len, spans, request);
-                true
-            }
-            None => false,
-        };
-    }
     // One allocation for a long request (MSET); a count past the preallocation's cap
     // (its arguments may never come) takes the resumable path, which grows as they do.
     if count > MAX_PREALLOCATED_ARGS {
         return false;
     }
-    let mut spans = vec![(0, 0); count];
-    match locate_arguments(buf, limits, pos, &mut spans) {
-        Some(len) => {
-            split_request_into(buf, len, &spans, request);
-            true
-        }
-        None => false,
-    }
+    // Most requests have a few arguments: their places are found on the stack, without
+    // the growth checks of a vector (about 40 instructions of a SET).
+    let mut inline = [(0, 0); INLINE_SPANS];
+    let mut long = Vec::new();
+    let spans = if count <= INLINE_SPANS {
+        &mut inline[..count]
+    } else {
+        long.resize(count, (0, 0));
+        &mut long[..]
+    };
+    let Some(len) = locate_arguments(buf, limits, pos, spans) else {
+        return false;
+    };
+    split_request_into(buf, len, spans, request);
+    true
 }
 
 /// Arguments whose places [`take_whole_multibulk`] finds on the stack.
