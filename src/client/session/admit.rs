@@ -31,7 +31,6 @@ use super::super::flow::Gate;
 use super::super::local;
 use super::super::pipeline::Running;
 use super::super::pubsub;
-use super::super::registry::Registry;
 use super::super::step::Step;
 use super::super::transaction::Transaction;
 use super::database::InDatabase;
@@ -220,13 +219,22 @@ impl Session<'_> {
         !in_flight.is_empty() && (alone || moved || Transaction::is_sequence_point(name))
     }
 
-    /// The end of the CLIENT PAUSE that holds `request` (of `spec`) now, if one does. As
-    /// in Redis, a client that has not authenticated is not held: it gets NOAUTH at once.
+    /// The end of the CLIENT PAUSE that holds `request` (of `spec`) now, if one does: under
+    /// a WRITE pause, commands that write or may replicate, and EXEC of a block with one.
+    /// As in Redis, a client that has not authenticated is not held: it gets NOAUTH at
+    /// once. Inlined: asked for every request, and without a pause it is one load.
     #[inline(always)]
     fn pause_holding(&self, request: &Request, spec: Option<&CommandSpec>) -> Option<Instant> {
-        (!self.end.draining && self.ident.state.user.is_some())
-            .then(|| paused(self.client.registry, &self.tx.transaction, request, spec))
-            .flatten()
+        if self.end.draining || self.ident.state.user.is_none() {
+            return None;
+        }
+        let transaction = &self.tx.transaction;
+        self.client.registry.pause().holds(|| {
+            if request.name().eq_ignore_ascii_case(b"exec") {
+                return transaction.queued_writes();
+            }
+            spec.is_some_and(CommandSpec::is_write_or_may_replicate)
+        })
     }
 
     /// Notes a request that is not held: the topology its batch is routed by, when it is
@@ -420,22 +428,4 @@ fn runs_alone(request: &Request, name: &FoldedName, spec: Option<&CommandSpec>) 
         _ => spec
             .is_some_and(|spec| spec.blocks(&request.args) || crate::dispatch::runs_a_script(spec)),
     }
-}
-
-/// The end of the CLIENT PAUSE that holds `request` now, if one does (under a WRITE
-/// pause, commands that write or may replicate, and EXEC of a block with one).
-// Inlined: asked for every request, and without a pause it is one load.
-#[inline]
-fn paused(
-    registry: &Registry,
-    transaction: &Transaction,
-    request: &Request,
-    spec: Option<&CommandSpec>,
-) -> Option<Instant> {
-    registry.pause().holds(|| {
-        if request.name().eq_ignore_ascii_case(b"exec") {
-            return transaction.queued_writes();
-        }
-        spec.is_some_and(CommandSpec::is_write_or_may_replicate)
-    })
 }
