@@ -16,7 +16,9 @@ mod backend;
 mod cross_slot;
 mod error;
 mod limits;
+mod migration;
 mod overrides;
+mod redis_url;
 mod sentinel;
 mod tls;
 
@@ -26,7 +28,9 @@ pub use backend::{BackendConfig, RetryConfig, TopologyConfig};
 pub use cross_slot::{CrossSlotConfig, Emulation};
 pub use error::{ConfigError, OverrideError};
 pub use limits::{LimitsConfig, SoftOutputLimit};
+pub use migration::MigrationConfig;
 pub use overrides::{Override, TOP_LEVEL_FIELDS};
+pub use redis_url::{BadRedisUrl, RedisUrl};
 pub use sentinel::SentinelConfig;
 pub use tls::{AuthClients, BackendTlsConfig, ClientCertUser, TlsConfig};
 
@@ -74,6 +78,8 @@ pub struct Config {
     pub cross_slot: CrossSlotConfig,
     /// Legacy key layout translation (off unless `layout.file` is set).
     pub layout: LayoutConfig,
+    /// A live migration from another deployment (see `live`).
+    pub migration: MigrationConfig,
     /// Password of the proxy's `default` user (clients send `AUTH password`); never logged.
     pub requirepass: Option<Secret>,
     /// Refuse a non-loopback `listen` while no authentication is configured (as Redis).
@@ -144,6 +150,7 @@ impl Default for Config {
             cross_slot_transactions: CrossSlotTransactions::default(),
             cross_slot: CrossSlotConfig::default(),
             layout: LayoutConfig::default(),
+            migration: MigrationConfig::default(),
             requirepass: None,
             protected_mode: true,
             users: Vec::new(),
@@ -383,6 +390,7 @@ impl Config {
             ));
         }
         self.layout.load()?;
+        self.migration.validate()?;
         if self.pubsub.max_buffer_bytes == 0 {
             return Err(ConfigError::Invalid(
                 "pubsub.max_buffer_bytes must be at least 1".into(),

@@ -29,6 +29,7 @@ pub const TOP_LEVEL_FIELDS: &[&str] = &[
     "cross_slot_transactions",
     "cross_slot",
     "layout",
+    "migration",
     "requirepass",
     "protected_mode",
     "users",

@@ -38,7 +38,6 @@ mod reply;
 pub mod report;
 mod run;
 pub mod source;
-mod url;
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -73,6 +72,12 @@ pub enum MigrateError {
     /// Coordinators are live (heartbeats or pending tickets); nothing was written.
     #[error("refusing to migrate while coordinators are live (stop every bot of the prefix, or pass --allow-live):\n  {}", .0.join("\n  "))]
     Live(Vec<String>),
+}
+
+impl From<crate::config::BadRedisUrl> for MigrateError {
+    fn from(bad: crate::config::BadRedisUrl) -> Self {
+        MigrateError::Usage(bad.to_string())
+    }
 }
 
 /// Which way keys go.

@@ -25,8 +25,8 @@ use crate::route::{key_slot, NodeAddr, NodePort, SlotMap};
 use crate::topology::Coverage;
 
 pub use super::reply::Reply;
-pub use super::url::RedisUrl;
 use super::MigrateError;
+pub use crate::config::RedisUrl;
 
 /// Starts every error text of a `MOVED`/`ASK` reply, so callers can tell a slot that moved
 /// (retry after [`Endpoint::refresh`]) from a real failure.

@@ -1,6 +1,10 @@
-//! Where a deployment is and how to log in, as the tools' flags give it.
+//! Where a deployment is and how to log in, as the tools' flags and `migration.source` give
+//! it.
 
-use super::MigrateError;
+/// A text that is not a `redis://[user:pass@]host:port` address (the credentials left out).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a redis://[user:pass@]host:port address: {0}")]
+pub struct BadRedisUrl(pub String);
 
 /// Where a deployment is and how to log in: parsed from `redis://[user:pass@]host:port`
 /// (`rediss://` for TLS).
@@ -34,7 +38,7 @@ impl RedisUrl {
         text: &str,
         env_user: Option<String>,
         env_password: Option<String>,
-    ) -> Result<RedisUrl, MigrateError> {
+    ) -> Result<RedisUrl, BadRedisUrl> {
         let (rest, tls) = match text.strip_prefix("rediss://") {
             Some(rest) => (rest, true),
             None => (text.strip_prefix("redis://").unwrap_or(text), false),
@@ -48,10 +52,9 @@ impl RedisUrl {
             .rsplit_once(':')
             .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
         if !valid_port || addr.contains('/') {
-            return Err(MigrateError::Usage(format!(
-                "not a redis://[user:pass@]host:port address: {}",
-                text.split('@').next_back().unwrap_or(text)
-            )));
+            return Err(BadRedisUrl(
+                text.split('@').next_back().unwrap_or(text).to_owned(),
+            ));
         }
         let (mut username, mut password) = (None, None);
         if let Some(auth) = auth {
