@@ -43,7 +43,7 @@ pub use http::{http_get, http_raw};
 pub use layout::{
     layout_of, parse_cluster_nodes, ClusterLayout, NodeLine, Role, SlotRange, SLOT_COUNT,
 };
-pub use node::{connect, query, redis_client, scan_all, try_connect};
+pub use node::{connect, query, redis_client, scan_all, scan_with, try_connect};
 pub use ports::{free_cluster_port, free_port};
 pub use process::new_dir;
 pub use process::require_tool;
@@ -71,4 +71,20 @@ pub async fn async_connect(addr: &str) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"))
+}
+
+/// A connected deployment of the migration tools (one node, or a cluster by its seeds), as a
+/// proxy or a `slotbridge migrate` run would hold it.
+pub async fn endpoint(seeds: &[String]) -> std::sync::Arc<slotbridge::migrate::source::Endpoint> {
+    let urls: Vec<slotbridge::migrate::RedisUrl> = seeds
+        .iter()
+        .map(|addr| {
+            slotbridge::migrate::RedisUrl::parse(&format!("redis://{addr}"), None, None).unwrap()
+        })
+        .collect();
+    std::sync::Arc::new(
+        slotbridge::migrate::source::Endpoint::connect_any(&urls)
+            .await
+            .unwrap(),
+    )
 }

@@ -52,13 +52,18 @@ pub fn query<T: redis::FromRedisValue>(addr: &str, cmd: &redis::Cmd) -> Result<T
 /// Every key `SCAN ... MATCH pattern` lists on `con`, in the order returned (panics if the
 /// cursor never comes back to 0 within 10,000 rounds).
 pub fn scan_all(con: &mut redis::Connection, pattern: &str) -> Vec<String> {
+    scan_with(con, &["MATCH", pattern])
+}
+
+/// Every name a full `SCAN` with the options `extra` lists on `con`, in the order returned,
+/// repeats kept (panics if the cursor never comes back to 0 within 10,000 rounds).
+pub fn scan_with(con: &mut redis::Connection, extra: &[&str]) -> Vec<String> {
     let mut cursor = "0".to_string();
     let mut all = Vec::new();
     for _ in 0..10_000 {
         let (next, keys): (String, Vec<String>) = redis::cmd("SCAN")
             .arg(&cursor)
-            .arg("MATCH")
-            .arg(pattern)
+            .arg(extra)
             .query(con)
             .unwrap();
         all.extend(keys);
