@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -14,20 +13,11 @@ use common::{shared_cluster, Cluster, Standalone};
 use futures_util::future::join_all;
 use slotbridge::live::names::{claim_key, fence_key};
 use slotbridge::live::{Claim, KeyMove, MoveSpec, Mover, Outcome, Phase, Seal};
+use slotbridge::migrate::load_layout;
 use slotbridge::migrate::plan::{plan_forward, FamilyFilter, Step};
-use slotbridge::migrate::source::Endpoint;
-use slotbridge::migrate::{load_layout, RedisUrl};
 
 /// Short, so a test waits for a lapsed claim in well under a second.
 const LEASE: Duration = Duration::from_millis(300);
-
-async fn endpoint(seeds: &[String]) -> Arc<Endpoint> {
-    let urls: Vec<RedisUrl> = seeds
-        .iter()
-        .map(|addr| RedisUrl::parse(&format!("redis://{addr}"), None, None).unwrap())
-        .collect();
-    Arc::new(Endpoint::connect_any(&urls).await.unwrap())
-}
 
 /// A mover with its own connections to both sides, as another proxy would have.
 async fn mover(source: &Standalone, cluster: &Cluster, lease: Duration) -> Mover {
@@ -35,8 +25,8 @@ async fn mover(source: &Standalone, cluster: &Cluster, lease: Duration) -> Mover
 }
 
 async fn mover_from(source_seeds: &[String], cluster: &Cluster, lease: Duration) -> Mover {
-    let from = endpoint(source_seeds).await;
-    let to = endpoint(&cluster.seeds()).await;
+    let from = common::endpoint(source_seeds).await;
+    let to = common::endpoint(&cluster.seeds()).await;
     Mover::new(from, to, lease).await.unwrap()
 }
 

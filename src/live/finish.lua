@@ -1,9 +1,17 @@
--- Ends a move on the source once the target holds the key: deletes the source key and
--- the claim, only while the claim is still this mover's (else its successor finishes).
--- KEYS[1]: the source key; KEYS[2]: its claim record. ARGV[1]: the mover's token.
--- Returns 1 when released, 0 when the claim is another mover's (or already gone).
-if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then
-  return 0
+-- Ends moves on the source once the target holds their keys: for each key on its own,
+-- deletes the source key and the claim, only while the claim is still this mover's (else
+-- its successor finishes).
+-- KEYS: pairs of a source key and its claim record. ARGV[1]: the mover's token.
+-- Returns one answer per key: 1 when released, 0 when the claim is another mover's (or
+-- already gone).
+local answers = {}
+for i = 1, #KEYS / 2 do
+  local key, record = KEYS[2 * i - 1], KEYS[2 * i]
+  if redis.call('HGET', record, 'token') ~= ARGV[1] then
+    answers[i] = 0
+  else
+    redis.call('DEL', key, record)
+    answers[i] = 1
+  end
 end
-redis.call('DEL', KEYS[1], KEYS[2])
-return 1
+return answers

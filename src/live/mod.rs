@@ -1,6 +1,9 @@
-//! Live migration's claim protocol: how one key moves from a source deployment to a target
-//! while clients keep using it through any number of proxies. Not yet wired into the
-//! request path; `docs/live-migration.md` holds the whole design and its argument.
+//! Live migration: how a keyspace moves from a source deployment to the proxy's upstream
+//! while clients keep using it through any number of proxies. The claim protocol moves one
+//! key ([`claim`], [`mover`]); a [`Migration`] is the mode the proxy runs in (commands move
+//! the keys they touch first); the [`walker`] moves the rest and ends the migration; a
+//! [`Status`] is its progress. `docs/live-migration.md` holds the whole design and its
+//! argument.
 //!
 //! # Invariants
 //!
@@ -24,11 +27,21 @@
 //! - Values travel with the offline copy's rules (`migrate`'s restore-and-index and
 //!   set-if-greater scripts): TTLs kept, index entries rebuilt, counters never lowered.
 
+mod batch;
 pub mod claim;
+mod gone;
+mod listing;
+pub mod metrics;
+mod migration;
 #[cfg(test)]
 mod model;
 pub mod mover;
 pub mod names;
+mod status;
+pub mod walker;
 
 pub use claim::{Claim, Finish, KeyMove, Outcome, Phase, Seal, Value};
+pub use listing::SourcePage;
+pub use migration::{Counters, Migration, State};
 pub use mover::{MoveError, MoveSpec, Mover};
+pub use status::{Status, STATES};

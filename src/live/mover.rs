@@ -29,8 +29,11 @@ use crate::rewrite::IndexEntry;
 /// short enough that a write waiting on a dead proxy's claim waits no longer than this.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(2);
 
-/// The longest sleep between two claims while another mover holds the key: a finished
-/// move is noticed this soon, not only at the holder's deadline.
+/// The sleeps between two claims while another mover holds the key: the first short (the
+/// holder is usually a few round trips from its finish, and a client's command waits on
+/// it), doubling up to the longest, so a finished move is noticed this soon, not only at
+/// the holder's deadline.
+const FIRST_BUSY_POLL: Duration = Duration::from_micros(500);
 const BUSY_POLL: Duration = Duration::from_millis(10);
 
 /// A move gives up waiting on other movers after this many leases (each lapsed claim is
@@ -139,6 +142,11 @@ impl Mover {
         })
     }
 
+    /// How long a claim lasts.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
     /// A token no other move holds, for one move.
     pub fn token() -> Bytes {
         static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -180,6 +188,7 @@ impl Mover {
     ) -> Result<KeyMove, MoveError> {
         let started = Instant::now();
         let mut claimed_at: Option<Instant> = None;
+        let mut poll = FIRST_BUSY_POLL;
         loop {
             if pause_before(mv.phase()) {
                 return Ok(mv);
@@ -197,7 +206,8 @@ impl Mover {
                             waited,
                         });
                     }
-                    tokio::time::sleep(Duration::from_millis(ms).min(BUSY_POLL)).await;
+                    tokio::time::sleep(Duration::from_millis(ms).min(poll)).await;
+                    poll = (poll * 2).min(BUSY_POLL);
                     mv.on_waited();
                 }
                 Phase::Seal(_) if claimed_at.is_none_or(|at| at.elapsed() >= self.lease) => {
@@ -212,37 +222,42 @@ impl Mover {
 
     /// Sends the claim script for `spec` with `token`.
     pub async fn claim(&self, spec: &MoveSpec, token: &Bytes) -> Result<Claim, MoveError> {
-        let record = claim_key(&spec.from);
+        let mut claims = self.claim_many(std::slice::from_ref(spec), token).await?;
+        claims.pop().ok_or_else(|| no_answer("claim"))
+    }
+
+    /// Claims every one of `specs` with `token` in one call of the claim script, each as if
+    /// claimed alone: one answer per spec, in order. Their source keys must share a node
+    /// (a single-node source) or, on a cluster, a slot: the script runs where the first is.
+    pub async fn claim_many(
+        &self,
+        specs: &[MoveSpec],
+        token: &Bytes,
+    ) -> Result<Vec<Claim>, MoveError> {
+        let Some(first) = specs.first() else {
+            return Ok(Vec::new());
+        };
+        let records = claim_records(specs);
+        let keys = key_pairs(specs, &records);
         let lease_ms = self.lease.as_millis().to_string();
-        let how: &[u8] = if spec.counter { b"get" } else { b"dump" };
+        let mut args: Vec<&[u8]> = vec![token, lease_ms.as_bytes()];
+        args.extend(specs.iter().map(|spec| -> &[u8] {
+            match spec.counter {
+                true => b"get",
+                false => b"dump",
+            }
+        }));
         let reply = eval(
             &self.source,
-            &spec.from,
+            &first.from,
             (&self.scripts.claim, CLAIM_SCRIPT),
-            &[&spec.from, &record],
-            &[token, lease_ms.as_bytes(), how],
+            &keys,
+            &args,
         )
         .await
         .map_err(MoveError::Source)?;
-        let Reply::List(items) = reply else {
-            return Err(BadReply {
-                script: "claim",
-                reply: format!("{reply:?}"),
-            }
-            .into());
-        };
-        let items: Vec<Element> = items
-            .into_iter()
-            .map(|item| match item {
-                Reply::Int(n) => Ok(Element::Int(n)),
-                Reply::Data(data) => Ok(Element::Data(data)),
-                other => Err(BadReply {
-                    script: "claim",
-                    reply: format!("{other:?}"),
-                }),
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(read_claim(&items)?)
+        let answers = list_reply("claim", reply, specs.len())?;
+        answers.into_iter().map(claim_answer).collect()
     }
 
     /// Sends the seal script for `spec`: `value` as read by the claim, or `None` when the
@@ -275,18 +290,90 @@ impl Mover {
 
     /// Sends the finish script for `spec` with `token`.
     pub async fn finish(&self, spec: &MoveSpec, token: &Bytes) -> Result<Finish, MoveError> {
-        let record = claim_key(&spec.from);
+        let mut finishes = self.finish_many(std::slice::from_ref(spec), token).await?;
+        finishes.pop().ok_or_else(|| no_answer("finish"))
+    }
+
+    /// Finishes every one of `specs` with `token` in one call of the finish script, each as
+    /// if alone; the same placement rule as [`Mover::claim_many`].
+    pub async fn finish_many(
+        &self,
+        specs: &[MoveSpec],
+        token: &Bytes,
+    ) -> Result<Vec<Finish>, MoveError> {
+        let Some(first) = specs.first() else {
+            return Ok(Vec::new());
+        };
+        let records = claim_records(specs);
+        let keys = key_pairs(specs, &records);
         let reply = eval(
             &self.source,
-            &spec.from,
+            &first.from,
             (&self.scripts.finish, FINISH_SCRIPT),
-            &[&spec.from, &record],
+            &keys,
             &[token],
         )
         .await
         .map_err(MoveError::Source)?;
-        Ok(read_finish(int_reply("finish", reply)?)?)
+        let answers = list_reply("finish", reply, specs.len())?;
+        answers
+            .into_iter()
+            .map(|answer| Ok(read_finish(int_reply("finish", answer)?)?))
+            .collect()
     }
+}
+
+/// The claim records of `specs`' source keys, in order.
+fn claim_records(specs: &[MoveSpec]) -> Vec<Bytes> {
+    specs.iter().map(|spec| claim_key(&spec.from)).collect()
+}
+
+/// The claim and finish scripts' keys: each source key followed by its claim record.
+fn key_pairs<'a>(specs: &'a [MoveSpec], records: &'a [Bytes]) -> Vec<&'a [u8]> {
+    specs
+        .iter()
+        .zip(records)
+        .flat_map(|(spec, record)| [&spec.from[..], &record[..]])
+        .collect()
+}
+
+/// A script's reply that must be a list of `count` answers.
+fn list_reply(script: &'static str, reply: Reply, count: usize) -> Result<Vec<Reply>, BadReply> {
+    match reply {
+        Reply::List(items) if items.len() == count => Ok(items),
+        other => Err(BadReply {
+            script,
+            reply: format!("{other:?}"),
+        }),
+    }
+}
+
+/// One key's answer of the claim script.
+fn claim_answer(answer: Reply) -> Result<Claim, MoveError> {
+    let bad = |reply: &dyn std::fmt::Debug| BadReply {
+        script: "claim",
+        reply: format!("{reply:?}"),
+    };
+    let Reply::List(items) = answer else {
+        return Err(bad(&answer).into());
+    };
+    let items: Vec<Element> = items
+        .into_iter()
+        .map(|item| match item {
+            Reply::Int(n) => Ok(Element::Int(n)),
+            Reply::Data(data) => Ok(Element::Data(data)),
+            other => Err(bad(&other)),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(read_claim(&items)?)
+}
+
+fn no_answer(script: &'static str) -> MoveError {
+    BadReply {
+        script,
+        reply: "no answer".to_owned(),
+    }
+    .into()
 }
 
 fn int_reply(script: &'static str, reply: Reply) -> Result<i64, BadReply> {

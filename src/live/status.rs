@@ -1,0 +1,300 @@
+//! A snapshot of a live migration's progress, as `GET /migration`, `slotbridge migrate
+//! status` and the `slotbridge_migration_*` metrics report it: the state, the counters, and
+//! what follows from them (rate, estimated time left).
+//!
+//! Invariants: a snapshot is plain data read from the migration's atomics at one moment
+//! (each counter read once, so the derived numbers agree with the ones shown); the JSON
+//! form is the contract the CLI reads back ([`Status::from_json`]).
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use serde::Deserialize;
+
+use super::migration::{Migration, State};
+use crate::migrate::report::json_string;
+
+/// The states in the order metrics list them.
+pub const STATES: [State; 4] = [State::Walking, State::Paused, State::Verifying, State::Done];
+
+/// One migration's progress at one moment.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Status {
+    /// `walking`, `paused`, `verifying` or `done` ([`State::name`]).
+    pub state: String,
+    /// Whether the walker is told to pause (by the config or an admin call).
+    pub paused: bool,
+    /// The source's keys when the walker began (`DBSIZE`, claim records included): the
+    /// estimate of the work. 0 until the walker has measured it.
+    pub source_keys_at_start: u64,
+    /// Source names the walker has seen.
+    pub scanned: u64,
+    /// Keys this process moved because a command touched them.
+    pub moved_on_touch: u64,
+    /// Keys this process's walker moved.
+    pub moved_by_walker: u64,
+    /// Moves that found the key already moved (by another mover or proxy) or gone.
+    pub already_moved: u64,
+    /// Moves that failed (each is retried).
+    pub errors: u64,
+    /// The last failure's message.
+    pub last_error: Option<String>,
+    /// Complete passes of the walker over the source.
+    pub passes: u64,
+    /// Seconds since the migration started in this process (until its end, once done).
+    pub elapsed_seconds: f64,
+    /// Keys moved per second since the start (both kinds of move, paused time included).
+    pub rate: f64,
+    /// Seconds left at that rate; `None` when unknown (nothing moved yet).
+    pub eta_seconds: Option<f64>,
+    /// The walker's pace limit, keys per second (0: none).
+    pub max_keys_per_second: u64,
+}
+
+impl Migration {
+    /// Where the migration is now.
+    pub fn status(&self) -> Status {
+        let c = &self.counters;
+        let last_error = self
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        Status::derive(
+            Status {
+                state: self.state().name().to_owned(),
+                paused: self.is_paused(),
+                source_keys_at_start: c.source_keys_at_start.load(Ordering::Relaxed),
+                scanned: c.scanned.load(Ordering::Relaxed),
+                moved_on_touch: c.moved_on_touch.load(Ordering::Relaxed),
+                moved_by_walker: c.moved_by_walker.load(Ordering::Relaxed),
+                already_moved: c.already_moved.load(Ordering::Relaxed),
+                errors: c.errors.load(Ordering::Relaxed),
+                last_error,
+                passes: c.passes.load(Ordering::Relaxed),
+                elapsed_seconds: match self.finished.get() {
+                    Some(end) => end.duration_since(self.started).as_secs_f64(),
+                    None => self.started.elapsed().as_secs_f64(),
+                },
+                rate: 0.0,
+                eta_seconds: None,
+                max_keys_per_second: self.max_keys_per_second(),
+            },
+            self.state(),
+        )
+    }
+}
+
+impl Status {
+    /// Fills in the rate and the estimated time left from the counters of `status`.
+    fn derive(mut status: Status, state: State) -> Status {
+        status.rate = match status.elapsed_seconds > 0.0 {
+            true => status.moved() as f64 / status.elapsed_seconds,
+            false => 0.0,
+        };
+        let remaining = status.remaining();
+        status.eta_seconds = if state == State::Done || remaining == 0 {
+            Some(0.0)
+        } else if status.rate > 0.0 {
+            Some(remaining as f64 / status.rate)
+        } else {
+            None
+        };
+        status
+    }
+
+    /// Keys this process moved, by touch and by the walker.
+    pub fn moved(&self) -> u64 {
+        self.moved_on_touch + self.moved_by_walker
+    }
+
+    /// Keys of the start estimate not yet accounted for (moved here or found moved).
+    pub fn remaining(&self) -> u64 {
+        self.source_keys_at_start
+            .saturating_sub(self.moved() + self.already_moved)
+    }
+
+    /// Whether the migration is over: the source is no longer consulted.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done.name()
+    }
+
+    /// The snapshot as one JSON object (the body of `GET /migration`).
+    pub fn to_json(&self) -> String {
+        let mut out = String::from("{");
+        let _ = write!(
+            out,
+            "\"state\":{},\"paused\":{},\"source_keys_at_start\":{},\"scanned\":{},\
+             \"moved_on_touch\":{},\"moved_by_walker\":{},\"already_moved\":{},\
+             \"errors\":{},\"last_error\":{},\"passes\":{},\"elapsed_seconds\":{:.3},\
+             \"rate\":{:.1},\"eta_seconds\":{},\"max_keys_per_second\":{}}}",
+            json_string(&self.state),
+            self.paused,
+            self.source_keys_at_start,
+            self.scanned,
+            self.moved_on_touch,
+            self.moved_by_walker,
+            self.already_moved,
+            self.errors,
+            self.last_error
+                .as_deref()
+                .map_or_else(|| "null".to_owned(), json_string),
+            self.passes,
+            self.elapsed_seconds,
+            self.rate,
+            self.eta_seconds
+                .map_or_else(|| "null".to_owned(), |eta| format!("{eta:.1}")),
+            self.max_keys_per_second,
+        );
+        out
+    }
+
+    /// Reads a snapshot back from [`Status::to_json`]'s form (what the CLI gets over HTTP).
+    pub fn from_json(text: &str) -> Result<Status, String> {
+        serde_json::from_str(text).map_err(|e| format!("not a migration status: {e}"))
+    }
+
+    /// The snapshot as lines for a person.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let paused = match self.paused && self.state != State::Paused.name() {
+            true => " (walker told to pause)",
+            false => "",
+        };
+        let _ = writeln!(out, "state: {}{paused}", self.state);
+        let _ = writeln!(
+            out,
+            "progress: {} of about {} source keys ({} left)",
+            self.moved() + self.already_moved,
+            self.source_keys_at_start,
+            self.remaining()
+        );
+        let _ = writeln!(
+            out,
+            "moved: {} by the walker, {} on touch; {} found already moved",
+            self.moved_by_walker, self.moved_on_touch, self.already_moved
+        );
+        let _ = writeln!(
+            out,
+            "walker: {} names scanned, {} passes, pace limit {}",
+            self.scanned,
+            self.passes,
+            match self.max_keys_per_second {
+                0 => "none".to_owned(),
+                n => format!("{n} keys/s"),
+            }
+        );
+        let eta = self
+            .eta_seconds
+            .map_or_else(|| "unknown".to_owned(), |s| format!("{s:.0} s"));
+        let _ = writeln!(
+            out,
+            "rate: {:.1} keys/s over {:.0} s; time left: {eta}",
+            self.rate, self.elapsed_seconds
+        );
+        let _ = writeln!(out, "errors: {}", self.errors);
+        if let Some(error) = &self.last_error {
+            let _ = writeln!(out, "last error: {error}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(elapsed: f64, source: u64, walker: u64, touch: u64, already: u64) -> Status {
+        Status {
+            state: "walking".into(),
+            paused: false,
+            source_keys_at_start: source,
+            scanned: walker + already,
+            moved_on_touch: touch,
+            moved_by_walker: walker,
+            already_moved: already,
+            errors: 0,
+            last_error: None,
+            passes: 0,
+            elapsed_seconds: elapsed,
+            rate: 0.0,
+            eta_seconds: None,
+            max_keys_per_second: 0,
+        }
+    }
+
+    #[test]
+    fn rate_counts_both_kinds_of_move_and_eta_the_rest_of_the_estimate() {
+        // 300 moved in 10 s: 30 keys/s; 1000 - 300 - 100 already moved = 600 left: 20 s.
+        let s = Status::derive(status(10.0, 1000, 200, 100, 100), State::Walking);
+        assert_eq!(s.rate, 30.0);
+        assert_eq!(s.remaining(), 600);
+        assert_eq!(s.eta_seconds, Some(20.0));
+    }
+
+    #[test]
+    fn eta_is_unknown_before_a_move_and_zero_when_nothing_is_left() {
+        let idle = Status::derive(status(5.0, 500, 0, 0, 0), State::Paused);
+        assert_eq!((idle.rate, idle.eta_seconds), (0.0, None));
+        let at_start = Status::derive(status(0.0, 500, 0, 0, 0), State::Walking);
+        assert_eq!((at_start.rate, at_start.eta_seconds), (0.0, None));
+        // More accounted for than the estimate (keys added to DBSIZE's count by claims).
+        let over = Status::derive(status(2.0, 10, 8, 0, 4), State::Verifying);
+        assert_eq!((over.remaining(), over.eta_seconds), (0, Some(0.0)));
+        let done = Status::derive(status(2.0, 10, 3, 0, 0), State::Done);
+        assert_eq!(done.eta_seconds, Some(0.0));
+    }
+
+    #[test]
+    fn json_has_every_field_and_reads_back() {
+        let mut s = Status::derive(status(4.0, 100, 30, 10, 0), State::Walking);
+        s.last_error = Some("target \"x\"\nrefused".into());
+        let json = s.to_json();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let object = value.as_object().unwrap();
+        for field in [
+            "state",
+            "paused",
+            "source_keys_at_start",
+            "scanned",
+            "moved_on_touch",
+            "moved_by_walker",
+            "already_moved",
+            "errors",
+            "last_error",
+            "passes",
+            "elapsed_seconds",
+            "rate",
+            "eta_seconds",
+            "max_keys_per_second",
+        ] {
+            assert!(object.contains_key(field), "{field} missing in {json}");
+        }
+        assert_eq!(object.len(), 14, "{json}");
+        assert_eq!(value["rate"], 10.0);
+        assert_eq!(value["eta_seconds"], 6.0);
+        assert_eq!(value["last_error"], "target \"x\"\nrefused");
+        assert_eq!(Status::from_json(&json).unwrap(), s);
+        let unknown = Status::derive(status(1.0, 100, 0, 0, 0), State::Paused).to_json();
+        assert!(unknown.contains("\"eta_seconds\":null,"), "{unknown}");
+        assert!(unknown.contains("\"last_error\":null,"), "{unknown}");
+        assert!(Status::from_json("{\"state\":1}").is_err());
+    }
+
+    #[test]
+    fn text_names_the_state_the_counts_and_the_last_error() {
+        let mut s = Status::derive(status(10.0, 1000, 200, 100, 100), State::Walking);
+        s.errors = 2;
+        s.last_error = Some("source timed out".into());
+        let text = s.to_text();
+        assert!(text.starts_with("state: walking\n"), "{text}");
+        assert!(text.contains("400 of about 1000 source keys (600 left)"));
+        assert!(text.contains("200 by the walker, 100 on touch; 100 found already moved"));
+        assert!(text.contains("30.0 keys/s over 10 s; time left: 20 s"));
+        assert!(text.contains("errors: 2\nlast error: source timed out\n"));
+        s.paused = true;
+        assert!(s
+            .to_text()
+            .starts_with("state: walking (walker told to pause)\n"));
+    }
+}

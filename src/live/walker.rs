@@ -1,0 +1,233 @@
+//! The background walker of a live migration: it goes through the source with `SCAN`,
+//! moves every key no command has moved yet (at most `max_keys_per_second`), finishes the
+//! moves of claims left by a dead mover, and, when a pass finds the source empty, checks a
+//! sample of its moves on the target, writes the layout marker and ends the migration.
+//!
+//! Invariants: the walker moves keys only with [`Migration::move_key`], the same moves the
+//! commands make, so it needs no exclusion of its own; the end is declared only after a
+//! whole pass found neither a key nor a claim on the source (the source never gains one,
+//! so it stays empty), and a failed check or marker write leaves the migration active
+//! for the next pass to try again.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+use super::migration::{Migration, State};
+use super::names::{claimed_key, fence_key, is_record};
+use crate::migrate::source::Reply;
+
+/// Keys moved in one batch (one claim and one finish call to the source, see `batch`).
+const BATCH: usize = 64;
+/// Batches the walker runs at once: enough to hide the round trips of a batch behind one
+/// another on loopback and across a network alike.
+const CONCURRENT_BATCHES: usize = 4;
+/// Moves checked on the target before the end.
+const SAMPLE: usize = 64;
+/// How long the walker sleeps while paused, or after a pass failed, before looking again.
+const IDLE: Duration = Duration::from_millis(200);
+/// How often a paused walker looks whether other proxies' walkers emptied the source.
+const PAUSED_LOOK: Duration = Duration::from_secs(2);
+
+/// Runs the walker until the migration is done; spawned once per process.
+pub async fn run(migration: Arc<Migration>) {
+    if let Ok(keys) = source_size(&migration).await {
+        migration
+            .counters
+            .source_keys_at_start
+            .store(keys, Ordering::Relaxed);
+    }
+    let mut sample: VecDeque<Bytes> = VecDeque::with_capacity(SAMPLE);
+    while migration.is_active() {
+        let walked = match migration.is_paused() {
+            // Paused: the walk of another proxy may empty the source meanwhile.
+            true => paused_look(&migration).await,
+            false => {
+                let walked = pass(&migration, &mut sample).await;
+                migration.counters.passes.fetch_add(1, Ordering::Relaxed);
+                walked
+            }
+        };
+        match walked {
+            Ok(0) => match finish(&migration, &sample).await {
+                Ok(()) => {
+                    tracing::info!("live migration done: the source is empty, the marker set");
+                    return;
+                }
+                Err(e) => {
+                    migration.note_error(&e);
+                    tokio::time::sleep(IDLE).await;
+                }
+            },
+            Ok(_) => {}
+            Err(e) => {
+                migration.note_error(&e);
+                tokio::time::sleep(IDLE).await;
+            }
+        }
+    }
+}
+
+/// While paused, a look every [`PAUSED_LOOK`] at how many names (keys and claims) the
+/// source holds: 0 ends the migration here too. Resumed meanwhile: the next pass decides.
+async fn paused_look(migration: &Migration) -> Result<u64, String> {
+    let deadline = Instant::now() + PAUSED_LOOK;
+    while migration.is_paused() && Instant::now() < deadline {
+        tokio::time::sleep(IDLE).await;
+    }
+    match migration.is_paused() {
+        true => source_size(migration).await,
+        false => Ok(u64::MAX),
+    }
+}
+
+/// One pass over the source: every key and orphan claim met is moved. Returns how many
+/// source names (keys and claims) it met.
+async fn pass(migration: &Migration, sample: &mut VecDeque<Bytes>) -> Result<u64, String> {
+    let mut walk = migration.source.walk(b"*", migration.batch);
+    let mut met = 0u64;
+    let mut paced = Pacer::new();
+    while let Some(page) = walk.next_page().await.map_err(|e| e.to_string())? {
+        while migration.is_paused() {
+            tokio::time::sleep(IDLE).await;
+        }
+        let keys: Vec<Bytes> = page
+            .iter()
+            .filter_map(|name| match is_record(name) {
+                // A claim left by a mover that died: its move is finished like any other.
+                true => claimed_key(name).map(Bytes::copy_from_slice),
+                false => Some(name.clone()),
+            })
+            .collect();
+        let count = keys.len() as u64;
+        met += count;
+        let seen = page.iter().filter(|name| !is_record(name)).count() as u64;
+        migration
+            .counters
+            .scanned
+            .fetch_add(seen, Ordering::Relaxed);
+        let unmoved: Vec<Bytes> = keys
+            .into_iter()
+            .filter(|key| !migration.gone.contains(key))
+            .collect();
+        let chunks: Vec<Vec<Bytes>> = unmoved.chunks(BATCH).map(<[Bytes]>::to_vec).collect();
+        let moves = futures_util::stream::iter(chunks)
+            .map(|chunk| migration.move_batch(chunk))
+            .buffer_unordered(CONCURRENT_BATCHES)
+            .flat_map(futures_util::stream::iter);
+        futures_util::pin_mut!(moves);
+        while let Some((key, result)) = moves.next().await {
+            // A failed move is counted and noted by the move; the next pass meets it again.
+            if result.is_ok() {
+                if sample.len() == SAMPLE {
+                    sample.pop_front();
+                }
+                sample.push_back(key);
+            }
+        }
+        paced.wait(count, migration.max_keys_per_second()).await;
+    }
+    Ok(met)
+}
+
+/// The end: the sample's moves are checked on the target (each key's fence is set), the
+/// layout markers are written, and the migration is declared done.
+async fn finish(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<(), String> {
+    migration.set_state(State::Verifying);
+    let checked = check_sample(migration, sample).await;
+    let marked = match checked {
+        Ok(()) => write_marker(migration).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = marked {
+        let back = match migration.is_paused() {
+            true => State::Paused,
+            false => State::Walking,
+        };
+        migration.set_state(back);
+        return Err(e);
+    }
+    let _ = migration.finished.set(Instant::now());
+    migration.set_state(State::Done);
+    migration.gone.clear();
+    Ok(())
+}
+
+/// Each sampled key's move is recorded on the target: its fence field is set.
+async fn check_sample(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<(), String> {
+    for key in sample {
+        let to = migration.spec_for(key).to;
+        let fence = fence_key(&to);
+        let reply = migration
+            .target
+            .call_key(&to, &[b"HEXISTS", &fence, &to])
+            .await
+            .map_err(|e| format!("checking the move of {}: {e}", to.escape_ascii()))?;
+        if reply.int() != Some(1) {
+            return Err(format!(
+                "the move of {} is not recorded on the target ({reply:?})",
+                to.escape_ascii()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Writes the layout marker of every prefix on the target, when a layout is configured.
+async fn write_marker(migration: &Migration) -> Result<(), String> {
+    let value = migration.layout_name.as_bytes();
+    for key in &migration.markers {
+        let set: &[&[u8]] = &[b"SET", key, value];
+        match migration.target.call_key(key, set).await {
+            Ok(Reply::Data(_)) => {}
+            Ok(other) => return Err(format!("SET {}: {other:?}", key.escape_ascii())),
+            Err(e) => return Err(format!("SET {}: {e}", key.escape_ascii())),
+        }
+    }
+    Ok(())
+}
+
+/// The source's keys (records included), summed over its masters.
+pub(super) async fn source_size(migration: &Migration) -> Result<u64, String> {
+    let mut total = 0;
+    for node in 0..migration.source.masters().len() {
+        let reply = migration
+            .source
+            .call_node(node, &[b"DBSIZE"])
+            .await
+            .map_err(|e| e.to_string())?;
+        total += reply.int().unwrap_or(0).max(0) as u64;
+    }
+    Ok(total)
+}
+
+/// Keeps a walk at most at a given pace, counted from the pass's start.
+struct Pacer {
+    since: Instant,
+    done: u64,
+}
+
+impl Pacer {
+    fn new() -> Pacer {
+        Pacer {
+            since: Instant::now(),
+            done: 0,
+        }
+    }
+
+    /// Notes `moved` more keys and sleeps until `rate` keys per second allows the next.
+    async fn wait(&mut self, moved: u64, rate: u64) {
+        self.done += moved;
+        if rate == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.done as f64 / rate as f64);
+        if let Some(ahead) = due.checked_sub(self.since.elapsed()) {
+            tokio::time::sleep(ahead).await;
+        }
+    }
+}
