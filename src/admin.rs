@@ -1,14 +1,16 @@
 //! The admin HTTP endpoint: `GET /metrics` (Prometheus text), `GET /healthz` (the process
-//! is up), `GET /readyz` (the proxy can serve every slot).
+//! is up), `GET /readyz` (the proxy can serve every slot), `POST /reload`, and a live
+//! migration's `GET /migration` (its status as JSON), `POST /migration/pause` and
+//! `POST /migration/resume`.
 //!
-//! A small hand-written HTTP/1.1 server rather than hyper: three GET routes, one request per
+//! A small hand-written HTTP/1.1 server rather than hyper: a few routes, one request per
 //! connection, no bodies. Invariants: a request head is read up to [`MAX_REQUEST`] bytes and
 //! [`REQUEST_TIMEOUT`]; every response carries `Content-Length` and `Connection: close`, then
 //! the connection is closed; no input can panic the handler (bad requests get 400, oversized
 //! ones 431); at most [`MAX_CONNECTIONS`] admin connections are served at once.
 
 use std::io::{Read, Write};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::backend::NodeConn;
+use crate::live::Migration;
 use crate::protocol::Proto;
 use crate::route::SLOT_COUNT;
 use crate::topology::{Readiness, Topology};
@@ -41,6 +44,9 @@ pub struct AdminState {
     pub readiness: Arc<Readiness>,
     /// The Prometheus recorder's handle; `None` when metrics are disabled.
     pub metrics: Option<PrometheusHandle>,
+    /// The live migration, set once it is connected (after the endpoint starts answering);
+    /// unset when none is configured.
+    pub migration: OnceLock<Arc<Migration>>,
 }
 
 impl AdminState {
@@ -132,6 +138,11 @@ pub enum Route {
     Readyz,
     /// `POST /reload`: re-read the configuration file (as SIGHUP).
     Reload,
+    /// `GET /migration`: the live migration's status, JSON.
+    Migration,
+    /// `POST /migration/pause` (`true`) or `POST /migration/resume` (`false`): pause or
+    /// resume the migration's walker, until the next reload sets `migration.paused` again.
+    MigrationPause(bool),
     /// A known path with a method it does not take.
     MethodNotAllowed,
     /// A path the endpoint does not serve.
@@ -159,20 +170,17 @@ pub fn route(head: &[u8]) -> Route {
         return Route::BadRequest;
     }
     let path = target.split('?').next().unwrap_or(target);
-    if path == "/reload" {
-        return if method == "POST" {
-            Route::Reload
-        } else {
-            Route::MethodNotAllowed
-        };
-    }
-    let route = match path {
-        "/metrics" => Route::Metrics,
-        "/healthz" => Route::Healthz,
-        "/readyz" => Route::Readyz,
+    let (route, wants) = match path {
+        "/metrics" => (Route::Metrics, "GET"),
+        "/healthz" => (Route::Healthz, "GET"),
+        "/readyz" => (Route::Readyz, "GET"),
+        "/migration" => (Route::Migration, "GET"),
+        "/reload" => (Route::Reload, "POST"),
+        "/migration/pause" => (Route::MigrationPause(true), "POST"),
+        "/migration/resume" => (Route::MigrationPause(false), "POST"),
         _ => return Route::NotFound,
     };
-    if method == "GET" {
+    if method == wants {
         route
     } else {
         Route::MethodNotAllowed
@@ -195,9 +203,18 @@ impl Response {
         }
     }
 
+    fn json(body: String) -> Response {
+        Response {
+            status: 200,
+            content_type: "application/json",
+            body: body.into_bytes(),
+        }
+    }
+
     fn to_bytes(&self) -> Vec<u8> {
         let reason = match self.status {
             200 => "OK",
+            202 => "Accepted",
             400 => "Bad Request",
             404 => "Not Found",
             405 => "Method Not Allowed",
@@ -272,6 +289,9 @@ async fn respond(route: Route, state: &AdminState) -> Response {
                 if let Some(live) = state.readiness.live() {
                     live.render_command_metrics(&mut body);
                 }
+                if let Some(migration) = state.migration.get() {
+                    crate::live::metrics::render_migration(&migration.status(), &mut body);
+                }
                 Response {
                     status: 200,
                     content_type: "text/plain; version=0.0.4; charset=utf-8",
@@ -290,15 +310,51 @@ async fn respond(route: Route, state: &AdminState) -> Response {
             crate::reload::request();
             Response::text(202, "reload requested\n")
         }
+        Route::Migration | Route::MigrationPause(_) => {
+            migration_response(route, state.migration.get().map(|m| &**m))
+        }
         Route::MethodNotAllowed => Response::text(405, "method not allowed\n"),
         Route::NotFound => Response::text(404, "not found\n"),
         Route::BadRequest => Response::text(400, "bad request\n"),
     }
 }
 
+/// `GET /migration` and the pause and resume calls: the status after the call, or 404 when
+/// no migration is configured. A pause set here lasts until the next reload, which sets the
+/// walker as `migration.paused` says.
+fn migration_response(route: Route, migration: Option<&Migration>) -> Response {
+    let Some(migration) = migration else {
+        return Response::text(404, "no live migration is configured\n");
+    };
+    if let Route::MigrationPause(paused) = route {
+        tracing::info!(
+            paused,
+            "live migration: walker paused or resumed by the admin endpoint"
+        );
+        migration.set_paused(paused);
+    }
+    Response::json(migration.status().to_json())
+}
+
 /// A blocking `GET path` against an admin address, for the `healthcheck` subcommand:
 /// returns the status code. A wildcard host (`0.0.0.0`, `[::]`) is probed on loopback.
 pub fn probe(addr: &str, path: &str, timeout: Duration) -> Result<u16, String> {
+    request(addr, "GET", path, timeout).map(|(status, _)| status)
+}
+
+/// Largest response body [`request`] reads: a status or metrics page, never more.
+const MAX_RESPONSE: usize = 4 * 1024 * 1024;
+
+/// A blocking `method path` (no request body) against an admin address, for the CLI's
+/// admin calls: returns the status code and the body. A wildcard host (`0.0.0.0`, `[::]`)
+/// is reached on loopback. The endpoint closes every connection after its response, so
+/// the response is read to its end.
+pub fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), String> {
     let (host, port) = addr
         .rsplit_once(':')
         .ok_or_else(|| format!("'{addr}' is not host:port"))?;
@@ -318,25 +374,31 @@ pub fn probe(addr: &str, path: &str, timeout: Duration) -> Result<u16, String> {
         .set_read_timeout(Some(timeout))
         .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .map_err(|e| e.to_string())?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {target}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
     stream
         .write_all(request.as_bytes())
         .map_err(|e| format!("{target}: {e}"))?;
     let mut reply = Vec::new();
-    let mut chunk = [0u8; 512];
-    while !reply.windows(2).any(|w| w == b"\r\n") && reply.len() < MAX_REQUEST {
-        match stream.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => reply.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err(format!("{target}: {e}")),
+    // A read that fails after some bytes still leaves a status line to report.
+    if let Err(e) = (&mut stream)
+        .take(MAX_RESPONSE as u64)
+        .read_to_end(&mut reply)
+    {
+        if reply.is_empty() {
+            return Err(format!("{target}: {e}"));
         }
     }
-    let status_line = String::from_utf8_lossy(&reply);
-    status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| format!("{target}: not an HTTP response"))
+    parse_response(&reply).ok_or_else(|| format!("{target}: not an HTTP response"))
+}
+
+/// The status code and body of a whole HTTP/1.1 response.
+fn parse_response(reply: &[u8]) -> Option<(u16, String)> {
+    let text = String::from_utf8_lossy(reply);
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    Some((status, body.to_owned()))
 }
 
 #[cfg(test)]
@@ -364,6 +426,70 @@ mod tests {
         );
         assert_eq!(route(b"GET /nope HTTP/1.1\r\n\r\n"), Route::NotFound);
         assert_eq!(route(b"DELETE /nope HTTP/1.1\r\n\r\n"), Route::NotFound);
+    }
+
+    #[test]
+    fn migration_routes_take_their_method_only() {
+        assert_eq!(route(b"GET /migration HTTP/1.1\r\n\r\n"), Route::Migration);
+        assert_eq!(
+            route(b"POST /migration/pause HTTP/1.1\r\n\r\n"),
+            Route::MigrationPause(true)
+        );
+        assert_eq!(
+            route(b"POST /migration/resume HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
+            Route::MigrationPause(false)
+        );
+        assert_eq!(
+            route(b"POST /migration HTTP/1.1\r\n\r\n"),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(
+            route(b"GET /migration/pause HTTP/1.1\r\n\r\n"),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(
+            route(b"GET /reload HTTP/1.1\r\n\r\n"),
+            Route::MethodNotAllowed
+        );
+        assert_eq!(route(b"POST /reload HTTP/1.1\r\n\r\n"), Route::Reload);
+        assert_eq!(
+            route(b"POST /migration/stop HTTP/1.1\r\n\r\n"),
+            Route::NotFound
+        );
+    }
+
+    #[test]
+    fn migration_routes_without_a_migration_answer_404() {
+        for route in [
+            Route::Migration,
+            Route::MigrationPause(true),
+            Route::MigrationPause(false),
+        ] {
+            let response = migration_response(route, None);
+            assert_eq!(response.status, 404, "{route:?}");
+            assert_eq!(response.body, b"no live migration is configured\n");
+        }
+    }
+
+    #[test]
+    fn a_response_is_read_back_with_its_body() {
+        let bytes = Response::json("{\"state\":\"done\"}".into()).to_bytes();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert!(
+            text.contains("Content-Type: application/json\r\n"),
+            "{text}"
+        );
+        assert_eq!(
+            parse_response(&bytes),
+            Some((200, "{\"state\":\"done\"}".to_owned()))
+        );
+        assert_eq!(
+            parse_response(b"HTTP/1.1 404 Not Found\r\n"),
+            Some((404, String::new()))
+        );
+        assert_eq!(parse_response(b"SSH-2.0-OpenSSH\r\n"), None);
+        let accepted = Response::text(202, "reload requested\n").to_bytes();
+        assert!(accepted.starts_with(b"HTTP/1.1 202 Accepted\r\n"));
     }
 
     #[test]

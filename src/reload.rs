@@ -211,6 +211,9 @@ impl Live {
             running.layout.clone()
         };
         let mut fixed = running.fixed();
+        if let Some(migration) = &fixed.migration {
+            migration.configure(&config.migration);
+        }
         fixed.acl = fixed
             .acl
             .for_reload(&running.config, config)
@@ -311,6 +314,14 @@ fn keep_startup_settings(running: &Config, next: &mut Config) {
         changed.push("log_format/log_level");
         next.log_format = running.log_format;
         next.log_level = running.log_level.clone();
+    }
+    // Only the walker's pace and pause take effect on a reload (see `Migration::configure`).
+    let (pace, paused) = next.migration.walker();
+    let mut migration = running.migration.clone();
+    (migration.max_keys_per_second, migration.paused) = (pace, paused);
+    if migration != next.migration {
+        changed.push("migration (other than max_keys_per_second and paused)");
+        next.migration = migration;
     }
     if running.pidfile != next.pidfile {
         changed.push("pidfile");

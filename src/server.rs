@@ -62,19 +62,7 @@ pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), 
     let topology = Topology::new(config, Some(scripts.preload()))?;
     // The admin endpoint answers from the start, so /readyz reports the wait below.
     let readiness = Arc::new(crate::topology::Readiness::new());
-    let admin_listener =
-        admin::bind(&config.admin_listen)
-            .await
-            .map_err(|source| StartError::AdminListen {
-                addr: config.admin_listen.clone(),
-                source,
-            })?;
-    let admin_state = admin::AdminState {
-        topology: topology.clone(),
-        readiness: readiness.clone(),
-        metrics,
-    };
-    tokio::spawn(admin::serve(admin_listener, Arc::new(admin_state)));
+    let admin_state = start_admin(config, &topology, &readiness, metrics).await?;
     let deadline = Instant::now() + STARTUP_MAP_WAIT;
     loop {
         match topology.refresh().await {
@@ -96,6 +84,11 @@ pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), 
     let commands = load_command_table(&topology).await;
     let server_version = load_server_version(&topology).await;
     let layout = ActiveLayout::from_config(&config.layout)?;
+    let migration = start_migration(config, &topology).await?;
+    if let Some(migration) = &migration {
+        // Set once per process: `GET /migration` answers 404 until then.
+        let _ = admin_state.migration.set(migration.clone());
+    }
     let fixed = Fixed {
         listen_addr: config.listen.clone(),
         command_metrics: Arc::new(crate::metrics::CommandMetrics::new(
@@ -109,6 +102,7 @@ pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), 
         scripts,
         readiness,
         acl: crate::acl::Shared::from_config(builder.config()).map_err(StartError::Users)?,
+        migration: migration.clone(),
     };
     let mut proxy = builder.build(topology, layout, fixed);
     // Before binding: a refused layout must not look like a proxy that is up.
@@ -118,8 +112,68 @@ pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), 
             .map_err(StartError::LayoutRefused)?;
     }
     proxy.upstream.warm_up().await;
+    if let Some(migration) = migration {
+        tokio::spawn(crate::live::walker::run(migration));
+    }
     let listeners = crate::server::tls::bind(&mut proxy).await?;
     Ok((Arc::new(proxy), listeners))
+}
+
+/// Binds the admin endpoint and serves it; the state it returns gets the migration later.
+async fn start_admin(
+    config: &Config,
+    topology: &Arc<Topology>,
+    readiness: &Arc<crate::topology::Readiness>,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+) -> Result<Arc<admin::AdminState>, StartError> {
+    let listener =
+        admin::bind(&config.admin_listen)
+            .await
+            .map_err(|source| StartError::AdminListen {
+                addr: config.admin_listen.clone(),
+                source,
+            })?;
+    let state = Arc::new(admin::AdminState {
+        topology: topology.clone(),
+        readiness: readiness.clone(),
+        metrics,
+        migration: Default::default(),
+    });
+    tokio::spawn(admin::serve(listener, state.clone()));
+    Ok(state)
+}
+
+/// The live migration `config` names, connected to its source and to the upstream's
+/// masters (with the backend's credentials and TLS); `None` when none is configured.
+async fn start_migration(
+    config: &Config,
+    topology: &Topology,
+) -> Result<Option<Arc<crate::live::Migration>>, StartError> {
+    if !config.migration.is_set() {
+        return Ok(None);
+    }
+    let backend = &config.backend;
+    let target: Vec<crate::migrate::RedisUrl> = topology
+        .routing()
+        .map
+        .masters()
+        .iter()
+        .map(|addr| crate::migrate::RedisUrl {
+            addr: addr.to_string(),
+            username: backend.username.clone(),
+            password: backend.password.clone(),
+            tls: backend.tls.enabled.then(|| backend.tls.clone()),
+        })
+        .collect();
+    // The rules again, compiled for the mover (the active layout's are the stage's own).
+    let rules = config.layout.load()?.map(Arc::new);
+    let migration = crate::live::Migration::connect(&config.migration, &target, rules).await?;
+    migration.check_target().await?;
+    tracing::info!(
+        source = ?migration,
+        "live migration: commands move the keys they touch first; the walker moves the rest"
+    );
+    Ok(Some(Arc::new(migration)))
 }
 
 /// The backend's own command table, so every command of its version routes right.

@@ -40,7 +40,11 @@
 
 mod admit;
 mod busy;
+mod exec_reply;
 mod watch;
+
+use exec_reply::show_in_database;
+pub use exec_reply::splice_local_answers;
 
 use std::sync::Arc;
 
@@ -50,11 +54,11 @@ use futures_util::FutureExt;
 use smallvec::SmallVec;
 
 use crate::command::KeyList;
-use crate::dispatch::layout::{rename_reply_keys, ReplyKeys};
-use crate::dispatch::{Proxy, Target, WatchPin};
-use crate::protocol::{encode, FoldedName, Proto, ReplyView, Request};
+use crate::dispatch::layout::ReplyKeys;
+use crate::dispatch::{Moves, Proxy, Target, WatchPin};
+use crate::protocol::{FoldedName, Proto, Request};
 use crate::reply;
-use crate::rewrite::{database, Forward};
+use crate::rewrite::Forward;
 use crate::route::key_slot;
 use crate::upstream::block::{self, Queued, ReusableConns};
 
@@ -99,6 +103,8 @@ struct Queue {
     /// In a database other than 0: the block commands (by their place among them) whose
     /// replies name keys, shown without the database's prefix in EXEC's reply.
     shown: Vec<(usize, ReplyKeys)>,
+    /// During a live migration: the queued commands' keys to move before the block runs.
+    moves: Option<Moves>,
 }
 
 /// One client's transaction state.
@@ -292,6 +298,16 @@ impl Transaction {
                     }
                 }
                 queue.commands.push(queued);
+                // During a live migration: the keys this block must move first.
+                if proxy.migration.is_some() {
+                    let spec = proxy.commands.lookup(&request.args);
+                    if let Some(moves) = proxy.moves_of(spec, &request.args) {
+                        match &mut queue.moves {
+                            Some(queued) => queued.extend(moves),
+                            None => queue.moves = Some(moves),
+                        }
+                    }
+                }
                 slot
             }
             Admitted::Local => {
@@ -326,6 +342,7 @@ impl Transaction {
             commands,
             locals,
             shown,
+            moves,
             ..
         } = *queue;
         let slots = command_slots(&commands);
@@ -364,6 +381,11 @@ impl Transaction {
                 run.map(move |reply| show_in_database(reply, &shown, db, databases, proto))
                     .boxed()
             }
+        };
+        // The block's keys are moved before it runs (see `dispatch::live`).
+        let run = match moves {
+            Some(moves) => moves.before(run),
+            None => run,
         };
         if locals.is_empty() {
             Step::Alone(run)
@@ -434,66 +456,10 @@ fn command_slots(commands: &[Queued]) -> SmallVec<[u16; 4]> {
     slots
 }
 
-/// EXEC's reply of block commands with the key names in the replies of those at `shown`
-/// (their places among the block's replies) shown as in database `db`: without its prefix,
-/// as the same commands outside MULTI show them. A reply that is not the array of the
-/// block's replies (EXEC aborted, an error) is left as it is.
-fn show_in_database(
-    reply: Bytes,
-    shown: &[(usize, ReplyKeys)],
-    db: u32,
-    databases: u32,
-    proto: Proto,
-) -> Bytes {
-    let Some(frames) = ReplyView::element_frames(&reply) else {
-        return reply;
-    };
-    let count = frames.len();
-    let mut elements: Vec<Bytes> = frames.map(|frame| reply.slice_ref(frame)).collect();
-    for &(at, keys) in shown {
-        let Some(element) = elements.get_mut(at) else {
-            continue;
-        };
-        let name_of =
-            |key: &[u8]| database::name_in(key, db, databases).map(Bytes::copy_from_slice);
-        *element = rename_reply_keys(keys, std::mem::take(element), name_of)
-            .unwrap_or_else(|| encode::null_frame(proto));
-    }
-    encode::array_frame(count, &elements)
-}
-
-/// EXEC's reply with the answers of the commands the proxy answers itself put in their
-/// places: `block_reply` is the backend block's reply (one element per other command),
-/// `answer` answers one local command (called in queue order, after the block ran). A
-/// block reply that is not an array (a failed WATCH, an error) is EXEC's whole reply, and
-/// no local command runs, as none of a discarded transaction does.
-pub fn splice_local_answers(
-    block_reply: Bytes,
-    locals: LocalCommands,
-    mut answer: impl FnMut(&Request) -> Bytes,
-) -> Bytes {
-    let Some(mut block) = ReplyView::element_frames(&block_reply) else {
-        return block_reply;
-    };
-    let total = block.len() + locals.len();
-    let mut locals = locals.into_iter().peekable();
-    let mut elements = Vec::with_capacity(total);
-    for place in 0..total {
-        let element = match locals.next_if(|(at, _)| *at == place) {
-            Some((_, request)) => answer(&request),
-            None => block.next().map_or_else(
-                || reply::error(reply::text::NO_REPLY),
-                |element| block_reply.slice_ref(element),
-            ),
-        };
-        elements.push(element);
-    }
-    encode::array_frame(total, &elements)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::encode;
 
     fn request(word: &str) -> Request {
         Request {

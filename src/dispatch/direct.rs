@@ -148,6 +148,10 @@ impl Proxy {
         if !spec.arity_ok(args.len()) || Self::user_refusal(spec, request, user).is_some() {
             return Err(None);
         }
+        // Its keys move first, on the planned path (see `live`).
+        if self.moves_first(spec, args) {
+            return Err(None);
+        }
         // The one plan, with the layout stage before it when a layout concerns the request.
         let staged = self.stage_and_plan_known(spec, request);
         let Some((slot, kind, frame)) = one_frame(&staged, request, proto) else {

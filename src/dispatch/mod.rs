@@ -17,6 +17,7 @@ mod direct;
 mod explain;
 mod functions;
 pub mod layout;
+mod live;
 mod multikey;
 mod plan;
 mod scripts;
@@ -43,6 +44,7 @@ pub use direct::{Direct, DirectKind, Forwardable, Route};
 pub use explain::{Explanation, SessionShape, FIELDS as EXPLAIN_FIELDS};
 pub use forward::{is_final, Target};
 use layout::{Refused, ReplyNames, Rewrite};
+pub use live::Moves;
 pub use pinned::{watch_failed, BlockedOn, WatchPin, BLOCKED_ON};
 pub use plan::keys_and_slots;
 use plan::{cross_slot_error, key_target, known, Plan};
@@ -148,14 +150,29 @@ impl Proxy {
         user: Option<&crate::auth::User>,
         staged: Option<Box<Staged>>,
     ) -> impl std::future::Future<Output = Bytes> + Send + 'static {
-        let refused = self.admit_spec(command.and_then(|i| self.commands.spec(i)), &request, user);
+        let spec = command.and_then(|i| self.commands.spec(i));
+        let refused = self.admit_spec(spec, &request, user);
+        let moves = match refused {
+            None => self.moves_of(spec, &request.args),
+            Some(_) => None,
+        };
         async move {
             let started = Instant::now();
             let this = self.clone();
             let spec = command.and_then(|i| this.commands.spec(i));
-            let reply = match refused {
-                Some(refusal) => refusal,
-                None => self.execute_spec(spec, request, proto, staged).await,
+            let reply = match (refused, moves) {
+                (Some(refusal), _) => refusal,
+                (None, None) => self.execute_spec(spec, request, proto, staged).await,
+                // Boxed: only commands during a live migration carry the moves.
+                (None, Some(moves)) => {
+                    Box::pin(async move {
+                        match moves.run().await {
+                            Ok(()) => self.execute_spec(spec, request, proto, staged).await,
+                            Err(reply) => reply,
+                        }
+                    })
+                    .await
+                }
             };
             this.command_metrics.record(command, &reply, started);
             reply
@@ -188,6 +205,9 @@ impl Proxy {
             return None;
         }
         if let Some(refusal) = self.policy_refusal(spec, args) {
+            return Some(refusal);
+        }
+        if let Some(refusal) = self.migration_refusal(spec) {
             return Some(refusal);
         }
         Self::user_refusal(spec, request, user)

@@ -50,6 +50,8 @@ pub struct Proxy {
     pub acl: crate::acl::Shared,
     /// Commands the proxy refuses.
     pub policy: crate::policy::Policy,
+    /// The live migration this proxy takes part in, if one is configured.
+    pub migration: Option<Arc<crate::live::Migration>>,
 }
 
 /// What every snapshot keeps from start-up through each reload: the command table and
@@ -75,6 +77,8 @@ pub struct Fixed {
     pub readiness: Arc<crate::topology::Readiness>,
     /// The live users and the ACL log (a reload keeps them unless users change).
     pub acl: crate::acl::Shared,
+    /// The live migration, kept with its walker and progress across reloads.
+    pub migration: Option<Arc<crate::live::Migration>>,
 }
 
 /// A [`Proxy`] snapshot in the making: its configuration, with the users and the command
@@ -120,6 +124,7 @@ impl Builder {
             plain_commands,
             readiness,
             acl,
+            migration,
         } = fixed;
         Proxy {
             upstream: Upstream::new(topology.clone(), self.config.retry.clone()),
@@ -138,6 +143,7 @@ impl Builder {
             auth: self.auth,
             acl,
             policy: self.policy,
+            migration,
         }
     }
 }
@@ -155,6 +161,7 @@ impl Proxy {
             plain_commands: self.plain_commands.clone(),
             readiness: self.readiness.clone(),
             acl: self.acl.clone(),
+            migration: self.migration.clone(),
         }
     }
 }

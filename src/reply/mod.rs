@@ -56,6 +56,9 @@ pub mod text {
     pub const NODE_SCAN_CURSOR: &str = "ERR unexpected SCAN cursor from a node";
     /// A layout listing cursor beyond what the proxy hands out.
     pub const LISTING_CURSOR_RANGE: &str = "ERR listing cursor out of range";
+    /// A SCAN cursor that cannot share a cursor with a live migration's source phase.
+    pub const LIVE_SCAN_CURSOR_RANGE: &str =
+        "ERR proxy: SCAN cursor out of range during a live migration";
     /// An indexed layout write that names no key (a bug, never a client's doing).
     pub const INDEXED_WRITE_WITHOUT_KEYS: &str = "ERR internal: indexed write without keys";
     /// SUBSCRIBE and friends sent where no client connection holds them.

@@ -37,6 +37,11 @@ pub fn proxy_failure(reason: impl Display) -> String {
     format!("ERR proxy: {reason}")
 }
 
+/// A listing (KEYS, SCAN, DBSIZE) that could not read a live migration's source.
+pub fn migration_source_failed(reason: impl Display) -> String {
+    format!("ERR proxy: live migration {reason}")
+}
+
 /// A command that would change the shared backend connection it runs on.
 pub fn changes_shared_connection(name: &str) -> String {
     format!(

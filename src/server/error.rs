@@ -33,6 +33,9 @@ pub enum StartError {
         /// Why binding failed.
         source: std::io::Error,
     },
+    /// The live migration's source or target could not be reached, or refused its scripts.
+    #[error("live migration: {0}")]
+    Migration(#[from] crate::live::MoveError),
     /// [`crate::server::start`] needs the plain listener.
     #[error("no plain listener: listen is empty")]
     NoPlainListener,

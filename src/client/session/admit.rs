@@ -146,7 +146,8 @@ impl Session<'_> {
                 && (runs_alone(request, &name, spec)
                     || spec.is_some_and(|spec| {
                         snapshot.runs_in_steps_across_slots(spec, &request.args)
-                    }));
+                    }))
+            || spec.is_some_and(|spec| snapshot.moves_first(spec, &request.args));
         let pause = self.pause_holding(request, spec);
         if self.waits(&name, command, pause, was_held, alone) {
             // Held as the client sent it: the stage runs again when it is admitted.

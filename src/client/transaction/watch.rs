@@ -96,6 +96,19 @@ impl Watch {
 impl Transaction {
     /// WATCH outside MULTI.
     pub(super) fn watch(&mut self, proxy: &Arc<Proxy>, proto: Proto, request: &Request) -> Step {
+        // During a live migration the keys move first: a move after the WATCH would touch
+        // them on the target and fail the transaction for nothing.
+        let spec = proxy.commands.lookup(&request.args);
+        match (
+            self.watch_keys(proxy, proto, request),
+            proxy.moves_of(spec, &request.args),
+        ) {
+            (Step::Alone(run), Some(moves)) => Step::Alone(moves.before(run)),
+            (step, _) => step,
+        }
+    }
+
+    fn watch_keys(&mut self, proxy: &Arc<Proxy>, proto: Proto, request: &Request) -> Step {
         // Under a layout the cluster names are watched (and decide the slot).
         let rewritten = match (&proxy.layout, proxy.commands.lookup(&request.args)) {
             (Some(active), Some(spec)) => match active.rewrite_request(spec, request.clone()) {
