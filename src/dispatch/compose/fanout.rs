@@ -36,8 +36,12 @@ impl Proxy {
         proto: Proto,
     ) -> Bytes {
         match op {
-            FanOut::Keys => self.keys_all(request.raw.clone(), proto).await,
-            FanOut::Scan => self.scan_all(&request.args, proto).await,
+            // As clients see the keyspace: records hidden, a live migration's source added.
+            FanOut::Keys => self.keys_listing(None, request, proto).await,
+            FanOut::Scan => self.scan_listing(None, &request.args, proto).await,
+            FanOut::Sum if request.args[0].eq_ignore_ascii_case(b"dbsize") => {
+                self.dbsize_listing(request, proto).await
+            }
             FanOut::Sum => {
                 self.integers_all(request.raw.clone(), proto, merge::sum_counts)
                     .await
@@ -212,7 +216,7 @@ impl Proxy {
         }
     }
 
-    /// KEYS over every master, one at a time, so memory holds at most one master's reply
+    /// KEYS over every master (records of live moves left out), one at a time, so memory holds at most one master's reply
     /// plus the output; the merged array, or the first reply that is not an array.
     pub(in crate::dispatch) async fn keys_all(&self, request: Bytes, proto: Proto) -> Bytes {
         let masters = match self.masters_in_order().await {
@@ -223,6 +227,7 @@ impl Proxy {
         let mut count: usize = 0;
         for addr in &masters {
             let frame = self.call_node(addr, request.clone(), proto).await;
+            let frame = super::hidden::drop_records(frame);
             let Some((n, elements)) = aggregate_body(&frame) else {
                 return frame;
             };

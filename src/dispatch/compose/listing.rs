@@ -113,13 +113,13 @@ fn bulk(reply: &Bytes, element: &[u8]) -> Option<Bytes> {
 
 /// The payloads of `array`, an array of bulk strings inside `reply` (or `reply` itself),
 /// as slices of `reply`; `None` when it is not such an array.
-fn bulks(reply: &Bytes, array: &[u8]) -> Option<Vec<Bytes>> {
+pub(super) fn bulks(reply: &Bytes, array: &[u8]) -> Option<Vec<Bytes>> {
     ReplyView::element_frames(array)?
         .map(|element| bulk(reply, element))
         .collect()
 }
 
-fn keys_frame(keys: &[Bytes]) -> Bytes {
+pub(super) fn keys_frame(keys: &[Bytes]) -> Bytes {
     let mut out = BytesMut::new();
     encode::array_header(&mut out, keys.len());
     for key in keys {
@@ -129,13 +129,13 @@ fn keys_frame(keys: &[Bytes]) -> Bytes {
 }
 
 /// SCAN's options after the cursor.
-struct ScanOptions {
+pub(super) struct ScanOptions {
     pattern: Bytes,
     count: Bytes,
     kind: Option<Bytes>,
 }
 
-fn scan_options(args: &[Bytes]) -> Result<ScanOptions, Bytes> {
+pub(super) fn scan_options(args: &[Bytes]) -> Result<ScanOptions, Bytes> {
     let mut options = ScanOptions {
         pattern: Bytes::from_static(b"*"),
         count: Bytes::from_static(b"10"),
@@ -348,6 +348,7 @@ impl Proxy {
                 let next = cursor_after_scan(target, targets, node_next);
                 let names = keys
                     .iter()
+                    .filter(|key| super::hidden::shown(key))
                     .filter_map(|key| plan.legacy_from_scanned(&active.layout, key))
                     .collect();
                 (next, names)

@@ -106,9 +106,10 @@ struct ScanPage {
 }
 
 impl ScanPage {
-    /// Adds the keys of a node's key array (checked by `scan_reply`).
+    /// Adds the keys of a node's key array (checked by `scan_reply`), records left out.
     fn add(&mut self, keys: &Bytes) {
-        if let Some((count, body)) = aggregate_body(keys) {
+        let keys = super::hidden::drop_records(keys.clone());
+        if let Some((count, body)) = aggregate_body(&keys) {
             self.count += count;
             self.body.extend_from_slice(body);
         }
@@ -131,7 +132,7 @@ fn scan_count(args: &[Bytes]) -> usize {
 /// A client cursor as Redis 7.0 reads it (C's `strtoul`, refusing leading space and
 /// overflow): an optional sign, decimal digits; a negative value wraps, and an empty
 /// text is cursor 0.
-fn parse_cursor(text: &[u8]) -> Option<u64> {
+pub(super) fn parse_cursor(text: &[u8]) -> Option<u64> {
     let (negative, digits) = match text.first() {
         None => return Some(0),
         Some(b'-') => (true, &text[1..]),

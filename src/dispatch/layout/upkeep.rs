@@ -174,7 +174,8 @@ impl Proxy {
         }
     }
 
-    /// KEYS or SCAN (`request`) listed through the layout, with legacy names.
+    /// KEYS or SCAN (`request`) listed through the layout, with legacy names (and, during
+    /// a live migration, the source's names: see `compose::union`).
     pub(in crate::dispatch) async fn run_listing(
         &self,
         listing: Listing,
@@ -183,8 +184,8 @@ impl Proxy {
         proto: Proto,
     ) -> Bytes {
         match listing {
-            Listing::Keys => self.layout_keys(active, &request.args[1], proto).await,
-            Listing::Scan => self.layout_scan(active, &request.args, proto).await,
+            Listing::Keys => self.keys_listing(Some(active), request, proto).await,
+            Listing::Scan => self.scan_listing(Some(active), &request.args, proto).await,
         }
     }
 
