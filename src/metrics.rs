@@ -1,7 +1,8 @@
 //! Every metric the proxy exports: its name, help text, unit, and the function that records
 //! it, in this one place. The per-command series live in `command` (their latency
 //! histograms, kept by the proxy rather than the recorder, in `histogram`), the guards that
-//! count open connections in `connection`.
+//! count open connections in `connection`. The live migration's series are rendered by
+//! `live::metrics` from the migration's own counters.
 //!
 //! Invariants: every name is `slotbridge_*`; label values come only from bounded sets (the
 //! command table, the cluster's node addresses, rule families and prefixes, fixed reason

@@ -498,7 +498,7 @@ fn check_variables(prometheus: &Prometheus, instance: &str) {
 }
 
 /// Every dashboard query parses and, once the load's series have two scrapes, returns at
-/// least one series.
+/// least one series (the live migration's panels: they parse).
 fn check_dashboard_queries(prometheus: &Prometheus, instance: &str) {
     let queries = dashboard_queries(&dashboard());
     let deadline = Instant::now() + SERIES_WAIT;
@@ -511,9 +511,13 @@ fn check_dashboard_queries(prometheus: &Prometheus, instance: &str) {
                 answer["status"], "success",
                 "panel {title:?}: {expr}: {answer}"
             );
-            if answer["data"]["result"]
-                .as_array()
-                .is_none_or(Vec::is_empty)
+            // This proxy runs no live migration: those panels are checked for series
+            // against one that does, in tests/live_status.rs.
+            let migration = expr.contains("slotbridge_migration_");
+            if !migration
+                && answer["data"]["result"]
+                    .as_array()
+                    .is_none_or(Vec::is_empty)
             {
                 empty.push(format!("{title:?}: {expr}"));
             }

@@ -15,7 +15,7 @@ use super::usage_error;
 
 /// Progress on stderr: a bar on a terminal, otherwise a plain line every few seconds (logs
 /// and CI output get no control characters).
-enum ProgressDisplay {
+pub(super) enum ProgressDisplay {
     Bar(Option<indicatif::ProgressBar>),
     Lines(std::time::Instant),
 }
@@ -24,7 +24,7 @@ impl ProgressDisplay {
     /// Every how often a plain progress line is printed.
     const LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
-    fn new(terminal: bool) -> ProgressDisplay {
+    pub(super) fn new(terminal: bool) -> ProgressDisplay {
         if terminal {
             ProgressDisplay::Bar(None)
         } else {
@@ -32,7 +32,7 @@ impl ProgressDisplay {
         }
     }
 
-    fn update(&mut self, p: Progress) {
+    pub(super) fn update(&mut self, p: Progress) {
         match self {
             ProgressDisplay::Bar(bar) => {
                 // The total is known only once the keyspace is planned: the bar starts then.
@@ -58,7 +58,7 @@ impl ProgressDisplay {
     }
 
     /// Leaves the bar drawn at its last position, so the report starts on a clean line.
-    fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         if let ProgressDisplay::Bar(Some(bar)) = self {
             bar.abandon();
         }
@@ -80,10 +80,14 @@ pub enum DirectionArg {
 /// Flags of `migrate`.
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
+    /// A running proxy's live migration instead of a copy.
+    #[command(subcommand)]
+    pub live: Option<super::live::LiveCommand>,
     /// Where keys are read: redis://[user:pass@]host:port (a node or any cluster node);
     /// rediss:// for TLS (see the --tls-* flags).
-    #[arg(long)]
-    pub source: String,
+    // `Option` only so a live subcommand can go without it: a copy requires it.
+    #[arg(long, required = true)]
+    pub source: Option<String>,
     /// Another server to write to: redis://[user:pass@]host:port. Default: in place.
     #[arg(long, conflicts_with = "cluster")]
     pub target: Option<String>,
@@ -91,8 +95,8 @@ pub struct MigrateArgs {
     #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
     pub cluster: Vec<String>,
     /// The bot prefix.
-    #[arg(long)]
-    pub prefix: String,
+    #[arg(long, required = true)]
+    pub prefix: Option<String>,
     /// The rule file.
     #[arg(long, default_value = DEFAULT_LAYOUT)]
     pub layout: PathBuf,
@@ -206,7 +210,11 @@ fn tool_runtime() -> Result<tokio::runtime::Runtime, String> {
 pub fn migrate(args: MigrateArgs) -> ExitCode {
     use slotbridge::migrate::{Direction, MigrateError, MigrateOptions};
     use std::io::IsTerminal;
-    let source = match redis_url(&args.source, &args.tls) {
+    // clap requires both for a copy; only a live subcommand goes without them.
+    let (Some(source), Some(prefix)) = (&args.source, args.prefix) else {
+        return usage_error("migrate needs --source and --prefix");
+    };
+    let source = match redis_url(source, &args.tls) {
         Ok(url) => url,
         Err(e) => return usage_error(&e.to_string()),
     };
@@ -225,7 +233,7 @@ pub fn migrate(args: MigrateArgs) -> ExitCode {
         source,
         target,
         target_seeds,
-        prefix: args.prefix,
+        prefix,
         layout: args.layout,
         dry_run: args.dry_run,
         overwrite: args.overwrite,

@@ -3,9 +3,11 @@
 //! their names and meanings do not change.
 //!
 //! `run` merges flags over the YAML file in one place ([`run`]); the one-shot tools live in
-//! [`tools`], and `migrate` / `inspect` in [`migrate`].
+//! [`tools`], `migrate` / `inspect` in [`migrate`], and `migrate status|pause|resume`
+//! (a running proxy's live migration) in [`live`].
 
 mod explain;
+mod live;
 mod migrate;
 mod run;
 mod tools;
@@ -63,7 +65,10 @@ pub enum Command {
     /// Ask a running proxy how it would carry out a command (`SLOTBRIDGE EXPLAIN`),
     /// without running it, and print the answer.
     Explain(ExplainArgs),
-    /// Copy a keyspace between the legacy layout and cluster:v1 (bots stopped).
+    /// Copy a keyspace between the legacy layout and cluster:v1 (bots stopped); or, with
+    /// `status`, `pause` or `resume`, watch and steer a running proxy's live migration.
+    // The copy's flags stay as they were; a live-migration subcommand replaces them.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Migrate(MigrateArgs),
     /// Count a keyspace's keys per layout and family, show the marker and live coordinators.
     Inspect(InspectArgs),
@@ -205,6 +210,10 @@ pub fn dispatch(cli: Cli) -> ExitCode {
             prefixes,
         } => tools::explain_key(&key, &layout, &prefixes),
         Command::Explain(args) => explain::explain(args),
+        Command::Migrate(MigrateArgs {
+            live: Some(command),
+            ..
+        }) => live::run(command),
         Command::Migrate(args) => migrate::migrate(args),
         Command::Inspect(args) => migrate::inspect(args),
         Command::Healthcheck { admin_listen } => tools::healthcheck(&admin_listen),
