@@ -15,6 +15,7 @@
 // Each test binary uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+mod bots;
 mod cluster;
 mod fake_node;
 mod fixtures;
@@ -33,6 +34,7 @@ mod wait;
 
 use std::sync::OnceLock;
 
+pub use bots::{require_node, Bot, LegacyBot, Login, Summary, MAX_STALL_MS};
 pub use cluster::{run_redis_cli, Cluster};
 pub use fake_node::{Answer, FakeNode, Request, Seen, SlotOwner};
 pub use fixtures::{
