@@ -143,8 +143,8 @@ pub enum Route {
     /// `POST /migration/pause` (`true`) or `POST /migration/resume` (`false`): pause or
     /// resume the migration's walker, until the next reload sets `migration.paused` again.
     MigrationPause(bool),
-    /// A known path with a method it does not take.
-    MethodNotAllowed,
+    /// A known path with a method it does not take; the method it does take, for `Allow`.
+    MethodNotAllowed(&'static str),
     /// A path the endpoint does not serve.
     NotFound,
     /// A request line that is not HTTP/1.x.
@@ -183,7 +183,7 @@ pub fn route(head: &[u8]) -> Route {
     if method == wants {
         route
     } else {
-        Route::MethodNotAllowed
+        Route::MethodNotAllowed(wants)
     }
 }
 
@@ -192,6 +192,8 @@ struct Response {
     status: u16,
     content_type: &'static str,
     body: Vec<u8>,
+    /// The method a 405's path takes (its `Allow` header).
+    allow: Option<&'static str>,
 }
 
 impl Response {
@@ -200,6 +202,14 @@ impl Response {
             status,
             content_type: "text/plain; charset=utf-8",
             body: body.into().into_bytes(),
+            allow: None,
+        }
+    }
+
+    fn method_not_allowed(allow: &'static str) -> Response {
+        Response {
+            allow: Some(allow),
+            ..Response::text(405, "method not allowed\n")
         }
     }
 
@@ -208,6 +218,7 @@ impl Response {
             status: 200,
             content_type: "application/json",
             body: body.into_bytes(),
+            allow: None,
         }
     }
 
@@ -222,10 +233,9 @@ impl Response {
             431 => "Request Header Fields Too Large",
             _ => "Service Unavailable",
         };
-        let allow = if self.status == 405 {
-            "Allow: GET\r\n"
-        } else {
-            ""
+        let allow = match self.allow {
+            Some(method) => format!("Allow: {method}\r\n"),
+            None => String::new(),
         };
         let mut out = format!(
             "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
@@ -296,6 +306,7 @@ async fn respond(route: Route, state: &AdminState) -> Response {
                     status: 200,
                     content_type: "text/plain; version=0.0.4; charset=utf-8",
                     body: body.into_bytes(),
+                    allow: None,
                 }
             }
             None => Response::text(404, "metrics are disabled\n"),
@@ -313,7 +324,7 @@ async fn respond(route: Route, state: &AdminState) -> Response {
         Route::Migration | Route::MigrationPause(_) => {
             migration_response(route, state.migration.get().map(|m| &**m))
         }
-        Route::MethodNotAllowed => Response::text(405, "method not allowed\n"),
+        Route::MethodNotAllowed(allow) => Response::method_not_allowed(allow),
         Route::NotFound => Response::text(404, "not found\n"),
         Route::BadRequest => Response::text(400, "bad request\n"),
     }
@@ -418,11 +429,11 @@ mod tests {
         );
         assert_eq!(
             route(b"POST /metrics HTTP/1.1\r\n\r\n"),
-            Route::MethodNotAllowed
+            Route::MethodNotAllowed("GET")
         );
         assert_eq!(
             route(b"HEAD /healthz HTTP/1.1\r\n\r\n"),
-            Route::MethodNotAllowed
+            Route::MethodNotAllowed("GET")
         );
         assert_eq!(route(b"GET /nope HTTP/1.1\r\n\r\n"), Route::NotFound);
         assert_eq!(route(b"DELETE /nope HTTP/1.1\r\n\r\n"), Route::NotFound);
@@ -441,15 +452,15 @@ mod tests {
         );
         assert_eq!(
             route(b"POST /migration HTTP/1.1\r\n\r\n"),
-            Route::MethodNotAllowed
+            Route::MethodNotAllowed("GET")
         );
         assert_eq!(
             route(b"GET /migration/pause HTTP/1.1\r\n\r\n"),
-            Route::MethodNotAllowed
+            Route::MethodNotAllowed("POST")
         );
         assert_eq!(
             route(b"GET /reload HTTP/1.1\r\n\r\n"),
-            Route::MethodNotAllowed
+            Route::MethodNotAllowed("POST")
         );
         assert_eq!(route(b"POST /reload HTTP/1.1\r\n\r\n"), Route::Reload);
         assert_eq!(

@@ -331,6 +331,20 @@ fn health_readiness_and_http_edges() {
         405
     );
     assert_eq!(http_raw(admin, b"\x16\x03\x01garbage\r\n\r\n").0, 400);
+    // A 405 names the method its path takes, as RFC 9110 asks.
+    for (request, allow) in [
+        (&b"POST /metrics HTTP/1.1\r\n\r\n"[..], "Allow: GET\r\n"),
+        (&b"GET /reload HTTP/1.1\r\n\r\n"[..], "Allow: POST\r\n"),
+    ] {
+        let mut stream = TcpStream::connect(admin).unwrap();
+        stream.write_all(request).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(
+            response.starts_with("HTTP/1.1 405 ") && response.contains(allow),
+            "{response}"
+        );
+    }
     // A request head split over several writes is still one request.
     {
         let mut stream = TcpStream::connect(admin).unwrap();
