@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{shared_cluster, Cluster, Standalone};
 use futures_util::future::join_all;
-use slotbridge::live::names::{claim_key, fence_key};
+use slotbridge::live::mover::move_recorded;
+use slotbridge::live::names::{claim_key, fence_key, slot_fence, EVERY_KEY_MOVED};
 use slotbridge::live::{Claim, KeyMove, MoveSpec, Mover, Outcome, Phase, Seal};
 use slotbridge::migrate::load_layout;
 use slotbridge::migrate::plan::{plan_forward, FamilyFilter, Step};
@@ -134,6 +135,72 @@ async fn a_second_mover_is_refused_then_takes_over_and_the_first_ones_late_seal_
         get_target(cluster, key).as_deref(),
         Some(b"written after the move".as_slice())
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compacted_fence_refuses_every_late_seal_of_its_slot() {
+    let source = Standalone::start();
+    // A cluster of its own: compacting a slot's fence refuses the first seal of any key in it.
+    let cluster = Cluster::start(3, 0);
+    let (key, neighbour) = (b"compact:{s}:a".as_slice(), b"compact:{s}:b".as_slice());
+    on_source::<()>(&source, &cmd("SET", &[key, b"original"]));
+    let spec = MoveSpec::same_name(Bytes::from_static(b"compact:{s}:a"));
+    let (a, b) = (
+        mover(&source, &cluster, LEASE).await,
+        mover(&source, &cluster, LEASE).await,
+    );
+    // A reads the value and stalls; B takes over once A's lease is spent and moves the key,
+    // which a client then writes. The source is empty: the walk's end compacts the fence.
+    let token_a = Mover::token();
+    let paused = pause_before(&a, &spec, &token_a, |p| matches!(p, Phase::Seal(_))).await;
+    let Phase::Seal(Some(read_by_a)) = paused.phase().clone() else {
+        panic!("A should hold a value to seal: {:?}", paused.phase());
+    };
+    assert_eq!(b.run(&spec).await.unwrap(), Outcome::Moved);
+    on_target::<()>(
+        &cluster,
+        key,
+        &cmd("SET", &[key, b"written after the move"]),
+    );
+    let slot = cluster.keyslot(std::str::from_utf8(key).unwrap());
+    assert!(b.compact_fence(slot).await.unwrap(), "the slot had a fence");
+    let fence = fence_key(key);
+    let fields: Vec<Vec<u8>> = on_target(&cluster, key, &cmd("HKEYS", &[&fence]));
+    assert_eq!(fields, [EVERY_KEY_MOVED.to_vec()], "one field for the slot");
+    // Compacting again, or a slot that never had a move, changes nothing.
+    assert!(b.compact_fence(slot).await.unwrap());
+    let quiet = (slot + 1) % 16384;
+    assert!(
+        !b.compact_fence(quiet).await.unwrap(),
+        "no fence to compact"
+    );
+    let created: i64 = on_target(
+        &cluster,
+        &slot_fence(quiet),
+        &cmd("EXISTS", &[&slot_fence(quiet)]),
+    );
+    assert_eq!(created, 0, "compaction created a fence");
+
+    // A's late seal, and any seal of its slot, lands nowhere; the move counts as recorded.
+    assert_eq!(
+        a.seal(&spec, Some(&read_by_a)).await.unwrap(),
+        Seal::AlreadyMoved
+    );
+    let other = MoveSpec::same_name(Bytes::from_static(b"compact:{s}:b"));
+    assert_eq!(
+        a.seal(&other, Some(&read_by_a)).await.unwrap(),
+        Seal::AlreadyMoved
+    );
+    assert_eq!(
+        get_target(&cluster, key).as_deref(),
+        Some(b"written after the move".as_slice()),
+        "a late seal undid an acknowledged write"
+    );
+    assert_eq!(get_target(&cluster, neighbour), None);
+    let target = common::endpoint(&cluster.seeds()).await;
+    for name in [key, neighbour] {
+        assert!(move_recorded(&target, name).await.unwrap(), "{name:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

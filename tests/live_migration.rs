@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, Proxy, Standalone};
-use slotbridge::live::names::{claim_key, fence_key};
+use slotbridge::live::names::{claim_key, fence_key, EVERY_KEY_MOVED};
 
 fn live_args<'a>(cluster: &'a str, source: &'a str, extra: &[&'a str]) -> Vec<String> {
     let mut args = vec![
@@ -214,6 +214,27 @@ fn commands_move_their_keys_first_and_the_walker_ends_the_migration() {
         });
         assert!(done.is_some(), "the mode did not end:\n{}", ended.stderr());
     }
+    // The end compacted the target's moved-fences: one field per slot that had moves.
+    let mut fences = 0;
+    for master in cluster.masters() {
+        let mut node = common::connect(&master);
+        for fence in common::scan_all(&mut node, "slotbridge:live:*") {
+            assert!(
+                fence.ends_with(":moved"),
+                "a record left on the target: {fence}"
+            );
+            let fields: HashMap<String, String> =
+                redis::cmd("HGETALL").arg(&fence).query(&mut node).unwrap();
+            let every_key = String::from_utf8_lossy(EVERY_KEY_MOVED).into_owned();
+            assert_eq!(
+                fields.into_keys().collect::<Vec<_>>(),
+                [every_key],
+                "{fence}"
+            );
+            fences += 1;
+        }
+    }
+    assert!(fences > 0, "no moved-fence on the target after 200 moves");
     let allowed: String = redis::cmd("FLUSHALL").query(&mut con).unwrap();
     assert_eq!(
         allowed, "OK",

@@ -37,6 +37,9 @@ pub const SEAL_SCRIPT: &str = concat!(
 /// The finish script, run on the source.
 pub const FINISH_SCRIPT: &str = include_str!("finish.lua");
 
+/// The compaction of a slot's moved-fence at the walk's end, run on the target.
+pub const COMPACT_SCRIPT: &str = include_str!("compact.lua");
+
 /// The claim script's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Claim {

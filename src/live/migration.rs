@@ -394,12 +394,9 @@ impl Migration {
         if exists.int() != Some(1) {
             return Ok(None);
         }
-        let fence = super::names::fence_key(to);
-        let moved = self
-            .target
-            .call_key(to, &[b"HEXISTS", &fence, to])
+        let moved = super::mover::move_recorded(&self.target, to)
             .await
             .map_err(target_error)?;
-        Ok((moved.int() != Some(1)).then_some(spec))
+        Ok((!moved).then_some(spec))
     }
 }

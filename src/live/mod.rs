@@ -19,6 +19,9 @@
 //!   refuses when it is set. A mover that was slow, taken over or retried can therefore
 //!   never put a value read before the move over a write made after it, nor bring back a
 //!   key deleted after it. Leases only decide who may try; the fence decides what lands.
+//! - The fences are compacted to one field per slot ([`names::EVERY_KEY_MOVED`], refusing
+//!   every seal of the slot) only after a whole pass found the source empty: no key's first
+//!   seal can still come then.
 //! - The source key is deleted only after a seal answered, so the target holds the key
 //!   (or, when it expired on the source, holds nothing) before the source lets go.
 //! - A write runs on the target only once a move of its key has reported done (the source

@@ -8,11 +8,15 @@
 //! writes (or deletes) it on the target and counts as acknowledged; the reader follows the
 //! read rule of `docs/live-migration.md` (target, then source, then target again).
 //!
+//! The walk's end compacts the key's moved-fence (`compact.lua`: one field for the whole
+//! slot, which refuses every later seal) at any point after the source holds no key.
+//!
 //! Checked in every reachable state: an acknowledged write is what the target holds and
 //! the source is clean (no lost write, no deleted key back, no second version); the two
 //! copies never differ; every read returns a value the key held during the read. Checked
 //! at the end, after a successor runs with every deadline past: the source holds neither
-//! key nor claim. Variants without the fence, with a claim that answers gone whenever the key
+//! key nor claim. Variants without the fence, with the fence compacted while the source
+//! still holds the key, with a claim that answers gone whenever the key
 //! is missing, or without the read rule's third read must fail, so the check can fail.
 
 use std::collections::HashSet;
@@ -50,6 +54,17 @@ struct Rules {
     /// A claim answers gone while the source key is missing even if another claim exists
     /// (a broken rule); off: the real one.
     gone_on_missing_key: bool,
+    /// When the walk's end may compact the fence.
+    compaction: Compaction,
+}
+
+/// When the fence may be compacted (`compact.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Compaction {
+    /// Once the source holds no key: the walker's end (the real rule).
+    WhenSourceEmpty,
+    /// At any point (a broken rule).
+    Anytime,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -79,6 +94,8 @@ struct World {
     claim: Option<(u8, u8)>,
     target: Option<u8>,
     fenced: bool,
+    /// The fence holds the whole slot's field (compacted): every later seal is refused.
+    compacted: bool,
     expired: bool,
     movers: [Actor; 2],
     writer: KeyMove,
@@ -96,6 +113,7 @@ impl World {
             claim: None,
             target: None,
             fenced: false,
+            compacted: false,
             expired: false,
             movers: [
                 Actor::Running(KeyMove::new()),
@@ -132,7 +150,7 @@ impl World {
 
     /// seal.lua.
     fn seal(&mut self, value: &Option<Value>, rules: Rules) -> Seal {
-        if rules.fence && self.fenced {
+        if rules.fence && (self.fenced || self.compacted) {
             return Seal::AlreadyMoved;
         }
         self.target = value.as_ref().map(|v| v.payload[0]);
@@ -199,6 +217,15 @@ impl World {
             let mut next = self.clone();
             next.now += 1;
             out.push(("tick".to_owned(), next));
+        }
+        let may_compact = match rules.compaction {
+            Compaction::WhenSourceEmpty => self.source.is_none(),
+            Compaction::Anytime => true,
+        };
+        if !self.compacted && may_compact {
+            let mut next = self.clone();
+            next.compacted = true;
+            out.push(("the walk's end compacts the fence".to_owned(), next));
         }
         if rules.expiry && !self.expired && self.source.is_some() {
             let mut next = self.clone();
@@ -383,6 +410,7 @@ fn check_real_rules(op: Op) {
             fence: true,
             third_read: true,
             gone_on_missing_key: false,
+            compaction: Compaction::WhenSourceEmpty,
         };
         let states = explore(rules).unwrap_or_else(|e| panic!("{rules:?}: {e}"));
         assert!(states > 10_000, "{rules:?}: only {states} states explored");
@@ -408,6 +436,7 @@ fn without_the_fence_a_late_seal_undoes_an_acknowledged_write() {
             fence: false,
             third_read: true,
             gone_on_missing_key: false,
+            compaction: Compaction::WhenSourceEmpty,
         };
         let violation = explore(rules).expect_err("an unfenced seal must break a property");
         assert!(
@@ -425,6 +454,7 @@ fn without_the_third_read_a_key_moved_between_two_reads_looks_missing() {
         fence: true,
         third_read: false,
         gone_on_missing_key: false,
+        compaction: Compaction::WhenSourceEmpty,
     };
     let violation = explore(rules).expect_err("two reads must miss a key moved between them");
     assert!(violation.contains("a read returned"), "{violation}");
@@ -438,7 +468,22 @@ fn answering_gone_for_a_missing_key_under_a_claim_lets_a_stalled_seal_undo_a_wri
         fence: true,
         third_read: true,
         gone_on_missing_key: true,
+        compaction: Compaction::WhenSourceEmpty,
     };
     let violation = explore(rules).expect_err("a stalled seal must land over the write");
     assert!(violation.contains("undone"), "{violation}");
+}
+
+#[test]
+fn compacting_the_fence_before_the_source_is_empty_loses_a_key() {
+    let rules = Rules {
+        op: Op::Write,
+        expiry: false,
+        fence: true,
+        third_read: true,
+        gone_on_missing_key: false,
+        compaction: Compaction::Anytime,
+    };
+    let violation = explore(rules).expect_err("an early compaction must refuse a first seal");
+    assert!(violation.contains("a read returned"), "{violation}");
 }

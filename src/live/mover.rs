@@ -17,9 +17,9 @@ use bytes::Bytes;
 
 use super::claim::{
     read_claim, read_finish, read_seal, BadReply, Claim, Element, Finish, KeyMove, Outcome, Phase,
-    Seal, Value, CLAIM_SCRIPT, FINISH_SCRIPT, SEAL_SCRIPT,
+    Seal, Value, CLAIM_SCRIPT, COMPACT_SCRIPT, FINISH_SCRIPT, SEAL_SCRIPT,
 };
-use super::names::{claim_key, fence_key};
+use super::names::{claim_key, fence_key, slot_fence, EVERY_KEY_MOVED};
 use crate::migrate::plan::{CopyStep, Kind};
 use crate::migrate::source::{Endpoint, Reply};
 use crate::migrate::MigrateError;
@@ -106,6 +106,7 @@ struct Loaded {
     claim: Bytes,
     finish: Bytes,
     seal: Bytes,
+    compact: Bytes,
 }
 
 /// Moves keys from `source` to `target`, one key per [`Mover::run`]; any number of movers,
@@ -126,13 +127,15 @@ impl Mover {
         lease: Duration,
     ) -> Result<Mover, MoveError> {
         let on_source = |e: MigrateError| MoveError::Source(e.to_string());
+        let on_target = |e: MigrateError| MoveError::Target(e.to_string());
         let scripts = Loaded {
             claim: source.load_script(CLAIM_SCRIPT).await.map_err(on_source)?,
             finish: source.load_script(FINISH_SCRIPT).await.map_err(on_source)?,
-            seal: target
-                .load_script(SEAL_SCRIPT)
+            seal: target.load_script(SEAL_SCRIPT).await.map_err(on_target)?,
+            compact: target
+                .load_script(COMPACT_SCRIPT)
                 .await
-                .map_err(|e| MoveError::Target(e.to_string()))?,
+                .map_err(on_target)?,
         };
         Ok(Mover {
             source,
@@ -288,6 +291,17 @@ impl Mover {
         Ok(read_seal(int_reply("seal", reply)?)?)
     }
 
+    /// Compacts the moved-fence of target slot `slot` (`compact.lua`): only once a whole pass
+    /// found the source empty. `true` when the slot had a fence.
+    pub async fn compact_fence(&self, slot: u16) -> Result<bool, MoveError> {
+        let fence = slot_fence(slot);
+        let script = (&self.scripts.compact, COMPACT_SCRIPT);
+        let reply = eval(&self.target, &fence, script, &[&fence], &[])
+            .await
+            .map_err(MoveError::Target)?;
+        Ok(int_reply("compact", reply)? == 1)
+    }
+
     /// Sends the finish script for `spec` with `token`.
     pub async fn finish(&self, spec: &MoveSpec, token: &Bytes) -> Result<Finish, MoveError> {
         let mut finishes = self.finish_many(std::slice::from_ref(spec), token).await?;
@@ -381,6 +395,19 @@ fn int_reply(script: &'static str, reply: Reply) -> Result<i64, BadReply> {
         script,
         reply: format!("{reply:?}"),
     })
+}
+
+/// Whether `target` records the move of its key `to`: its own field in its slot's fence, or
+/// the slot's compacted field.
+pub async fn move_recorded(target: &Endpoint, to: &[u8]) -> Result<bool, MigrateError> {
+    let fence = fence_key(to);
+    let reply = target
+        .call_key(to, &[b"HMGET", &fence, to, EVERY_KEY_MOVED])
+        .await?;
+    match reply {
+        Reply::List(fields) => Ok(fields.iter().any(|f| !matches!(f, Reply::Nil))),
+        other => Err(MigrateError::Redis(format!("HMGET answered {other:?}"))),
+    }
 }
 
 /// Runs a script on the master of `key` by its SHA1, and by its text when the server has

@@ -27,6 +27,15 @@ pub fn fence_key(key: &[u8]) -> Bytes {
     tagged(key_slot(key), b":moved", 0).freeze()
 }
 
+/// The one field of a compacted moved-fence (`compact.lua`): every key of its slot is moved,
+/// every later seal refused. A record name, so never the name of a key moved.
+pub const EVERY_KEY_MOVED: &[u8] = b"slotbridge:live:all";
+
+/// The moved-fence of hash slot `slot`.
+pub fn slot_fence(slot: u16) -> Bytes {
+    tagged(slot, b":moved", 0).freeze()
+}
+
 /// Whether `key` is a record of live moves rather than a key of the keyspace.
 pub fn is_record(key: &[u8]) -> bool {
     key.starts_with(RECORD_PREFIX)
@@ -119,6 +128,15 @@ mod tests {
         }
         assert!(!is_record(b"mybot:chat:1"));
         assert_eq!(claimed_key(&fence_key(b"k")), None);
+        assert_eq!(slot_fence(key_slot(b"k")), fence_key(b"k"));
+        assert!(is_record(EVERY_KEY_MOVED));
+    }
+
+    #[test]
+    fn the_scripts_name_the_compacted_field_as_rust_does() {
+        let field = format!("'{}'", String::from_utf8_lossy(EVERY_KEY_MOVED));
+        assert!(crate::live::claim::SEAL_SCRIPT.contains(&field));
+        assert!(crate::live::claim::COMPACT_SCRIPT.contains(&field));
     }
 
     proptest! {

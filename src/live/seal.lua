@@ -8,8 +8,10 @@
 -- target's copy); 'leave' (a counter that expired: a fence is never lowered).
 -- ARGV[2]: TTL in ms (0: persistent); ARGV[3]: the DUMP payload, or the counter's value;
 -- ARGV[4]: the index member.
--- Returns 1 when this call wrote the target, 0 when the key had already been moved.
-if redis.call('HEXISTS', KEYS[1], KEYS[2]) == 1 then
+-- Returns 1 when this call wrote the target, 0 when the key had already been moved (its
+-- field, or the whole slot's once the walk's end compacted the fence: see compact.lua).
+if redis.call('HEXISTS', KEYS[1], KEYS[2]) == 1
+  or redis.call('HEXISTS', KEYS[1], 'slotbridge:live:all') == 1 then
   return 0
 end
 local rule_keys = {KEYS[2], KEYS[3]}

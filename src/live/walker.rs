@@ -1,7 +1,8 @@
 //! The background walker of a live migration: it goes through the source with `SCAN`,
 //! moves every key no command has moved yet (at most `max_keys_per_second`), finishes the
 //! moves of claims left by a dead mover, and, when a pass finds the source empty, checks a
-//! sample of its moves on the target, writes the layout marker and ends the migration.
+//! sample of its moves on the target, writes the layout marker, compacts the target's
+//! moved-fences to one field per slot and ends the migration.
 //!
 //! Invariants: the walker moves keys only with [`Migration::move_key`], the same moves the
 //! commands make, so it needs no exclusion of its own; the end is declared only after a
@@ -18,14 +19,18 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 
 use super::migration::{Migration, State};
-use super::names::{claimed_key, fence_key, is_record};
+use super::mover::move_recorded;
+use super::names::{claimed_key, is_record};
 use crate::migrate::source::Reply;
+use crate::route::SLOT_COUNT;
 
 /// Keys moved in one batch (one claim and one finish call to the source, see `batch`).
 const BATCH: usize = 64;
 /// Batches the walker runs at once: enough to hide the round trips of a batch behind one
 /// another on loopback and across a network alike.
 const CONCURRENT_BATCHES: usize = 4;
+/// Slots whose fences are compacted at once at the end.
+const COMPACTIONS_AT_ONCE: usize = 32;
 /// Moves checked on the target before the end.
 const SAMPLE: usize = 64;
 /// How long the walker sleeps while paused, or after a pass failed, before looking again.
@@ -135,12 +140,16 @@ async fn pass(migration: &Migration, sample: &mut VecDeque<Bytes>) -> Result<u64
 }
 
 /// The end: the sample's moves are checked on the target (each key's fence is set), the
-/// layout markers are written, and the migration is declared done.
+/// layout markers are written, the fences compacted, and the migration is declared done.
 async fn finish(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<(), String> {
     migration.set_state(State::Verifying);
     let checked = check_sample(migration, sample).await;
     let marked = match checked {
         Ok(()) => write_marker(migration).await,
+        Err(e) => Err(e),
+    };
+    let marked = match marked {
+        Ok(()) => compact_fences(migration).await,
         Err(e) => Err(e),
     };
     if let Err(e) = marked {
@@ -161,19 +170,36 @@ async fn finish(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<(), S
 async fn check_sample(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<(), String> {
     for key in sample {
         let to = migration.spec_for(key).to;
-        let fence = fence_key(&to);
-        let reply = migration
-            .target
-            .call_key(&to, &[b"HEXISTS", &fence, &to])
+        let recorded = move_recorded(&migration.target, &to)
             .await
             .map_err(|e| format!("checking the move of {}: {e}", to.escape_ascii()))?;
-        if reply.int() != Some(1) {
+        if !recorded {
             return Err(format!(
-                "the move of {} is not recorded on the target ({reply:?})",
+                "the move of {} is not recorded on the target",
                 to.escape_ascii()
             ));
         }
     }
+    Ok(())
+}
+
+/// Compacts every slot's moved-fence on the target (`compact.lua`): after a whole pass found
+/// the source empty, a field per moved key gives way to one per slot, which refuses every
+/// later seal as they did. Every proxy's walker does it at its end; a second time changes
+/// nothing.
+async fn compact_fences(migration: &Migration) -> Result<(), String> {
+    let compacted = futures_util::stream::iter(0..SLOT_COUNT as u16)
+        .map(|slot| migration.walker.compact_fence(slot))
+        .buffer_unordered(COMPACTIONS_AT_ONCE)
+        .fold(Ok(0u64), |total, one| async move {
+            match (total, one) {
+                (Ok(total), Ok(had)) => Ok(total + u64::from(had)),
+                (Err(e), _) => Err(e),
+                (_, Err(e)) => Err(format!("compacting the moved-fences: {e}")),
+            }
+        })
+        .await?;
+    tracing::info!(slots = compacted, "live migration: moved-fences compacted");
     Ok(())
 }
 
