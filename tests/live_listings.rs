@@ -2,7 +2,8 @@
 //! (a standalone source, a 3-master cluster as the target, the walker paused so only the
 //! moves a test makes happen) KEYS, SCAN and DBSIZE through the proxy show the union of
 //! both sides, each key once, with no record of the moves; under a layout DBSIZE counts
-//! the legacy keys only, not the layout's index keys and marker. Each test starts its own
+//! the legacy keys only, not the layout's index keys and marker. RANDOMKEY draws from
+//! both sides and never a record. Each test starts its own
 //! cluster: DBSIZE and `KEYS *` see every key of it.
 
 mod common;
@@ -86,6 +87,16 @@ fn set_of(names: &[String]) -> BTreeSet<String> {
     names.iter().cloned().collect()
 }
 
+/// `draws` RANDOMKEY answers through `con`, each one a key (nil panics).
+fn random_keys(con: &mut redis::Connection, draws: usize) -> Vec<String> {
+    (0..draws)
+        .map(|_| {
+            let drawn: Option<String> = redis::cmd("RANDOMKEY").query(con).unwrap();
+            drawn.expect("RANDOMKEY answered nil while keys exist")
+        })
+        .collect()
+}
+
 fn assert_no_record(names: &[String], what: &str) {
     let records: Vec<&String> = names
         .iter()
@@ -160,6 +171,60 @@ async fn during_a_migration_keys_scan_and_dbsize_show_the_union_once_without_rec
         .arg(0)
         .query(&mut con);
     assert!(bad.is_err(), "COUNT 0 is refused as Redis refuses it");
+
+    // RANDOMKEY draws from both sides, never a record.
+    let drawn = set_of(&random_keys(&mut con, 60));
+    assert!(drawn.is_subset(&set_of(&all)), "{drawn:?}");
+    let moved = set_of(&moved.into_iter().cloned().collect::<Vec<_>>());
+    assert!(
+        drawn.iter().any(|k| moved.contains(k)),
+        "never the target's: {drawn:?}"
+    );
+    assert!(
+        drawn.iter().any(|k| !moved.contains(k)),
+        "never the source's: {drawn:?}"
+    );
+}
+
+#[test]
+fn randomkey_never_draws_a_record_and_is_nil_when_only_records_remain() {
+    // After a migration: the target holds its moved keys and one compacted fence per slot.
+    let cluster = Cluster::start(3, 0);
+    for slot_key in ["a", "b", "c", "d"] {
+        let fence = String::from_utf8(fence_key(slot_key.as_bytes()).to_vec()).unwrap();
+        let node = cluster.node_for_slot(cluster.keyslot(&fence));
+        let _: () = query(
+            &node,
+            redis::cmd("HSET")
+                .arg(&fence)
+                .arg("slotbridge:live:all")
+                .arg("1"),
+        )
+        .unwrap();
+    }
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.connect();
+    for _ in 0..5 {
+        let drawn: Option<String> = redis::cmd("RANDOMKEY").query(&mut con).unwrap();
+        assert_eq!(drawn, None, "only records: the keyspace looks empty");
+    }
+    let _: () = redis::cmd("SET")
+        .arg("kept")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        set_of(&random_keys(&mut con, 10)),
+        set_of(&["kept".to_owned()])
+    );
+
+    // Under a layout the same, beside the layout's own keys.
+    let layout = Proxy::start_with_layout(&cluster.seeds_arg(), PROFILE, "mybot");
+    let mut con = layout.connect();
+    assert_eq!(
+        set_of(&random_keys(&mut con, 10)),
+        set_of(&["kept".to_owned()])
+    );
 }
 
 /// Legacy keys under the test layout: indexed records (chats, checkpoints, user data), and
@@ -248,4 +313,9 @@ async fn a_layout_migration_lists_both_sides_under_the_clients_names() {
     let scanned = common::scan_with(&mut con, &["COUNT", "4"]);
     assert_no_record(&scanned, "SCAN during a layout migration");
     assert_eq!(set_of(&scanned), set_of(&legacy));
+    let drawn = set_of(&random_keys(&mut con, 30));
+    assert!(
+        drawn.is_subset(&set_of(&legacy)),
+        "legacy names only: {drawn:?}"
+    );
 }

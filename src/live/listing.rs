@@ -1,6 +1,6 @@
-//! What the listings of the union (KEYS, SCAN, DBSIZE through the proxy while keys move)
-//! need from the source: its names matching a pattern, one SCAN step of one of its masters,
-//! and how many keys it still holds. The source holds client names (a layout renames keys
+//! What the listings of the union (KEYS, SCAN, DBSIZE, RANDOMKEY through the proxy while keys
+//! move) need from the source: its names matching a pattern, one SCAN step of one of its
+//! masters, how many keys it still holds, and a random one of them. The source holds client names (a layout renames keys
 //! only on the target), so its names are listed as they are.
 //!
 //! Invariants: records of the moves (claim records, see [`super::names`]) are never among
@@ -10,7 +10,9 @@
 //! does, a cursor may resume on another master, and the walk may miss keys of that step).
 
 use bytes::Bytes;
+use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
+use std::hash::BuildHasher;
 
 use super::mover::MoveError;
 use super::names::{is_record, RECORD_PREFIX};
@@ -18,6 +20,8 @@ use super::Migration;
 use crate::migrate::source::{Endpoint, Reply};
 use crate::route::NodeAddr;
 
+/// How often one master's RANDOMKEY is asked before it counts as holding only records.
+const RANDOM_DRAWS: usize = 8;
 /// How many names one SCAN call asks a source master for while counting its records.
 const RECORD_WALK_COUNT: usize = 1000;
 
@@ -134,6 +138,31 @@ impl Migration {
             records.extend(page.into_iter().filter(|n| is_record(n)));
         }
         Ok(total.saturating_sub(records.len() as u64))
+    }
+}
+
+impl Migration {
+    /// RANDOMKEY of the source: a name of a master that has keys (a random one first), drawn
+    /// again when it drew a record; `None` when no master gave a key in its draws.
+    pub async fn source_random_key(&self) -> Result<Option<Bytes>, MoveError> {
+        let masters = self.source.masters().len().max(1);
+        let start = (RandomState::new().hash_one(0u8) as usize) % masters;
+        for i in 0..masters {
+            let node = (start + i) % masters;
+            for _ in 0..RANDOM_DRAWS {
+                let reply = self
+                    .source
+                    .call_node(node, &[b"RANDOMKEY"])
+                    .await
+                    .map_err(source_error)?;
+                match reply_or_error(reply)? {
+                    Reply::Data(name) if !is_record(&name) => return Ok(Some(name)),
+                    Reply::Data(_) => continue,
+                    _ => break,
+                }
+            }
+        }
+        Ok(None)
     }
 }
 

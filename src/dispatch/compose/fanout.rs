@@ -241,22 +241,32 @@ impl Proxy {
     }
 
     async fn random_key(&self, request: Bytes, proto: Proto) -> Bytes {
+        self.random_key_union(self.target_random_key(request, proto), proto)
+            .await
+    }
+
+    /// RANDOMKEY of the target: a key of a master that has any, a random one first; a
+    /// master that draws only records of live moves (its fences) counts as empty.
+    async fn target_random_key(&self, request: Bytes, proto: Proto) -> Bytes {
         let masters = match self.masters_in_order().await {
             Ok(masters) => masters,
             Err(error) => return error,
         };
         // Any start will do; RandomState is seeded per instance from the OS.
         let start = (RandomState::new().hash_one(0u8) as usize) % masters.len();
-        let mut last = Bytes::new();
         for i in 0..masters.len() {
             let addr = &masters[(start + i) % masters.len()];
-            let frame = self.call_node(addr, request.clone(), proto).await;
-            if !is_null(&frame) {
-                return frame;
+            for _ in 0..RANDOM_DRAWS {
+                let frame = self.call_node(addr, request.clone(), proto).await;
+                if is_null(&frame) {
+                    break;
+                }
+                if !drew_record(&frame) {
+                    return frame;
+                }
             }
-            last = frame;
         }
-        last
+        encode::null_frame(proto)
     }
 }
 
@@ -326,9 +336,10 @@ fn numsub_pair(reply: &[u8], kind: AggregateKind) -> Option<&[u8]> {
     }
 }
 
-fn is_null(frame: &[u8]) -> bool {
-    frame == b"$-1\r\n" || frame == b"_\r\n" || frame == b"*-1\r\n"
-}
+use super::union::{drew_record, is_null_frame as is_null};
+
+/// How often one master's RANDOMKEY is asked before it counts as holding only records.
+const RANDOM_DRAWS: usize = 8;
 
 #[cfg(test)]
 mod tests {

@@ -23,16 +23,23 @@
 //!   names already returned from the source may be returned again (moved meanwhile): SCAN
 //!   allows a name more than once, and clients must already cope with it.
 //!
+//! - **RANDOMKEY**: a key of either side: the side asked first is drawn at random, the other
+//!   is asked when the first has none, so the answer is nil only when neither has a key.
+//!   Records are never drawn, on either side, during the move or after it.
+//!
 //! Once the migration is done the source is not asked again; a SCAN started before the end
 //! with a source-phase cursor goes on with the target from its start.
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
+use std::hash::BuildHasher;
 
 use bytes::{Bytes, BytesMut};
 
+use crate::live::names::is_record;
 use crate::live::Migration;
 use crate::protocol::encode;
-use crate::protocol::{Proto, Request};
+use crate::protocol::{Proto, ReplyView, Request};
 use crate::reply;
 
 use super::hidden::shown;
@@ -168,6 +175,51 @@ impl Proxy {
             Err(reply) => reply,
         }
     }
+}
+
+impl Proxy {
+    /// RANDOMKEY as clients see the keyspace (see the module doc); `target` draws from the
+    /// target, records (and a layout's own keys) already left out.
+    pub(in crate::dispatch) async fn random_key_union(
+        &self,
+        target: impl std::future::Future<Output = Bytes>,
+        proto: Proto,
+    ) -> Bytes {
+        let Some(migration) = self.active_migration() else {
+            return target.await;
+        };
+        let from_source = || async {
+            match migration.source_random_key().await {
+                Ok(Some(name)) => Some(encode::bulk_frame(&name)),
+                Ok(None) => None,
+                Err(error) => Some(source_failed(error)),
+            }
+        };
+        if RandomState::new().hash_one(0u8) & 1 == 0 {
+            if let Some(frame) = from_source().await {
+                return frame;
+            }
+            return target.await;
+        }
+        let drawn = target.await;
+        if !is_null_frame(&drawn) {
+            return drawn;
+        }
+        match from_source().await {
+            Some(frame) => frame,
+            None => encode::null_frame(proto),
+        }
+    }
+}
+
+/// Whether `frame` is a null reply (RESP2 or RESP3).
+pub(super) fn is_null_frame(frame: &[u8]) -> bool {
+    frame == b"$-1\r\n" || frame == b"_\r\n" || frame == b"*-1\r\n"
+}
+
+/// Whether `frame` is a bulk reply naming a record of live moves: a RANDOMKEY draws again.
+pub(in crate::dispatch) fn drew_record(frame: &Bytes) -> bool {
+    matches!(ReplyView::parse(frame), Ok(ReplyView::Bulk(name)) if is_record(name))
 }
 
 impl Proxy {

@@ -16,6 +16,7 @@ use crate::reply;
 use crate::reply::merge;
 use crate::route::key_slot;
 
+use super::super::compose::union::drew_record;
 use super::super::pinned::{EXEC, MULTI};
 use super::super::{cross_slot_error, scripts, Plan, Proxy, Target};
 use super::queued::upkeep_frame;
@@ -199,7 +200,10 @@ impl Proxy {
         proto: Proto,
     ) -> Bytes {
         match names {
-            ReplyNames::Rewritten(ReplyKeys::Bulk) => self.randomkey(active, reply, proto).await,
+            ReplyNames::Rewritten(ReplyKeys::Bulk) => {
+                self.random_key_union(self.randomkey(active, reply, proto), proto)
+                    .await
+            }
             ReplyNames::Rewritten(keys) => {
                 active.reverse_keys(keys, reply.clone()).unwrap_or(reply)
             }
@@ -210,7 +214,12 @@ impl Proxy {
     async fn randomkey(&self, active: &ActiveLayout, first: Bytes, proto: Proto) -> Bytes {
         let mut reply = first;
         for _ in 0..RANDOMKEY_TRIES {
-            match active.reverse_keys(ReplyKeys::Bulk, reply.clone()) {
+            // A record of live moves is outside every prefix: drawn again, never shown.
+            let shown = match drew_record(&reply) {
+                true => None,
+                false => active.reverse_keys(ReplyKeys::Bulk, reply.clone()),
+            };
+            match shown {
                 Some(shown) => return shown,
                 None => {
                     reply = self
