@@ -2,7 +2,7 @@
 """The live-migration bench: how fast the walker moves a keyspace while clients run, and what
 the move costs those clients' latency.
 
-    python3 bench/live.py [--keys N] [--reps R] [--pace KEYS_PER_S] [--bystander] [--proxy PATH]
+    python3 bench/live.py [--keys N] [--reps R] [--pace KEYS_PER_S] [--bystander | --walker-apart] [--proxy PATH]
 
 A standalone redis-server (the source) is filled with N keys (default 200,000) named as
 `redis-benchmark -r 100000` names its keys (`key:000000012345`, 64-byte values), so the
@@ -16,6 +16,10 @@ benchmark's clients touch keys that are still on the source. Per repetition, on 
      benchmark's p50/p99 while it walked: the median run's, and the worst run's p99 (a longer
      walk has more runs, so its worst is drawn from more).
 Each part also reports the share of the machine's CPU time that was busy.
+
+`--walker-apart`: the benchmark runs through a proxy whose walker is paused (its commands
+still move the keys they touch) while a second proxy walks: what the walk costs the clients
+when it runs outside their proxy's thread.
 
 `--bystander`: the control. The source's keys get names the benchmark never touches, and the
 benchmark runs through the plain proxy while a second proxy migrates: its clients share the
@@ -41,6 +45,9 @@ REPS = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 
 PACE = int(sys.argv[sys.argv.index("--pace") + 1]) if "--pace" in sys.argv else 0
 # `--bystander`: the benchmark's keys are not the migration's (see above).
 BYSTANDER = "--bystander" in sys.argv
+# `--walker-apart`: the clients' proxy migrates with its walker paused (its commands still move
+# their keys); a second proxy walks.
+APART = "--walker-apart" in sys.argv
 PROXY = run.PROXY
 BENCH_N = 20_000
 
@@ -108,9 +115,12 @@ def one_rep(rep):
                                capture_output=True)
         started = time.time()
         ticks = run.machine_ticks()
-        port, admin = start_proxy(procs, seeds, [
-            "--set", f"migration.source=redis://127.0.0.1:{source}",
-            "--set", f"migration.max_keys_per_second={PACE}"], f"live-{rep}")
+        live = ["--set", f"migration.source=redis://127.0.0.1:{source}",
+                "--set", f"migration.max_keys_per_second={PACE}"]
+        port, admin = start_proxy(procs, seeds, live, f"live-{rep}")
+        if APART:
+            port, _ = start_proxy(procs, seeds, live + ["--set", "migration.paused=true"],
+                                  f"clients-{rep}")
         during = []
         done = threading.Event()
 
