@@ -242,6 +242,89 @@ fn commands_move_their_keys_first_and_the_walker_ends_the_migration() {
     );
 }
 
+#[test]
+fn a_hung_source_fails_only_the_commands_waiting_on_it_and_the_move_resumes() {
+    let source = Standalone::start();
+    let mut src = source.connect();
+    for i in 0..10 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("h{i}"))
+            .arg(format!("v{i}"))
+            .query(&mut src)
+            .unwrap();
+    }
+    let cluster = Cluster::start(3, 0);
+    let settings = ["migration.paused=true", "backend.read_timeout_ms=300"];
+    let proxy = start_proxy(&cluster, &source, &settings);
+    let mut con = proxy.connect();
+    for i in 0..3 {
+        let got: String = redis::cmd("GET")
+            .arg(format!("h{i}"))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(got, format!("v{i}"));
+    }
+
+    source.set_paused(true);
+    // A command on a key still on the source waits for the source, then is refused with
+    // TRYAGAIN once the backend's read timeout has failed every attempt: nothing ran.
+    let waiting = {
+        let addr = proxy.addr().to_owned();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut con = common::connect(&addr);
+            let reply: redis::RedisResult<String> =
+                redis::cmd("SET").arg("h5").arg("lost?").query(&mut con);
+            (reply, started.elapsed())
+        })
+    };
+    // Meanwhile the keys this proxy moved are served without the source, at once.
+    std::thread::sleep(Duration::from_millis(100));
+    for i in 0..3 {
+        let started = Instant::now();
+        let _: () = redis::cmd("SET")
+            .arg(format!("h{i}"))
+            .arg(format!("new{i}"))
+            .query(&mut con)
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_millis(250),
+            "a moved key waited {:?} for the hung source",
+            started.elapsed()
+        );
+    }
+    let (reply, waited) = waiting.join().unwrap();
+    let error = reply.expect_err("a write on an unmoved key while the source hangs");
+    assert_eq!(error.code(), Some("TRYAGAIN"), "{error}");
+    assert!(
+        waited < Duration::from_secs(10),
+        "refused only after {waited:?}"
+    );
+    let on_target: Option<String> = target(&cluster, "h5", redis::cmd("GET").arg("h5"));
+    assert_eq!(on_target, None, "a refused command ran");
+
+    // The source answers again: the same write moves its key first, then runs.
+    source.set_paused(false);
+    let written = wait_for(Duration::from_secs(10), || {
+        redis::cmd("SET")
+            .arg("h5")
+            .arg("after")
+            .query::<()>(&mut con)
+            .ok()
+    });
+    assert!(
+        written.is_some(),
+        "the write never ran after the source came back"
+    );
+    let walker = start_proxy(&cluster, &source, &[]);
+    wait_source_empty(&source, Duration::from_secs(30));
+    drop(walker);
+    for (key, want) in [("h0", "new0"), ("h5", "after"), ("h9", "v9")] {
+        let got: String = target(&cluster, key, redis::cmd("GET").arg(key));
+        assert_eq!(got, want, "{key}");
+    }
+}
+
 /// One client's INCRs: how many were acknowledged, and how many have an unknown outcome
 /// (sent when its proxy was killed).
 #[derive(Default)]

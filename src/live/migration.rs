@@ -120,21 +120,25 @@ impl std::fmt::Debug for Migration {
 impl Migration {
     /// Connects to the source of `config` and to `target` (the proxy's upstream, its seeds
     /// with the backend's credentials and TLS), and loads the move scripts on both.
-    /// `layout`: the rules naming each key on the target, when one is configured.
+    /// `layout`: the rules naming each key on the target, when one is configured;
+    /// `read_timeout`: the backend's (`backend.read_timeout_ms`), for both sides, so a hung
+    /// source fails the moves waiting on it instead of stalling their commands for good.
     pub async fn connect(
         config: &MigrationConfig,
         target_urls: &[RedisUrl],
         layout: Option<Arc<Layout>>,
+        read_timeout: Option<Duration>,
     ) -> Result<Migration, MoveError> {
         let source_url = config
             .source_url()
             .map_err(|e| MoveError::Source(e.to_string()))?
             .ok_or_else(|| MoveError::Source("migration.source is not set".into()))?;
         let lease = Duration::from_millis(config.lease_ms);
-        let (source, target, mover) = connect_sides(&source_url, target_urls, lease).await?;
+        let sides = (&source_url, target_urls);
+        let (source, target, mover) = connect_sides(sides, lease, read_timeout).await?;
         // The walker's moves go over connections of their own: a command's move never
         // waits behind a batch of the walker's in a connection's pipeline.
-        let (_, _, walker) = connect_sides(&source_url, target_urls, lease).await?;
+        let (_, _, walker) = connect_sides(sides, lease, read_timeout).await?;
         let markers = layout.as_ref().map_or(Vec::new(), |layout| {
             let prefixes = layout.prefixes().iter();
             prefixes
@@ -319,14 +323,14 @@ impl Migration {
 
 /// Both sides, connected, and a mover over them with the scripts loaded.
 async fn connect_sides(
-    source: &RedisUrl,
-    target: &[RedisUrl],
+    (source, target): (&RedisUrl, &[RedisUrl]),
     lease: Duration,
+    read_timeout: Option<Duration>,
 ) -> Result<(Arc<Endpoint>, Arc<Endpoint>, Mover), MoveError> {
-    let source = Endpoint::connect(source)
+    let source = Endpoint::connect_any_within(std::slice::from_ref(source), read_timeout)
         .await
         .map_err(|e| MoveError::Source(e.to_string()))?;
-    let target = Endpoint::connect_any(target)
+    let target = Endpoint::connect_any_within(target, read_timeout)
         .await
         .map_err(|e| MoveError::Target(e.to_string()))?;
     if source.same_as(&target) {

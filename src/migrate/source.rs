@@ -109,6 +109,15 @@ impl Endpoint {
     /// Like [`Endpoint::connect`], trying each of `seeds` in order until one answers (the
     /// credentials of the first are used for every node). Fails with every seed's error.
     pub async fn connect_any(seeds: &[RedisUrl]) -> Result<Endpoint, MigrateError> {
+        Endpoint::connect_any_within(seeds, None).await
+    }
+
+    /// Like [`Endpoint::connect_any`], with connections that fail their outstanding requests
+    /// when a node sends nothing for `read_timeout` (see [`ConnOptions::read_timeout`]).
+    pub async fn connect_any_within(
+        seeds: &[RedisUrl],
+        read_timeout: Option<Duration>,
+    ) -> Result<Endpoint, MigrateError> {
         let Some(first) = seeds.first() else {
             return Err(MigrateError::Usage("no address to connect to".to_owned()));
         };
@@ -117,6 +126,7 @@ impl Endpoint {
             username: first.username.clone(),
             password: first.password.clone(),
             connect_timeout: Duration::from_secs(5),
+            read_timeout,
             tls: crate::tls::NodeTls::from_config(
                 first.tls.as_ref().unwrap_or(&Default::default()),
             )

@@ -38,6 +38,12 @@ impl Standalone {
         self.node.kill();
     }
 
+    /// Stops (`SIGSTOP`) or continues the server: stopped, it keeps its connections open
+    /// but answers nothing, like a hung process.
+    pub fn set_paused(&self, paused: bool) {
+        self.node.set_paused(paused);
+    }
+
     /// Starts the server again on the same port (empty: nothing is persisted).
     pub fn restart(&mut self) {
         self.node.restart();
