@@ -343,6 +343,18 @@ async fn connect_sides(
     Ok((source, target, mover))
 }
 
+/// The databases other than 0 that `INFO keyspace` (its text) lists with keys.
+fn other_databases(info: &str) -> Vec<u32> {
+    info.lines()
+        .filter_map(|line| {
+            let (db, stats) = line.trim().strip_prefix("db")?.split_once(':')?;
+            let keys = stats.strip_prefix("keys=")?.split(',').next()?;
+            let db: u32 = db.parse().ok()?;
+            (db != 0 && keys.parse::<u64>().ok()? > 0).then_some(db)
+        })
+        .collect()
+}
+
 /// Who asked for a move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Source {
@@ -358,6 +370,7 @@ impl Migration {
     /// the source's value. Checked on the source's first `SCAN` page: a target already
     /// holding a copy (an earlier offline copy kept its source) shows there at once.
     pub async fn check_target(&self) -> Result<(), MoveError> {
+        self.check_source_databases().await?;
         let mut walk = self.source.walk(b"*", self.batch);
         let page = walk
             .next_page()
@@ -383,6 +396,32 @@ impl Migration {
         Ok(())
     }
 
+    /// The source's keys are all in database 0: the mode moves database 0 only (a client's
+    /// `SELECT n` names are not mapped to the source's databases), and a database the walk
+    /// never reads would be left behind without a word. Read from `INFO keyspace` of every
+    /// source master.
+    async fn check_source_databases(&self) -> Result<(), MoveError> {
+        let source_error = |e: String| MoveError::Source(e);
+        for node in 0..self.source.masters().len() {
+            let reply = self
+                .source
+                .call_node(node, &[b"INFO", b"keyspace"])
+                .await
+                .map_err(|e| source_error(e.to_string()))?;
+            let Some(text) = reply.data() else {
+                return Err(source_error(format!("INFO keyspace answered {reply:?}")));
+            };
+            if let Some(db) = other_databases(&String::from_utf8_lossy(text)).first() {
+                return Err(source_error(format!(
+                    "the source holds keys in database {db}: a live migration moves database \
+                     0 only; move the other databases into database 0 (or another deployment) \
+                     first"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// `Some(spec)` when the target holds `spec`'s key and its move is not recorded.
     async fn foreign_copy<'s>(
         &self,
@@ -402,5 +441,19 @@ impl Migration {
             .await
             .map_err(target_error)?;
         Ok((!moved).then_some(spec))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::other_databases;
+
+    #[test]
+    fn databases_other_than_0_with_keys_are_found_in_info_keyspace() {
+        let info = "# Keyspace\r\ndb0:keys=12,expires=0,avg_ttl=0\r\n\
+                    db3:keys=5,expires=1,avg_ttl=100\r\ndb7:keys=0,expires=0,avg_ttl=0\r\n";
+        assert_eq!(other_databases(info), [3]);
+        assert!(other_databases("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n").is_empty());
+        assert!(other_databases("# Keyspace\r\n").is_empty());
     }
 }
