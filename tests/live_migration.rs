@@ -511,6 +511,36 @@ fn a_legacy_keyspace_moves_to_cluster_v1_names_and_gets_its_markers() {
             "the index-backed listing holds walked and touched records alike"
         );
     }
+
+    // A rollback after the move: the offline copy takes the keyspace back to a legacy node,
+    // the records of the moves staying behind.
+    let old = Standalone::start();
+    let first_master = cluster.masters()[0].clone();
+    common::migrate_ok(&[
+        "--source",
+        &common::url(&first_master),
+        "--target",
+        &common::url(old.addr()),
+        "--prefix",
+        p,
+        "--direction",
+        "cluster-to-legacy",
+    ]);
+    let back = |key: String| -> Option<String> {
+        common::query(old.addr(), redis::cmd("GET").arg(key)).unwrap()
+    };
+    assert_eq!(back(format!("{p}:chat:chat-1")).as_deref(), Some("record"));
+    assert_eq!(back(format!("{p}:msg:chat-1:m1")).as_deref(), Some("hello"));
+    assert_eq!(back(format!("{p}:fence:team:ops")).as_deref(), Some("7"));
+    let ttl: i64 = common::query(
+        old.addr(),
+        redis::cmd("PTTL").arg(format!("{p}:checkpoint:c2")),
+    )
+    .unwrap();
+    assert!(ttl > 0 && ttl <= 600_000, "TTL kept on the way back: {ttl}");
+    let mut rolled_back = old.connect();
+    let records = common::scan_all(&mut rolled_back, "slotbridge:live:*");
+    assert!(records.is_empty(), "records went back too: {records:?}");
 }
 
 /// Polls `read` until it gives `Some`, at most `limit`; the last reading.
