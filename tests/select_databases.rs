@@ -249,6 +249,32 @@ fn keys_scan_dbsize_randomkey_and_flushdb_are_scoped_to_the_database() {
 /// Database 0's listings leave the other databases' keys out; on a cluster of its own so
 /// that the counts are exact.
 #[test]
+fn randomkey_in_database_zero_finds_its_one_key_among_many_of_another() {
+    // Nearly every node draw names database 3's keys: the answer comes from the walk, which
+    // must look at database 0's keys, not only at the other databases'.
+    let cluster = Cluster::start(3, 0);
+    let proxy = Proxy::start(&["--config", CONFIG, "--cluster", &cluster.seeds_arg()]);
+    let mut db0 = connect_db(&proxy, 0);
+    let mut db3 = connect_db(&proxy, 3);
+    for i in 0..300 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("many:{i}"))
+            .arg("v")
+            .query(&mut db3)
+            .unwrap();
+    }
+    let _: () = redis::cmd("SET")
+        .arg("only")
+        .arg("v")
+        .query(&mut db0)
+        .unwrap();
+    for _ in 0..5 {
+        let random: Option<String> = redis::cmd("RANDOMKEY").query(&mut db0).unwrap();
+        assert_eq!(random.as_deref(), Some("only"));
+    }
+}
+
+#[test]
 fn database_zero_lists_counts_and_flushes_its_own_keys_only() {
     let cluster = Cluster::start(3, 0);
     let proxy = Proxy::start(&["--config", CONFIG, "--cluster", &cluster.seeds_arg()]);

@@ -162,7 +162,9 @@ impl Proxy {
                 _ => return encode::null_frame(proto),
             }
         }
-        let mut walk = Walk::new(scope.walk_pattern());
+        // The database's own keys: for database 0 that is every key (the others' are
+        // filtered out), not `walk_pattern`'s other databases, which hold none of its keys.
+        let mut walk = Walk::new(scope.pattern(b"*"));
         loop {
             match walk.page(self).await {
                 Err(error) => return error,
