@@ -287,8 +287,9 @@ fn a_hung_source_fails_only_the_commands_waiting_on_it_and_the_move_resumes() {
             .arg(format!("new{i}"))
             .query(&mut con)
             .unwrap();
+        // Waiting on the source would take a read timeout (300 ms) per attempt, then fail.
         assert!(
-            started.elapsed() < Duration::from_millis(250),
+            started.elapsed() < Duration::from_millis(300),
             "a moved key waited {:?} for the hung source",
             started.elapsed()
         );
@@ -302,6 +303,12 @@ fn a_hung_source_fails_only_the_commands_waiting_on_it_and_the_move_resumes() {
     );
     let on_target: Option<String> = target(&cluster, "h5", redis::cmd("GET").arg("h5"));
     assert_eq!(on_target, None, "a refused command ran");
+    // RANDOMKEY answers from the target when the source cannot.
+    for _ in 0..4 {
+        let drawn: Option<String> = redis::cmd("RANDOMKEY").query(&mut con).unwrap();
+        let drawn = drawn.expect("RANDOMKEY answered nil while the target holds keys");
+        assert!(["h0", "h1", "h2"].contains(&drawn.as_str()), "{drawn}");
+    }
 
     // The source answers again: the same write moves its key first, then runs.
     source.set_paused(false);

@@ -24,7 +24,8 @@
 //!   allows a name more than once, and clients must already cope with it.
 //!
 //! - **RANDOMKEY**: a key of either side: the side asked first is drawn at random, the other
-//!   is asked when the first has none, so the answer is nil only when neither has a key.
+//!   is asked when the first has none (or the source failed), so the answer is nil only when
+//!   neither has a key.
 //!   Records are never drawn, on either side, during the move or after it.
 //!
 //! Once the migration is done the source is not asked again; a SCAN started before the end
@@ -188,26 +189,28 @@ impl Proxy {
         let Some(migration) = self.active_migration() else {
             return target.await;
         };
-        let from_source = || async {
-            match migration.source_random_key().await {
-                Ok(Some(name)) => Some(encode::bulk_frame(&name)),
-                Ok(None) => None,
-                Err(error) => Some(source_failed(error)),
-            }
-        };
+        // A failed source read falls back on the target: its key is as good an answer.
+        let mut source = None;
         if RandomState::new().hash_one(0u8) & 1 == 0 {
-            if let Some(frame) = from_source().await {
-                return frame;
+            let drawn = migration.source_random_key().await;
+            if let Ok(Some(name)) = &drawn {
+                return encode::bulk_frame(name);
             }
-            return target.await;
+            source = Some(drawn);
         }
         let drawn = target.await;
         if !is_null_frame(&drawn) {
             return drawn;
         }
-        match from_source().await {
-            Some(frame) => frame,
-            None => encode::null_frame(proto),
+        let source = match source {
+            Some(source) => source,
+            None => migration.source_random_key().await,
+        };
+        match source {
+            Ok(Some(name)) => encode::bulk_frame(&name),
+            Ok(None) => encode::null_frame(proto),
+            // Neither an empty keyspace nor a key can be told.
+            Err(error) => source_failed(error),
         }
     }
 }
