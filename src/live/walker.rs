@@ -143,16 +143,12 @@ async fn pass(migration: &Migration, sample: &mut VecDeque<Bytes>) -> Result<u64
 /// layout markers are written, the fences compacted, and the migration is declared done.
 async fn finish(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<(), String> {
     migration.set_state(State::Verifying);
-    let checked = check_sample(migration, sample).await;
-    let marked = match checked {
-        Ok(()) => write_marker(migration).await,
-        Err(e) => Err(e),
+    let ended = async {
+        check_sample(migration, sample).await?;
+        write_marker(migration).await?;
+        compact_fences(migration).await
     };
-    let marked = match marked {
-        Ok(()) => compact_fences(migration).await,
-        Err(e) => Err(e),
-    };
-    if let Err(e) = marked {
+    if let Err(e) = ended.await {
         let back = match migration.is_paused() {
             true => State::Paused,
             false => State::Walking,
