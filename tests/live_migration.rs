@@ -562,6 +562,22 @@ fn wait_for<T>(limit: Duration, mut read: impl FnMut() -> Option<T>) -> Option<T
     }
 }
 
+/// Runs a migrating proxy in front of `cluster` from `source` that must refuse to start; its
+/// stderr.
+fn refused_start(cluster: &Cluster, source: &Standalone) -> String {
+    let (listen, admin) = (common::free_port(), common::free_port());
+    let args = live_args(&cluster.seeds_arg(), source.addr(), &[]);
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_slotbridge"))
+        .args(["--listen", &format!("127.0.0.1:{listen}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+        .args(&args)
+        .output()
+        .expect("run slotbridge");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "the proxy started:\n{stderr}");
+    stderr
+}
+
 #[test]
 fn a_target_that_already_holds_a_copy_is_refused_at_start() {
     let source = Standalone::start();
@@ -572,19 +588,7 @@ fn a_target_that_already_holds_a_copy_is_refused_at_start() {
         "dup",
         redis::cmd("SET").arg("dup").arg("stale copy"),
     );
-    let (listen, admin) = (common::free_port(), common::free_port());
-    let args = live_args(&cluster.seeds_arg(), source.addr(), &[]);
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_slotbridge"))
-        .args(["--listen", &format!("127.0.0.1:{listen}")])
-        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-        .args(&args)
-        .output()
-        .expect("run slotbridge");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        !output.status.success(),
-        "started over a stale copy:\n{stderr}"
-    );
+    let stderr = refused_start(&cluster, &source);
     assert!(
         stderr.contains("the target already holds dup") && stderr.contains("no move wrote"),
         "{stderr}"
@@ -608,21 +612,7 @@ fn a_source_with_keys_in_another_database_is_refused_at_start() {
         .query(&mut other)
         .unwrap();
     let cluster = Cluster::start(3, 0);
-    let args = live_args(&cluster.seeds_arg(), source.addr(), &[]);
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_slotbridge"))
-        .args(["--listen", &format!("127.0.0.1:{}", common::free_port())])
-        .args([
-            "--admin-listen",
-            &format!("127.0.0.1:{}", common::free_port()),
-        ])
-        .args(&args)
-        .output()
-        .expect("run slotbridge");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        !output.status.success(),
-        "started over database 2:\n{stderr}"
-    );
+    let stderr = refused_start(&cluster, &source);
     assert!(stderr.contains("keys in database 2"), "{stderr}");
     // Once database 2 is empty the same proxy starts and moves database 0's keys.
     let _: () = redis::cmd("FLUSHDB").query(&mut other).unwrap();
