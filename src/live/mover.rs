@@ -237,11 +237,6 @@ impl Mover {
         specs: &[MoveSpec],
         token: &Bytes,
     ) -> Result<Vec<Claim>, MoveError> {
-        let Some(first) = specs.first() else {
-            return Ok(Vec::new());
-        };
-        let records = claim_records(specs);
-        let keys = key_pairs(specs, &records);
         let lease_ms = self.lease.as_millis().to_string();
         let mut args: Vec<&[u8]> = vec![token, lease_ms.as_bytes()];
         args.extend(specs.iter().map(|spec| -> &[u8] {
@@ -250,16 +245,8 @@ impl Mover {
                 false => b"dump",
             }
         }));
-        let reply = eval(
-            &self.source,
-            &first.from,
-            (&self.scripts.claim, CLAIM_SCRIPT),
-            &keys,
-            &args,
-        )
-        .await
-        .map_err(MoveError::Source)?;
-        let answers = list_reply("claim", reply, specs.len())?;
+        let script = (&self.scripts.claim, CLAIM_SCRIPT);
+        let answers = self.on_source_keys("claim", script, specs, &args).await?;
         answers.into_iter().map(claim_answer).collect()
     }
 
@@ -315,25 +302,36 @@ impl Mover {
         specs: &[MoveSpec],
         token: &Bytes,
     ) -> Result<Vec<Finish>, MoveError> {
+        let script = (&self.scripts.finish, FINISH_SCRIPT);
+        let answers = self
+            .on_source_keys("finish", script, specs, &[token])
+            .await?;
+        answers
+            .into_iter()
+            .map(|answer| Ok(read_finish(int_reply("finish", answer)?)?))
+            .collect()
+    }
+}
+
+impl Mover {
+    /// Runs the source script `name` once over every one of `specs` (its keys: each source
+    /// key and its claim record), where the first spec's key is; one answer per spec.
+    async fn on_source_keys(
+        &self,
+        name: &'static str,
+        script: (&Bytes, &str),
+        specs: &[MoveSpec],
+        args: &[&[u8]],
+    ) -> Result<Vec<Reply>, MoveError> {
         let Some(first) = specs.first() else {
             return Ok(Vec::new());
         };
         let records = claim_records(specs);
         let keys = key_pairs(specs, &records);
-        let reply = eval(
-            &self.source,
-            &first.from,
-            (&self.scripts.finish, FINISH_SCRIPT),
-            &keys,
-            &[token],
-        )
-        .await
-        .map_err(MoveError::Source)?;
-        let answers = list_reply("finish", reply, specs.len())?;
-        answers
-            .into_iter()
-            .map(|answer| Ok(read_finish(int_reply("finish", answer)?)?))
-            .collect()
+        let reply = eval(&self.source, &first.from, script, &keys, args)
+            .await
+            .map_err(MoveError::Source)?;
+        Ok(list_reply(name, reply, specs.len())?)
     }
 }
 
