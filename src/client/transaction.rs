@@ -384,7 +384,7 @@ impl Transaction {
         };
         // The block's keys are moved before it runs (see `dispatch::live`).
         let run = match moves {
-            Some(moves) => moves.before(run),
+            Some(moves) => moves.before(run).boxed(),
             None => run,
         };
         if locals.is_empty() {

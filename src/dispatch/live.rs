@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures_util::future::{BoxFuture, FutureExt};
+use std::future::Future;
 
 use crate::command::{CommandSpec, KeyList};
 use crate::live::Migration;
@@ -38,14 +38,11 @@ impl Moves {
     }
 
     /// `run`, after the moves (or the moves' error reply instead).
-    pub fn before(self, run: BoxFuture<'static, Bytes>) -> BoxFuture<'static, Bytes> {
-        async move {
-            match self.run().await {
-                Ok(()) => run.await,
-                Err(reply) => reply,
-            }
+    pub async fn before(self, run: impl Future<Output = Bytes>) -> Bytes {
+        match self.run().await {
+            Ok(()) => run.await,
+            Err(reply) => reply,
         }
-        .boxed()
     }
 
     /// Moves every key to done; the error reply a client gets when one cannot be moved

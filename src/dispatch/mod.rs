@@ -165,13 +165,7 @@ impl Proxy {
                 (None, None) => self.execute_spec(spec, request, proto, staged).await,
                 // Boxed: only commands during a live migration carry the moves.
                 (None, Some(moves)) => {
-                    Box::pin(async move {
-                        match moves.run().await {
-                            Ok(()) => self.execute_spec(spec, request, proto, staged).await,
-                            Err(reply) => reply,
-                        }
-                    })
-                    .await
+                    Box::pin(moves.before(self.execute_spec(spec, request, proto, staged))).await
                 }
             };
             this.command_metrics.record(command, &reply, started);

@@ -103,7 +103,7 @@ impl Transaction {
             self.watch_keys(proxy, proto, request),
             proxy.moves_of(spec, &request.args),
         ) {
-            (Step::Alone(run), Some(moves)) => Step::Alone(moves.before(run)),
+            (Step::Alone(run), Some(moves)) => Step::Alone(moves.before(run).boxed()),
             (step, _) => step,
         }
     }
