@@ -241,13 +241,20 @@ impl Proxy {
     }
 
     async fn random_key(&self, request: Bytes, proto: Proto) -> Bytes {
-        self.random_key_union(self.target_random_key(request, proto), proto)
+        let shown = |frame: &Bytes| (!drew_record(frame)).then(|| frame.clone());
+        self.random_key_union(self.target_random_key(request, proto, shown), proto)
             .await
     }
 
-    /// RANDOMKEY of the target: a key of a master that has any, a random one first; a
-    /// master that draws only records of live moves (its fences) counts as empty.
-    async fn target_random_key(&self, request: Bytes, proto: Proto) -> Bytes {
+    /// RANDOMKEY of the target: a key of a master that has any, a random one first, as
+    /// `shown` shows a drawn frame; a master that draws only keys `shown` hides (records of
+    /// live moves, a layout's own keys) counts as empty.
+    pub(in crate::dispatch) async fn target_random_key(
+        &self,
+        request: Bytes,
+        proto: Proto,
+        shown: impl Fn(&Bytes) -> Option<Bytes>,
+    ) -> Bytes {
         let masters = match self.masters_in_order().await {
             Ok(masters) => masters,
             Err(error) => return error,
@@ -261,8 +268,8 @@ impl Proxy {
                 if is_null(&frame) {
                     break;
                 }
-                if !drew_record(&frame) {
-                    return frame;
+                if let Some(shown) = shown(&frame) {
+                    return shown;
                 }
             }
         }

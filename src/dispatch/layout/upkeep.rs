@@ -23,9 +23,6 @@ use super::queued::upkeep_frame;
 use super::reply::ReplyKeys;
 use super::{is_script_call, ActiveLayout, IndexedKey, Listing, ReplyNames, UPKEEP_SCRIPT};
 
-/// Tries of RANDOMKEY before answering null when it keeps drawing internal keys.
-const RANDOMKEY_TRIES: usize = 8;
-
 /// How a write on index-backed records runs with its index upkeep (see the module doc):
 /// the plan of such a request.
 pub(in crate::dispatch) struct Upkeep {
@@ -211,32 +208,18 @@ impl Proxy {
         }
     }
 
+    /// RANDOMKEY under the layout: a key clients see, under its legacy name; the layout's
+    /// own keys and records of live moves are drawn again, master by master.
     async fn randomkey(&self, active: &ActiveLayout, first: Bytes, proto: Proto) -> Bytes {
-        let mut reply = first;
-        for _ in 0..RANDOMKEY_TRIES {
-            // A record of live moves is outside every prefix: drawn again, never shown.
-            let shown = match drew_record(&reply) {
-                true => None,
-                false => active.reverse_keys(ReplyKeys::Bulk, reply.clone()),
-            };
-            match shown {
-                Some(shown) => return shown,
-                None => {
-                    reply = self
-                        .upstream
-                        .forward(
-                            Target::AnyMaster,
-                            Bytes::from_static(b"*1\r\n$9\r\nRANDOMKEY\r\n"),
-                            proto,
-                        )
-                        .await;
-                }
-            }
+        let shown = |frame: &Bytes| match drew_record(frame) {
+            true => None,
+            false => active.reverse_keys(ReplyKeys::Bulk, frame.clone()),
+        };
+        if let Some(shown) = shown(&first) {
+            return shown;
         }
-        // Only internal keys drawn: to a legacy client the keyspace looks empty.
-        let mut out = BytesMut::new();
-        crate::protocol::encode::null(&mut out, proto);
-        out.freeze()
+        let request = Bytes::from_static(b"*1\r\n$9\r\nRANDOMKEY\r\n");
+        self.target_random_key(request, proto, shown).await
     }
 
     /// A DEL/UNLINK or MSET whose keys span slots, per slot, each part with an index-backed
