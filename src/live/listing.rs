@@ -9,19 +9,17 @@
 //! topology stays the same (a source rarely changes its masters during a migration; if it
 //! does, a cursor may resume on another master, and the walk may miss keys of that step).
 
-use bytes::Bytes;
-use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
-use std::hash::BuildHasher;
+
+use bytes::Bytes;
 
 use super::mover::MoveError;
 use super::names::{is_record, RECORD_PREFIX};
 use super::Migration;
 use crate::migrate::source::{Endpoint, Reply};
+use crate::route::draw::{draw_by_master, Draw};
 use crate::route::NodeAddr;
 
-/// How often one master's RANDOMKEY is asked before it counts as holding only records.
-const RANDOM_DRAWS: usize = 8;
 /// How many names one SCAN call asks a source master for while counting its records.
 const RECORD_WALK_COUNT: usize = 1000;
 
@@ -146,23 +144,19 @@ impl Migration {
     /// again when it drew a record; `None` when no master gave a key in its draws.
     pub async fn source_random_key(&self) -> Result<Option<Bytes>, MoveError> {
         let masters = self.source.masters().len().max(1);
-        let start = (RandomState::new().hash_one(0u8) as usize) % masters;
-        for i in 0..masters {
-            let node = (start + i) % masters;
-            for _ in 0..RANDOM_DRAWS {
-                let reply = self
-                    .source
-                    .call_node(node, &[b"RANDOMKEY"])
-                    .await
-                    .map_err(source_error)?;
-                match reply_or_error(reply)? {
-                    Reply::Data(name) if !is_record(&name) => return Ok(Some(name)),
-                    Reply::Data(_) => continue,
-                    _ => break,
-                }
-            }
-        }
-        Ok(None)
+        draw_by_master(masters, |node| async move {
+            let reply = self
+                .source
+                .call_node(node, &[b"RANDOMKEY"])
+                .await
+                .map_err(source_error)?;
+            Ok(match reply_or_error(reply)? {
+                Reply::Data(name) if !is_record(&name) => Draw::Shown(name),
+                Reply::Data(_) => Draw::Hidden,
+                _ => Draw::Empty,
+            })
+        })
+        .await
     }
 }
 

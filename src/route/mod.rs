@@ -1,5 +1,6 @@
 //! Where a key lives: hash slots, the slot map, redirect answers. Pure, no IO.
 
+pub mod draw;
 mod redirect;
 mod slot;
 mod slot_map;

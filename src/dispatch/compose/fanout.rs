@@ -14,8 +14,7 @@
 //! that order (the masters that did succeed keep their change: Redis has no cross-node
 //! rollback). With a standalone upstream every fan-out is a call to the one node.
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
+use std::convert::Infallible;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::future::join_all;
@@ -24,6 +23,7 @@ use crate::backend::BackendError;
 use crate::command::FanOut;
 use crate::protocol::{encode, AggregateKind, Proto, ReplyView, Request};
 use crate::reply::{self, merge};
+use crate::route::draw::{draw_by_master, Draw};
 use crate::route::{key_slot, NodeAddr};
 
 use crate::dispatch::Proxy;
@@ -259,21 +259,24 @@ impl Proxy {
             Ok(masters) => masters,
             Err(error) => return error,
         };
-        // Any start will do; RandomState is seeded per instance from the OS.
-        let start = (RandomState::new().hash_one(0u8) as usize) % masters.len();
-        for i in 0..masters.len() {
-            let addr = &masters[(start + i) % masters.len()];
-            for _ in 0..RANDOM_DRAWS {
-                let frame = self.call_node(addr, request.clone(), proto).await;
-                if is_null(&frame) {
-                    break;
-                }
-                if let Some(shown) = shown(&frame) {
-                    return shown;
-                }
+        let shown = &shown;
+        let drawn = draw_by_master(masters.len(), |master| {
+            let call = self.call_node(&masters[master], request.clone(), proto);
+            async move {
+                let frame = call.await;
+                Ok::<_, Infallible>(if is_null(&frame) {
+                    Draw::Empty
+                } else {
+                    shown(&frame).map_or(Draw::Hidden, Draw::Shown)
+                })
             }
+        })
+        .await;
+        match drawn {
+            Ok(Some(key)) => key,
+            Ok(None) => encode::null_frame(proto),
+            Err(never) => match never {},
         }
-        encode::null_frame(proto)
     }
 }
 
@@ -344,9 +347,6 @@ fn numsub_pair(reply: &[u8], kind: AggregateKind) -> Option<&[u8]> {
 }
 
 use super::union::{drew_record, is_null_frame as is_null};
-
-/// How often one master's RANDOMKEY is asked before it counts as holding only records.
-const RANDOM_DRAWS: usize = 8;
 
 #[cfg(test)]
 mod tests {

@@ -48,9 +48,6 @@ pub enum DbCommand {
     InfoKeyspace,
 }
 
-/// How many RANDOMKEY answers are asked for a key of the client's database before a SCAN
-/// looks for one.
-const RANDOMKEY_TRIES: usize = 8;
 /// The COUNT of the SCANs that walk the keyspace, and the most keys one UNLINK deletes.
 const WALK_COUNT: &[u8] = b"1000";
 
@@ -149,7 +146,8 @@ impl Proxy {
     }
 
     async fn random_key_in(self: &std::sync::Arc<Self>, scope: Scope, proto: Proto) -> Bytes {
-        for _ in 0..RANDOMKEY_TRIES {
+        // As many answers as a master's draw takes (see `route::draw`) before a SCAN looks.
+        for _ in 0..crate::route::draw::RANDOM_DRAWS {
             let reply = self.ask_args(&[b"RANDOMKEY"], Proto::Resp2).await;
             match ReplyView::parse(&reply) {
                 Ok(ReplyView::Bulk(key)) => {
