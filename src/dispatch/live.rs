@@ -28,13 +28,9 @@ pub struct Moves {
 }
 
 impl Moves {
-    /// The moves of `other` too.
+    /// The moves of `other` too. A key named twice is moved once (see `run`).
     pub fn extend(&mut self, other: Moves) {
-        for key in other.keys {
-            if !self.keys.contains(&key) {
-                self.keys.push(key);
-            }
-        }
+        self.keys.extend(other.keys);
     }
 
     /// `run`, after the moves (or the moves' error reply instead).
@@ -47,7 +43,11 @@ impl Moves {
 
     /// Moves every key to done; the error reply a client gets when one cannot be moved
     /// (`-TRYAGAIN`: nothing ran, the same command may be sent again).
-    pub async fn run(self) -> Result<(), Bytes> {
+    pub async fn run(mut self) -> Result<(), Bytes> {
+        // Once, here: a transaction gathers its commands' moves one `extend` at a time, and
+        // checking each key against those before would cost its length squared.
+        self.keys.sort_unstable();
+        self.keys.dedup();
         self.migration
             .move_keys(&self.keys)
             .await
