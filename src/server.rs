@@ -113,6 +113,7 @@ pub async fn start_listeners(config: Config) -> Result<(Arc<Proxy>, Listeners), 
     }
     proxy.upstream.warm_up().await;
     if let Some(migration) = migration {
+        tokio::spawn(crate::live::progress::watch(migration.clone()));
         tokio::spawn(crate::live::walker::run(migration));
     }
     let listeners = crate::server::tls::bind(&mut proxy).await?;

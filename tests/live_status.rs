@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::{
-    connect, http_get, http_raw, scan_all, shared_cluster, slotbridge, Proxy, Standalone,
+    connect, http_get, http_raw, scan_all, shared_cluster, slotbridge, Cluster, Proxy, Standalone,
 };
 use serde_json::Value;
 
@@ -39,9 +39,14 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
 }
 
 fn fill_source(source: &Standalone) -> BTreeSet<String> {
+    fill_source_with(source, "status", KEYS)
+}
+
+/// `count` keys named `prefix:<i>` on the source.
+fn fill_source_with(source: &Standalone, prefix: &str, count: u64) -> BTreeSet<String> {
     let mut conn = source.connect();
     let mut pipe = redis::pipe();
-    let keys: BTreeSet<String> = (0..KEYS).map(|i| format!("status:{i}")).collect();
+    let keys: BTreeSet<String> = (0..count).map(|i| format!("{prefix}:{i}")).collect();
     for key in &keys {
         pipe.cmd("SET")
             .arg(key)
@@ -160,6 +165,85 @@ fn a_paused_migration_resumed_by_the_admin_call_reports_its_progress_until_done(
         "{text}"
     );
     assert!(text.contains(&format!("{walker} by the walker")), "{text}");
+}
+
+#[test]
+fn a_proxy_that_does_not_walk_reports_what_every_proxys_moves_left() {
+    // Proxy A walks at a pace that leaves time to look; proxy B's walker is paused, so all
+    // B could count of its own is nothing.
+    const FLEET_KEYS: u64 = 2_000;
+    let source = Standalone::start();
+    fill_source_with(&source, "fleet", FLEET_KEYS);
+    let cluster = Cluster::start(3, 0);
+    let source_url = format!("migration.source=redis://{}", source.addr());
+    let seeds = cluster.seeds_arg();
+    let walking = Proxy::start(&[
+        "--cluster",
+        &seeds,
+        "--set",
+        &source_url,
+        "--set",
+        "migration.max_keys_per_second=200",
+    ]);
+    let watching = Proxy::start(&[
+        "--cluster",
+        &seeds,
+        "--set",
+        &source_url,
+        "--set",
+        "migration.paused=true",
+    ]);
+    let (walking, watching) = (walking.admin_addr(), watching.admin_addr());
+
+    common::wait_until("proxy A moved a quarter of the keys", DONE_WITHIN, || {
+        migration(walking)["moved_by_walker"].as_u64() >= Some(FLEET_KEYS / 4)
+    });
+    // One snapshot of B's taken while the walk goes on (some keys still on the source).
+    let mut seen = Value::Null;
+    common::wait_until("proxy B sees the source fall", DONE_WITHIN, || {
+        seen = migration(watching);
+        let left = seen["source_keys_left"].as_u64();
+        left.is_some_and(|left| left > 0 && left <= FLEET_KEYS * 3 / 4)
+            && seen["source_rate"].as_f64() > Some(0.0)
+    });
+    assert_eq!(seen["state"], "paused", "{seen}");
+    assert_eq!(seen["moved_by_walker"], 0, "{seen}");
+    assert_eq!(seen["moved_on_touch"], 0, "{seen}");
+    // The time left rests on the source's fall, not on B's own rate of nothing.
+    assert!(seen["eta_seconds"].as_f64() > Some(0.0), "{seen}");
+    let (code, metrics) = http_get(watching, "/metrics");
+    assert_eq!(code, 200);
+    let left = sample(&metrics, "slotbridge_migration_keys_left").expect("keys_left");
+    assert!(left <= (FLEET_KEYS * 3 / 4) as f64, "{left} in\n{metrics}");
+    assert_eq!(
+        sample(
+            &metrics,
+            "slotbridge_migration_keys_moved_total{by=\"walker\"}"
+        ),
+        Some(0.0),
+        "B's own counters still count only B's moves"
+    );
+    let out = slotbridge(&["migrate", "status", "--admin", watching]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("left on the source, every proxy's moves counted"),
+        "{text}"
+    );
+
+    // A finishes; B, looking at the source while paused, ends too, with nothing left.
+    common::wait_until("proxy A is done", DONE_WITHIN, || {
+        migration(walking)["state"] == "done"
+    });
+    common::wait_until("proxy B is done", DONE_WITHIN, || {
+        migration(watching)["state"] == "done"
+    });
+    let done = migration(watching);
+    assert_eq!(done["eta_seconds"], 0.0, "{done}");
+    let (_, metrics) = http_get(watching, "/metrics");
+    assert_eq!(
+        sample(&metrics, "slotbridge_migration_keys_left"),
+        Some(0.0)
+    );
 }
 
 #[test]

@@ -118,9 +118,7 @@ fn watch(admin: &str) -> Result<Status, String> {
                 return Err(e);
             }
         };
-        // The start estimate can fall short of what is found: the bar never runs past it.
-        let done = status.moved() + status.already_moved;
-        let total = status.source_keys_at_start.max(done);
+        let (done, total) = status.progress();
         display.update(Progress { done, total });
         if status.is_done() {
             break status;

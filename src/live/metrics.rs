@@ -22,19 +22,22 @@ pub const MIGRATION_ERRORS: &str = "slotbridge_migration_errors_total";
 pub const MIGRATION_PASSES: &str = "slotbridge_migration_passes_total";
 /// The source's keys when the walker began.
 pub const MIGRATION_SOURCE_KEYS: &str = "slotbridge_migration_source_keys";
+/// Keys left to move: the source's at the last look, every proxy's moves counted.
+pub const MIGRATION_KEYS_LEFT: &str = "slotbridge_migration_keys_left";
 /// 1 for the migration's current state, 0 for the others.
 pub const MIGRATION_STATE: &str = "slotbridge_migration_state";
 /// Whether the walker is told to pause (0/1).
 pub const MIGRATION_PAUSED: &str = "slotbridge_migration_paused";
 
 /// Every migration series' name.
-pub const MIGRATION_NAMES: [&str; 8] = [
+pub const MIGRATION_NAMES: [&str; 9] = [
     MIGRATION_KEYS_MOVED,
     MIGRATION_KEYS_ALREADY_MOVED,
     MIGRATION_KEYS_SCANNED,
     MIGRATION_ERRORS,
     MIGRATION_PASSES,
     MIGRATION_SOURCE_KEYS,
+    MIGRATION_KEYS_LEFT,
     MIGRATION_STATE,
     MIGRATION_PAUSED,
 ];
@@ -81,6 +84,13 @@ pub fn render_migration(status: &Status, out: &mut String) {
     let source = status.source_keys_at_start;
     let help = "The source's keys when the walker began";
     family(MIGRATION_SOURCE_KEYS, "gauge", help, &[("", source)]);
+    let help = "Keys left to move, every proxy's moves counted once the source was looked at";
+    family(
+        MIGRATION_KEYS_LEFT,
+        "gauge",
+        help,
+        &[("", status.remaining())],
+    );
     let states: Vec<(String, u64)> = STATES
         .iter()
         .map(|state| {
@@ -120,6 +130,8 @@ mod tests {
             rate: 162.3,
             eta_seconds: Some(0.0),
             max_keys_per_second: 0,
+            source_keys_left: Some(4),
+            source_rate: 100.0,
         }
     }
 
@@ -135,6 +147,7 @@ mod tests {
             "slotbridge_migration_errors_total 2\n",
             "slotbridge_migration_passes_total 1\n",
             "slotbridge_migration_source_keys 500\n",
+            "slotbridge_migration_keys_left 4\n",
             "slotbridge_migration_state{state=\"walking\"} 0\n",
             "slotbridge_migration_state{state=\"paused\"} 0\n",
             "slotbridge_migration_state{state=\"verifying\"} 1\n",
@@ -160,7 +173,13 @@ mod tests {
                 "{name}"
             );
             let counter = name.ends_with("_total");
-            let gauge = [MIGRATION_SOURCE_KEYS, MIGRATION_STATE, MIGRATION_PAUSED].contains(&name);
+            let gauges = [
+                MIGRATION_SOURCE_KEYS,
+                MIGRATION_KEYS_LEFT,
+                MIGRATION_STATE,
+                MIGRATION_PAUSED,
+            ];
+            let gauge = gauges.contains(&name);
             assert!(
                 counter != gauge,
                 "{name}: counters end in _total, gauges do not"

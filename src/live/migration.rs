@@ -102,6 +102,8 @@ pub struct Migration {
     /// When the end was declared: what the rate is measured over from then on.
     pub(super) finished: std::sync::OnceLock<Instant>,
     pub(super) last_error: Mutex<Option<String>>,
+    /// The source's size as last looked at (see `progress`): what every proxy left.
+    pub(super) source_left: Mutex<super::progress::SourceLeft>,
     /// The layout markers the walker's end writes on the target (one per prefix), and the
     /// layout's name they hold; none without a layout.
     pub(super) markers: Vec<Bytes>,
@@ -165,6 +167,7 @@ impl Migration {
             started: Instant::now(),
             finished: std::sync::OnceLock::new(),
             last_error: Mutex::new(None),
+            source_left: Mutex::default(),
             markers,
             layout_name,
         };

@@ -40,6 +40,7 @@ mod migration;
 mod model;
 pub mod mover;
 pub mod names;
+pub mod progress;
 mod status;
 pub mod walker;
 

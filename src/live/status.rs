@@ -49,6 +49,14 @@ pub struct Status {
     pub eta_seconds: Option<f64>,
     /// The walker's pace limit, keys per second (0: none).
     pub max_keys_per_second: u64,
+    /// The source's keys at the last look (once a second; claims of moves in flight
+    /// included): what is left of the whole migration, every proxy's moves counted. `None`
+    /// before the first look (and from a proxy that does not report it).
+    #[serde(default)]
+    pub source_keys_left: Option<u64>,
+    /// How fast the source's keys fell over the last 10 s, every proxy's moves counted.
+    #[serde(default)]
+    pub source_rate: f64,
 }
 
 impl Migration {
@@ -60,6 +68,7 @@ impl Migration {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let (source_keys_left, source_rate) = self.source_left();
         Status::derive(
             Status {
                 state: self.state().name().to_owned(),
@@ -79,6 +88,8 @@ impl Migration {
                 rate: 0.0,
                 eta_seconds: None,
                 max_keys_per_second: self.max_keys_per_second(),
+                source_keys_left,
+                source_rate,
             },
             self.state(),
         )
@@ -93,10 +104,15 @@ impl Status {
             false => 0.0,
         };
         let remaining = status.remaining();
+        // The source's fall counts every proxy's moves; this process's rate only its own.
+        let rate = match status.source_rate > 0.0 {
+            true => status.source_rate,
+            false => status.rate,
+        };
         status.eta_seconds = if state == State::Done || remaining == 0 {
             Some(0.0)
-        } else if status.rate > 0.0 {
-            Some(remaining as f64 / status.rate)
+        } else if rate > 0.0 {
+            Some(remaining as f64 / rate)
         } else {
             None
         };
@@ -108,10 +124,31 @@ impl Status {
         self.moved_on_touch + self.moved_by_walker
     }
 
-    /// Keys of the start estimate not yet accounted for (moved here or found moved).
+    /// Keys left to move: the source's at the last look once there was one (every proxy's
+    /// moves counted), else the start estimate less what this process moved or found moved.
     pub fn remaining(&self) -> u64 {
-        self.source_keys_at_start
-            .saturating_sub(self.moved() + self.already_moved)
+        match (self.is_done(), self.source_keys_left) {
+            (true, _) => 0,
+            (false, Some(left)) => left,
+            (false, None) => self
+                .source_keys_at_start
+                .saturating_sub(self.moved() + self.already_moved),
+        }
+    }
+
+    /// (done, total) for a progress bar: of the start estimate, what has left the source
+    /// (every proxy's moves), or what this process accounted for before the first look. The
+    /// total is never below what is done.
+    pub fn progress(&self) -> (u64, u64) {
+        let done = match self.source_keys_left {
+            Some(left) => self.source_keys_at_start.saturating_sub(left),
+            None => self.moved() + self.already_moved,
+        };
+        let done = match self.is_done() {
+            true => self.source_keys_at_start.max(done),
+            false => done,
+        };
+        (done, self.source_keys_at_start.max(done))
     }
 
     /// Whether the migration is over: the source is no longer consulted.
@@ -127,7 +164,8 @@ impl Status {
             "\"state\":{},\"paused\":{},\"source_keys_at_start\":{},\"scanned\":{},\
              \"moved_on_touch\":{},\"moved_by_walker\":{},\"already_moved\":{},\
              \"errors\":{},\"last_error\":{},\"passes\":{},\"elapsed_seconds\":{:.3},\
-             \"rate\":{:.1},\"eta_seconds\":{},\"max_keys_per_second\":{}}}",
+             \"rate\":{:.1},\"eta_seconds\":{},\"max_keys_per_second\":{},\
+             \"source_keys_left\":{},\"source_rate\":{:.1}}}",
             json_string(&self.state),
             self.paused,
             self.source_keys_at_start,
@@ -145,6 +183,9 @@ impl Status {
             self.eta_seconds
                 .map_or_else(|| "null".to_owned(), |eta| format!("{eta:.1}")),
             self.max_keys_per_second,
+            self.source_keys_left
+                .map_or_else(|| "null".to_owned(), |left| left.to_string()),
+            self.source_rate,
         );
         out
     }
@@ -162,11 +203,14 @@ impl Status {
             false => "",
         };
         let _ = writeln!(out, "state: {}{paused}", self.state);
+        let (done, total) = self.progress();
+        let whose = match self.source_keys_left {
+            Some(_) => "on the source, every proxy's moves counted",
+            None => "by this process's count",
+        };
         let _ = writeln!(
             out,
-            "progress: {} of about {} source keys ({} left)",
-            self.moved() + self.already_moved,
-            self.source_keys_at_start,
+            "progress: {done} of about {total} source keys ({} left {whose})",
             self.remaining()
         );
         let _ = writeln!(
@@ -189,8 +233,9 @@ impl Status {
             .map_or_else(|| "unknown".to_owned(), |s| format!("{s:.0} s"));
         let _ = writeln!(
             out,
-            "rate: {:.1} keys/s over {:.0} s; time left: {eta}",
-            self.rate, self.elapsed_seconds
+            "rate: {:.1} keys/s by this process over {:.0} s; the source falls by {:.1} keys/s \
+             (last 10 s); time left: {eta}",
+            self.rate, self.elapsed_seconds, self.source_rate
         );
         let _ = writeln!(out, "errors: {}", self.errors);
         if let Some(error) = &self.last_error {
@@ -220,7 +265,39 @@ mod tests {
             rate: 0.0,
             eta_seconds: None,
             max_keys_per_second: 0,
+            source_keys_left: None,
+            source_rate: 0.0,
         }
+    }
+
+    #[test]
+    fn once_the_source_was_looked_at_what_is_left_counts_every_proxys_moves() {
+        // This process moved 100 of 1,000 in 10 s; other proxies moved 500 more meanwhile:
+        // the source holds 400, and fell by 50 keys/s lately.
+        let mut s = status(10.0, 1000, 100, 0, 0);
+        s.source_keys_left = Some(400);
+        s.source_rate = 50.0;
+        let s = Status::derive(s, State::Walking);
+        assert_eq!(s.rate, 10.0);
+        assert_eq!(s.remaining(), 400);
+        assert_eq!(s.eta_seconds, Some(8.0));
+        assert_eq!(s.progress(), (600, 1000));
+        // Before the source falls measurably, the eta rests on this process's rate.
+        let mut still = status(10.0, 1000, 100, 0, 0);
+        still.source_keys_left = Some(900);
+        let still = Status::derive(still, State::Walking);
+        assert_eq!(still.eta_seconds, Some(90.0));
+        // Done: nothing left, the bar full, whatever the last look said.
+        let mut done = status(10.0, 1000, 100, 0, 0);
+        done.state = "done".into();
+        done.source_keys_left = Some(3);
+        assert_eq!((done.remaining(), done.progress()), (0, (1000, 1000)));
+    }
+
+    #[test]
+    fn progress_before_a_look_is_this_processs_count_and_never_past_the_total() {
+        assert_eq!(status(1.0, 1000, 200, 100, 100).progress(), (400, 1000));
+        assert_eq!(status(1.0, 10, 8, 0, 4).progress(), (12, 12));
     }
 
     #[test]
@@ -267,10 +344,12 @@ mod tests {
             "rate",
             "eta_seconds",
             "max_keys_per_second",
+            "source_keys_left",
+            "source_rate",
         ] {
             assert!(object.contains_key(field), "{field} missing in {json}");
         }
-        assert_eq!(object.len(), 14, "{json}");
+        assert_eq!(object.len(), 16, "{json}");
         assert_eq!(value["rate"], 10.0);
         assert_eq!(value["eta_seconds"], 6.0);
         assert_eq!(value["last_error"], "target \"x\"\nrefused");
@@ -279,6 +358,16 @@ mod tests {
         assert!(unknown.contains("\"eta_seconds\":null,"), "{unknown}");
         assert!(unknown.contains("\"last_error\":null,"), "{unknown}");
         assert!(Status::from_json("{\"state\":1}").is_err());
+        // A proxy of the release before reports neither of the source's figures.
+        let mut older: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let fields = older.as_object_mut().unwrap();
+        fields.remove("source_keys_left");
+        fields.remove("source_rate");
+        let older = Status::from_json(&older.to_string()).unwrap();
+        assert_eq!((older.source_keys_left, older.source_rate), (None, 0.0));
+        s.source_keys_left = Some(7);
+        s.source_rate = 2.5;
+        assert_eq!(Status::from_json(&s.to_json()).unwrap(), s);
     }
 
     #[test]
@@ -288,9 +377,14 @@ mod tests {
         s.last_error = Some("source timed out".into());
         let text = s.to_text();
         assert!(text.starts_with("state: walking\n"), "{text}");
-        assert!(text.contains("400 of about 1000 source keys (600 left)"));
+        assert!(text.contains("400 of about 1000 source keys (600 left by this process's count)"));
         assert!(text.contains("200 by the walker, 100 on touch; 100 found already moved"));
-        assert!(text.contains("30.0 keys/s over 10 s; time left: 20 s"));
+        assert!(text.contains("30.0 keys/s by this process over 10 s; the source falls by 0.0"));
+        assert!(text.contains("time left: 20 s"));
+        s.source_keys_left = Some(250);
+        assert!(s
+            .to_text()
+            .contains("750 of about 1000 source keys (250 left on the source, every proxy's"));
         assert!(text.contains("errors: 2\nlast error: source timed out\n"));
         s.paused = true;
         assert!(s
