@@ -199,7 +199,10 @@ impl Session<'_> {
         let paused_until = order.paused_until;
         let timed = paused_until.is_some() || close_deadline.is_some();
         let registry = client.registry;
-        let mut timer = pin!(timed.then(|| timer(registry, paused_until, close_deadline)));
+        // Boxed: a paused or closing client's timer would otherwise take its size (about
+        // 500 bytes, a tokio `Sleep` among them) in every session's future, between the
+        // locals each turn reads.
+        let mut timer = timed.then(|| Box::pin(timer(registry, paused_until, close_deadline)));
         // Made before the budget is looked at, so a release after the look wakes it.
         let budget = flow.budget.shared();
         let mut freed = pin!((flow.gate == Gate::Shared).then(|| budget.freed()));
@@ -240,8 +243,7 @@ impl Session<'_> {
             }
             timer
                 .as_mut()
-                .as_pin_mut()
-                .map_or(Poll::Pending, |timer| timer.poll(cx))
+                .map_or(Poll::Pending, |timer| timer.as_mut().poll(cx))
         })
         .await
     }
