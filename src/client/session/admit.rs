@@ -70,7 +70,7 @@ impl Session<'_> {
             self.order.sequence_point = false;
             let was_held = self.order.held.is_some();
             match self.order.held.take() {
-                Some(held) => request = held,
+                Some(held) => request = *held,
                 // Nothing to decode (the decoder would say so, at the cost of a call).
                 None if self.conn.input.is_empty() => break,
                 None => match self
@@ -151,7 +151,7 @@ impl Session<'_> {
         let pause = self.pause_holding(request, spec);
         if self.waits(&name, command, pause, was_held, alone) {
             // Held as the client sent it: the stage runs again when it is admitted.
-            self.order.held = Some(in_db.original.unwrap_or_else(|| spent(request)));
+            self.order.held = Some(Box::new(in_db.original.unwrap_or_else(|| spent(request))));
             return ControlFlow::Break(());
         }
         let muted = self.admitted(request);
