@@ -128,8 +128,9 @@ def start_proxy(procs, seeds, extra, name, program=PROXY):
     return proc, port
 
 
-def start_predixy(procs, seeds):
-    """predixy in front of the same cluster, one worker thread like the proxy's default."""
+def start_predixy(procs, seeds, wrap=()):
+    """predixy in front of the same cluster, one worker thread like the proxy's default;
+    `wrap`: a command that runs it (valgrind)."""
     port = free_port()
     servers = "\n".join(f"        + {seed}" for seed in seeds)
     config = os.path.join(procs.dir, "predixy.conf")
@@ -156,8 +157,8 @@ ClusterServerPool {{
     }}
 }}
 """)
-    proc = procs.start([PREDIXY, config], "predixy")
-    wait_port(port)
+    proc = procs.start([*wrap, PREDIXY, config], "predixy")
+    wait_port(port, timeout=120 if wrap else 30)
     return proc, port
 
 
@@ -545,6 +546,11 @@ def instructions_per_request():
 # target in turn (direct, the proxy, and `--baseline` / `--predixy` when given), with the
 # target's peak RSS (targets start afresh for each client count), its CPU per request, and redis-benchmark's p50 / p99.
 FLEET_CASES = [(1, 1), (50, 1), (1000, 1), (5000, 1), (10000, 1), (1000, 16)]
+# `--clients 1000,5000`: only the cases of these client counts (a paired series of the counts
+# a target is about, in the time the whole matrix would take for one repetition).
+if "--clients" in sys.argv:
+    _counts = {int(c) for c in sys.argv[sys.argv.index("--clients") + 1].split(",")}
+    FLEET_CASES = [case for case in FLEET_CASES if case[0] in _counts]
 FLEET_REQUESTS = {1: 20000, 50: 200000, 1000: 300000, 5000: 400000, 10000: 500000}
 if QUICK:
     FLEET_REQUESTS = {clients: n // 10 for clients, n in FLEET_REQUESTS.items()}
@@ -605,6 +611,75 @@ def fleet_targets(procs, seeds, ports):
     return targets
 
 
+# `--cache`: the cache lines a request touches, under valgrind's cachegrind, at -c 50 and
+# -c 1,000. The simulated last-level cache is 1 MiB (about what one core's L2 holds of a
+# proxy's data beside the kernel's): what misses it at 1,000 clients and not at 50 is the
+# memory each client's request touches, and on a real core each such line is an L2 miss.
+CACHE_CASES = [(50, 100000), (1000, 100000)]
+CACHE_SIM = ["--cache-sim=yes", "--D1=32768,8,64", "--LL=1048576,16,64"]
+
+
+def cachegrind_totals(path):
+    """{event: count} of a cachegrind output file's summary line."""
+    events = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("events:"):
+                events = line.split()[1:]
+            elif line.startswith("summary:"):
+                return dict(zip(events, map(int, line.split()[1:])))
+    raise SystemExit(f"no summary in the cachegrind output {path}")
+
+
+def cache_lines_per_request():
+    """`bench/run.sh --cache`: instructions, first-level and last-level cache misses per GET
+    of each target (the proxy, `--baseline`, `--predixy`), each case in a process of its own
+    (cachegrind counts from start to exit: the start and a warm-up of 2,000 requests are
+    counted too, less than 1 % of a case's lines)."""
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind missing: apt-get install -y valgrind")
+    procs = Processes()
+    try:
+        ports = start_cluster(procs)
+        for port in ports:
+            subprocess.run(["redis-cli", "-p", str(port), "config", "set", "maxclients", "15000"],
+                           check=True, capture_output=True)
+        seeds = [f"127.0.0.1:{p}" for p in ports]
+        targets = [("proxy", PROXY)]
+        if BASELINE:
+            targets.append(("proxy, baseline build", os.path.abspath(BASELINE)))
+        if PREDIXY:
+            targets.append(("predixy (peer, 1 thread)", PREDIXY))
+        print("| case | target | requests | instructions per request | D1 misses per request "
+              "| LL misses per request (1 MiB LL) |")
+        print("|---|---|---|---|---|---|")
+        for clients, n in CACHE_CASES:
+            for target, binary in targets:
+                out = os.path.join(procs.dir, f"cachegrind-{clients}-{len(procs.procs)}.out")
+                grind = ["valgrind", "--tool=cachegrind", *CACHE_SIM,
+                         f"--cachegrind-out-file={out}"]
+                if binary == PREDIXY:
+                    proc, port = start_predixy(procs, seeds, wrap=grind)
+                else:
+                    port, admin = free_port(), free_port()
+                    proc = procs.start([*grind, binary, "--listen", f"127.0.0.1:{port}",
+                                        "--admin-listen", f"127.0.0.1:{admin}", "--cluster",
+                                        ",".join(seeds)], f"cachegrind-{clients}-{target}")
+                    wait_port(port, timeout=120)
+                benchmark(port, "set", 1, 2000, clients=min(clients, 50))
+                benchmark(port, "get", 1, n, clients=clients)
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=120)
+                totals = cachegrind_totals(out)
+                requests = n + 2000
+                d1 = (totals["D1mr"] + totals["D1mw"]) / requests
+                ll = (totals["DLmr"] + totals["DLmw"]) / requests
+                print(f"| GET -P 1 -c {clients:,} | {target} | {requests:,} | "
+                      f"{totals['Ir'] / requests:,.0f} | {d1:.1f} | {ll:.1f} |", flush=True)
+    finally:
+        procs.stop()
+
+
 def stop_targets(targets):
     for _, _, _, proc in targets:
         if proc:
@@ -635,11 +710,13 @@ def fleet():
     procs = Processes()
     try:
         ports = start_cluster(procs)
+        servers = [proc.pid for proc in procs.procs]
         for port in ports:
             subprocess.run(["redis-cli", "-p", str(port), "config", "set", "maxclients", "15000"],
                            check=True, capture_output=True)
         seeds = [f"127.0.0.1:{p}" for p in ports]
-        fleet_idle(procs, seeds, ports)
+        if "--clients" not in sys.argv:
+            fleet_idle(procs, seeds, ports)
         results = {}
         labels = []
         for rep in range(REPS):
@@ -650,13 +727,31 @@ def fleet():
                 labels = [t[0] for t in targets]
                 n = FLEET_REQUESTS[clients] * (8 if pipeline > 1 else 1)
                 for test in ("set", "get"):
-                    for target, port, cluster, proc in targets:
+                    # Alternate the order of the targets from one repetition to the next, so
+                    # neither always runs on a machine the other has just warmed or loaded.
+                    for target, port, cluster, proc in (targets if rep % 2 == 0
+                                                        else targets[:1] + targets[:0:-1]):
                         runs = n * DIRECT_SCALE if cluster else n
-                        cpu_before = cpu_seconds(proc.pid) if proc else 0
+                        before = cpu_split(proc.pid) if proc else (0, 0)
+                        servers_before = sum(cpu_seconds(pid) for pid in servers)
+                        client_before = children_cpu_seconds()
+                        idle_before, total_before = machine_ticks()
+                        started = time.monotonic()
                         r = benchmark(port, test, pipeline, runs, cluster=cluster,
                                       clients=clients)
-                        r["cpu_us"] = ((cpu_seconds(proc.pid) - cpu_before) / runs * 1e6
+                        wall = time.monotonic() - started
+                        idle_after, total_after = machine_ticks()
+                        after = cpu_split(proc.pid) if proc else (0, 0)
+                        r["cpu_us"] = ((sum(after) - sum(before)) / runs * 1e6
                                        if proc else None)
+                        r["user_us"] = (after[0] - before[0]) / runs * 1e6
+                        r["kernel_us"] = (after[1] - before[1]) / runs * 1e6
+                        r["servers_us"] = (sum(cpu_seconds(pid) for pid in servers)
+                                           - servers_before) / runs * 1e6
+                        r["client_us"] = (children_cpu_seconds() - client_before) / runs * 1e6
+                        r["client_core"] = (children_cpu_seconds() - client_before) / wall
+                        r["idle"] = ((idle_after - idle_before)
+                                     / max(1, total_after - total_before))
                         # The high-water mark since the target started: this case's SETs,
                         # then its SETs and GETs.
                         r["peak"] = peak_rss_mb(proc.pid) if proc else None
@@ -678,8 +773,46 @@ def fleet():
                     else "-")
             print(f"| {label} | {target} | {rps:,.0f} | {rps / direct:.2f} | {to_peer} | "
                   f"{median(rows, 'p50'):.3f} | {median(rows, 'p99'):.3f} | {cpu} | {peak} |")
+        print()
+        print_fleet_cpu(results, labels)
     finally:
         procs.stop()
+
+
+def print_fleet_cpu(results, labels):
+    """Where each request's CPU went, party by party, and what that allows against predixy.
+    With the machine busy, throughput is inversely proportional to the whole machine's CPU per
+    request: "ratio to predixy CPU allows" is predixy's total over the target's, and "with the
+    target's code free" leaves out the target's user time but keeps its kernel time (its sends
+    and receives) and what the servers and redis-benchmark spent beside it: the most a target
+    that makes the same system calls could reach against predixy. redis-benchmark runs one
+    thread: near 100 % of a core, it is the load generator that sets the pace."""
+    peer_label = "predixy (peer, 1 thread)"
+    print("| case | target | servers us/req | redis-benchmark us/req | redis-benchmark, % of a "
+          "core | target user us/req | target kernel us/req | total us/req | machine idle | "
+          "ratio to predixy measured | ratio to predixy CPU allows | with the target's code "
+          "free |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (label, target), rows in results.items():
+        if target == labels[0]:
+            continue
+        parts = {key: median(rows, key) for key in
+                 ("servers_us", "client_us", "user_us", "kernel_us", "rps", "idle",
+                  "client_core")}
+        total = (parts["servers_us"] + parts["client_us"] + parts["user_us"]
+                 + parts["kernel_us"])
+        peer = results.get((label, peer_label))
+        ratios = ["-", "-", "-"]
+        if peer and target != peer_label:
+            peer_total = sum(median(peer, key) for key in
+                             ("servers_us", "client_us", "user_us", "kernel_us"))
+            ratios = [f"{parts['rps'] / median(peer, 'rps'):.2f}",
+                      f"{peer_total / total:.2f}",
+                      f"{peer_total / (total - parts['user_us']):.2f}"]
+        print(f"| {label} | {target} | {parts['servers_us']:.2f} | {parts['client_us']:.2f} | "
+              f"{parts['client_core'] * 100:.0f} % | {parts['user_us']:.2f} | "
+              f"{parts['kernel_us']:.2f} | {total:.2f} | {parts['idle'] * 100:.0f} % | "
+              f"{' | '.join(ratios)} |")
 
 
 def idle_clients_rss(port, pid):
@@ -962,6 +1095,8 @@ if __name__ == "__main__":
         syscalls_per_request()
     elif "--instructions" in sys.argv:
         instructions_per_request()
+    elif "--cache" in sys.argv:
+        cache_lines_per_request()
     elif "--fleet" in sys.argv:
         fleet()
     else:

@@ -2,7 +2,7 @@
 # Throughput and latency of slotbridge against a direct cluster-aware client, same run.
 #
 #   bench/run.sh [--quick] [--reps N] [--syscalls] [--instructions] [--predixy PATH]
-#                [--baseline PATH] [--fleet] [--tls] [--cross-slot]
+#                [--baseline PATH] [--fleet [--clients N,N...]] [--cache] [--tls] [--cross-slot]
 #
 # Builds the release proxy, starts a 3-master cluster on free loopback ports, and runs
 # redis-benchmark interleaved against (a) the cluster directly (--cluster), (b) the proxy,
@@ -27,7 +27,14 @@
 # `--fleet` instead measures client counts of a bot fleet (1, 50, 1,000, 5,000 and, where the
 # file-descriptor limit allows, 10,000 clients at -P 1; 1,000 at -P 16) against direct and
 # every target, with p50/p99, CPU per request and peak RSS per run, and the RSS an idle
-# connection costs at 1,000 / 5,000 / 10,000 held connections. `--cross-slot` instead measures
+# connection costs at 1,000 / 5,000 / 10,000 held connections; a second table splits each
+# request's CPU between the servers, redis-benchmark and the target (user and kernel apart)
+# and gives the ratio to predixy that CPU allows. `--clients 1000,5000` runs only the cases
+# of those client counts (and no idle-connection table). `--cache` instead counts, under
+# valgrind's cachegrind, the instructions and the first- and last-level cache misses per GET at
+# 50 and 1,000 clients (a simulated 1 MiB last level): the memory each client's request
+# touches, which sets what a request costs once there are more clients than a core's cache
+# holds (with `--predixy` and `--baseline`, theirs too). `--cross-slot` instead measures
 # emulated cross-slot reads (SUNION, SINTER, ZUNION WITHSCORES, PFCOUNT of two keys on two
 # masters) against the same commands on two keys of one slot, same data, at -c 50 and -c 1;
 # with `--instructions`, the proxy's instructions per request of each (and with `--baseline`,
