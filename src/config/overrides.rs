@@ -6,7 +6,7 @@ use serde_yaml_ng::Value;
 
 use super::{ConfigError, OverrideError};
 
-/// The top-level fields of [`Config`]: a `SLOTBRIDGE_*` variable sets an option only when
+/// The top-level fields of [`super::Config`]: a `SLOTBRIDGE_*` variable sets an option only when
 /// its name leads to one of them, so the variables of other tools sharing the prefix are
 /// left alone. (A test keeps this list equal to the struct's fields.)
 pub const TOP_LEVEL_FIELDS: &[&str] = &[

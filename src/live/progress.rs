@@ -3,7 +3,7 @@
 //! own moves; the source knows everyone's, since a key leaves it only when its move finishes
 //! (clients' new keys go to the target, so nothing else changes its size).
 //!
-//! Invariant: the samples are in time order and span at most [`WINDOW`], so the rate is the
+//! Invariant: the samples are in time order and span at most `WINDOW`, so the rate is the
 //! recent one (a pause or a resume shows within it), not the average since the start.
 
 use std::collections::VecDeque;
@@ -21,7 +21,7 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// How far back the rate looks.
 const WINDOW: Duration = Duration::from_secs(10);
 
-/// The source's size over the last [`WINDOW`].
+/// The source's size over the last `WINDOW`.
 #[derive(Debug, Default)]
 pub struct SourceLeft {
     samples: VecDeque<(Instant, u64)>,
@@ -58,7 +58,7 @@ impl SourceLeft {
     }
 }
 
-/// Looks at the source's size every [`LOOK_EVERY`] until the migration is done; spawned
+/// Looks at the source's size every `LOOK_EVERY` until the migration is done; spawned
 /// once per process beside the walker. A failed look leaves the last one standing.
 pub async fn watch(migration: Arc<Migration>) {
     while migration.is_active() {

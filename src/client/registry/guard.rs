@@ -39,7 +39,7 @@ impl ClientGuard {
     }
 
     /// The invalidation messages posted to the client since last taken (see
-    /// [`Mailboxes::post`]): an atomic load while there are none.
+    /// [`super::Mailboxes::post`]): an atomic load while there are none.
     pub fn take_mail(&self) -> Vec<Bytes> {
         // A plain load first: asked on every read from the client, almost always empty.
         if !self.activity.has_mail.load(Ordering::Relaxed)

@@ -17,7 +17,7 @@ use crate::upstream::{Target, Upstream};
 
 impl Upstream {
     /// Runs a blocking command on a dedicated connection to the master of `target`, a
-    /// ready one when there is one (see [`super::warm`]), following MOVED/ASK on further
+    /// ready one when there is one (see [`crate::upstream::warm`]), following MOVED/ASK on further
     /// dedicated connections. Dropping the future (the client
     /// went away) drops the connection, which ends the command on the server too.
     pub async fn run_blocking(&self, target: Target, request: Bytes, proto: Proto) -> Bytes {
