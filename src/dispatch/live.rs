@@ -6,10 +6,10 @@
 //! done, so a write always lands after its key's move and a read sees the key's one
 //! authoritative value.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use std::future::Future;
 
 use crate::command::{CommandSpec, KeyList};
 use crate::live::Migration;

@@ -72,7 +72,7 @@ pub async fn watch(migration: Arc<Migration>) {
 impl Migration {
     /// Notes the source's size now.
     pub(super) fn note_source_left(&self, keys: u64) {
-        // The estimate of the work too, when the walker's own look at the start failed.
+        // The first look is also the estimate of the work the status measures against.
         let _ = self.counters.source_keys_at_start.compare_exchange(
             0,
             keys,

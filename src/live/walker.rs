@@ -40,12 +40,7 @@ const PAUSED_LOOK: Duration = Duration::from_secs(2);
 
 /// Runs the walker until the migration is done; spawned once per process.
 pub async fn run(migration: Arc<Migration>) {
-    if let Ok(keys) = source_size(&migration).await {
-        migration
-            .counters
-            .source_keys_at_start
-            .store(keys, Ordering::Relaxed);
-    }
+    // The estimate of the work (`source_keys_at_start`) is the first look of `progress::watch`.
     let mut sample: VecDeque<Bytes> = VecDeque::with_capacity(SAMPLE);
     while migration.is_active() {
         let walked = match migration.is_paused() {
