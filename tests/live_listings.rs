@@ -3,8 +3,9 @@
 //! moves a test makes happen) KEYS, SCAN and DBSIZE through the proxy show the union of
 //! both sides, each key once, with no record of the moves; under a layout DBSIZE counts
 //! the legacy keys only, not the layout's index keys and marker. RANDOMKEY draws from
-//! both sides and never a record. Each test starts its own
-//! cluster: DBSIZE and `KEYS *` see every key of it.
+//! both sides and never a record, and finds a key even when its master holds hundreds of
+//! records beside it. Each test starts its own cluster: DBSIZE and `KEYS *` see every key
+//! of it.
 
 mod common;
 
@@ -224,6 +225,57 @@ fn randomkey_never_draws_a_record_and_is_nil_when_only_records_remain() {
     assert_eq!(
         set_of(&random_keys(&mut con, 10)),
         set_of(&["kept".to_owned()])
+    );
+}
+
+#[test]
+fn randomkey_finds_the_one_key_a_master_shows_among_hundreds_of_records() {
+    // One key beside 300 fences on its master: RANDOMKEY's draws almost always land on
+    // fences, and the master's walk must still find the key, every time.
+    let cluster = Cluster::start(3, 0);
+    let kept_node = cluster.node_for_slot(cluster.keyslot("kept"));
+    set_on(&kept_node, "kept", "v");
+    let mut fences = 0;
+    for i in 0.. {
+        let fence = String::from_utf8(fence_key(format!("t{i}").as_bytes()).to_vec()).unwrap();
+        if cluster.node_for_slot(cluster.keyslot(&fence)) != kept_node {
+            continue;
+        }
+        let _: () = query(&kept_node, redis::cmd("HSET").arg(&fence).arg("a").arg("1")).unwrap();
+        fences += 1;
+        if fences == 300 {
+            break;
+        }
+    }
+    let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
+    let mut con = proxy.connect();
+    assert_eq!(
+        set_of(&random_keys(&mut con, 10)),
+        set_of(&["kept".to_owned()])
+    );
+    let layout = Proxy::start_with_layout(&cluster.seeds_arg(), PROFILE, "mybot");
+    let mut con = layout.connect();
+    assert_eq!(
+        set_of(&random_keys(&mut con, 10)),
+        set_of(&["kept".to_owned()])
+    );
+
+    // A live migration's source the same: one key beside 300 claim records.
+    let source = Standalone::start();
+    set_on(source.addr(), "src-only", "v");
+    for i in 0..300 {
+        set_on(
+            source.addr(),
+            &format!("slotbridge:live:{{t{i}}}:claim:x{i}"),
+            "r",
+        );
+    }
+    let empty = Cluster::start(3, 0);
+    let proxy = live_proxy(&empty, &source, false);
+    let mut con = proxy.connect();
+    assert_eq!(
+        set_of(&random_keys(&mut con, 10)),
+        set_of(&["src-only".to_owned()])
     );
 }
 

@@ -20,8 +20,8 @@ use crate::migrate::source::{Endpoint, Reply};
 use crate::route::draw::{draw_by_master, Draw};
 use crate::route::NodeAddr;
 
-/// How many names one SCAN call asks a source master for while counting its records.
-const RECORD_WALK_COUNT: usize = 1000;
+/// How many names one SCAN call asks a source master for (counting records, drawing a key).
+const WALK_COUNT: usize = 1000;
 
 /// One SCAN step of a source master: the master's next cursor (0: that master is done)
 /// and the names it gave, records left out.
@@ -130,7 +130,7 @@ impl Migration {
         }
         let mut pattern = crate::rewrite::glob::escape_glob(RECORD_PREFIX);
         pattern.push(b'*');
-        let mut walk = self.source.walk(&pattern, RECORD_WALK_COUNT);
+        let mut walk = self.source.walk(&pattern, WALK_COUNT);
         let mut records: HashSet<Bytes> = HashSet::new();
         while let Some(page) = walk.next_page().await.map_err(source_error)? {
             records.extend(page.into_iter().filter(|n| is_record(n)));
@@ -141,10 +141,11 @@ impl Migration {
 
 impl Migration {
     /// RANDOMKEY of the source: a name of a master that has keys (a random one first), drawn
-    /// again when it drew a record; `None` when no master gave a key in its draws.
+    /// again when it drew a record, walked when it drew only records; `None` when no master
+    /// holds a key that is not a record.
     pub async fn source_random_key(&self) -> Result<Option<Bytes>, MoveError> {
         let masters = self.source.masters().len().max(1);
-        draw_by_master(masters, |node| async move {
+        let draw = |node| async move {
             let reply = self
                 .source
                 .call_node(node, &[b"RANDOMKEY"])
@@ -155,8 +156,17 @@ impl Migration {
                 Reply::Data(_) => Draw::Hidden,
                 _ => Draw::Empty,
             })
-        })
-        .await
+        };
+        let walk = |node| async move {
+            let mut walk = self.source.walk_node(node, b"*", WALK_COUNT);
+            while let Some(page) = walk.next_page().await.map_err(source_error)? {
+                if let Some(name) = page.into_iter().find(|name| !is_record(name)) {
+                    return Ok(Some(name));
+                }
+            }
+            Ok(None)
+        };
+        draw_by_master(masters, draw, walk).await
     }
 }
 

@@ -302,12 +302,14 @@ impl Endpoint {
     pub fn walk(&self, pattern: &[u8], count: usize) -> KeyWalk {
         let mut nodes = self.masters.load().conns.clone();
         nodes.reverse();
-        KeyWalk {
-            nodes,
-            pattern: Bytes::copy_from_slice(pattern),
-            count: Bytes::from(count.max(1).to_string()),
-            cursor: Bytes::from_static(b"0"),
-        }
+        KeyWalk::over(nodes, pattern, count)
+    }
+
+    /// A walk as [`Endpoint::walk`]'s over master `node` alone (none, when there is no such
+    /// master).
+    pub fn walk_node(&self, node: usize, pattern: &[u8], count: usize) -> KeyWalk {
+        let nodes = self.masters.load().conns.get(node).cloned();
+        KeyWalk::over(nodes.into_iter().collect(), pattern, count)
     }
 
     /// Loads `script` on every master; returns its SHA1.
@@ -339,6 +341,16 @@ pub struct KeyWalk {
 }
 
 impl KeyWalk {
+    /// A walk of `nodes`, the first to walk last.
+    fn over(nodes: Vec<NodeConn>, pattern: &[u8], count: usize) -> KeyWalk {
+        KeyWalk {
+            nodes,
+            pattern: Bytes::copy_from_slice(pattern),
+            count: Bytes::from(count.max(1).to_string()),
+            cursor: Bytes::from_static(b"0"),
+        }
+    }
+
     /// The next page of names (possibly empty, as `SCAN` pages may be); `None` once every
     /// master has been walked.
     pub async fn next_page(&mut self) -> Result<Option<Vec<Bytes>>, MigrateError> {

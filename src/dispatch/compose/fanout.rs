@@ -248,7 +248,7 @@ impl Proxy {
 
     /// RANDOMKEY of the target: a key of a master that has any, a random one first, as
     /// `shown` shows a drawn frame; a master that draws only keys `shown` hides (records of
-    /// live moves, a layout's own keys) counts as empty.
+    /// live moves, a layout's own keys) is walked for one it shows (see `route::draw`).
     pub(in crate::dispatch) async fn target_random_key(
         &self,
         request: Bytes,
@@ -260,7 +260,7 @@ impl Proxy {
             Err(error) => return error,
         };
         let shown = &shown;
-        let drawn = draw_by_master(masters.len(), |master| {
+        let draw = |master: usize| {
             let call = self.call_node(&masters[master], request.clone(), proto);
             async move {
                 let frame = call.await;
@@ -270,9 +270,14 @@ impl Proxy {
                     shown(&frame).map_or(Draw::Hidden, Draw::Shown)
                 })
             }
-        })
-        .await;
-        match drawn {
+        };
+        // A SCAN's names, each shown as a drawn one would be; a failed SCAN is the answer.
+        let walk = |master: usize| {
+            let found =
+                self.find_on_master(&masters[master], |name| shown(&encode::bulk_frame(name)));
+            async move { Ok(found.await.unwrap_or_else(Some)) }
+        };
+        match draw_by_master(masters.len(), draw, walk).await {
             Ok(Some(key)) => key,
             Ok(None) => encode::null_frame(proto),
             Err(never) => match never {},

@@ -17,6 +17,7 @@
 //! Neither is atomic: keys written during the count may or may not be counted.
 
 use std::collections::HashSet;
+use std::convert::Infallible;
 
 use bytes::{Bytes, BytesMut};
 
@@ -119,6 +120,24 @@ impl Proxy {
 
     /// SCAN over the whole keyspace of master `addr`, each name given to `each`.
     async fn walk_master(&self, addr: &NodeAddr, mut each: impl FnMut(&[u8])) -> Result<(), Bytes> {
+        let found: Option<Infallible> = self
+            .find_on_master(addr, |name| {
+                each(name);
+                None
+            })
+            .await?;
+        match found {
+            None => Ok(()),
+            Some(never) => match never {},
+        }
+    }
+
+    /// SCAN over the keyspace of master `addr` until `find` finds something in a name.
+    pub(in crate::dispatch) async fn find_on_master<T>(
+        &self,
+        addr: &NodeAddr,
+        mut find: impl FnMut(&[u8]) -> Option<T>,
+    ) -> Result<Option<T>, Bytes> {
         let mut cursor = Bytes::from_static(b"0");
         loop {
             let call = encode_request(&[b"SCAN", &cursor, b"COUNT", WALK_COUNT]);
@@ -126,9 +145,11 @@ impl Proxy {
             let Some((next, names)) = parse_scan_reply(&reply) else {
                 return Err(reply);
             };
-            names.iter().for_each(|name| each(name));
+            if let Some(found) = names.iter().find_map(|name| find(name)) {
+                return Ok(Some(found));
+            }
             if &next[..] == b"0" {
-                return Ok(());
+                return Ok(None);
             }
             cursor = next;
         }
