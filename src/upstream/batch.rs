@@ -4,7 +4,15 @@
 //!
 //! Invariant: a batch leaves only when [`Staging::send`] is called, so the session decides
 //! where a read's batches fall among the futures it starts (see `client::pipeline`).
+//!
+//! The batches under construction live in one place per worker thread, not one per client:
+//! a session stages and sends within one synchronous pass (no await between, see
+//! `Session::admit_buffered`), so the place is free again before another session runs, and
+//! with a thousand clients it stays in cache where a client's own would have to be fetched
+//! from memory on every request. Each staged request is kept with its client's sink: should
+//! a pass ever end unsent, its batches still leave with their own replies' sink.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -20,8 +28,27 @@ pub struct Staging {
     sink: Arc<ReplySink>,
     /// Deliveries taken off the sink (kept to reuse its buffer).
     delivered: Vec<Delivery>,
-    /// Direct requests of the current read, per master, not yet sent.
+}
+
+/// A worker thread's batches under construction (see the module doc), and the sink of the
+/// client they belong to.
+#[derive(Default)]
+struct Scratch {
+    owner: Option<Arc<ReplySink>>,
     staged: Batches,
+}
+
+impl Scratch {
+    /// Sends what is staged with its owner's sink.
+    fn send(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            self.staged.send(&owner);
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
 }
 
 /// Replies taken off the sink by [`Staging::poll_take`]; given back with
@@ -42,7 +69,6 @@ impl Default for Staging {
         Staging {
             sink: ReplySink::new(),
             delivered: Vec::new(),
-            staged: Batches::default(),
         }
     }
 }
@@ -56,12 +82,32 @@ impl Drop for Staging {
 impl Staging {
     /// Adds `request` to the batch for `conn`; its reply is delivered under `seq`.
     pub fn stage(&mut self, conn: &NodeConn, request: &Bytes, seq: u64) {
-        self.staged.push(conn, request, seq);
+        SCRATCH.with_borrow_mut(|scratch| {
+            let owned = scratch
+                .owner
+                .as_ref()
+                .is_some_and(|owner| Arc::ptr_eq(owner, &self.sink));
+            if !owned {
+                // Another client's pass left batches unsent: they leave now, theirs.
+                debug_assert!(scratch.owner.is_none(), "a pass ended with batches unsent");
+                scratch.send();
+                scratch.owner = Some(self.sink.clone());
+            }
+            scratch.staged.push(conn, request, seq);
+        });
     }
 
     /// Sends the staged batches, one per master.
     pub fn send(&mut self) {
-        self.staged.send(&self.sink);
+        SCRATCH.with_borrow_mut(|scratch| {
+            if scratch
+                .owner
+                .as_ref()
+                .is_some_and(|owner| Arc::ptr_eq(owner, &self.sink))
+            {
+                scratch.send();
+            }
+        });
     }
 
     /// The replies delivered since the last call, once there are any.
