@@ -295,6 +295,7 @@ async fn respond(route: Route, state: &AdminState) -> Response {
     match route {
         Route::Metrics => match &state.metrics {
             Some(handle) => {
+                crate::metrics::publish_client_bytes();
                 let mut body = handle.render();
                 if let Some(live) = state.readiness.live() {
                     live.render_command_metrics(&mut body);

@@ -23,7 +23,9 @@ mod describe;
 mod histogram;
 
 pub use command::{CommandMetrics, Outcome};
-pub use connection::{BackendConnection, BlockedClient, ClientConnection, Subscriber};
+pub use connection::{
+    publish_client_bytes, BackendConnection, BlockedClient, ClientConnection, Subscriber,
+};
 
 /// Commands by name and outcome.
 pub const COMMANDS: &str = "slotbridge_commands_total";
