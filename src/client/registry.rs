@@ -51,26 +51,32 @@ pub struct ClientEntry {
 
 /// What the session records per read, write and command, and the kill signal it waits on:
 /// shared with the registry without a lock.
+///
+/// Laid out in order, on a line of its own: what a session reads or writes on every turn
+/// (the signals, the mail flag, the last command, the activity) comes first and fits in one
+/// cache line, which with a thousand clients is one miss per turn instead of one per field.
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 struct Activity {
-    /// Milliseconds from the client's connect to its last read or write.
-    last_active_ms: AtomicU64,
-    /// The command-table index of its last command, plus one (0: none yet).
-    last_command: AtomicUsize,
     /// Set by CLIENT KILL; `signal_waker` wakes the session for it and for nudges.
     killed: AtomicBool,
+    /// Invalidation messages wait in `mailbox`: spares the lock while there are none.
+    has_mail: AtomicBool,
+    /// A request of its own is held by CLIENT PAUSE (`flags=b`, as Redis shows it).
+    paused: AtomicBool,
     /// Bumped by [`Registry::wake_all`]: the session looks at its configuration again and
     /// gives back the buffers of an idle connection.
     nudges: AtomicU64,
+    /// The command-table index of its last command, plus one (0: none yet).
+    last_command: AtomicUsize,
+    /// Milliseconds from the client's connect to its last read or write.
+    last_active_ms: AtomicU64,
     signal_waker: AtomicWaker,
     /// Where its blocking command waits, if one runs (CLIENT UNBLOCK, `flags=b`).
     blocked: Arc<BlockedOn>,
-    /// A request of its own is held by CLIENT PAUSE (`flags=b`, as Redis shows it).
-    paused: AtomicBool,
     /// Invalidation messages for the client (client-side caching), taken by its session
-    /// when nudged; `has_mail` spares the lock while there is none.
+    /// when nudged.
     mailbox: Mutex<Vec<Bytes>>,
-    has_mail: AtomicBool,
 }
 
 /// What CLIENT LIST shows of a client's tracking (Redis's `t`, `R` and `B` flags and
@@ -449,6 +455,14 @@ mod tests {
     use std::future::Future;
 
     use super::*;
+
+    #[test]
+    fn what_a_session_touches_every_turn_shares_one_cache_line() {
+        use std::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<Activity>(), 64);
+        let end = offset_of!(Activity, signal_waker) + size_of::<AtomicWaker>();
+        assert!(end <= 64, "the per-turn fields end at byte {end}");
+    }
 
     fn registry_with_two() -> (Arc<Registry>, ClientGuard, ClientGuard) {
         let registry = Arc::new(Registry::default());
