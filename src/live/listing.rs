@@ -118,16 +118,7 @@ impl Migration {
     /// whole source (each master's table is walked: the cost of an exact count), each
     /// counted once however often the walk returns it.
     pub async fn source_unmoved(&self) -> Result<u64, MoveError> {
-        let mut total: u64 = 0;
-        for node in 0..self.source.masters().len() {
-            let reply = self
-                .source
-                .call_node(node, &[b"DBSIZE"])
-                .await
-                .map_err(source_error)?;
-            let size = reply_or_error(reply)?.int().unwrap_or(0);
-            total += u64::try_from(size).unwrap_or(0);
-        }
+        let total = self.source_size().await?;
         let mut pattern = crate::rewrite::glob::escape_glob(RECORD_PREFIX);
         pattern.push(b'*');
         let mut walk = self.source.walk(&pattern, WALK_COUNT);
@@ -140,6 +131,21 @@ impl Migration {
 }
 
 impl Migration {
+    /// The source's keys (records included): DBSIZE summed over its masters.
+    pub async fn source_size(&self) -> Result<u64, MoveError> {
+        let mut total: u64 = 0;
+        for node in 0..self.source.masters().len() {
+            let reply = self
+                .source
+                .call_node(node, &[b"DBSIZE"])
+                .await
+                .map_err(source_error)?;
+            let size = reply_or_error(reply)?.int().unwrap_or(0);
+            total += u64::try_from(size).unwrap_or(0);
+        }
+        Ok(total)
+    }
+
     /// RANDOMKEY of the source: a name of a master that has keys (a random one first), drawn
     /// again when it drew a record, walked when it drew only records; `None` when no master
     /// holds a key that is not a record.

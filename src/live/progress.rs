@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::walker::source_size;
 use super::Migration;
 
 /// How often the source's size is looked at: one DBSIZE per source master.
@@ -62,7 +61,7 @@ impl SourceLeft {
 /// once per process beside the walker. A failed look leaves the last one standing.
 pub async fn watch(migration: Arc<Migration>) {
     while migration.is_active() {
-        if let Ok(keys) = source_size(&migration).await {
+        if let Ok(keys) = migration.source_size().await {
             migration.note_source_left(keys);
         }
         tokio::time::sleep(LOOK_EVERY).await;

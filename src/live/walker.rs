@@ -73,14 +73,16 @@ pub async fn run(migration: Arc<Migration>) {
 }
 
 /// While paused, a look every [`PAUSED_LOOK`] at how many names (keys and claims) the
-/// source holds: 0 ends the migration here too. Resumed meanwhile: the next pass decides.
+/// source held at `progress::watch`'s last look: 0 ends the migration here too (the source
+/// never gains a name, so a 0 stays 0). Not looked at yet, or resumed meanwhile: the next
+/// pass decides.
 async fn paused_look(migration: &Migration) -> Result<u64, String> {
     let deadline = Instant::now() + PAUSED_LOOK;
     while migration.is_paused() && Instant::now() < deadline {
         tokio::time::sleep(IDLE).await;
     }
     match migration.is_paused() {
-        true => source_size(migration).await,
+        true => Ok(migration.source_left().0.unwrap_or(u64::MAX)),
         false => Ok(u64::MAX),
     }
 }
@@ -206,20 +208,6 @@ async fn write_marker(migration: &Migration) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The source's keys (records included), summed over its masters.
-pub(super) async fn source_size(migration: &Migration) -> Result<u64, String> {
-    let mut total = 0;
-    for node in 0..migration.source.masters().len() {
-        let reply = migration
-            .source
-            .call_node(node, &[b"DBSIZE"])
-            .await
-            .map_err(|e| e.to_string())?;
-        total += reply.int().unwrap_or(0).max(0) as u64;
-    }
-    Ok(total)
 }
 
 /// Keeps a walk at most at a given pace, counted from the pass's start.
