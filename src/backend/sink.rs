@@ -187,6 +187,11 @@ pub struct Batches {
 }
 
 impl Batches {
+    /// No batch yet (a constant: it can start a thread-local without lazy initialization).
+    pub const fn new() -> Batches {
+        Batches { staged: Vec::new() }
+    }
+
     /// Adds `request` to `conn`'s batch; its reply is delivered under `seq`.
     pub fn push(&mut self, conn: &NodeConn, request: &Bytes, seq: u64) {
         let index = match self.staged.iter().position(|(c, _)| c.same(conn)) {

@@ -32,7 +32,6 @@ pub struct Staging {
 
 /// A worker thread's batches under construction (see the module doc), and the sink of the
 /// client they belong to.
-#[derive(Default)]
 struct Scratch {
     owner: Option<Arc<ReplySink>>,
     staged: Batches,
@@ -48,7 +47,13 @@ impl Scratch {
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Scratch> = RefCell::default();
+    // Initialized as a constant: every access would otherwise first check that it was.
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch {
+            owner: None,
+            staged: Batches::new(),
+        })
+    };
 }
 
 /// Replies taken off the sink by [`Staging::poll_take`]; given back with
