@@ -98,6 +98,11 @@ fn random_keys(con: &mut redis::Connection, draws: usize) -> Vec<String> {
         .collect()
 }
 
+/// Ten RANDOMKEY answers through `con`, every one `key`.
+fn assert_draws_only(con: &mut redis::Connection, key: &str) {
+    assert_eq!(set_of(&random_keys(con, 10)), set_of(&[key.to_owned()]));
+}
+
 fn assert_no_record(names: &[String], what: &str) {
     let records: Vec<&String> = names
         .iter()
@@ -214,18 +219,12 @@ fn randomkey_never_draws_a_record_and_is_nil_when_only_records_remain() {
         .arg("v")
         .query(&mut con)
         .unwrap();
-    assert_eq!(
-        set_of(&random_keys(&mut con, 10)),
-        set_of(&["kept".to_owned()])
-    );
+    assert_draws_only(&mut con, "kept");
 
     // Under a layout the same, beside the layout's own keys.
     let layout = Proxy::start_with_layout(&cluster.seeds_arg(), PROFILE, "mybot");
     let mut con = layout.connect();
-    assert_eq!(
-        set_of(&random_keys(&mut con, 10)),
-        set_of(&["kept".to_owned()])
-    );
+    assert_draws_only(&mut con, "kept");
 }
 
 #[test]
@@ -249,16 +248,10 @@ fn randomkey_finds_the_one_key_a_master_shows_among_hundreds_of_records() {
     }
     let proxy = Proxy::start(&["--cluster", &cluster.seeds_arg()]);
     let mut con = proxy.connect();
-    assert_eq!(
-        set_of(&random_keys(&mut con, 10)),
-        set_of(&["kept".to_owned()])
-    );
+    assert_draws_only(&mut con, "kept");
     let layout = Proxy::start_with_layout(&cluster.seeds_arg(), PROFILE, "mybot");
     let mut con = layout.connect();
-    assert_eq!(
-        set_of(&random_keys(&mut con, 10)),
-        set_of(&["kept".to_owned()])
-    );
+    assert_draws_only(&mut con, "kept");
 
     // A live migration's source the same: one key beside 300 claim records.
     let source = Standalone::start();
@@ -273,10 +266,7 @@ fn randomkey_finds_the_one_key_a_master_shows_among_hundreds_of_records() {
     let empty = Cluster::start(3, 0);
     let proxy = live_proxy(&empty, &source, false);
     let mut con = proxy.connect();
-    assert_eq!(
-        set_of(&random_keys(&mut con, 10)),
-        set_of(&["src-only".to_owned()])
-    );
+    assert_draws_only(&mut con, "src-only");
 }
 
 /// Legacy keys under the test layout: indexed records (chats, checkpoints, user data), and
