@@ -128,9 +128,7 @@ impl Migration {
         }
         Ok(total.saturating_sub(records.len() as u64))
     }
-}
 
-impl Migration {
     /// The source's keys (records included): DBSIZE summed over its masters.
     pub async fn source_size(&self) -> Result<u64, MoveError> {
         let mut total: u64 = 0;

@@ -38,6 +38,13 @@ struct Scratch {
 }
 
 impl Scratch {
+    /// Whether what is staged is `sink`'s client's.
+    fn owned_by(&self, sink: &Arc<ReplySink>) -> bool {
+        self.owner
+            .as_ref()
+            .is_some_and(|owner| Arc::ptr_eq(owner, sink))
+    }
+
     /// Sends what is staged with its owner's sink.
     fn send(&mut self) {
         if let Some(owner) = self.owner.take() {
@@ -88,11 +95,7 @@ impl Staging {
     /// Adds `request` to the batch for `conn`; its reply is delivered under `seq`.
     pub fn stage(&mut self, conn: &NodeConn, request: &Bytes, seq: u64) {
         SCRATCH.with_borrow_mut(|scratch| {
-            let owned = scratch
-                .owner
-                .as_ref()
-                .is_some_and(|owner| Arc::ptr_eq(owner, &self.sink));
-            if !owned {
+            if !scratch.owned_by(&self.sink) {
                 // Another client's pass left batches unsent: they leave now, theirs.
                 debug_assert!(scratch.owner.is_none(), "a pass ended with batches unsent");
                 scratch.send();
@@ -105,11 +108,7 @@ impl Staging {
     /// Sends the staged batches, one per master.
     pub fn send(&mut self) {
         SCRATCH.with_borrow_mut(|scratch| {
-            if scratch
-                .owner
-                .as_ref()
-                .is_some_and(|owner| Arc::ptr_eq(owner, &self.sink))
-            {
+            if scratch.owned_by(&self.sink) {
                 scratch.send();
             }
         });

@@ -17,7 +17,6 @@
 //! Neither is atomic: keys written during the count may or may not be counted.
 
 use std::collections::HashSet;
-use std::convert::Infallible;
 
 use bytes::{Bytes, BytesMut};
 
@@ -120,16 +119,12 @@ impl Proxy {
 
     /// SCAN over the whole keyspace of master `addr`, each name given to `each`.
     async fn walk_master(&self, addr: &NodeAddr, mut each: impl FnMut(&[u8])) -> Result<(), Bytes> {
-        let found: Option<Infallible> = self
-            .find_on_master(addr, |name| {
-                each(name);
-                None
-            })
-            .await?;
-        match found {
-            None => Ok(()),
-            Some(never) => match never {},
-        }
+        self.find_on_master(addr, |name| {
+            each(name);
+            None::<()>
+        })
+        .await?;
+        Ok(())
     }
 
     /// SCAN over the keyspace of master `addr` until `find` finds something in a name.
