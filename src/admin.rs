@@ -323,7 +323,7 @@ async fn respond(route: Route, state: &AdminState) -> Response {
             Response::text(202, "reload requested\n")
         }
         Route::Migration | Route::MigrationPause(_) => {
-            migration_response(route, state.migration.get().map(|m| &**m))
+            migration_response(route, state.migration.get().map(|m| &**m)).await
         }
         Route::MethodNotAllowed(allow) => Response::method_not_allowed(allow),
         Route::NotFound => Response::text(404, "not found\n"),
@@ -333,17 +333,27 @@ async fn respond(route: Route, state: &AdminState) -> Response {
 
 /// `GET /migration` and the pause and resume calls: the status after the call, or 404 when
 /// no migration is configured. A pause set here lasts until the next reload, which sets the
-/// walker as `migration.paused` says.
-fn migration_response(route: Route, migration: Option<&Migration>) -> Response {
+/// walker as `migration.paused` says. A resume also releases a hold on the end (a checked
+/// value differed) for every proxy; 503 when the target could not be told.
+async fn migration_response(route: Route, migration: Option<&Migration>) -> Response {
     let Some(migration) = migration else {
         return Response::text(404, "no live migration is configured\n");
     };
-    if let Route::MigrationPause(paused) = route {
-        tracing::info!(
-            paused,
-            "live migration: walker paused or resumed by the admin endpoint"
-        );
-        migration.set_paused(paused);
+    match route {
+        Route::MigrationPause(true) => {
+            tracing::info!("live migration: walker paused by the admin endpoint");
+            migration.set_paused(true);
+        }
+        Route::MigrationPause(false) => {
+            if let Some(why) = migration.end_held() {
+                tracing::warn!(reason = %why, "live migration: the end's hold released");
+            }
+            tracing::info!("live migration: walker resumed by the admin endpoint");
+            if let Err(e) = migration.resume().await {
+                return Response::text(503, format!("resume failed: {e}\n"));
+            }
+        }
+        _ => {}
     }
     Response::json(migration.status().to_json())
 }
@@ -470,14 +480,14 @@ mod tests {
         );
     }
 
-    #[test]
-    fn migration_routes_without_a_migration_answer_404() {
+    #[tokio::test]
+    async fn migration_routes_without_a_migration_answer_404() {
         for route in [
             Route::Migration,
             Route::MigrationPause(true),
             Route::MigrationPause(false),
         ] {
-            let response = migration_response(route, None);
+            let response = migration_response(route, None).await;
             assert_eq!(response.status, 404, "{route:?}");
             assert_eq!(response.body, b"no live migration is configured\n");
         }

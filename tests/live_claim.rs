@@ -13,7 +13,7 @@ use common::{shared_cluster, Cluster, Standalone};
 use futures_util::future::join_all;
 use slotbridge::live::mover::move_recorded;
 use slotbridge::live::names::{claim_key, fence_key, slot_fence, EVERY_KEY_MOVED};
-use slotbridge::live::{Claim, KeyMove, MoveSpec, Mover, Outcome, Phase, Seal};
+use slotbridge::live::{Check, Claim, KeyMove, MoveSpec, Mover, Outcome, Phase, Seal};
 use slotbridge::migrate::load_layout;
 use slotbridge::migrate::plan::{plan_forward, FamilyFilter, Step};
 
@@ -447,6 +447,133 @@ async fn every_family_of_value_moves_with_its_ttl() {
         let fenced: i64 = on_target(cluster, key, &cmd("HEXISTS", &[&fence_key(key), key]));
         assert_eq!(fenced, 1, "{key:?}: the move left no fence");
     }
+}
+
+/// Drives a fresh move of `spec` until it is sealed (the claim still held), runs `between`,
+/// checks the value on both sides, and finishes the move.
+async fn check_before_finish(m: &Mover, spec: &MoveSpec, between: impl FnOnce()) -> Check {
+    let token = Mover::token();
+    let sealed = pause_before(m, spec, &token, |p| matches!(p, Phase::Finish)).await;
+    assert!(sealed.wrote(), "{:?}: the seal did not write", spec.from);
+    between();
+    let check = m.check_value(spec).await.unwrap();
+    let done = m.drive(spec, &token, sealed, |_| false).await.unwrap();
+    assert_eq!(
+        done.phase(),
+        &Phase::Done(Outcome::Moved),
+        "{:?}",
+        spec.from
+    );
+    check
+}
+
+fn dump(addr: &str, key: &[u8]) -> Vec<u8> {
+    common::query(addr, &cmd("DUMP", &[key])).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checked_value_is_the_same_on_both_sides_whatever_each_servers_encoding() {
+    let source = Standalone::start();
+    let cluster = shared_cluster();
+    // The source keeps small hashes, sorted sets and lists in their large encodings; the
+    // target keeps them compact: their DUMP payloads differ, their values do not.
+    for (name, value) in [
+        ("hash-max-listpack-entries", "0"),
+        ("zset-max-listpack-entries", "0"),
+        ("list-max-listpack-size", "1"),
+    ] {
+        on_source::<()>(
+            &source,
+            &cmd("CONFIG", &[b"SET", name.as_bytes(), value.as_bytes()]),
+        );
+    }
+    let keys = fill_every_family(&source, "digest");
+    let m = mover(&source, cluster, LEASE).await;
+    for (key, _, _) in &keys {
+        let before = dump(source.addr(), key);
+        let spec = MoveSpec::same_name(Bytes::copy_from_slice(key));
+        let check = check_before_finish(&m, &spec, || {}).await;
+        assert_eq!(check, Check::Same, "{key:?}");
+        let slot = cluster.keyslot(std::str::from_utf8(key).unwrap());
+        let after = dump(&cluster.node_for_slot(slot), key);
+        if key.ends_with(b":hash") || key.ends_with(b":zset") {
+            assert_ne!(before, after, "{key:?}: the encodings should differ");
+        }
+    }
+    // A counter is compared by its number.
+    let counter = layout_spec("mybot:fence:checked");
+    on_source::<()>(&source, &cmd("SET", &[b"mybot:fence:checked", b"41"]));
+    assert_eq!(check_before_finish(&m, &counter, || {}).await, Check::Same);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checked_value_differs_when_a_side_was_written_behind_the_movers_back() {
+    let source = Standalone::start();
+    let cluster = shared_cluster();
+    let m = mover(&source, cluster, LEASE).await;
+    let spec = |key: &str| MoveSpec::same_name(Bytes::copy_from_slice(key.as_bytes()));
+    let differs = |check: Check, said: &str| match check {
+        Check::Differs(how) => assert!(how.contains(said), "{how}"),
+        other => panic!("expected a difference ({said}), got {other:?}"),
+    };
+
+    // A client still connected to the source writes the key during its move.
+    on_source::<()>(&source, &cmd("SET", &[b"behind:source", b"v1"]));
+    let check = check_before_finish(&m, &spec("behind:source"), || {
+        on_source::<()>(&source, &cmd("SET", &[b"behind:source", b"v2"]));
+    })
+    .await;
+    differs(check, "string's elements differ");
+
+    // The target's copy gains a field, or a TTL, that the source's value does not have.
+    on_source::<()>(&source, &cmd("HSET", &[b"behind:hash", b"a", b"1"]));
+    let check = check_before_finish(&m, &spec("behind:hash"), || {
+        on_target::<()>(
+            cluster,
+            b"behind:hash",
+            &cmd("HSET", &[b"behind:hash", b"b", b"2"]),
+        );
+    })
+    .await;
+    differs(check, "hash's elements differ");
+    on_source::<()>(&source, &cmd("SET", &[b"behind:ttl", b"v"]));
+    let check = check_before_finish(&m, &spec("behind:ttl"), || {
+        on_target::<()>(
+            cluster,
+            b"behind:ttl",
+            &cmd("PEXPIRE", &[b"behind:ttl", b"100000"]),
+        );
+    })
+    .await;
+    differs(check, "TTL on one side only");
+
+    // A counter lower on the target than on the source.
+    let counter = layout_spec("mybot:fence:lowered");
+    on_source::<()>(&source, &cmd("SET", &[b"mybot:fence:lowered", b"41"]));
+    let check = check_before_finish(&m, &counter, || {
+        on_target::<()>(cluster, &counter.to, &cmd("SET", &[&counter.to, b"40"]));
+    })
+    .await;
+    differs(check, "counter 41 on the source");
+
+    // What cannot be compared is not called a difference: a key that expired, a value past
+    // the limit.
+    on_source::<()>(
+        &source,
+        &cmd("SET", &[b"behind:expiring", b"v", b"PX", b"200"]),
+    );
+    let check = check_before_finish(&m, &spec("behind:expiring"), || {
+        std::thread::sleep(Duration::from_millis(300));
+    })
+    .await;
+    assert_eq!(check, Check::Unchecked);
+    let mut large = cmd("SADD", &[b"behind:large"]);
+    for i in 0..2000 {
+        large.arg(format!("member-{i}"));
+    }
+    on_source::<()>(&source, &large);
+    let check = check_before_finish(&m, &spec("behind:large"), || {}).await;
+    assert_eq!(check, Check::Unchecked);
 }
 
 fn layout_spec(key: &str) -> MoveSpec {

@@ -345,12 +345,19 @@ fn wait_walked_down_to(source: &Standalone, left: u64, limit: Duration) {
     common::wait_until("the walk goes on", limit, || dbsize(source.addr()) <= left);
 }
 
-/// The state `GET /migration` gives.
-fn migration_state(proxy: &Proxy) -> String {
+/// What `GET /migration` gives.
+fn migration(proxy: &Proxy) -> Value {
     let (status, body) = http_get(proxy.admin_addr(), "/migration");
     assert_eq!(status, 200, "GET /migration: {body}");
-    let value: Value = serde_json::from_str(&body).expect("JSON");
-    value["state"].as_str().unwrap_or_default().to_owned()
+    serde_json::from_str(&body).expect("JSON")
+}
+
+/// The state `GET /migration` gives.
+fn migration_state(proxy: &Proxy) -> String {
+    migration(proxy)["state"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// When proxy A was killed and when it served again (ms since the epoch).
@@ -414,6 +421,16 @@ fn run(keys: usize) -> Run {
         common::wait_until("the migration is done", walk + DONE_SLACK, || {
             migration_state(proxy) == "done"
         });
+    }
+    // The walkers compared a sample of their moves' values on both sides: none differed.
+    let statuses: Vec<Value> = proxies.iter().map(migration).collect();
+    let checked: u64 = statuses
+        .iter()
+        .filter_map(|s| s["values_checked"].as_u64())
+        .sum();
+    assert!(checked > 0, "no value was checked: {statuses:?}");
+    for status in &statuses {
+        assert_eq!(status["values_differ"], 0, "{status}");
     }
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);

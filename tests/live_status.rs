@@ -12,6 +12,7 @@ use common::{
     connect, http_get, http_raw, scan_all, shared_cluster, slotbridge, Cluster, Proxy, Standalone,
 };
 use serde_json::Value;
+use slotbridge::live::names::claim_key;
 
 /// Keys on the source: some hundreds, several `SCAN` pages of the walker.
 const KEYS: u64 = 400;
@@ -112,6 +113,11 @@ fn a_paused_migration_resumed_by_the_admin_call_reports_its_progress_until_done(
     assert_eq!(done["errors"], 0, "{done}");
     assert_eq!(done["eta_seconds"], 0.0, "{done}");
     assert!(done["rate"].as_f64().unwrap() > 0.0, "{done}");
+    // One walker move in 64 had its value compared on both sides before its finish.
+    let checked = done["values_checked"].as_u64().unwrap();
+    assert!(checked >= walker / 64 && checked >= 1, "{done}");
+    assert_eq!(done["values_differ"], 0, "{done}");
+    assert_eq!(done["end_held"], Value::Null, "{done}");
 
     // The keys really moved: all on the target, none left on the source.
     let on_target: BTreeSet<String> = cluster
@@ -244,6 +250,108 @@ fn a_proxy_that_does_not_walk_reports_what_every_proxys_moves_left() {
         sample(&metrics, "slotbridge_migration_keys_left"),
         Some(0.0)
     );
+}
+
+/// A key whose slot the target's master of slot 0 does not serve: pausing its master's
+/// writes leaves the end's hold (a field of slot 0's fence) writable.
+fn key_away_from_slot_0(cluster: &Cluster) -> String {
+    let master_of_0 = cluster.node_for_slot(0);
+    (0..)
+        .map(|i| format!("behind:{i}"))
+        .find(|key| cluster.node_for_slot(cluster.keyslot(key)) != master_of_0)
+        .unwrap()
+}
+
+#[test]
+fn a_value_written_behind_the_proxies_holds_every_proxys_end_until_resumed() {
+    let source = Standalone::start();
+    let cluster = Cluster::start(3, 0);
+    let key = key_away_from_slot_0(&cluster);
+    common::query::<()>(source.addr(), redis::cmd("SET").arg(&key).arg("v1")).unwrap();
+    let source_url = format!("migration.source=redis://{}", source.addr());
+    let seeds = cluster.seeds_arg();
+    let args = ["--cluster", &seeds, "--set", &source_url];
+    let a = Proxy::start(&[&args[..], &["--set", "migration.paused=true"]].concat());
+    let a_admin = a.admin_addr();
+    common::wait_until("the walker measured the source", DONE_WITHIN, || {
+        migration(a_admin)["source_keys_at_start"] == 1
+    });
+
+    // The target's master holds its writes, so the walker's seal waits there: the test
+    // writes the source, as a bot still connected to it would, between the claim (which
+    // read v1) and the check after the seal.
+    let key_master = cluster.node_for_slot(cluster.keyslot(&key));
+    common::query::<()>(
+        &key_master,
+        redis::cmd("CLIENT").arg(&["PAUSE", "1500", "WRITE"]),
+    )
+    .unwrap();
+    let (code, body) = post(a_admin, "/migration/resume");
+    assert_eq!(code, 200, "{body}");
+    let claim = claim_key(key.as_bytes());
+    common::wait_until("the walker claimed the key", DONE_WITHIN, || {
+        common::query::<i64>(source.addr(), redis::cmd("EXISTS").arg(&claim[..])).unwrap() == 1
+    });
+    common::query::<()>(source.addr(), redis::cmd("SET").arg(&key).arg("v2")).unwrap();
+
+    common::wait_until("the check found the difference", DONE_WITHIN, || {
+        migration(a_admin)["values_differ"] == 1
+    });
+    wait_source_empty(&source);
+    // A second proxy joins; neither ends while the hold stands.
+    let b = Proxy::start(&args);
+    let b_admin = b.admin_addr();
+    common::wait_until("proxy B met the hold", DONE_WITHIN, || {
+        migration(b_admin)["end_held"].is_string()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    for admin in [a_admin, b_admin] {
+        let held = migration(admin);
+        assert_ne!(held["state"], "done", "{held}");
+        let why = held["end_held"].as_str().unwrap_or_default();
+        assert!(why.contains(&key) && why.contains("differs"), "{held}");
+    }
+    let held = migration(a_admin);
+    assert_eq!(held["values_checked"], 1, "{held}");
+    let (_, metrics) = http_get(a_admin, "/metrics");
+    for (series, value) in [
+        ("slotbridge_migration_values_checked_total", 1.0),
+        ("slotbridge_migration_values_differ_total", 1.0),
+        ("slotbridge_migration_end_held", 1.0),
+        ("slotbridge_migration_state{state=\"done\"}", 0.0),
+    ] {
+        assert_eq!(
+            sample(&metrics, series),
+            Some(value),
+            "{series} in\n{metrics}"
+        );
+    }
+    let text = slotbridge(&["migrate", "status", "--admin", a_admin]).stdout;
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains("values checked: 1, 1 differed"), "{text}");
+    assert!(text.contains("end held: "), "{text}");
+    // Nothing of the hold shows through the proxy.
+    let mut client = connect(a.addr());
+    let names: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut client).unwrap();
+    assert_eq!(names, std::slice::from_ref(&key));
+
+    // An operator's resume on B releases the hold for both: both end.
+    let (code, body) = post(b_admin, "/migration/resume");
+    assert_eq!(code, 200, "{body}");
+    for admin in [a_admin, b_admin] {
+        common::wait_until("the migration is done", DONE_WITHIN, || {
+            migration(admin)["state"] == "done"
+        });
+        assert_eq!(migration(admin)["end_held"], Value::Null);
+    }
+    let value: String = redis::cmd("GET").arg(&key).query(&mut client).unwrap();
+    assert_eq!(value, "v1", "the move carried what its claim read");
+}
+
+fn wait_source_empty(source: &Standalone) {
+    common::wait_until("the source is empty", DONE_WITHIN, || {
+        scan_all(&mut source.connect(), "*").is_empty()
+    });
 }
 
 #[test]

@@ -122,6 +122,7 @@ fn alert_rules_pass_promtool() {
         "SlotbridgeReloadFailed",
         "SlotbridgeLayoutUnmatchedKeys",
         "SlotbridgeBufferedBytesNearBudget",
+        "SlotbridgeMigrationEndHeld",
     ] {
         assert!(
             alert_rules().iter().any(|(name, _)| name == needed),

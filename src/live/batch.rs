@@ -62,6 +62,7 @@ impl Migration {
             // Sealed only while the claims are surely live; else each claims again alone.
             if claimed_at.elapsed() < self.walker.lease() / 2 {
                 self.seal_all(&specs, &mut machines).await;
+                self.check_one(&specs, &machines).await;
                 self.finish_all(&specs, &mut machines, &token).await;
             }
         }
@@ -109,6 +110,19 @@ impl Migration {
         for (i, seal) in sealed {
             if let Ok(seal) = seal {
                 machines[i].on_seal(seal);
+            }
+        }
+    }
+
+    /// Checks the value of one sealed move when one is due ([`Migration::check_due`]):
+    /// before the finish, while the batch's claims keep the key unchanged on both sides.
+    async fn check_one(&self, specs: &[MoveSpec], machines: &[KeyMove]) {
+        let wrote: Vec<usize> = (0..machines.len())
+            .filter(|&i| machines[i].wrote() && matches!(machines[i].phase(), Phase::Finish))
+            .collect();
+        if let Some(&first) = wrote.first() {
+            if self.check_due(wrote.len() as u64) {
+                self.check_sealed(&specs[first]).await;
             }
         }
     }

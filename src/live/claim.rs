@@ -135,6 +135,11 @@ impl KeyMove {
         }
     }
 
+    /// Whether this mover's seal wrote the target.
+    pub fn wrote(&self) -> bool {
+        self.wrote
+    }
+
     /// What to do next.
     pub fn phase(&self) -> &Phase {
         &self.phase

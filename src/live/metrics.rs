@@ -28,9 +28,15 @@ pub const MIGRATION_KEYS_LEFT: &str = "slotbridge_migration_keys_left";
 pub const MIGRATION_STATE: &str = "slotbridge_migration_state";
 /// Whether the walker is told to pause (0/1).
 pub const MIGRATION_PAUSED: &str = "slotbridge_migration_paused";
+/// Walker moves whose value was compared on both sides between seal and finish.
+pub const MIGRATION_VALUES_CHECKED: &str = "slotbridge_migration_values_checked_total";
+/// Checked values that differed.
+pub const MIGRATION_VALUES_DIFFER: &str = "slotbridge_migration_values_differ_total";
+/// Whether the end is held by a value that differed, until an operator resumes (0/1).
+pub const MIGRATION_END_HELD: &str = "slotbridge_migration_end_held";
 
 /// Every migration series' name.
-pub const MIGRATION_NAMES: [&str; 9] = [
+pub const MIGRATION_NAMES: [&str; 12] = [
     MIGRATION_KEYS_MOVED,
     MIGRATION_KEYS_ALREADY_MOVED,
     MIGRATION_KEYS_SCANNED,
@@ -40,6 +46,9 @@ pub const MIGRATION_NAMES: [&str; 9] = [
     MIGRATION_KEYS_LEFT,
     MIGRATION_STATE,
     MIGRATION_PAUSED,
+    MIGRATION_VALUES_CHECKED,
+    MIGRATION_VALUES_DIFFER,
+    MIGRATION_END_HELD,
 ];
 
 /// Appends the migration's series to `out`, in the Prometheus text format.
@@ -77,6 +86,16 @@ pub fn render_migration(status: &Status, out: &mut String) {
             "Complete passes of the walker over the source",
             status.passes,
         ),
+        (
+            MIGRATION_VALUES_CHECKED,
+            "Walker moves whose value was compared on both sides before the finish",
+            status.values_checked,
+        ),
+        (
+            MIGRATION_VALUES_DIFFER,
+            "Checked values that differed between the source and the target",
+            status.values_differ,
+        ),
     ];
     for (name, help, value) in counters {
         family(name, "counter", help, &[("", value)]);
@@ -108,6 +127,13 @@ pub fn render_migration(status: &Status, out: &mut String) {
         help,
         &[("", u64::from(status.paused))],
     );
+    let help = "Whether the end is held by a value that differed, until an operator resumes";
+    family(
+        MIGRATION_END_HELD,
+        "gauge",
+        help,
+        &[("", u64::from(status.end_held.is_some()))],
+    );
 }
 
 #[cfg(test)]
@@ -132,6 +158,9 @@ mod tests {
             max_keys_per_second: 0,
             source_keys_left: Some(4),
             source_rate: 100.0,
+            values_checked: 9,
+            values_differ: 1,
+            end_held: Some("y".into()),
         }
     }
 
@@ -153,6 +182,9 @@ mod tests {
             "slotbridge_migration_state{state=\"verifying\"} 1\n",
             "slotbridge_migration_state{state=\"done\"} 0\n",
             "slotbridge_migration_paused 1\n",
+            "slotbridge_migration_values_checked_total 9\n",
+            "slotbridge_migration_values_differ_total 1\n",
+            "slotbridge_migration_end_held 1\n",
             "# TYPE slotbridge_migration_keys_moved_total counter\n",
             "# TYPE slotbridge_migration_state gauge\n",
         ] {
@@ -178,6 +210,7 @@ mod tests {
                 MIGRATION_KEYS_LEFT,
                 MIGRATION_STATE,
                 MIGRATION_PAUSED,
+                MIGRATION_END_HELD,
             ];
             let gauge = gauges.contains(&name);
             assert!(

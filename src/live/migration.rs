@@ -80,6 +80,12 @@ pub struct Counters {
     pub passes: AtomicU64,
     /// The source's keys when the walker began (its estimate of the work).
     pub source_keys_at_start: AtomicU64,
+    /// Walker moves whose value was compared on both sides between seal and finish.
+    pub values_checked: AtomicU64,
+    /// Of those, the ones whose values differed.
+    pub values_differ: AtomicU64,
+    /// Walker moves counted towards the next value check.
+    pub(super) check_tick: AtomicU64,
 }
 
 /// One live migration, shared by every session of the process.
@@ -102,6 +108,8 @@ pub struct Migration {
     /// When the end was declared: what the rate is measured over from then on.
     pub(super) finished: std::sync::OnceLock<Instant>,
     pub(super) last_error: Mutex<Option<String>>,
+    /// Why the end is held (a checked value differed), as this proxy last knew it.
+    pub(super) end_held: Mutex<Option<super::verify::Hold>>,
     /// The source's size as last looked at (see `progress`): what every proxy left.
     pub(super) source_left: Mutex<super::progress::SourceLeft>,
     /// The layout markers the walker's end writes on the target (one per prefix), and the
@@ -167,6 +175,7 @@ impl Migration {
             started: Instant::now(),
             finished: std::sync::OnceLock::new(),
             last_error: Mutex::new(None),
+            end_held: Mutex::new(None),
             source_left: Mutex::default(),
             markers,
             layout_name,

@@ -42,6 +42,7 @@ pub mod mover;
 pub mod names;
 pub mod progress;
 mod status;
+mod verify;
 pub mod walker;
 
 pub use claim::{Claim, Finish, KeyMove, Outcome, Phase, Seal, Value};
@@ -49,3 +50,4 @@ pub use listing::SourcePage;
 pub use migration::{Counters, Migration, State};
 pub use mover::{MoveError, MoveSpec, Mover};
 pub use status::{Status, STATES};
+pub use verify::{compare, Check, Digest, CHECK_EVERY, HOLD_FIELD};

@@ -20,6 +20,7 @@ use super::claim::{
     Seal, Value, CLAIM_SCRIPT, COMPACT_SCRIPT, FINISH_SCRIPT, SEAL_SCRIPT,
 };
 use super::names::{claim_key, fence_key, slot_fence, EVERY_KEY_MOVED};
+use super::verify::DIGEST_SCRIPT;
 use crate::migrate::plan::{CopyStep, Kind};
 use crate::migrate::source::{Endpoint, Reply};
 use crate::migrate::MigrateError;
@@ -102,21 +103,23 @@ impl MoveSpec {
 
 /// Scripts loaded on one side: their SHA1s, sent with EVALSHA.
 #[derive(Debug, Clone)]
-struct Loaded {
+pub(super) struct Loaded {
     claim: Bytes,
     finish: Bytes,
     seal: Bytes,
     compact: Bytes,
+    /// The value check's script, loaded on both sides (one text, so one SHA).
+    pub(super) digest: Bytes,
 }
 
 /// Moves keys from `source` to `target`, one key per [`Mover::run`]; any number of movers,
 /// in any number of processes, may move the same keyspace at once.
 #[derive(Debug)]
 pub struct Mover {
-    source: Arc<Endpoint>,
-    target: Arc<Endpoint>,
+    pub(super) source: Arc<Endpoint>,
+    pub(super) target: Arc<Endpoint>,
     lease: Duration,
-    scripts: Loaded,
+    pub(super) scripts: Loaded,
 }
 
 impl Mover {
@@ -136,7 +139,9 @@ impl Mover {
                 .load_script(COMPACT_SCRIPT)
                 .await
                 .map_err(on_target)?,
+            digest: source.load_script(DIGEST_SCRIPT).await.map_err(on_source)?,
         };
+        target.load_script(DIGEST_SCRIPT).await.map_err(on_target)?;
         Ok(Mover {
             source,
             target,
@@ -410,7 +415,7 @@ pub async fn move_recorded(target: &Endpoint, to: &[u8]) -> Result<bool, Migrate
 
 /// Runs a script on the master of `key` by its SHA1, and by its text when the server has
 /// lost it (restarted, or `SCRIPT FLUSH`). An error reply comes back as `Err`.
-async fn eval(
+pub(super) async fn eval(
     side: &Endpoint,
     key: &[u8],
     (sha, text): (&Bytes, &str),

@@ -57,6 +57,16 @@ pub struct Status {
     /// How fast the source's keys fell over the last 10 s, every proxy's moves counted.
     #[serde(default)]
     pub source_rate: f64,
+    /// Walker moves whose value was compared on both sides between seal and finish.
+    #[serde(default)]
+    pub values_checked: u64,
+    /// Of those, the ones whose values differed.
+    #[serde(default)]
+    pub values_differ: u64,
+    /// Why the end is held (a checked value differed) until an operator resumes; `None`
+    /// when it is not.
+    #[serde(default)]
+    pub end_held: Option<String>,
 }
 
 impl Migration {
@@ -90,6 +100,9 @@ impl Migration {
                 max_keys_per_second: self.max_keys_per_second(),
                 source_keys_left,
                 source_rate,
+                values_checked: c.values_checked.load(Ordering::Relaxed),
+                values_differ: c.values_differ.load(Ordering::Relaxed),
+                end_held: self.end_held(),
             },
             self.state(),
         )
@@ -165,7 +178,8 @@ impl Status {
              \"moved_on_touch\":{},\"moved_by_walker\":{},\"already_moved\":{},\
              \"errors\":{},\"last_error\":{},\"passes\":{},\"elapsed_seconds\":{:.3},\
              \"rate\":{:.1},\"eta_seconds\":{},\"max_keys_per_second\":{},\
-             \"source_keys_left\":{},\"source_rate\":{:.1}}}",
+             \"source_keys_left\":{},\"source_rate\":{:.1},\"values_checked\":{},\
+             \"values_differ\":{},\"end_held\":{}}}",
             json_string(&self.state),
             self.paused,
             self.source_keys_at_start,
@@ -186,6 +200,11 @@ impl Status {
             self.source_keys_left
                 .map_or_else(|| "null".to_owned(), |left| left.to_string()),
             self.source_rate,
+            self.values_checked,
+            self.values_differ,
+            self.end_held
+                .as_deref()
+                .map_or_else(|| "null".to_owned(), json_string),
         );
         out
     }
@@ -237,6 +256,17 @@ impl Status {
              (last 10 s); time left: {eta}",
             self.rate, self.elapsed_seconds, self.source_rate
         );
+        let _ = writeln!(
+            out,
+            "values checked: {}, {} differed",
+            self.values_checked, self.values_differ
+        );
+        if let Some(why) = &self.end_held {
+            let _ = writeln!(
+                out,
+                "end held: {why}; `slotbridge migrate resume` accepts it and lets the end come"
+            );
+        }
         let _ = writeln!(out, "errors: {}", self.errors);
         if let Some(error) = &self.last_error {
             let _ = writeln!(out, "last error: {error}");
@@ -267,6 +297,9 @@ mod tests {
             max_keys_per_second: 0,
             source_keys_left: None,
             source_rate: 0.0,
+            values_checked: 0,
+            values_differ: 0,
+            end_held: None,
         }
     }
 
@@ -346,10 +379,13 @@ mod tests {
             "max_keys_per_second",
             "source_keys_left",
             "source_rate",
+            "values_checked",
+            "values_differ",
+            "end_held",
         ] {
             assert!(object.contains_key(field), "{field} missing in {json}");
         }
-        assert_eq!(object.len(), 16, "{json}");
+        assert_eq!(object.len(), 19, "{json}");
         assert_eq!(value["rate"], 10.0);
         assert_eq!(value["eta_seconds"], 6.0);
         assert_eq!(value["last_error"], "target \"x\"\nrefused");
@@ -361,12 +397,22 @@ mod tests {
         // A proxy of the release before reports neither of the source's figures.
         let mut older: serde_json::Value = serde_json::from_str(&json).unwrap();
         let fields = older.as_object_mut().unwrap();
-        fields.remove("source_keys_left");
-        fields.remove("source_rate");
+        for field in [
+            "source_keys_left",
+            "source_rate",
+            "values_checked",
+            "end_held",
+        ] {
+            fields.remove(field);
+        }
         let older = Status::from_json(&older.to_string()).unwrap();
         assert_eq!((older.source_keys_left, older.source_rate), (None, 0.0));
+        assert_eq!((older.values_checked, older.end_held), (0, None));
         s.source_keys_left = Some(7);
         s.source_rate = 2.5;
+        s.values_checked = 3;
+        s.values_differ = 1;
+        s.end_held = Some("the value of \"k\" differs".into());
         assert_eq!(Status::from_json(&s.to_json()).unwrap(), s);
     }
 

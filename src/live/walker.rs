@@ -1,8 +1,9 @@
 //! The background walker of a live migration: it goes through the source with `SCAN`,
 //! moves every key no command has moved yet (at most `max_keys_per_second`), finishes the
-//! moves of claims left by a dead mover, and, when a pass finds the source empty, checks a
-//! sample of its moves on the target, writes the layout marker, compacts the target's
-//! moved-fences to one field per slot and ends the migration.
+//! moves of claims left by a dead mover, and, when a pass finds the source empty and no
+//! checked value differed (`verify`), checks a sample of its moves on the target, writes the
+//! layout marker, compacts the target's moved-fences to one field per slot and ends the
+//! migration.
 //!
 //! Invariants: the walker moves keys only with [`Migration::move_key`], the same moves the
 //! commands make, so it needs no exclusion of its own; the end is declared only after a
@@ -54,10 +55,12 @@ pub async fn run(migration: Arc<Migration>) {
         };
         match walked {
             Ok(0) => match finish(&migration, &sample).await {
-                Ok(()) => {
+                Ok(true) => {
                     tracing::info!("live migration done: the source is empty, the marker set");
                     return;
                 }
+                // Held by a value that differed: an operator's resume releases it.
+                Ok(false) => tokio::time::sleep(PAUSED_LOOK).await,
                 Err(e) => {
                     migration.note_error(&e);
                     tokio::time::sleep(IDLE).await;
@@ -136,9 +139,13 @@ async fn pass(migration: &Migration, sample: &mut VecDeque<Bytes>) -> Result<u64
     Ok(met)
 }
 
-/// The end: the sample's moves are checked on the target (each key's fence is set), the
-/// layout markers are written, the fences compacted, and the migration is declared done.
-async fn finish(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<(), String> {
+/// The end: unless a checked value differed (`false`: the end is held), the sample's moves
+/// are checked on the target (each key's fence is set), the layout markers are written,
+/// the fences compacted, and the migration is declared done.
+async fn finish(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<bool, String> {
+    if migration.end_hold().await?.is_some() {
+        return Ok(false);
+    }
     migration.set_state(State::Verifying);
     let ended = async {
         check_sample(migration, sample).await?;
@@ -156,7 +163,7 @@ async fn finish(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<(), S
     let _ = migration.finished.set(Instant::now());
     migration.set_state(State::Done);
     migration.gone.clear();
-    Ok(())
+    Ok(true)
 }
 
 /// Each sampled key's move is recorded on the target: its fence field is set.
