@@ -168,9 +168,14 @@ async fn start_migration(
         .collect();
     // The rules again, compiled for the mover (the active layout's are the stage's own).
     let rules = config.layout.load()?.map(Arc::new);
-    let migration =
-        crate::live::Migration::connect(&config.migration, &target, rules, config.read_timeout())
-            .await?;
+    let migration = crate::live::Migration::connect(
+        &config.migration,
+        &target,
+        rules,
+        config.databases,
+        config.read_timeout(),
+    )
+    .await?;
     migration.check_target().await?;
     tracing::info!(
         source = ?migration,

@@ -601,27 +601,6 @@ fn a_target_that_already_holds_a_copy_is_refused_at_start() {
 }
 
 #[test]
-fn a_source_with_keys_in_another_database_is_refused_at_start() {
-    let source = Standalone::start();
-    let _: () = common::query(source.addr(), redis::cmd("SET").arg("db0key").arg("v")).unwrap();
-    let mut other = source.connect();
-    let _: () = redis::cmd("SELECT").arg(2).query(&mut other).unwrap();
-    let _: () = redis::cmd("SET")
-        .arg("db2key")
-        .arg("v")
-        .query(&mut other)
-        .unwrap();
-    let cluster = Cluster::start(3, 0);
-    let stderr = refused_start(&cluster, &source);
-    assert!(stderr.contains("keys in database 2"), "{stderr}");
-    // Once database 2 is empty the same proxy starts and moves database 0's keys.
-    let _: () = redis::cmd("FLUSHDB").query(&mut other).unwrap();
-    let proxy = start_proxy(&cluster, &source, &[]);
-    let got: String = common::query(proxy.addr(), redis::cmd("GET").arg("db0key")).unwrap();
-    assert_eq!(got, "v");
-}
-
-#[test]
 fn a_source_with_a_password_and_a_cluster_source_move_too() {
     // A source that needs a password: the credentials come from the migration's section.
     let source = Standalone::start();

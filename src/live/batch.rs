@@ -24,10 +24,15 @@ use crate::route::key_slot;
 const CONCURRENT_SEALS: usize = 64;
 
 impl Migration {
-    /// Moves `keys` (not known moved) in batches by node or slot; one result per key.
-    pub(super) async fn move_batch(&self, keys: Vec<Bytes>) -> Vec<(Bytes, Result<(), MoveError>)> {
+    /// Moves `keys` of side `side` (its own names, not known moved) in batches by node or
+    /// slot; one result per key, with its name on the target.
+    pub(super) async fn move_batch(
+        &self,
+        side: usize,
+        keys: Vec<Bytes>,
+    ) -> Vec<(Bytes, Result<(), MoveError>)> {
         let mut groups: Vec<Vec<Bytes>> = Vec::new();
-        match self.source.is_cluster() {
+        match self.sides[side].source.is_cluster() {
             false => groups.push(keys),
             true => {
                 let mut by_slot: Vec<(u16, Vec<Bytes>)> = Vec::new();
@@ -43,27 +48,33 @@ impl Migration {
         }
         let mut out = Vec::new();
         for group in groups {
-            out.extend(self.move_group(group).await);
+            out.extend(self.move_group(side, group).await);
         }
         out
     }
 
     /// The batched steps for keys of one node or slot, then each unfinished key alone.
-    async fn move_group(&self, keys: Vec<Bytes>) -> Vec<(Bytes, Result<(), MoveError>)> {
-        let specs: Vec<MoveSpec> = keys.iter().map(|key| self.spec_for(key)).collect();
+    async fn move_group(
+        &self,
+        side: usize,
+        keys: Vec<Bytes>,
+    ) -> Vec<(Bytes, Result<(), MoveError>)> {
+        let specs: Vec<MoveSpec> = keys.iter().map(|key| self.spec_in(side, key)).collect();
+        let side = &self.sides[side];
+        let walker = &side.walker;
         let mut machines: Vec<KeyMove> = specs.iter().map(|_| KeyMove::new()).collect();
         let token = Mover::token();
         let claimed_at = Instant::now();
         // A failed batched step leaves every machine where it was: each goes on alone.
-        if let Ok(claims) = self.walker.claim_many(&specs, &token).await {
+        if let Ok(claims) = walker.claim_many(&specs, &token).await {
             for (machine, claim) in machines.iter_mut().zip(claims) {
                 machine.on_claim(claim);
             }
             // Sealed only while the claims are surely live; else each claims again alone.
-            if claimed_at.elapsed() < self.walker.lease() / 2 {
-                self.seal_all(&specs, &mut machines).await;
-                self.check_one(&specs, &machines).await;
-                self.finish_all(&specs, &mut machines, &token).await;
+            if claimed_at.elapsed() < walker.lease() / 2 {
+                self.seal_all(walker, &specs, &mut machines).await;
+                self.check_one(walker, &specs, &machines).await;
+                self.finish_all(walker, &specs, &mut machines, &token).await;
             }
         }
         // Owned items: a stream over borrowed ones does not satisfy `tokio::spawn`.
@@ -72,16 +83,18 @@ impl Migration {
         let rest = owned.into_iter().map(|(spec, machine)| async move {
             let done = match machine.phase() {
                 Phase::Done(_) => Ok(machine),
-                _ => self.walker.drive(&spec, token, machine, |_| false).await,
+                _ => walker.drive(&spec, token, machine, |_| false).await,
             };
             let result = done.map(|machine| match machine.phase() {
-                Phase::Done(outcome) => self.note_moved(&spec.from, *outcome, Source::Walker),
+                Phase::Done(outcome) => {
+                    self.note_moved(&side.stored(&spec.from), *outcome, Source::Walker)
+                }
                 other => unreachable!("drive stops only when done: {other:?}"),
             });
             if let Err(e) = &result {
                 self.note_failed(e);
             }
-            (spec.from, result)
+            (spec.to, result)
         });
         futures_util::stream::iter(rest)
             .buffer_unordered(CONCURRENT_SEALS)
@@ -91,7 +104,7 @@ impl Migration {
 
     /// Seals every machine about to seal, at most [`CONCURRENT_SEALS`] at once; a failed
     /// seal leaves its machine about to seal.
-    async fn seal_all(&self, specs: &[MoveSpec], machines: &mut [KeyMove]) {
+    async fn seal_all(&self, walker: &Mover, specs: &[MoveSpec], machines: &mut [KeyMove]) {
         let due: Vec<(usize, MoveSpec, Option<super::Value>)> = machines
             .iter()
             .enumerate()
@@ -100,9 +113,9 @@ impl Migration {
                 _ => None,
             })
             .collect();
-        let seals = due.into_iter().map(|(i, spec, value)| async move {
-            (i, self.walker.seal(&spec, value.as_ref()).await)
-        });
+        let seals = due
+            .into_iter()
+            .map(|(i, spec, value)| async move { (i, walker.seal(&spec, value.as_ref()).await) });
         let sealed: Vec<_> = futures_util::stream::iter(seals)
             .buffer_unordered(CONCURRENT_SEALS)
             .collect()
@@ -116,24 +129,30 @@ impl Migration {
 
     /// Checks the value of one sealed move when one is due ([`Migration::check_due`]):
     /// before the finish, while the batch's claims keep the key unchanged on both sides.
-    async fn check_one(&self, specs: &[MoveSpec], machines: &[KeyMove]) {
+    async fn check_one(&self, walker: &Mover, specs: &[MoveSpec], machines: &[KeyMove]) {
         let wrote: Vec<usize> = (0..machines.len())
             .filter(|&i| machines[i].wrote() && matches!(machines[i].phase(), Phase::Finish))
             .collect();
         if let Some(&first) = wrote.first() {
             if self.check_due(wrote.len() as u64) {
-                self.check_sealed(&specs[first]).await;
+                self.check_sealed(walker, &specs[first]).await;
             }
         }
     }
 
     /// Finishes every machine about to finish in one call of the finish script.
-    async fn finish_all(&self, specs: &[MoveSpec], machines: &mut [KeyMove], token: &Bytes) {
+    async fn finish_all(
+        &self,
+        walker: &Mover,
+        specs: &[MoveSpec],
+        machines: &mut [KeyMove],
+        token: &Bytes,
+    ) {
         let ready: Vec<usize> = (0..machines.len())
             .filter(|&i| matches!(machines[i].phase(), Phase::Finish))
             .collect();
         let batch: Vec<MoveSpec> = ready.iter().map(|&i| specs[i].clone()).collect();
-        if let Ok(finishes) = self.walker.finish_many(&batch, token).await {
+        if let Ok(finishes) = walker.finish_many(&batch, token).await {
             for (&i, finish) in ready.iter().zip(finishes) {
                 machines[i].on_finish(finish);
             }

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::gone::GoneKeys;
-use super::mover::{MoveError, MoveSpec, Mover};
+use super::mover::{MoveError, MoveSpec};
+use super::sides::{Reach, Side};
 use super::Outcome;
 use crate::config::MigrationConfig;
 use crate::migrate::plan::{kind_of, Kind};
@@ -90,11 +91,11 @@ pub struct Counters {
 
 /// One live migration, shared by every session of the process.
 pub struct Migration {
-    mover: Mover,
-    /// The walker's mover, over connections of its own.
-    pub(super) walker: Mover,
-    pub(super) source: Arc<Endpoint>,
+    /// The source's databases with keys, database 0 first, each with its movers.
+    pub(super) sides: Vec<Side>,
     pub(super) target: Arc<Endpoint>,
+    /// How many databases `SELECT` offers: how stored names are read (`rewrite::database`).
+    databases: u32,
     layout: Option<Arc<Layout>>,
     pub(super) gone: GoneKeys,
     state: AtomicU8,
@@ -122,33 +123,40 @@ impl std::fmt::Debug for Migration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Migration")
             .field("state", &self.state())
-            .field("source", &self.source)
+            .field("source", &self.sides[0].source)
+            .field(
+                "databases",
+                &self.sides.iter().map(|s| s.db).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
 
 impl Migration {
-    /// Connects to the source of `config` and to `target` (the proxy's upstream, its seeds
-    /// with the backend's credentials and TLS), and loads the move scripts on both.
-    /// `layout`: the rules naming each key on the target, when one is configured;
+    /// Connects to the source of `config` (each of its databases with keys, see `sides`)
+    /// and to `target` (the proxy's upstream, its seeds with the backend's credentials and
+    /// TLS), and loads the move scripts on both. `layout`: the rules naming each key on the
+    /// target, when one is configured; `databases`: how many `SELECT` offers;
     /// `read_timeout`: the backend's (`backend.read_timeout_ms`), for both sides, so a hung
     /// source fails the moves waiting on it instead of stalling their commands for good.
     pub async fn connect(
         config: &MigrationConfig,
         target_urls: &[RedisUrl],
         layout: Option<Arc<Layout>>,
+        databases: u32,
         read_timeout: Option<Duration>,
     ) -> Result<Migration, MoveError> {
         let source_url = config
             .source_url()
             .map_err(|e| MoveError::Source(e.to_string()))?
             .ok_or_else(|| MoveError::Source("migration.source is not set".into()))?;
-        let lease = Duration::from_millis(config.lease_ms);
-        let sides = (&source_url, target_urls);
-        let (source, target, mover) = connect_sides(sides, lease, read_timeout).await?;
-        // The walker's moves go over connections of their own: a command's move never
-        // waits behind a batch of the walker's in a connection's pipeline.
-        let (_, _, walker) = connect_sides(sides, lease, read_timeout).await?;
+        let reach = Reach {
+            source: &source_url,
+            target: target_urls,
+            lease: Duration::from_millis(config.lease_ms),
+            read_timeout,
+        };
+        let (target, sides) = super::sides::connect(&reach, databases, layout.is_some()).await?;
         let markers = layout.as_ref().map_or(Vec::new(), |layout| {
             let prefixes = layout.prefixes().iter();
             prefixes
@@ -161,10 +169,9 @@ impl Migration {
             .unwrap_or(crate::rewrite::CLUSTER_V1)
             .to_owned();
         let migration = Migration {
-            mover,
-            walker,
-            source,
+            sides,
             target,
+            databases,
             layout,
             gone: GoneKeys::default(),
             state: AtomicU8::new(State::Walking as u8),
@@ -263,11 +270,13 @@ impl Migration {
         if self.gone.contains(key) {
             return Ok(());
         }
-        let spec = self.spec_for(key);
+        let (side, name) = self.side_of(key);
+        let spec = self.spec_in(side, name);
+        let side = &self.sides[side];
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.mover.run(&spec).await {
+            match side.mover.run(&spec).await {
                 Ok(outcome) => {
                     self.note_moved(key, outcome, by);
                     return Ok(());
@@ -278,7 +287,7 @@ impl Migration {
                         return Err(e);
                     }
                     // A slot of either side may have moved: read the maps again.
-                    let _ = self.source.refresh().await;
+                    let _ = side.source.refresh().await;
                     let _ = self.target.refresh().await;
                 }
             }
@@ -311,16 +320,45 @@ impl Migration {
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.to_string());
     }
 
-    /// The move of source key `key`: its target name, index entry and kind by the layout
-    /// (as the layout stage names it in requests), or the same name without one.
+    /// The side a stored key (as commands name it) is on, and its name there: `__db<n>:k`
+    /// is `k` of database `n` when the source has keys in `n`; any other name is database
+    /// 0's own (a name of the form `__db<n>:` there is reserved, as `rewrite::database`
+    /// says).
+    pub(super) fn side_of<'k>(&self, key: &'k [u8]) -> (usize, &'k [u8]) {
+        if self.sides.len() > 1 {
+            let (db, name) = crate::rewrite::database::split(key, self.databases);
+            if let Some(side) = self.sides.iter().position(|side| db > 0 && side.db == db) {
+                return (side, name);
+            }
+        }
+        (0, key)
+    }
+
+    /// The move of stored key `key` (see [`Migration::side_of`]).
     pub fn spec_for(&self, key: &Bytes) -> MoveSpec {
+        let (side, name) = self.side_of(key);
+        self.spec_in(side, name)
+    }
+
+    /// The move of `name` of side `side`: in database 0, its target name, index entry and
+    /// kind by the layout (as the layout stage names it in requests), or the same name
+    /// without one; in database `n`, the name `SELECT n` stores it under.
+    pub(super) fn spec_in(&self, side: usize, name: &[u8]) -> MoveSpec {
+        let side = &self.sides[side];
+        let key = Bytes::copy_from_slice(name);
+        if side.db != 0 {
+            return MoveSpec {
+                to: side.stored(name),
+                ..MoveSpec::same_name(key)
+            };
+        }
         let Some(layout) = &self.layout else {
-            return MoveSpec::same_name(key.clone());
+            return MoveSpec::same_name(key);
         };
-        match layout.forward_shared(key) {
+        match layout.forward_shared(&key) {
             Forward::Rewritten(rewritten) => {
                 let family = layout.family_name(rewritten.family);
-                let kind = kind_of(family, key, &rewritten.key, rewritten.index.is_some());
+                let kind = kind_of(family, &key, &rewritten.key, rewritten.index.is_some());
                 MoveSpec {
                     from: key.clone(),
                     to: rewritten.key,
@@ -331,40 +369,6 @@ impl Migration {
             Forward::Outside | Forward::Unmatched { .. } => MoveSpec::same_name(key.clone()),
         }
     }
-}
-
-/// Both sides, connected, and a mover over them with the scripts loaded.
-async fn connect_sides(
-    (source, target): (&RedisUrl, &[RedisUrl]),
-    lease: Duration,
-    read_timeout: Option<Duration>,
-) -> Result<(Arc<Endpoint>, Arc<Endpoint>, Mover), MoveError> {
-    let source = Endpoint::connect_any_within(std::slice::from_ref(source), read_timeout)
-        .await
-        .map_err(|e| MoveError::Source(e.to_string()))?;
-    let target = Endpoint::connect_any_within(target, read_timeout)
-        .await
-        .map_err(|e| MoveError::Target(e.to_string()))?;
-    if source.same_as(&target) {
-        return Err(MoveError::Source(
-            "migration.source is the proxy's own upstream".into(),
-        ));
-    }
-    let (source, target) = (Arc::new(source), Arc::new(target));
-    let mover = Mover::new(source.clone(), target.clone(), lease).await?;
-    Ok((source, target, mover))
-}
-
-/// The databases other than 0 that `INFO keyspace` (its text) lists with keys.
-fn other_databases(info: &str) -> Vec<u32> {
-    info.lines()
-        .filter_map(|line| {
-            let (db, stats) = line.trim().strip_prefix("db")?.split_once(':')?;
-            let keys = stats.strip_prefix("keys=")?.split(',').next()?;
-            let db: u32 = db.parse().ok()?;
-            (db != 0 && keys.parse::<u64>().ok()? > 0).then_some(db)
-        })
-        .collect()
 }
 
 /// Who asked for a move.
@@ -379,56 +383,32 @@ pub(super) enum Source {
 impl Migration {
     /// The precondition of the mode (`docs/live-migration.md`): the target holds no key of
     /// the keyspace that no move wrote, else a read of the target would show that copy over
-    /// the source's value. Checked on the source's first `SCAN` page: a target already
-    /// holding a copy (an earlier offline copy kept its source) shows there at once.
+    /// the source's value. Checked on the first `SCAN` page of each of the source's
+    /// databases: a target already holding a copy (an earlier offline copy kept its source)
+    /// shows there at once.
     pub async fn check_target(&self) -> Result<(), MoveError> {
-        self.check_source_databases().await?;
-        let mut walk = self.source.walk(b"*", self.batch);
-        let page = walk
-            .next_page()
-            .await
-            .map_err(|e| MoveError::Source(e.to_string()))?
-            .unwrap_or_default();
-        let specs: Vec<MoveSpec> = page
-            .iter()
-            .filter(|name| !super::names::is_record(name))
-            .map(|name| self.spec_for(name))
-            .collect();
-        let checks = specs.iter().map(|spec| self.foreign_copy(spec));
-        for found in futures_util::future::join_all(checks).await {
-            if let Some(spec) = found? {
-                return Err(MoveError::Target(format!(
-                    "the target already holds {} (the source's {}), which no move wrote: \
-                     empty the target of the migrated keyspace before a live migration",
-                    spec.to.escape_ascii(),
-                    spec.from.escape_ascii()
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// The source's keys are all in database 0: the mode moves database 0 only (a client's
-    /// `SELECT n` names are not mapped to the source's databases), and a database the walk
-    /// never reads would be left behind without a word. Read from `INFO keyspace` of every
-    /// source master.
-    async fn check_source_databases(&self) -> Result<(), MoveError> {
-        let source_error = |e: String| MoveError::Source(e);
-        for node in 0..self.source.masters().len() {
-            let reply = self
-                .source
-                .call_node(node, &[b"INFO", b"keyspace"])
+        for (i, side) in self.sides.iter().enumerate() {
+            let mut walk = side.source.walk(b"*", self.batch);
+            let page = walk
+                .next_page()
                 .await
-                .map_err(|e| source_error(e.to_string()))?;
-            let Some(text) = reply.data() else {
-                return Err(source_error(format!("INFO keyspace answered {reply:?}")));
-            };
-            if let Some(db) = other_databases(&String::from_utf8_lossy(text)).first() {
-                return Err(source_error(format!(
-                    "the source holds keys in database {db}: a live migration moves database \
-                     0 only; move the other databases into database 0 (or another deployment) \
-                     first"
-                )));
+                .map_err(|e| MoveError::Source(e.to_string()))?
+                .unwrap_or_default();
+            let specs: Vec<MoveSpec> = page
+                .iter()
+                .filter(|name| !super::names::is_record(name))
+                .map(|name| self.spec_in(i, name))
+                .collect();
+            let checks = specs.iter().map(|spec| self.foreign_copy(spec));
+            for found in futures_util::future::join_all(checks).await {
+                if let Some(spec) = found? {
+                    return Err(MoveError::Target(format!(
+                        "the target already holds {} (the source's {}), which no move wrote: \
+                         empty the target of the migrated keyspace before a live migration",
+                        spec.to.escape_ascii(),
+                        spec.from.escape_ascii()
+                    )));
+                }
             }
         }
         Ok(())
@@ -453,19 +433,5 @@ impl Migration {
             .await
             .map_err(target_error)?;
         Ok((!moved).then_some(spec))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::other_databases;
-
-    #[test]
-    fn databases_other_than_0_with_keys_are_found_in_info_keyspace() {
-        let info = "# Keyspace\r\ndb0:keys=12,expires=0,avg_ttl=0\r\n\
-                    db3:keys=5,expires=1,avg_ttl=100\r\ndb7:keys=0,expires=0,avg_ttl=0\r\n";
-        assert_eq!(other_databases(info), [3]);
-        assert!(other_databases("# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n").is_empty());
-        assert!(other_databases("# Keyspace\r\n").is_empty());
     }
 }

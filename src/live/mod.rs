@@ -41,6 +41,7 @@ mod model;
 pub mod mover;
 pub mod names;
 pub mod progress;
+mod sides;
 mod status;
 mod verify;
 pub mod walker;

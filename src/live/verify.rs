@@ -15,7 +15,7 @@
 use std::sync::atomic::Ordering;
 
 use super::migration::Migration;
-use super::mover::{MoveError, MoveSpec};
+use super::mover::{MoveError, MoveSpec, Mover};
 use super::names::slot_fence;
 use crate::migrate::source::{Endpoint, Reply};
 
@@ -168,7 +168,7 @@ async fn number(side: &Endpoint, key: &[u8]) -> Result<Digest, String> {
     }
 }
 
-impl super::mover::Mover {
+impl Mover {
     /// Compares `spec`'s value on the source and on the target: only between its seal and
     /// its finish, while this mover's claim is live.
     pub async fn check_value(&self, spec: &MoveSpec) -> Result<Check, MoveError> {
@@ -227,8 +227,8 @@ impl Migration {
 
     /// Checks the value of `spec`'s move (sealed, not finished) and counts what it found; a
     /// difference holds the end before the move's finish.
-    pub(super) async fn check_sealed(&self, spec: &MoveSpec) {
-        let check = match self.walker.check_value(spec).await {
+    pub(super) async fn check_sealed(&self, walker: &Mover, spec: &MoveSpec) {
+        let check = match walker.check_value(spec).await {
             Ok(check) => check,
             Err(e) => {
                 tracing::warn!(error = %e, "live migration: a value check could not read a side");

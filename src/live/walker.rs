@@ -90,12 +90,28 @@ async fn paused_look(migration: &Migration) -> Result<u64, String> {
     }
 }
 
-/// One pass over the source: every key and orphan claim met is moved. Returns how many
-/// source names (keys and claims) it met.
+/// One pass over the source, each of its databases in turn: every key and orphan claim met
+/// is moved. Returns how many source names (keys and claims) it met.
 async fn pass(migration: &Migration, sample: &mut VecDeque<Bytes>) -> Result<u64, String> {
-    let mut walk = migration.source.walk(b"*", migration.batch);
     let mut met = 0u64;
     let mut paced = Pacer::new();
+    for side in 0..migration.sides.len() {
+        met += pass_side(migration, side, sample, &mut paced).await?;
+    }
+    Ok(met)
+}
+
+/// One pass over side `side` of the source (see [`pass`]). The sample keeps the target
+/// names of the last moves.
+async fn pass_side(
+    migration: &Migration,
+    side: usize,
+    sample: &mut VecDeque<Bytes>,
+    paced: &mut Pacer,
+) -> Result<u64, String> {
+    let source = &migration.sides[side];
+    let mut walk = source.source.walk(b"*", migration.batch);
+    let mut met = 0u64;
     while let Some(page) = walk.next_page().await.map_err(|e| e.to_string())? {
         while migration.is_paused() {
             tokio::time::sleep(IDLE).await;
@@ -117,26 +133,43 @@ async fn pass(migration: &Migration, sample: &mut VecDeque<Bytes>) -> Result<u64
             .fetch_add(seen, Ordering::Relaxed);
         let unmoved: Vec<Bytes> = keys
             .into_iter()
-            .filter(|key| !migration.gone.contains(key))
+            .filter(|key| !migration.gone.contains(&source.stored(key)))
+            .filter(|key| side != 0 || !reserved(migration, key))
             .collect();
         let chunks: Vec<Vec<Bytes>> = unmoved.chunks(BATCH).map(<[Bytes]>::to_vec).collect();
         let moves = futures_util::stream::iter(chunks)
-            .map(|chunk| migration.move_batch(chunk))
+            .map(|chunk| migration.move_batch(side, chunk))
             .buffer_unordered(CONCURRENT_BATCHES)
             .flat_map(futures_util::stream::iter);
         futures_util::pin_mut!(moves);
-        while let Some((key, result)) = moves.next().await {
+        while let Some((to, result)) = moves.next().await {
             // A failed move is counted and noted by the move; the next pass meets it again.
             if result.is_ok() {
                 if sample.len() == SAMPLE {
                     sample.pop_front();
                 }
-                sample.push_back(key);
+                sample.push_back(to);
             }
         }
         paced.wait(count, migration.max_keys_per_second()).await;
     }
     Ok(met)
+}
+
+/// Whether database 0's `key` has a name reserved for another database of the source
+/// (`__db<n>:...`, see `sides`): moved, it would land on that database's key of the same
+/// name. It stays on the source, and the migration cannot end, until an operator renames it.
+fn reserved(migration: &Migration, key: &[u8]) -> bool {
+    let (side, _) = migration.side_of(key);
+    if side != 0 {
+        migration.note_error(&format!(
+            "the source's database 0 holds {}, a name reserved for database {}'s keys: \
+             rename it on the source",
+            key.escape_ascii(),
+            migration.sides[side].db
+        ));
+    }
+    side != 0
 }
 
 /// The end: unless a checked value differed (`false`: the end is held), the sample's moves
@@ -166,11 +199,11 @@ async fn finish(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<bool,
     Ok(true)
 }
 
-/// Each sampled key's move is recorded on the target: its fence field is set.
+/// Each sampled move (its key's name on the target) is recorded on the target: its fence
+/// field is set.
 async fn check_sample(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<(), String> {
-    for key in sample {
-        let to = migration.spec_for(key).to;
-        let recorded = move_recorded(&migration.target, &to)
+    for to in sample {
+        let recorded = move_recorded(&migration.target, to)
             .await
             .map_err(|e| format!("checking the move of {}: {e}", to.escape_ascii()))?;
         if !recorded {
@@ -189,7 +222,7 @@ async fn check_sample(migration: &Migration, sample: &VecDeque<Bytes>) -> Result
 /// nothing.
 async fn compact_fences(migration: &Migration) -> Result<(), String> {
     let compacted = futures_util::stream::iter(0..SLOT_COUNT as u16)
-        .map(|slot| migration.walker.compact_fence(slot))
+        .map(|slot| migration.sides[0].walker.compact_fence(slot))
         .buffer_unordered(COMPACTIONS_AT_ONCE)
         .fold(Ok(0u64), |total, one| async move {
             match (total, one) {

@@ -118,6 +118,41 @@ impl Endpoint {
         seeds: &[RedisUrl],
         read_timeout: Option<Duration>,
     ) -> Result<Endpoint, MigrateError> {
+        Endpoint::connect_with(seeds, read_timeout, None).await
+    }
+
+    /// Like [`Endpoint::connect_any_within`], over connections that select database `db`
+    /// before any request (and again after every reconnection): one database of a single
+    /// node. Fails when the node does not report that database selected.
+    pub async fn connect_database(
+        seeds: &[RedisUrl],
+        read_timeout: Option<Duration>,
+        db: u32,
+    ) -> Result<Endpoint, MigrateError> {
+        let select =
+            crate::protocol::encode::encode_request(&[b"SELECT", db.to_string().as_bytes()]);
+        let prelude: crate::backend::Prelude = Arc::new(move || vec![select.clone()]);
+        let endpoint = Endpoint::connect_with(seeds, read_timeout, Some(prelude)).await?;
+        // A SELECT the node refused would leave database 0 selected, silently.
+        let info = endpoint.call_node(0, &[b"CLIENT", b"INFO"]).await?;
+        let selected = info.data().is_some_and(|text| {
+            let wanted = format!("db={db}");
+            text.split(|&b| b == b' ')
+                .any(|field| field == wanted.as_bytes())
+        });
+        match selected {
+            true => Ok(endpoint),
+            false => Err(MigrateError::Redis(format!(
+                "database {db} could not be selected: CLIENT INFO answered {info:?}"
+            ))),
+        }
+    }
+
+    async fn connect_with(
+        seeds: &[RedisUrl],
+        read_timeout: Option<Duration>,
+        prelude: Option<crate::backend::Prelude>,
+    ) -> Result<Endpoint, MigrateError> {
         let Some(first) = seeds.first() else {
             return Err(MigrateError::Usage("no address to connect to".to_owned()));
         };
@@ -127,6 +162,7 @@ impl Endpoint {
             password: first.password.clone(),
             connect_timeout: Duration::from_secs(5),
             read_timeout,
+            prelude,
             tls: crate::tls::NodeTls::from_config(
                 first.tls.as_ref().unwrap_or(&Default::default()),
             )

@@ -296,7 +296,7 @@ impl Proxy {
                 master,
                 cursor: page.next,
             }
-        } else if master + 1 < migration.source_masters().len() {
+        } else if master + 1 < migration.source_walk_count() {
             UnionCursor::Source {
                 master: master + 1,
                 cursor: 0,
