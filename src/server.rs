@@ -177,6 +177,11 @@ async fn start_migration(
     )
     .await?;
     migration.check_target().await?;
+    let baseline = migration.record_baseline().await?;
+    tracing::info!(
+        keys = baseline.keys,
+        "live migration: the source's keys at the start, for the count check at the end"
+    );
     tracing::info!(
         source = ?migration,
         "live migration: commands move the keys they touch first; the walker moves the rest"

@@ -118,6 +118,9 @@ fn a_paused_migration_resumed_by_the_admin_call_reports_its_progress_until_done(
     assert!(checked >= walker / 64 && checked >= 1, "{done}");
     assert_eq!(done["values_differ"], 0, "{done}");
     assert_eq!(done["end_held"], Value::Null, "{done}");
+    let counts =
+        format!("{KEYS} keys at the start: {KEYS} moved, 0 expired or evicted on the source");
+    assert_eq!(done["counts"], counts.as_str(), "{done}");
 
     // The keys really moved: all on the target, none left on the source.
     let on_target: BTreeSet<String> = cluster
@@ -346,6 +349,75 @@ fn a_value_written_behind_the_proxies_holds_every_proxys_end_until_resumed() {
     }
     let value: String = redis::cmd("GET").arg(&key).query(&mut client).unwrap();
     assert_eq!(value, "v1", "the move carried what its claim read");
+}
+
+#[test]
+fn keys_deleted_on_the_source_behind_the_proxies_hold_the_end_until_accepted() {
+    let cluster = Cluster::start(3, 0);
+    let source = Standalone::start();
+    fill_source_with(&source, "counted", 200);
+    let mut conn = source.connect();
+    let mut pipe = redis::pipe();
+    for i in 0..50 {
+        pipe.cmd("SET")
+            .arg(format!("expiring:{i}"))
+            .arg("v")
+            .arg("PX")
+            .arg(3000)
+            .ignore();
+    }
+    pipe.query::<()>(&mut conn).unwrap();
+    let source_url = format!("migration.source=redis://{}", source.addr());
+    let proxy = Proxy::start(&[
+        "--cluster",
+        &cluster.seeds_arg(),
+        "--set",
+        &source_url,
+        "--set",
+        "migration.paused=true",
+    ]);
+    let admin = proxy.admin_addr();
+    common::wait_until("the walker measured the source", DONE_WITHIN, || {
+        migration(admin)["source_keys_at_start"] == 250
+    });
+    // The baseline (250 keys) is taken; the 50 expire on the source without a move, and
+    // 3 are deleted there behind the proxies.
+    common::wait_until("the expiring keys expired", DONE_WITHIN, || {
+        scan_all(&mut conn, "expiring:*").is_empty()
+    });
+    let _: i64 = redis::cmd("DEL")
+        .arg(&["counted:1", "counted:2", "counted:3"])
+        .query(&mut conn)
+        .unwrap();
+    let (code, body) = post(admin, "/migration/resume");
+    assert_eq!(code, 200, "{body}");
+    common::wait_until("the count check held the end", DONE_WITHIN, || {
+        migration(admin)["end_held"].is_string()
+    });
+    wait_source_empty(&source);
+    let held = migration(admin);
+    let why = held["end_held"].as_str().unwrap();
+    assert!(
+        why.starts_with("3 of the source's 250 keys at the start are not accounted for")
+            && why.contains("197 moved, 50 expired or evicted"),
+        "{held}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_ne!(migration(admin)["state"], "done");
+
+    // An operator accepts the 3: the end comes, and the fences are compacted.
+    let (code, body) = post(admin, "/migration/resume");
+    assert_eq!(code, 200, "{body}");
+    common::wait_until("the migration is done", DONE_WITHIN, || {
+        migration(admin)["state"] == "done"
+    });
+    let done = migration(admin);
+    assert_eq!(done["end_held"], Value::Null);
+    let counts = done["counts"].as_str().unwrap_or_default();
+    assert!(
+        counts.starts_with("250 keys at the start: 200 moved"),
+        "{done}"
+    );
 }
 
 fn wait_source_empty(source: &Standalone) {

@@ -161,6 +161,7 @@ mod tests {
             values_checked: 9,
             values_differ: 1,
             end_held: Some("y".into()),
+            counts: None,
         }
     }
 

@@ -111,6 +111,8 @@ pub struct Migration {
     pub(super) last_error: Mutex<Option<String>>,
     /// Why the end is held (a checked value differed), as this proxy last knew it.
     pub(super) end_held: Mutex<Option<super::verify::Hold>>,
+    /// What the end's count check found, once it passed here.
+    pub(super) counts: Mutex<Option<String>>,
     /// The source's size as last looked at (see `progress`): what every proxy left.
     pub(super) source_left: Mutex<super::progress::SourceLeft>,
     /// The layout markers the walker's end writes on the target (one per prefix), and the
@@ -183,6 +185,7 @@ impl Migration {
             finished: std::sync::OnceLock::new(),
             last_error: Mutex::new(None),
             end_held: Mutex::new(None),
+            counts: Mutex::new(None),
             source_left: Mutex::default(),
             markers,
             layout_name,

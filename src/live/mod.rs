@@ -32,6 +32,7 @@
 
 mod batch;
 pub mod claim;
+mod counts;
 mod gone;
 mod listing;
 pub mod metrics;
@@ -47,6 +48,7 @@ mod verify;
 pub mod walker;
 
 pub use claim::{Claim, Finish, KeyMove, Outcome, Phase, Seal, Value};
+pub use counts::{judge, Baseline};
 pub use listing::SourcePage;
 pub use migration::{Counters, Migration, State};
 pub use mover::{MoveError, MoveSpec, Mover};

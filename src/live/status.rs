@@ -67,6 +67,10 @@ pub struct Status {
     /// when it is not.
     #[serde(default)]
     pub end_held: Option<String>,
+    /// What the end's count check found (every key at the start moved or expired), once
+    /// it passed in this proxy.
+    #[serde(default)]
+    pub counts: Option<String>,
 }
 
 impl Migration {
@@ -103,6 +107,11 @@ impl Migration {
                 values_checked: c.values_checked.load(Ordering::Relaxed),
                 values_differ: c.values_differ.load(Ordering::Relaxed),
                 end_held: self.end_held(),
+                counts: self
+                    .counts
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone(),
             },
             self.state(),
         )
@@ -179,7 +188,7 @@ impl Status {
              \"errors\":{},\"last_error\":{},\"passes\":{},\"elapsed_seconds\":{:.3},\
              \"rate\":{:.1},\"eta_seconds\":{},\"max_keys_per_second\":{},\
              \"source_keys_left\":{},\"source_rate\":{:.1},\"values_checked\":{},\
-             \"values_differ\":{},\"end_held\":{}}}",
+             \"values_differ\":{},\"end_held\":{},\"counts\":{}}}",
             json_string(&self.state),
             self.paused,
             self.source_keys_at_start,
@@ -203,6 +212,9 @@ impl Status {
             self.values_checked,
             self.values_differ,
             self.end_held
+                .as_deref()
+                .map_or_else(|| "null".to_owned(), json_string),
+            self.counts
                 .as_deref()
                 .map_or_else(|| "null".to_owned(), json_string),
         );
@@ -267,6 +279,9 @@ impl Status {
                 "end held: {why}; `slotbridge migrate resume` accepts it and lets the end come"
             );
         }
+        if let Some(counts) = &self.counts {
+            let _ = writeln!(out, "counts verified: {counts}");
+        }
         let _ = writeln!(out, "errors: {}", self.errors);
         if let Some(error) = &self.last_error {
             let _ = writeln!(out, "last error: {error}");
@@ -300,6 +315,7 @@ mod tests {
             values_checked: 0,
             values_differ: 0,
             end_held: None,
+            counts: None,
         }
     }
 
@@ -382,10 +398,11 @@ mod tests {
             "values_checked",
             "values_differ",
             "end_held",
+            "counts",
         ] {
             assert!(object.contains_key(field), "{field} missing in {json}");
         }
-        assert_eq!(object.len(), 19, "{json}");
+        assert_eq!(object.len(), 20, "{json}");
         assert_eq!(value["rate"], 10.0);
         assert_eq!(value["eta_seconds"], 6.0);
         assert_eq!(value["last_error"], "target \"x\"\nrefused");
@@ -413,6 +430,7 @@ mod tests {
         s.values_checked = 3;
         s.values_differ = 1;
         s.end_held = Some("the value of \"k\" differs".into());
+        s.counts = Some("3 keys at the start: 3 moved, 0 expired or evicted".into());
         assert_eq!(Status::from_json(&s.to_json()).unwrap(), s);
     }
 

@@ -14,6 +14,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::counts::{ACCEPTED_FIELD, SHORT_FIELD};
 use super::migration::Migration;
 use super::mover::{MoveError, MoveSpec, Mover};
 use super::names::slot_fence;
@@ -27,6 +28,17 @@ pub const DIGEST_SCRIPT: &str = include_str!("digest.lua");
 pub const DIGEST_LIMIT: u64 = 1024;
 /// Bytes of a string a check reads at most.
 pub const DIGEST_STRING_LIMIT: u64 = 512 * 1024;
+
+/// Releases the hold on the end in one step, the missing keys of a count check (if that is
+/// what held it) added to those accepted. KEYS[1]: slot 0's fence; ARGV: the short,
+/// accepted and hold fields.
+const RELEASE_SCRIPT: &str = "local short = redis.call('HGET', KEYS[1], ARGV[1])
+if short then
+  redis.call('HINCRBY', KEYS[1], ARGV[2], short)
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+redis.call('HDEL', KEYS[1], ARGV[3])
+return 1";
 
 /// One walker move in this many is checked (and the first one).
 pub const CHECK_EVERY: u64 = 64;
@@ -255,7 +267,7 @@ impl Migration {
     }
 
     /// Holds the end for `why`, on the target for every proxy and here.
-    async fn hold_end(&self, why: String) {
+    pub(super) async fn hold_end(&self, why: String) {
         tracing::error!(reason = %why, "live migration: the end is held until resumed");
         self.note_error(&why);
         let written = match set_hold(&self.target, Some(&why)).await {
@@ -298,9 +310,24 @@ impl Migration {
         self.end_held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Resumes the walker and releases a hold on the end (an operator's call).
+    /// Resumes the walker and releases a hold on the end (an operator's call): a count
+    /// check's missing keys are accepted from then on.
     pub async fn resume(&self) -> Result<(), String> {
-        set_hold(&self.target, None).await?;
+        let fence = slot_fence(0);
+        let release: &[&[u8]] = &[
+            b"EVAL",
+            RELEASE_SCRIPT.as_bytes(),
+            b"1",
+            &fence,
+            SHORT_FIELD,
+            ACCEPTED_FIELD,
+            HOLD_FIELD,
+        ];
+        match self.target.call_key(&fence, release).await {
+            Ok(Reply::Int(_)) => {}
+            Ok(other) => return Err(format!("releasing the end's hold: {other:?}")),
+            Err(e) => return Err(format!("releasing the end's hold: {e}")),
+        }
         *self.hold() = None;
         self.set_paused(false);
         Ok(())

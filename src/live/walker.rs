@@ -1,7 +1,8 @@
 //! The background walker of a live migration: it goes through the source with `SCAN`,
 //! moves every key no command has moved yet (at most `max_keys_per_second`), finishes the
-//! moves of claims left by a dead mover, and, when a pass finds the source empty and no
-//! checked value differed (`verify`), checks a sample of its moves on the target, writes the
+//! moves of claims left by a dead mover, and, when a pass finds the source empty, no checked
+//! value differed (`verify`) and every key at the start is accounted for (`counts`), checks
+//! a sample of its moves on the target, writes the
 //! layout marker, compacts the target's moved-fences to one field per slot and ends the
 //! migration.
 //!
@@ -172,12 +173,23 @@ fn reserved(migration: &Migration, key: &[u8]) -> bool {
     side != 0
 }
 
-/// The end: unless a checked value differed (`false`: the end is held), the sample's moves
-/// are checked on the target (each key's fence is set), the layout markers are written,
-/// the fences compacted, and the migration is declared done.
+/// The end: unless a checked value differed or the counts fall short (`false`: the end is
+/// held, see `verify` and `counts`), the sample's moves are checked on the target (each
+/// key's fence is set), the layout markers are written, the fences compacted, and the
+/// migration is declared done.
 async fn finish(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<bool, String> {
     if migration.end_hold().await?.is_some() {
         return Ok(false);
+    }
+    match migration.check_counts().await? {
+        Ok(summary) => {
+            tracing::info!(%summary, "live migration: the counts are verified");
+            *migration.counts.lock().unwrap_or_else(|e| e.into_inner()) = Some(summary);
+        }
+        Err((missing, why)) => {
+            migration.hold_for_counts(missing, why).await;
+            return Ok(false);
+        }
     }
     migration.set_state(State::Verifying);
     let ended = async {
