@@ -420,6 +420,82 @@ fn keys_deleted_on_the_source_behind_the_proxies_hold_the_end_until_accepted() {
     );
 }
 
+#[test]
+fn message_items_no_chat_log_lists_are_reported_and_still_served() {
+    let source = Standalone::start();
+    let mut conn = source.connect();
+    let writes: &[&[&str]] = &[
+        &["ZADD", "mybot:msgs:c1", "1", "m1"],
+        &["SET", "mybot:msg:c1:m1", "listed"],
+        &["SET", "mybot:msg:c1:m2", "orphan"],
+        // A chat id with the separator in it: its item reads as chat `a:b`.
+        &["ZADD", "mybot:msgs:a:b", "1", "m3"],
+        &["SET", "mybot:msg:a:b:m3", "listed too"],
+        // A log that moves (on touch) before the walker meets its item.
+        &["ZADD", "mybot:msgs:c2", "1", "m4"],
+        &["SET", "mybot:msg:c2:m4", "listed on the target"],
+    ];
+    for args in writes {
+        let _: redis::Value = redis::cmd(args[0])
+            .arg(&args[1..])
+            .query(&mut conn)
+            .unwrap();
+    }
+    let cluster = Cluster::start(3, 0);
+    let source_url = format!("migration.source=redis://{}", source.addr());
+    let proxy = Proxy::start(&[
+        "--cluster",
+        &cluster.seeds_arg(),
+        "--set",
+        &source_url,
+        "--set",
+        "migration.paused=true",
+        "--set",
+        "layout.file=config/botmesh-cluster-v1.yaml",
+        "--set",
+        "layout.prefixes=[mybot]",
+    ]);
+    let admin = proxy.admin_addr();
+    let mut client = connect(proxy.addr());
+    let listed: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&["mybot:msgs:c2", "0", "-1"])
+        .query(&mut client)
+        .unwrap();
+    assert_eq!(listed, ["m4"]);
+    let (code, body) = post(admin, "/migration/resume");
+    assert_eq!(code, 200, "{body}");
+    common::wait_until("the migration is done", DONE_WITHIN, || {
+        migration(admin)["state"] == "done"
+    });
+    let done = migration(admin);
+    assert_eq!(done["orphan_items"], 1, "{done}");
+    assert_eq!(
+        done["orphan_item_names"],
+        serde_json::json!(["mybot:msg:c1:m2"])
+    );
+    let (_, metrics) = http_get(admin, "/metrics");
+    assert_eq!(
+        sample(&metrics, "slotbridge_migration_orphan_items_total"),
+        Some(1.0)
+    );
+    let text = slotbridge(&["migrate", "status", "--admin", admin]).stdout;
+    let text = String::from_utf8_lossy(&text);
+    assert!(
+        text.contains("orphan message items: 1") && text.contains("mybot:msg:c1:m2"),
+        "{text}"
+    );
+    // Every item, the orphan too, is served under its name.
+    for (key, value) in [
+        ("mybot:msg:c1:m1", "listed"),
+        ("mybot:msg:c1:m2", "orphan"),
+        ("mybot:msg:a:b:m3", "listed too"),
+        ("mybot:msg:c2:m4", "listed on the target"),
+    ] {
+        let got: String = redis::cmd("GET").arg(key).query(&mut client).unwrap();
+        assert_eq!(got, value, "{key}");
+    }
+}
+
 fn wait_source_empty(source: &Standalone) {
     common::wait_until("the source is empty", DONE_WITHIN, || {
         scan_all(&mut source.connect(), "*").is_empty()

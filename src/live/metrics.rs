@@ -34,9 +34,11 @@ pub const MIGRATION_VALUES_CHECKED: &str = "slotbridge_migration_values_checked_
 pub const MIGRATION_VALUES_DIFFER: &str = "slotbridge_migration_values_differ_total";
 /// Whether the end is held by a value that differed, until an operator resumes (0/1).
 pub const MIGRATION_END_HELD: &str = "slotbridge_migration_end_held";
+/// Message items the walker met that their chat's log does not list.
+pub const MIGRATION_ORPHAN_ITEMS: &str = "slotbridge_migration_orphan_items_total";
 
 /// Every migration series' name.
-pub const MIGRATION_NAMES: [&str; 12] = [
+pub const MIGRATION_NAMES: [&str; 13] = [
     MIGRATION_KEYS_MOVED,
     MIGRATION_KEYS_ALREADY_MOVED,
     MIGRATION_KEYS_SCANNED,
@@ -49,6 +51,7 @@ pub const MIGRATION_NAMES: [&str; 12] = [
     MIGRATION_VALUES_CHECKED,
     MIGRATION_VALUES_DIFFER,
     MIGRATION_END_HELD,
+    MIGRATION_ORPHAN_ITEMS,
 ];
 
 /// Appends the migration's series to `out`, in the Prometheus text format.
@@ -95,6 +98,11 @@ pub fn render_migration(status: &Status, out: &mut String) {
             MIGRATION_VALUES_DIFFER,
             "Checked values that differed between the source and the target",
             status.values_differ,
+        ),
+        (
+            MIGRATION_ORPHAN_ITEMS,
+            "Message items the walker met that their chat's log does not list",
+            status.orphan_items,
         ),
     ];
     for (name, help, value) in counters {
@@ -162,6 +170,8 @@ mod tests {
             values_differ: 1,
             end_held: Some("y".into()),
             counts: None,
+            orphan_items: 4,
+            orphan_item_names: Vec::new(),
         }
     }
 
@@ -186,6 +196,7 @@ mod tests {
             "slotbridge_migration_values_checked_total 9\n",
             "slotbridge_migration_values_differ_total 1\n",
             "slotbridge_migration_end_held 1\n",
+            "slotbridge_migration_orphan_items_total 4\n",
             "# TYPE slotbridge_migration_keys_moved_total counter\n",
             "# TYPE slotbridge_migration_state gauge\n",
         ] {

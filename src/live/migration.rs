@@ -20,7 +20,7 @@ use super::mover::{MoveError, MoveSpec};
 use super::sides::{Reach, Side};
 use super::Outcome;
 use crate::config::MigrationConfig;
-use crate::migrate::plan::{kind_of, Kind};
+use crate::migrate::plan::{kind_of, Kind, MessageRules};
 use crate::migrate::source::Endpoint;
 use crate::migrate::RedisUrl;
 use crate::rewrite::{Forward, Layout};
@@ -87,6 +87,8 @@ pub struct Counters {
     pub values_differ: AtomicU64,
     /// Walker moves counted towards the next value check.
     pub(super) check_tick: AtomicU64,
+    /// Message items the walker met that their chat's log does not list (see `orphans`).
+    pub orphan_items: AtomicU64,
 }
 
 /// One live migration, shared by every session of the process.
@@ -96,7 +98,7 @@ pub struct Migration {
     pub(super) target: Arc<Endpoint>,
     /// How many databases `SELECT` offers: how stored names are read (`rewrite::database`).
     databases: u32,
-    layout: Option<Arc<Layout>>,
+    pub(super) layout: Option<Arc<Layout>>,
     pub(super) gone: GoneKeys,
     state: AtomicU8,
     /// The walker's settings (a reload changes them).
@@ -113,6 +115,10 @@ pub struct Migration {
     pub(super) end_held: Mutex<Option<super::verify::Hold>>,
     /// What the end's count check found, once it passed here.
     pub(super) counts: Mutex<Option<String>>,
+    /// The layout's message rules, one per prefix (none without a layout).
+    pub(super) messages: Vec<crate::migrate::plan::MessageRules>,
+    /// The first orphan message items met.
+    pub(super) orphan_names: Mutex<Vec<String>>,
     /// The source's size as last looked at (see `progress`): what every proxy left.
     pub(super) source_left: Mutex<super::progress::SourceLeft>,
     /// The layout markers the walker's end writes on the target (one per prefix), and the
@@ -165,6 +171,11 @@ impl Migration {
                 .map(|prefix| crate::rewrite::marker_key(prefix))
                 .collect()
         });
+        let messages = layout.as_ref().map_or(Vec::new(), |layout| {
+            let prefixes = layout.prefixes().iter();
+            let rules = prefixes.filter_map(|prefix| MessageRules::new(layout, prefix));
+            rules.collect()
+        });
         let layout_name = layout
             .as_ref()
             .and_then(|layout| layout.layout_name())
@@ -186,6 +197,8 @@ impl Migration {
             last_error: Mutex::new(None),
             end_held: Mutex::new(None),
             counts: Mutex::new(None),
+            messages,
+            orphan_names: Mutex::new(Vec::new()),
             source_left: Mutex::default(),
             markers,
             layout_name,

@@ -41,6 +41,7 @@ mod migration;
 mod model;
 pub mod mover;
 pub mod names;
+mod orphans;
 pub mod progress;
 mod sides;
 mod status;

@@ -71,6 +71,13 @@ pub struct Status {
     /// it passed in this proxy.
     #[serde(default)]
     pub counts: Option<String>,
+    /// Message items this proxy's walker met that their chat's log does not list (moved
+    /// all the same, under their own names' target names).
+    #[serde(default)]
+    pub orphan_items: u64,
+    /// The first of them.
+    #[serde(default)]
+    pub orphan_item_names: Vec<String>,
 }
 
 impl Migration {
@@ -112,6 +119,8 @@ impl Migration {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clone(),
+                orphan_items: c.orphan_items.load(Ordering::Relaxed),
+                orphan_item_names: self.orphan_names(),
             },
             self.state(),
         )
@@ -188,7 +197,8 @@ impl Status {
              \"errors\":{},\"last_error\":{},\"passes\":{},\"elapsed_seconds\":{:.3},\
              \"rate\":{:.1},\"eta_seconds\":{},\"max_keys_per_second\":{},\
              \"source_keys_left\":{},\"source_rate\":{:.1},\"values_checked\":{},\
-             \"values_differ\":{},\"end_held\":{},\"counts\":{}}}",
+             \"values_differ\":{},\"end_held\":{},\"counts\":{},\"orphan_items\":{},\
+             \"orphan_item_names\":[{}]}}",
             json_string(&self.state),
             self.paused,
             self.source_keys_at_start,
@@ -217,6 +227,12 @@ impl Status {
             self.counts
                 .as_deref()
                 .map_or_else(|| "null".to_owned(), json_string),
+            self.orphan_items,
+            self.orphan_item_names
+                .iter()
+                .map(|name| json_string(name))
+                .collect::<Vec<_>>()
+                .join(","),
         );
         out
     }
@@ -279,6 +295,20 @@ impl Status {
                 "end held: {why}; `slotbridge migrate resume` accepts it and lets the end come"
             );
         }
+        if self.orphan_items > 0 {
+            let _ = writeln!(
+                out,
+                "orphan message items: {} (no chat log lists them; moved under their own \
+                 names), e.g. {}",
+                self.orphan_items,
+                self.orphan_item_names
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if let Some(counts) = &self.counts {
             let _ = writeln!(out, "counts verified: {counts}");
         }
@@ -316,6 +346,8 @@ mod tests {
             values_differ: 0,
             end_held: None,
             counts: None,
+            orphan_items: 0,
+            orphan_item_names: Vec::new(),
         }
     }
 
@@ -399,10 +431,12 @@ mod tests {
             "values_differ",
             "end_held",
             "counts",
+            "orphan_items",
+            "orphan_item_names",
         ] {
             assert!(object.contains_key(field), "{field} missing in {json}");
         }
-        assert_eq!(object.len(), 20, "{json}");
+        assert_eq!(object.len(), 22, "{json}");
         assert_eq!(value["rate"], 10.0);
         assert_eq!(value["eta_seconds"], 6.0);
         assert_eq!(value["last_error"], "target \"x\"\nrefused");
@@ -431,6 +465,8 @@ mod tests {
         s.values_differ = 1;
         s.end_held = Some("the value of \"k\" differs".into());
         s.counts = Some("3 keys at the start: 3 moved, 0 expired or evicted".into());
+        s.orphan_items = 2;
+        s.orphan_item_names = vec!["p:msg:c:\"m\"".into(), "p:msg:d:n".into()];
         assert_eq!(Status::from_json(&s.to_json()).unwrap(), s);
     }
 

@@ -137,6 +137,9 @@ async fn pass_side(
             .filter(|key| !migration.gone.contains(&source.stored(key)))
             .filter(|key| side != 0 || !reserved(migration, key))
             .collect();
+        if side == 0 {
+            migration.note_orphans(&unmoved).await;
+        }
         let chunks: Vec<Vec<Bytes>> = unmoved.chunks(BATCH).map(<[Bytes]>::to_vec).collect();
         let moves = futures_util::stream::iter(chunks)
             .map(|chunk| migration.move_batch(side, chunk))

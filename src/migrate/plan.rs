@@ -317,6 +317,56 @@ impl MessageRules {
         inner.strip_suffix(self.log_after.as_bytes())
     }
 
+    /// The legacy log key of chat `chat`.
+    pub fn log_key(&self, chat: &[u8]) -> Bytes {
+        let mut out = Vec::with_capacity(self.log_before.len() + chat.len() + self.log_after.len());
+        out.extend_from_slice(self.log_before.as_bytes());
+        out.extend_from_slice(chat);
+        out.extend_from_slice(self.log_after.as_bytes());
+        Bytes::from(out)
+    }
+
+    /// Every way `key` reads as an item name: its (chat, member) pairs, each non-empty. A
+    /// chat id may hold the separator, so a name may read more than one way.
+    pub fn item_parts<'k>(&self, key: &'k [u8]) -> Vec<(&'k [u8], &'k [u8])> {
+        let mut out = Vec::new();
+        self.parts_from(0, key, 0, (None, None), &mut out);
+        out
+    }
+
+    fn parts_from<'k>(
+        &self,
+        piece: usize,
+        key: &'k [u8],
+        at: usize,
+        (chat, member): (Option<&'k [u8]>, Option<&'k [u8]>),
+        out: &mut Vec<(&'k [u8], &'k [u8])>,
+    ) {
+        match self.item.get(piece) {
+            None => {
+                if let (true, Some(chat), Some(member)) = (at == key.len(), chat, member) {
+                    out.push((chat, member));
+                }
+            }
+            Some(Piece::Text(text)) => {
+                if key[at..].starts_with(text.as_bytes()) {
+                    let next = at + text.len();
+                    self.parts_from(piece + 1, key, next, (chat, member), out);
+                }
+            }
+            Some(capture) => {
+                for end in at + 1..=key.len() {
+                    let taken = Some(&key[at..end]);
+                    let parts = match capture {
+                        Piece::Chat => (taken, member),
+                        _ => (chat, taken),
+                    };
+                    self.parts_from(piece + 1, key, end, parts, out);
+                }
+            }
+        }
+    }
+
     /// The legacy item key of `member` in chat `chat`.
     pub fn item_key(&self, chat: &[u8], member: &[u8]) -> Bytes {
         let mut out = Vec::new();
@@ -509,6 +559,14 @@ mod tests {
             false,
             &FamilyFilter::default(),
         ));
+        assert_eq!(rules.log_key(b"a:b").as_ref(), b"mybot:msgs:a:b");
+        let parts = rules.item_parts(b"mybot:msg:a:b:m1");
+        assert_eq!(
+            parts,
+            [(&b"a"[..], &b"b:m1"[..]), (&b"a:b"[..], &b"m1"[..])]
+        );
+        assert!(rules.item_parts(b"mybot:msg:a").is_empty());
+        assert!(rules.item_parts(b"mybot:msgs:a:m").is_empty());
         let item = plan_item(&layout, &log, &rules.item_key(b"c1", b"m1")).expect("belongs");
         assert_eq!(item.to, Bytes::from_static(b"mybot:{m:c1}:i:m1"));
         // A member with `:` names an item of chat `c1:x`, not of `c1`.
