@@ -57,13 +57,15 @@ impl SourceLeft {
     }
 }
 
-/// Looks at the source's size every `LOOK_EVERY` until the migration is done; spawned
+/// Looks at the source's size every `LOOK_EVERY` until the migration is done, and at the
+/// hold on the end (so the status shows another proxy's hold, or its release); spawned
 /// once per process beside the walker. A failed look leaves the last one standing.
 pub async fn watch(migration: Arc<Migration>) {
     while migration.is_active() {
         if let Ok(keys) = migration.source_size().await {
             migration.note_source_left(keys);
         }
+        let _ = migration.end_hold().await;
         tokio::time::sleep(LOOK_EVERY).await;
     }
 }

@@ -215,14 +215,11 @@ async fn read_hold(target: &Endpoint) -> Result<Option<String>, String> {
     }
 }
 
-/// Writes (`Some`) or releases (`None`) the hold on the end on the target.
-async fn set_hold(target: &Endpoint, why: Option<&str>) -> Result<(), String> {
+/// Writes the hold on the end on the target, `why` its reason.
+async fn set_hold(target: &Endpoint, why: &str) -> Result<(), String> {
     let fence = slot_fence(0);
-    let call: Vec<&[u8]> = match why {
-        Some(why) => vec![b"HSET", &fence, HOLD_FIELD, why.as_bytes()],
-        None => vec![b"HDEL", &fence, HOLD_FIELD],
-    };
-    match target.call_key(&fence, &call).await {
+    let call: &[&[u8]] = &[b"HSET", &fence, HOLD_FIELD, why.as_bytes()];
+    match target.call_key(&fence, call).await {
         Ok(Reply::Int(_)) => Ok(()),
         Ok(other) => Err(format!("writing the end's hold: {other:?}")),
         Err(e) => Err(format!("writing the end's hold: {e}")),
@@ -270,7 +267,7 @@ impl Migration {
     pub(super) async fn hold_end(&self, why: String) {
         tracing::error!(reason = %why, "live migration: the end is held until resumed");
         self.note_error(&why);
-        let written = match set_hold(&self.target, Some(&why)).await {
+        let written = match set_hold(&self.target, &why).await {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(error = %e, "live migration: the hold is written again later");
@@ -291,7 +288,7 @@ impl Migration {
         };
         let held = match unwritten {
             Some(why) => {
-                let written = set_hold(&self.target, Some(&why)).await.is_ok();
+                let written = set_hold(&self.target, &why).await.is_ok();
                 Some(Hold { why, written })
             }
             None => on_target.map(|why| Hold { why, written: true }),
