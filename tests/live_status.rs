@@ -58,20 +58,31 @@ fn fill_source_with(source: &Standalone, prefix: &str, count: u64) -> BTreeSet<S
     keys
 }
 
+/// A proxy migrating from `source` to `cluster` with its walker paused by the config, and
+/// `extra` settings.
+fn paused_proxy(cluster: &Cluster, source: &Standalone, extra: &[&str]) -> Proxy {
+    let source_url = format!("migration.source=redis://{}", source.addr());
+    let seeds = cluster.seeds_arg();
+    let mut args = vec![
+        "--cluster",
+        &seeds,
+        "--set",
+        &source_url,
+        "--set",
+        "migration.paused=true",
+    ];
+    for setting in extra {
+        args.extend(["--set", *setting]);
+    }
+    Proxy::start(&args)
+}
+
 #[test]
 fn a_paused_migration_resumed_by_the_admin_call_reports_its_progress_until_done() {
     let source = Standalone::start();
     let keys = fill_source(&source);
     let cluster = shared_cluster();
-    let source_url = format!("migration.source=redis://{}", source.addr());
-    let proxy = Proxy::start(&[
-        "--cluster",
-        &cluster.seeds_arg(),
-        "--set",
-        &source_url,
-        "--set",
-        "migration.paused=true",
-    ]);
+    let proxy = paused_proxy(cluster, &source, &[]);
     let admin = proxy.admin_addr();
 
     // Paused by the config: the walker has measured the source and waits.
@@ -367,15 +378,7 @@ fn keys_deleted_on_the_source_behind_the_proxies_hold_the_end_until_accepted() {
             .ignore();
     }
     pipe.query::<()>(&mut conn).unwrap();
-    let source_url = format!("migration.source=redis://{}", source.addr());
-    let proxy = Proxy::start(&[
-        "--cluster",
-        &cluster.seeds_arg(),
-        "--set",
-        &source_url,
-        "--set",
-        "migration.paused=true",
-    ]);
+    let proxy = paused_proxy(&cluster, &source, &[]);
     let admin = proxy.admin_addr();
     common::wait_until("the walker measured the source", DONE_WITHIN, || {
         migration(admin)["source_keys_at_start"] == 250
@@ -442,19 +445,11 @@ fn message_items_no_chat_log_lists_are_reported_and_still_served() {
             .unwrap();
     }
     let cluster = Cluster::start(3, 0);
-    let source_url = format!("migration.source=redis://{}", source.addr());
-    let proxy = Proxy::start(&[
-        "--cluster",
-        &cluster.seeds_arg(),
-        "--set",
-        &source_url,
-        "--set",
-        "migration.paused=true",
-        "--set",
+    let layout = [
         "layout.file=config/botmesh-cluster-v1.yaml",
-        "--set",
         "layout.prefixes=[mybot]",
-    ]);
+    ];
+    let proxy = paused_proxy(&cluster, &source, &layout);
     let admin = proxy.admin_addr();
     let mut client = connect(proxy.addr());
     let listed: Vec<String> = redis::cmd("ZRANGE")
@@ -547,18 +542,10 @@ fn the_dashboards_migration_panels_show_a_running_migration() {
     assert!(queries.len() >= 8, "{queries:?}");
     let source = Standalone::start();
     fill_source(&source);
-    let source_url = format!("migration.source=redis://{}", source.addr());
     // A cluster of its own: the migration's records (its baseline) stay out of the shared
     // cluster, where another test's migration of the same binary runs to its end.
     let cluster = Cluster::start(3, 0);
-    let proxy = Proxy::start(&[
-        "--cluster",
-        &cluster.seeds_arg(),
-        "--set",
-        &source_url,
-        "--set",
-        "migration.paused=true",
-    ]);
+    let proxy = paused_proxy(&cluster, &source, &[]);
     let prometheus = common::Prometheus::start(&format!(
         "global:\n  scrape_interval: 1s\n\
          scrape_configs:\n  - job_name: slotbridge\n    \
