@@ -43,6 +43,18 @@ fn names(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// `INFO keyspace`'s `keys=` count of each database, as the proxy reports them.
+fn keyspace(con: &mut redis::Connection) -> Vec<(u32, u64)> {
+    let text: String = run(con, redis::cmd("INFO").arg("keyspace"));
+    text.lines()
+        .filter_map(|line| {
+            let (db, fields) = line.strip_prefix("db")?.split_once(':')?;
+            let keys = fields.split(',').next()?.strip_prefix("keys=")?;
+            Some((db.parse().ok()?, keys.parse().ok()?))
+        })
+        .collect()
+}
+
 fn migration(admin: &str) -> Value {
     let (status, body) = http_get(admin, "/migration");
     assert_eq!(status, 200, "GET /migration: {body}");
@@ -124,6 +136,9 @@ fn every_database_of_the_source_moves_to_the_names_select_n_gives_it() {
     assert_eq!(run::<i64>(&mut db2, &mut redis::cmd("DBSIZE")), 3);
     assert_eq!(sorted_keys(&mut db0), names(&["k", "only0"]));
     assert_eq!(run::<i64>(&mut db0, &mut redis::cmd("DBSIZE")), 2);
+    // INFO keyspace counts each database's keys wherever they are (its walk reads each
+    // other database's key's TTL, which moves it).
+    assert_eq!(keyspace(&mut db2), [(0, 2), (2, 3), (5, 1)]);
 
     // The walker moves the rest, database by database, and ends the migration.
     let request = "POST /migration/resume HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n";
@@ -148,6 +163,7 @@ fn every_database_of_the_source_moves_to_the_names_select_n_gives_it() {
     assert_eq!(run::<i64>(&mut db0, &mut redis::cmd("DBSIZE")), 2);
     assert_eq!(sorted_keys(&mut db2), names(&["h", "k", "k2"]));
     assert_eq!(sorted_keys(&mut db5), names(&["k"]));
+    assert_eq!(keyspace(&mut db0), [(0, 2), (2, 3), (5, 1)]);
     let done = migration(proxy.admin_addr());
     let moved =
         done["moved_on_touch"].as_u64().unwrap() + done["moved_by_walker"].as_u64().unwrap();

@@ -10,7 +10,7 @@
 //! `INFO` (and `INFO all`) shows the cluster's one `db0` line; and it is skipped while the
 //! in-use marker says no client has selected another database (see `rewrite::database`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -43,11 +43,21 @@ impl Proxy {
     /// `INFO keyspace` with a line per database (see the module doc).
     pub(super) async fn info_keyspace(self: &Arc<Self>, proto: Proto) -> Bytes {
         let info = self.ask_args(&[b"INFO", b"keyspace"], proto).await;
-        let text = match ReplyView::parse(&info) {
+        let mut text = match ReplyView::parse(&info) {
             Ok(ReplyView::Bulk(text)) => text.to_vec(),
             Ok(ReplyView::Verbatim { text, .. }) => text.to_vec(),
             _ => return info,
         };
+        // With a live migration the masters know only the keys moved so far, and hold the
+        // moves' records (during it and after): the keys are counted as DBSIZE counts them
+        // (the source's too, the records' not).
+        if self.migration.is_some() {
+            let size = self.ask_args(&[b"DBSIZE"], Proto::Resp2).await;
+            match merge::integer(&size) {
+                Some(keys) => text = with_db0_keys(&String::from_utf8_lossy(&text), keys).into(),
+                None => return size,
+            }
+        }
         let databases = self.config.databases;
         let mut counts: BTreeMap<u32, DbCounts> = BTreeMap::new();
         match self.other_databases_in_use().await {
@@ -62,6 +72,9 @@ impl Proxy {
         }
         // Keys of no database (the in-use marker): not in database 0's line, nor shown.
         let mut hidden = 0;
+        // During a live migration the walk may meet a key twice (on the source, then on the
+        // target once its PTTL below moved it): each is counted once.
+        let mut seen: Option<HashSet<Bytes>> = self.active_migration().map(|_| HashSet::new());
         let mut walk = Walk::new(Bytes::from_static(OTHER_DATABASES_PATTERN));
         loop {
             let keys = match walk.page(self).await {
@@ -71,6 +84,7 @@ impl Proxy {
             };
             let keys: Vec<(u32, Bytes)> = keys
                 .into_iter()
+                .filter(|key| seen.as_mut().is_none_or(|seen| seen.insert(key.clone())))
                 .map(|key| (database::split(&key, databases).0, key))
                 .filter(|(db, _)| *db != 0)
                 .filter(|(db, _)| {
@@ -98,6 +112,37 @@ impl Proxy {
         encode::verbatim(&mut out, proto, *b"txt", lines.as_bytes());
         out.freeze()
     }
+}
+
+/// The masters' `# Keyspace` section with `keys` as database 0's count (the expiring keys
+/// no more than that): a line added when the masters had none.
+fn with_db0_keys(cluster: &str, keys: i64) -> String {
+    let mut out = String::new();
+    let mut seen = false;
+    for line in cluster.lines() {
+        match line.strip_prefix("db0:") {
+            Some(fields) => {
+                seen = true;
+                let fields: Vec<String> = fields
+                    .split(',')
+                    .map(|field| match field.split_once('=') {
+                        Some(("keys", _)) => format!("keys={keys}"),
+                        Some(("expires", n)) => {
+                            let n: i64 = n.parse().unwrap_or(0);
+                            format!("expires={}", n.min(keys))
+                        }
+                        _ => field.to_owned(),
+                    })
+                    .collect();
+                out.push_str(&format!("db0:{}\r\n", fields.join(",")));
+            }
+            None => out.push_str(&format!("{line}\r\n")),
+        }
+    }
+    if !seen && keys > 0 {
+        out.push_str(&format!("db0:keys={keys},expires=0,avg_ttl=0\r\n"));
+    }
+    out
 }
 
 /// The `# Keyspace` section: the cluster's `db0` line (from `cluster`, the masters' summed
@@ -172,6 +217,24 @@ mod tests {
             "# Keyspace\r\ndb0:keys=5,expires=1,avg_ttl=700\r\n\
              db3:keys=4,expires=2,avg_ttl=1500\r\ndb12:keys=1,expires=0,avg_ttl=0\r\n"
         );
+    }
+
+    #[test]
+    fn a_migrations_count_stands_for_the_masters_one() {
+        let masters = "# Keyspace\r\ndb0:keys=10,expires=3,avg_ttl=700\r\n";
+        assert_eq!(
+            with_db0_keys(masters, 25),
+            "# Keyspace\r\ndb0:keys=25,expires=3,avg_ttl=700\r\n"
+        );
+        assert_eq!(
+            with_db0_keys(masters, 2),
+            "# Keyspace\r\ndb0:keys=2,expires=2,avg_ttl=700\r\n"
+        );
+        assert_eq!(
+            with_db0_keys("# Keyspace\r\n", 4),
+            "# Keyspace\r\ndb0:keys=4,expires=0,avg_ttl=0\r\n"
+        );
+        assert_eq!(with_db0_keys("# Keyspace\r\n", 0), "# Keyspace\r\n");
     }
 
     #[test]
