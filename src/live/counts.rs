@@ -229,13 +229,14 @@ impl Migration {
     /// The count check of the end (see the module doc): `Ok` with what it found, `Err` with
     /// how many keys are missing and what was found.
     pub(super) async fn check_counts(&self) -> Result<Result<String, (u64, String)>, String> {
-        let Some(baseline) = self.stored_baseline().await.map_err(|e| e.to_string())? else {
-            return Ok(Ok("no baseline was recorded: counts not compared".into()));
-        };
+        // Compacted first: the compaction also drops the baseline.
         let Some(moved) = self.moved_fields().await? else {
             return Ok(Ok(
                 "another proxy's end compacted the fences: counted there".into(),
             ));
+        };
+        let Some(baseline) = self.stored_baseline().await.map_err(|e| e.to_string())? else {
+            return Ok(Ok("no baseline was recorded: counts not compared".into()));
         };
         let gone = self.source_gone().await.map_err(|e| e.to_string())?;
         let accepted = self.accepted_shortfall().await?;

@@ -133,13 +133,18 @@ impl Endpoint {
             crate::protocol::encode::encode_request(&[b"SELECT", db.to_string().as_bytes()]);
         let prelude: crate::backend::Prelude = Arc::new(move || vec![select.clone()]);
         let endpoint = Endpoint::connect_with(seeds, read_timeout, Some(prelude)).await?;
-        // A SELECT the node refused would leave database 0 selected, silently.
+        // A SELECT the node refused would leave database 0 selected, silently. A server
+        // before 6.2 has no CLIENT INFO; there the database was listed by INFO keyspace,
+        // and a single node never refuses to select one it lists.
         let info = endpoint.call_node(0, &[b"CLIENT", b"INFO"]).await?;
-        let selected = info.data().is_some_and(|text| {
-            let wanted = format!("db={db}");
-            text.split(|&b| b == b' ')
-                .any(|field| field == wanted.as_bytes())
-        });
+        let selected = match &info {
+            Reply::Error(e) => e.to_ascii_lowercase().contains("unknown subcommand"),
+            info => info.data().is_some_and(|text| {
+                let wanted = format!("db={db}");
+                text.split(|&b| b == b' ')
+                    .any(|field| field == wanted.as_bytes())
+            }),
+        };
         match selected {
             true => Ok(endpoint),
             false => Err(MigrateError::Redis(format!(
