@@ -59,7 +59,10 @@ impl Migration {
         side: usize,
         keys: Vec<Bytes>,
     ) -> Vec<(Bytes, Result<(), MoveError>)> {
-        let specs: Vec<MoveSpec> = keys.iter().map(|key| self.spec_in(side, key)).collect();
+        let specs: Vec<MoveSpec> = keys
+            .into_iter()
+            .map(|key| self.spec_in(side, key))
+            .collect();
         let side = &self.sides[side];
         let walker = &side.walker;
         let mut machines: Vec<KeyMove> = specs.iter().map(|_| KeyMove::new()).collect();

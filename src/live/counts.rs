@@ -14,7 +14,7 @@
 
 use super::mover::MoveError;
 use super::names::{slot_fence, EVERY_KEY_MOVED};
-use super::verify::HOLD_FIELD;
+use super::verify::{record_field, HOLD_FIELD};
 use super::Migration;
 use crate::migrate::source::Reply;
 use crate::route::SLOT_COUNT;
@@ -111,20 +111,12 @@ impl Migration {
     }
 
     async fn stored_baseline(&self) -> Result<Option<Baseline>, MoveError> {
-        let fence = slot_fence(0);
-        let reply = self
-            .target
-            .call_key(&fence, &[b"HGET", &fence, BASELINE_FIELD])
-            .await
-            .map_err(|e| MoveError::Target(format!("reading the baseline: {e}")))?;
-        match reply {
-            Reply::Nil => Ok(None),
-            Reply::Data(text) => Baseline::decode(&text)
+        let stored = record_field(&self.target, BASELINE_FIELD).await;
+        match stored.map_err(MoveError::Target)? {
+            None => Ok(None),
+            Some(text) => Baseline::decode(&text)
                 .map(Some)
                 .ok_or_else(|| MoveError::Target(format!("a baseline of {text:?}"))),
-            other => Err(MoveError::Target(format!(
-                "HGET of the baseline: {other:?}"
-            ))),
         }
     }
 
@@ -205,7 +197,7 @@ impl Migration {
 
     /// Holds the end for a count check that found `missing` keys unaccounted for: a resume
     /// accepts that many.
-    pub(super) async fn hold_for_counts(&self, missing: u64, why: String) {
+    async fn hold_for_counts(&self, missing: u64, why: String) {
         let fence = slot_fence(0);
         let missing = missing.to_string();
         let set: &[&[u8]] = &[b"HSET", &fence, SHORT_FIELD, missing.as_bytes()];
@@ -217,18 +209,30 @@ impl Migration {
 
     /// How many missing keys operators accepted.
     async fn accepted_shortfall(&self) -> Result<u64, String> {
-        let fence = slot_fence(0);
-        let reply = self
-            .target
-            .call_key(&fence, &[b"HGET", &fence, ACCEPTED_FIELD])
-            .await
-            .map_err(|e| format!("reading the accepted shortfall: {e}"))?;
-        Ok(reply.int().and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
+        let accepted = record_field(&self.target, ACCEPTED_FIELD).await?;
+        let number = accepted.and_then(|n| std::str::from_utf8(&n).ok()?.parse().ok());
+        Ok(number.unwrap_or(0))
     }
 
-    /// The count check of the end (see the module doc): `Ok` with what it found, `Err` with
-    /// how many keys are missing and what was found.
-    pub(super) async fn check_counts(&self) -> Result<Result<String, (u64, String)>, String> {
+    /// The count check of the end (see the module doc): `true` when it holds the end (keys
+    /// are missing), else what it found is kept for the status.
+    pub(super) async fn counts_hold_the_end(&self) -> Result<bool, String> {
+        match self.check_counts().await? {
+            Ok(summary) => {
+                tracing::info!(%summary, "live migration: the counts are verified");
+                *self.counts.lock().unwrap_or_else(|e| e.into_inner()) = Some(summary);
+                Ok(false)
+            }
+            Err((missing, why)) => {
+                self.hold_for_counts(missing, why).await;
+                Ok(true)
+            }
+        }
+    }
+
+    /// What the count check finds: `Ok` with a summary, `Err` with how many keys are
+    /// missing and what was found.
+    async fn check_counts(&self) -> Result<Result<String, (u64, String)>, String> {
         // Compacted first: the compaction also drops the baseline.
         let Some(moved) = self.moved_fields().await? else {
             return Ok(Ok(

@@ -17,7 +17,7 @@ use super::mover::MoveError;
 use super::names::{is_record, RECORD_PREFIX};
 use super::sides::Side;
 use super::Migration;
-use crate::migrate::source::{Endpoint, Reply};
+use crate::migrate::source::Reply;
 use crate::rewrite::glob::glob_match;
 use crate::route::draw::{draw_by_master, Draw};
 
@@ -35,16 +35,6 @@ pub struct SourcePage {
 }
 
 impl Migration {
-    /// The source deployment keys move from (its database 0).
-    pub fn source(&self) -> &Endpoint {
-        &self.sides[0].source
-    }
-
-    /// The target deployment keys move to (the proxy's upstream).
-    pub fn target(&self) -> &Endpoint {
-        &self.target
-    }
-
     /// How many source walks a SCAN cursor's master number counts: every master of every
     /// database of the source (database 0 first, then the others in order; each one's
     /// masters in address order).
@@ -74,7 +64,8 @@ impl Migration {
         Err(MoveError::Source(format!("no source master number {walk}")))
     }
 
-    /// Every source walk's side and node, in [`Migration::source_walk_count`]'s order.
+    /// Every master of every side, as its side and its node (the endpoint's order, not the
+    /// cursor's: for listings that visit every one whatever the order).
     fn source_walks(&self) -> impl Iterator<Item = (&Side, usize)> {
         self.sides
             .iter()

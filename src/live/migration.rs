@@ -340,14 +340,14 @@ impl Migration {
     /// is `k` of database `n` when the source has keys in `n`; any other name is database
     /// 0's own (a name of the form `__db<n>:` there is reserved, as `rewrite::database`
     /// says).
-    pub(super) fn side_of<'k>(&self, key: &'k [u8]) -> (usize, &'k [u8]) {
+    pub(super) fn side_of(&self, key: &Bytes) -> (usize, Bytes) {
         if self.sides.len() > 1 {
             let (db, name) = crate::rewrite::database::split(key, self.databases);
             if let Some(side) = self.sides.iter().position(|side| db > 0 && side.db == db) {
-                return (side, name);
+                return (side, key.slice_ref(name));
             }
         }
-        (0, key)
+        (0, key.clone())
     }
 
     /// The move of stored key `key` (see [`Migration::side_of`]).
@@ -359,12 +359,11 @@ impl Migration {
     /// The move of `name` of side `side`: in database 0, its target name, index entry and
     /// kind by the layout (as the layout stage names it in requests), or the same name
     /// without one; in database `n`, the name `SELECT n` stores it under.
-    pub(super) fn spec_in(&self, side: usize, name: &[u8]) -> MoveSpec {
+    pub(super) fn spec_in(&self, side: usize, key: Bytes) -> MoveSpec {
         let side = &self.sides[side];
-        let key = Bytes::copy_from_slice(name);
         if side.db != 0 {
             return MoveSpec {
-                to: side.stored(name),
+                to: side.stored(&key),
                 ..MoveSpec::same_name(key)
             };
         }
@@ -413,7 +412,7 @@ impl Migration {
             let specs: Vec<MoveSpec> = page
                 .iter()
                 .filter(|name| !super::names::is_record(name))
-                .map(|name| self.spec_in(i, name))
+                .map(|name| self.spec_in(i, name.clone()))
                 .collect();
             let checks = specs.iter().map(|spec| self.foreign_copy(spec));
             for found in futures_util::future::join_all(checks).await {

@@ -49,9 +49,8 @@ mod verify;
 pub mod walker;
 
 pub use claim::{Claim, Finish, KeyMove, Outcome, Phase, Seal, Value};
-pub use counts::{judge, Baseline};
 pub use listing::SourcePage;
 pub use migration::{Counters, Migration, State};
 pub use mover::{MoveError, MoveSpec, Mover};
 pub use status::{Status, STATES};
-pub use verify::{compare, Check, Digest, CHECK_EVERY, HOLD_FIELD};
+pub use verify::Check;

@@ -37,9 +37,13 @@ pub(super) struct Side {
 }
 
 impl Side {
-    /// The stored name (as clients' commands reach the migration) of this side's `name`.
-    pub(super) fn stored(&self, name: &[u8]) -> Bytes {
-        database::in_database(&self.prefix, name)
+    /// The stored name (as clients' commands reach the migration) of this side's `name`:
+    /// database 0's names are their own.
+    pub(super) fn stored(&self, name: &Bytes) -> Bytes {
+        match self.prefix.is_empty() {
+            true => name.clone(),
+            false => database::in_database(&self.prefix, name),
+        }
     }
 }
 

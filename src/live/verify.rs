@@ -203,15 +203,26 @@ impl Mover {
 
 /// The hold on the end, as the target has it: its reason, or `None`.
 async fn read_hold(target: &Endpoint) -> Result<Option<String>, String> {
+    let why = record_field(target, HOLD_FIELD).await?;
+    Ok(why.map(|why| String::from_utf8_lossy(&why).into_owned()))
+}
+
+/// A record field of slot 0's moved-fence on the target (the end's hold, the count
+/// check's baseline and accepted shortfall), `None` when it is not set.
+pub(super) async fn record_field(
+    target: &Endpoint,
+    field: &[u8],
+) -> Result<Option<bytes::Bytes>, String> {
     let fence = slot_fence(0);
+    let what = || String::from_utf8_lossy(field).into_owned();
     let reply = target
-        .call_key(&fence, &[b"HGET", &fence, HOLD_FIELD])
+        .call_key(&fence, &[b"HGET", &fence, field])
         .await
-        .map_err(|e| format!("reading the end's hold: {e}"))?;
+        .map_err(|e| format!("reading {}: {e}", what()))?;
     match reply {
         Reply::Nil => Ok(None),
-        Reply::Data(why) => Ok(Some(String::from_utf8_lossy(&why).into_owned())),
-        other => Err(format!("HGET of the end's hold answered {other:?}")),
+        Reply::Data(value) => Ok(Some(value)),
+        other => Err(format!("HGET of {} answered {other:?}", what())),
     }
 }
 

@@ -163,7 +163,7 @@ async fn pass_side(
 /// Whether database 0's `key` has a name reserved for another database of the source
 /// (`__db<n>:...`, see `sides`): moved, it would land on that database's key of the same
 /// name. It stays on the source, and the migration cannot end, until an operator renames it.
-fn reserved(migration: &Migration, key: &[u8]) -> bool {
+fn reserved(migration: &Migration, key: &Bytes) -> bool {
     let (side, _) = migration.side_of(key);
     if side != 0 {
         migration.note_error(&format!(
@@ -184,15 +184,8 @@ async fn finish(migration: &Migration, sample: &VecDeque<Bytes>) -> Result<bool,
     if migration.end_hold().await?.is_some() {
         return Ok(false);
     }
-    match migration.check_counts().await? {
-        Ok(summary) => {
-            tracing::info!(%summary, "live migration: the counts are verified");
-            *migration.counts.lock().unwrap_or_else(|e| e.into_inner()) = Some(summary);
-        }
-        Err((missing, why)) => {
-            migration.hold_for_counts(missing, why).await;
-            return Ok(false);
-        }
+    if migration.counts_hold_the_end().await? {
+        return Ok(false);
     }
     migration.set_state(State::Verifying);
     let ended = async {
