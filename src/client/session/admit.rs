@@ -352,7 +352,7 @@ impl Session<'_> {
         };
         match proxy.route(command, request, proto, user, routing) {
             Route::Direct(direct, renamed) => {
-                self.client.guard.ran(direct.command);
+                self.client.guard.ran(usize::from(direct.command));
                 if direct.writes {
                     tx.transaction.note_write_slot(direct.slot);
                 }
