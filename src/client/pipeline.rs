@@ -162,7 +162,7 @@ impl Pipeline {
         direct: Direct,
         request: Bytes,
         proto: Proto,
-        started: Instant,
+        started: Micros,
     ) {
         let seq = self.next_seq();
         self.staging.stage(&direct.conn, &request, seq);
@@ -172,7 +172,7 @@ impl Pipeline {
             proxy,
             direct,
             request,
-            started: Micros::of(started),
+            started,
             proto,
             read_start,
         }));
@@ -386,16 +386,18 @@ impl Clock {
 /// A request answered within 71 minutes of its start is timed right; none waits that long
 /// in a batch (a master that does not answer fails its connection's requests long before).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Micros(u32);
+pub struct Micros(u32);
 
 impl Micros {
-    fn of(at: Instant) -> Self {
+    pub fn of(at: Instant) -> Self {
         static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
         // A second before the first moment taken: a start read just before it (on another
         // thread, or converted after a later reading) still counts from the epoch.
         let epoch = *EPOCH.get_or_init(|| at.checked_sub(Duration::from_secs(1)).unwrap_or(at));
-        // Truncated on purpose: the difference of two readings wraps as they do.
-        Micros(at.saturating_duration_since(epoch).as_micros() as u32)
+        let since = at.saturating_duration_since(epoch);
+        // Wrapping on purpose: the difference of two readings wraps as they do.
+        let seconds = (since.as_secs() as u32).wrapping_mul(1_000_000);
+        Micros(seconds.wrapping_add(since.subsec_micros()))
     }
 
     /// The time from this moment to `later`.
@@ -493,6 +495,12 @@ mod tests {
         assert!(
             elapsed.abs_diff(Duration::from_millis(3)) <= Duration::from_micros(1),
             "{elapsed:?}"
+        );
+        // Two moments across the wrap of the microseconds (2^32 of them, 71.6 minutes).
+        let later = now + Duration::from_secs(4_294) + Duration::from_micros(7);
+        assert_eq!(
+            Micros::of(now).until(Micros::of(later)),
+            Duration::from_secs(4_294) + Duration::from_micros(7)
         );
         let again = clock.instant_of(Micros::of(started));
         assert!(again.max(started) - again.min(started) <= Duration::from_micros(1));
