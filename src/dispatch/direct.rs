@@ -22,8 +22,10 @@ use super::{is_final, layout, Plan, Proxy, Staged, Target};
 /// loaded upkeep script in one slot; and whose reply names no key the layout would show
 /// under another name.
 pub struct Direct {
-    /// The command's index in the command table (for its metrics).
-    pub command: usize,
+    /// The command's index in the command table (for its metrics). Narrow, as every field
+    /// here: a request in flight keeps its `Direct` in the client's pipeline slot, which
+    /// fits one cache line (see `client::pipeline`).
+    pub command: u16,
     /// The slot of its keys.
     pub slot: u16,
     /// Whether the command writes (the client's next WAIT goes to this slot's master).
@@ -137,6 +139,10 @@ impl Proxy {
         routing: &Routing,
     ) -> Result<(Direct, Option<Bytes>), Option<Box<Staged>>> {
         let args = &request.args;
+        // A command past the 65,536th (no table has that many) takes the planned path.
+        let Ok(index) = u16::try_from(command) else {
+            return Err(None);
+        };
         let batchable = self.forwardable.get(command);
         if batchable == Batchable::No {
             return Err(None);
@@ -171,7 +177,7 @@ impl Proxy {
             }
         }
         let direct = Direct {
-            command,
+            command: index,
             slot,
             writes: spec.is_write(),
             kind,
@@ -208,7 +214,7 @@ impl Proxy {
             _ => {}
         }
         self.command_metrics
-            .record(Some(direct.command), &reply, started);
+            .record(Some(usize::from(direct.command)), &reply, started);
         reply
     }
 }

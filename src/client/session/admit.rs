@@ -29,7 +29,7 @@ use crate::reply;
 
 use super::super::flow::Gate;
 use super::super::local;
-use super::super::pipeline::Running;
+use super::super::pipeline::{Micros, Running};
 use super::super::pubsub;
 use super::super::step::Step;
 use super::super::transaction::Transaction;
@@ -352,13 +352,13 @@ impl Session<'_> {
         };
         match proxy.route(command, request, proto, user, routing) {
             Route::Direct(direct, renamed) => {
-                self.client.guard.ran(direct.command);
+                self.client.guard.ran(usize::from(direct.command));
                 if direct.writes {
                     tx.transaction.note_write_slot(direct.slot);
                 }
                 let started = *conn
                     .pass_started
-                    .get_or_insert_with(std::time::Instant::now);
+                    .get_or_insert_with(|| Micros::of(std::time::Instant::now()));
                 let frame = renamed.unwrap_or_else(|| std::mem::take(&mut request.raw));
                 order
                     .in_flight

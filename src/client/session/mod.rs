@@ -47,7 +47,7 @@ use crate::topology::Routing;
 use super::flow::{ClientFlow, Gate};
 use super::limits::{ClientLimits, SoftWatch};
 use super::local::{ConnState, ReplyMode};
-use super::pipeline::Pipeline;
+use super::pipeline::{Micros, Pipeline};
 use super::pubsub::PubSub;
 use super::registry::{ClientGuard, Registry, Subscriptions};
 use super::stream::{ClientReader, ClientStream, ClientWriter};
@@ -158,9 +158,10 @@ struct Conn {
     last_active: Instant,
     /// When others are next shown the client's activity (see `ACTIVITY_GRAIN`).
     show_activity_at: Instant,
-    /// The start time the direct requests of the current pass share (one clock read for
-    /// all): the read's, after a read; taken when first needed otherwise.
-    pass_started: Option<std::time::Instant>,
+    /// The start time the direct requests of the current pass share (one clock read, and
+    /// one conversion, for all): the read's, after a read; taken when first needed
+    /// otherwise.
+    pass_started: Option<Micros>,
 }
 
 /// What the client owes, against its budget and the process's (see `flow`), whether it

@@ -9,6 +9,7 @@ use crate::protocol::FoldedName;
 use crate::reply;
 
 use super::super::local;
+use super::super::pipeline::Micros;
 use super::super::pubsub::Relay;
 use super::super::registry::Signal;
 use super::super::transaction::splice_local_answers;
@@ -171,7 +172,7 @@ impl Session<'_> {
         self.take_mail();
         let conn = &mut self.conn;
         conn.active(self.client.guard);
-        conn.pass_started = Some(conn.last_active.into_std());
+        conn.pass_started = Some(Micros::of(conn.last_active.into_std()));
         conn.input_resizer.note(&conn.input);
         ControlFlow::Continue(())
     }
