@@ -242,11 +242,7 @@ impl Pipeline {
     pub fn write_ready(&mut self, out: &mut BytesMut) {
         while let Some(Slot::Ready(reply)) = self.slots.front() {
             let muted = self.rare.as_mut().is_some_and(|rare| {
-                let muted = rare.muted.front() == Some(&self.first_seq);
-                if muted {
-                    rare.muted.pop_front();
-                }
-                muted
+                rare.muted.front() == Some(&self.first_seq) && rare.muted.pop_front().is_some()
             });
             if !muted {
                 out.extend_from_slice(reply);
