@@ -15,7 +15,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::time::Instant;
 
-use super::super::flow::Gate;
+use super::super::flow::{Gate, SharedBudget};
 use super::super::pipeline::Pipeline;
 use super::super::pubsub::{PubSub, Relay};
 use super::super::registry::{ClientGuard, Registry, Signal, Signals};
@@ -65,7 +65,7 @@ pub(super) enum Woken {
     Deadline,
 }
 
-impl Session<'_> {
+impl<'a> Session<'a> {
     /// After the admit step: brings the client's budget up to date, gives back memory,
     /// and tells whether and how the connection ends now.
     pub(super) fn settle(&mut self) -> Result<Turn, Close> {
@@ -166,7 +166,17 @@ impl Session<'_> {
 
     /// Waits for the next event of the client, its replies, subscriptions, signals and
     /// timers.
-    pub(super) async fn wait(&mut self, turn: &Turn, mut signals: Pin<&mut Signals<'_>>) -> Woken {
+    ///
+    /// Not an async fn: the session's task holds this future while the client waits, and
+    /// a closure over the places it polls (a pointer each) takes one cache line, where an
+    /// async fn's frame, its locals beside its closure, took more than four. Each turn
+    /// writes it and each wake-up reads it, in a task a thousand other clients' requests
+    /// have pushed out of the cache since.
+    pub(super) fn wait<'w, 's>(
+        &'w mut self,
+        turn: Turn,
+        mut signals: Pin<&'w mut Signals<'s>>,
+    ) -> impl Future<Output = Woken> + use<'w, 'a, 's> {
         let Session {
             client,
             conn,
@@ -182,40 +192,45 @@ impl Session<'_> {
             subscribed,
             close_deadline,
             ..
-        } = *turn;
-        let (in_flight, output) = (&mut order.in_flight, &conn.output);
-        let write_held = waits_for_its_read(in_flight, output);
+        } = turn;
+        let in_flight = &mut order.in_flight;
+        let write_held = waits_for_its_read(in_flight, &conn.output);
+        let backpressure = conn.output.len() >= OUTPUT_BACKPRESSURE;
         // Messages wait in the subscription's bounded buffer while the client is slow,
         // so `pubsub.max_buffer_bytes` is what limits a subscriber that does not read.
-        let relaying = subs.pubsub.is_used() && !end.closing && output.len() < OUTPUT_BACKPRESSURE;
+        let relaying = subs.pubsub.is_used() && !end.closing && !backpressure;
         // The rarely used sources are futures made only when they are used, the others
         // are polled in place: a `select!` over all of them, which built every branch's
         // future on each turn, cost 3 % of an unpipelined request's instructions.
         let listening = subscribed || relaying;
-        let open = !end.closing && output.len() < OUTPUT_BACKPRESSURE;
+        let open = !end.closing && !backpressure;
         let mut monitor = ident.state.monitor.as_deref_mut().filter(|_| open);
         let pubsub = &mut subs.pubsub;
-        // Boxed, as the timer below: about 450 bytes that only subscribers use. A subscriber
+        // Boxed, as the two below: about 450 bytes that only subscribers use. A subscriber
         // pays an allocation per turn, beside the write each relayed message costs.
         let mut pubsub_event =
             listening.then(|| Box::pin(pubsub_event(pubsub, subscribed, relaying)));
         let paused_until = order.paused_until;
         let timed = paused_until.is_some() || close_deadline.is_some();
+        // A paused or closing client's timer: about 500 bytes, a tokio `Sleep` among them.
         let registry = client.registry;
-        // Boxed: a paused or closing client's timer would otherwise take its size (about
-        // 500 bytes, a tokio `Sleep` among them) in every session's future, between the
-        // locals each turn reads; only those clients allocate it.
         let mut timer = timed.then(|| Box::pin(timer(registry, paused_until, close_deadline)));
-        // Made before the budget is looked at, so a release after the look wakes it.
+        // Only a client waiting for the process budget waits for its release.
         let budget = flow.budget.shared();
-        let mut freed = pin!((flow.gate == Gate::Shared).then(|| budget.freed()));
-        let (reader, writer, input) = (&mut conn.reader, &mut conn.writer, &mut conn.input);
-        poll_fn(|cx| {
+        let mut freed = (flow.gate == Gate::Shared).then(|| Box::pin(budget_freed(budget)));
+        poll_fn(move |cx| {
             // In this order: replies first, so they leave before more requests are
             // read; input last but for the signals and timers.
             if !in_flight.is_empty() && in_flight.poll_progress(cx).is_ready() {
                 return Poll::Ready(Woken::Progress);
             }
+            let Conn {
+                reader,
+                writer,
+                input,
+                output,
+                ..
+            } = &mut *conn;
             if !output.is_empty() && !write_held {
                 if let Poll::Ready(written) = Pin::new(&mut *writer).poll_write(cx, output) {
                     return Poll::Ready(Woken::Wrote(written));
@@ -237,16 +252,13 @@ impl Session<'_> {
             if let Poll::Ready(signal) = signals.as_mut().poll(cx) {
                 return Poll::Ready(Woken::Signal(signal));
             }
-            if let Some(freed) = freed.as_mut().as_pin_mut() {
-                if freed.poll(cx).is_ready() || budget.has_room() {
-                    return Poll::Ready(Woken::BudgetFreed);
-                }
+            if let Some(Poll::Ready(woken)) = freed.as_mut().map(|freed| freed.as_mut().poll(cx)) {
+                return Poll::Ready(woken);
             }
             timer
                 .as_mut()
                 .map_or(Poll::Pending, |timer| timer.as_mut().poll(cx))
         })
-        .await
     }
 }
 
@@ -299,6 +311,20 @@ async fn timer(
         () = wait_pause(registry, paused_until), if paused_until.is_some() => Woken::PauseChanged,
         () = sleep_until(deadline), if deadline.is_some() => Woken::Deadline,
     }
+}
+
+/// Returns when the process budget has room for a client waiting on it: at a release, or
+/// at once when it has room already.
+async fn budget_freed(budget: &SharedBudget) -> Woken {
+    // Made before the budget is looked at, so a release after the look wakes it.
+    let mut freed = pin!(budget.freed());
+    poll_fn(
+        |cx| match freed.as_mut().poll(cx).is_ready() || budget.has_room() {
+            true => Poll::Ready(Woken::BudgetFreed),
+            false => Poll::Pending,
+        },
+    )
+    .await
 }
 
 /// Whether the replies in `output` wait for the rest of their read, a round trip away, to

@@ -13,12 +13,17 @@ use super::super::pipeline::Micros;
 use super::super::pubsub::Relay;
 use super::super::registry::Signal;
 use super::super::transaction::splice_local_answers;
-use super::wait::{waits_for_its_read, wrote, Turn, Woken};
+use super::wait::{waits_for_its_read, wrote, Woken};
 use super::{Session, DRAIN_GRACE};
 
 impl Session<'_> {
-    /// Handles what ended the wait; `Break` when the connection closes now.
-    pub(super) fn on_woken(&mut self, woken: Woken, turn: &Turn) -> ControlFlow<()> {
+    /// Handles what ended the wait (`idle_deadline`: the idle timeout's, if the wait
+    /// looked at it); `Break` when the connection closes now.
+    pub(super) fn on_woken(
+        &mut self,
+        woken: Woken,
+        idle_deadline: Option<Instant>,
+    ) -> ControlFlow<()> {
         let conn = &mut self.conn;
         let guard = self.client.guard;
         match woken {
@@ -65,10 +70,7 @@ impl Session<'_> {
             Woken::PauseChanged => self.order.paused_until = None,
             // The top of the loop tells which deadline passed.
             Woken::Deadline => {
-                if turn
-                    .idle_deadline
-                    .is_some_and(|deadline| Instant::now() >= deadline)
-                {
+                if idle_deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                     tracing::debug!(client = %conn.peer, "closing idle client");
                     return ControlFlow::Break(());
                 }
