@@ -81,7 +81,7 @@ impl InFlight {
     }
 
     /// Removes the oldest `count` entries (fewer if fewer are queued) into `out`.
-    pub(super) fn pop_into(&self, count: usize, out: &mut Vec<Pending>) {
+    pub(super) fn pop_into(&self, count: usize, out: &mut VecDeque<Pending>) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let take = count.min(state.pending.len());
         out.extend(state.pending.drain(..take));

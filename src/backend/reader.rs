@@ -114,13 +114,12 @@ async fn read_loop(
     let mut scanner = ReplyScanner::new(opts.limits);
     let mut watchdog = opts.read_timeout.map(Watchdog::new);
     let mut frames: Vec<Bytes> = Vec::new();
-    let mut popped: Vec<Pending> = Vec::new();
     let mut buf_resizer = Resizer::new(READ_CHUNK);
     loop {
         if let Err(error) = take_frames(&mut scanner, &mut buf, &mut frames, addr) {
             return format!("unreadable reply: {error}");
         }
-        if let Err(reason) = deliver(&mut frames, owners, &mut popped, in_flight, addr) {
+        if let Err(reason) = deliver(&mut frames, owners, in_flight, addr) {
             return reason.to_string();
         }
         buf_resizer.shrink_if_idle(&mut buf);
@@ -170,22 +169,23 @@ fn take_frames(
 }
 
 /// Hands `frames`, in order, to the requests that own them: the entries of `owners`, then
-/// of `in_flight` (through `popped`). A batch takes as many as it has requests; entries
-/// left over (or a batch whose frames straddle reads) wait in `owners` for the next read.
-/// `Err` when a reply has no request.
+/// of `in_flight`, moved straight into `owners`. A batch takes as many as it has requests;
+/// entries left over (or a batch whose frames straddle reads) wait in `owners` for the next
+/// read. `Err` when a reply has no request.
+// Not through a vector in between: an entry is most of two cache lines, and at a thousand
+// clients a vector of hundreds of them is out of the cache by the next read; the extra move
+// cost about 3.5 last-level cache misses per request (cachegrind, GET at 1,000 clients).
 #[inline(always)]
 fn deliver(
     frames: &mut Vec<Bytes>,
     owners: &mut VecDeque<Pending>,
-    popped: &mut Vec<Pending>,
     in_flight: &InFlight,
     addr: &NodeAddr,
 ) -> Result<(), &'static str> {
     let mut ready = frames.drain(..);
     while ready.len() > 0 {
         if owners.is_empty() {
-            in_flight.pop_into(ready.len(), popped);
-            owners.extend(popped.drain(..));
+            in_flight.pop_into(ready.len(), owners);
             if owners.is_empty() {
                 return Err("reply without a request");
             }
