@@ -13,6 +13,7 @@ mod fifo;
 mod handshake;
 mod outbox;
 mod reader;
+mod seqs;
 mod sink;
 mod stream;
 

@@ -13,8 +13,8 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
-use smallvec::SmallVec;
 
+use super::seqs::Seqs;
 use super::{BackendError, NodeConn};
 
 /// One reply for one request of a batch.
@@ -142,7 +142,7 @@ pub struct BatchBuilder {
     /// The only request so far, kept as is so a batch of one copies nothing.
     single: Option<Bytes>,
     joined: BytesMut,
-    seqs: SmallVec<[u64; 8]>,
+    seqs: Seqs,
 }
 
 impl BatchBuilder {
@@ -174,7 +174,6 @@ impl BatchBuilder {
             replies: BatchReplies {
                 sink,
                 seqs: self.seqs,
-                answered: 0,
             },
         }
     }
@@ -226,8 +225,7 @@ impl Batch {
             requests,
             replies: BatchReplies {
                 sink,
-                seqs: SmallVec::from_slice(seqs),
-                answered: 0,
+                seqs: Seqs::of(seqs),
             },
         }
     }
@@ -236,9 +234,8 @@ impl Batch {
 /// The replies a batch still owes, in request order.
 pub(super) struct BatchReplies {
     sink: Arc<ReplySink>,
-    seqs: SmallVec<[u64; 8]>,
-    /// How many of `seqs` were answered already.
-    answered: usize,
+    /// Those of the requests not answered yet.
+    seqs: Seqs,
 }
 
 impl BatchReplies {
@@ -247,39 +244,39 @@ impl BatchReplies {
         self.sink.is_closed()
     }
 
-    /// How many requests the batch carries.
+    /// How many requests the batch carries (before any is answered).
     pub(super) fn len(&self) -> usize {
         self.seqs.len()
     }
 
     /// Whether every request got its delivery.
     pub(super) fn is_done(&self) -> bool {
-        self.answered == self.seqs.len()
+        self.seqs.is_empty()
     }
 
     /// Hands as many of `frames` (front first) as this batch still expects to the sink.
     pub(super) fn deliver_from(&mut self, frames: &mut impl Iterator<Item = Bytes>) {
-        let seqs = &self.seqs[self.answered..];
-        let mut taken = 0;
-        self.sink
-            .deliver(seqs.iter().zip(frames).map(|(&seq, frame)| {
-                taken += 1;
-                Delivery {
-                    seq,
-                    reply: Ok(frame),
-                }
-            }));
-        self.answered += taken;
+        let seqs = &mut self.seqs;
+        self.sink.deliver(std::iter::from_fn(|| {
+            // A frame is taken only for a request that expects one.
+            if seqs.is_empty() {
+                return None;
+            }
+            let reply = Ok(frames.next()?);
+            seqs.pop_front().map(|seq| Delivery { seq, reply })
+        }));
     }
 
     /// Answers every request not answered yet with `error`.
     pub(super) fn fail(&mut self, error: &BackendError) {
-        let seqs = &self.seqs[self.answered..];
-        self.sink.deliver(seqs.iter().map(|&seq| Delivery {
-            seq,
-            reply: Err(error.clone()),
+        let seqs = &mut self.seqs;
+        self.sink.deliver(std::iter::from_fn(|| {
+            let seq = seqs.pop_front()?;
+            Some(Delivery {
+                seq,
+                reply: Err(error.clone()),
+            })
         }));
-        self.answered = self.seqs.len();
     }
 }
 
