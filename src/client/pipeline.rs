@@ -258,6 +258,26 @@ impl Pipeline {
         }
     }
 
+    /// The reply next in order, taken for a write of its own when it is the only one ready
+    /// and not muted: at one request per client read, nearly every reply. Written from
+    /// where it was read, it is not copied into the client's output buffer first.
+    pub fn take_lone_ready(&mut self) -> Option<Bytes> {
+        let muted = |rare: &Rare| rare.muted.front() == Some(&self.first_seq);
+        if self.ready != 1 || self.rare.as_deref().is_some_and(muted) {
+            return None;
+        }
+        if !matches!(self.slots.front(), Some(Slot::Ready(_))) {
+            return None;
+        }
+        let Some(Slot::Ready(reply)) = self.slots.pop_front() else {
+            return None;
+        };
+        self.ready = 0;
+        self.ready_bytes = 0;
+        self.first_seq += 1;
+        Some(reply)
+    }
+
     /// The reply of request `seq`, once it is in and not yet written.
     pub fn ready_reply_mut(&mut self, seq: u64) -> Option<&mut Bytes> {
         match self.slot(seq)? {
