@@ -165,6 +165,55 @@ fn a_client_that_does_not_read_is_disconnected_at_the_hard_output_limit() {
     }
 }
 
+/// The one reply of a read is written as it came from the master; a client whose socket
+/// takes it in parts (a small receive window, reading slowly) still gets it whole and in
+/// order with the replies after it, and stays connected under the limit.
+#[test]
+fn a_reply_the_socket_takes_in_parts_arrives_whole_and_in_order() {
+    const VALUE: usize = 2 * 1024 * 1024;
+    let proxy = proxy_with(&format!(
+        "client_output_buffer_limit_bytes: {}\n",
+        2 * VALUE
+    ));
+    let mut setup = Raw::connect(proxy.addr());
+    let value: String = (0..VALUE)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    assert_eq!(setup.call(&["SET", "limits:parts", &value]), "+OK\r\n");
+    let mut slow = connect_with_small_receive_buffer(proxy.addr());
+    let mut expected = Vec::new();
+    for round in 0..3 {
+        slow.write_all(b"*2\r\n$3\r\nGET\r\n$12\r\nlimits:parts\r\n")
+            .unwrap();
+        expected.extend_from_slice(format!("${VALUE}\r\n{value}\r\n").as_bytes());
+        // Alone in its read, so its reply is the only one due when it comes.
+        std::thread::sleep(Duration::from_millis(100));
+        let echo = format!("after-{round}");
+        let request = format!("*2\r\n$4\r\nECHO\r\n${}\r\n{echo}\r\n", echo.len());
+        slow.write_all(request.as_bytes()).unwrap();
+        expected.extend_from_slice(format!("${}\r\n{echo}\r\n", echo.len()).as_bytes());
+    }
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut received = vec![0u8; expected.len()];
+    let mut at = 0;
+    while at < received.len() {
+        // Slowly, so the proxy's writes meet a full socket.
+        let end = (at + 16 * 1024).min(received.len());
+        slow.read_exact(&mut received[at..end])
+            .expect("every reply arrives, the client connected");
+        at = end;
+        if at % (256 * 1024) == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    assert!(
+        received == expected,
+        "the replies differ in content or order"
+    );
+    assert_eq!(disconnects(&proxy), 0.0);
+}
+
 /// Redis's soft limit: replies unread over `bytes` for `seconds` close the client, not before.
 #[test]
 fn a_client_over_the_soft_output_limit_for_its_seconds_is_disconnected() {
