@@ -33,30 +33,41 @@ impl Seqs {
     }
 
     /// Adds `seq` after the others.
+    #[inline]
     pub(super) fn push(&mut self, seq: u64) {
+        if let Seqs::Near { first, mask } = self {
+            if *mask == 0 {
+                (*first, *mask) = (seq, 1);
+                return;
+            }
+            // No bit at or above the offset: `seq` is above every number so far.
+            match seq.checked_sub(*first) {
+                Some(offset) if offset < 64 && *mask >> offset == 0 => {
+                    *mask |= 1 << offset;
+                    return;
+                }
+                _ => {}
+            }
+        }
+        self.push_listed(seq);
+    }
+
+    /// `push` of a number too far from the first, or not above the others (rare: a retried
+    /// request, a batch of many reads).
+    #[cold]
+    fn push_listed(&mut self, seq: u64) {
         match self {
-            Seqs::Near { mask: 0, .. } => {
-                *self = Seqs::Near {
-                    first: seq,
-                    mask: 1,
-                }
-            }
-            Seqs::Near { first, mask } => {
-                let highest = *first + u64::from(63 - mask.leading_zeros());
-                match seq.checked_sub(*first) {
-                    Some(offset) if offset < 64 && seq > highest => *mask |= 1 << offset,
-                    _ => {
-                        let mut seqs = self.to_vec();
-                        seqs.push(seq);
-                        *self = Seqs::Listed { seqs, next: 0 };
-                    }
-                }
-            }
             Seqs::Listed { seqs, .. } => seqs.push(seq),
+            Seqs::Near { .. } => {
+                let mut seqs = self.to_vec();
+                seqs.push(seq);
+                *self = Seqs::Listed { seqs, next: 0 };
+            }
         }
     }
 
     /// Takes the first number left.
+    #[inline]
     pub(super) fn pop_front(&mut self) -> Option<u64> {
         match self {
             Seqs::Near { mask: 0, .. } => None,
@@ -82,8 +93,13 @@ impl Seqs {
         }
     }
 
+    /// Whether none is left (without `len`'s bit count: a call per request and per reply).
+    #[inline]
     pub(super) fn is_empty(&self) -> bool {
-        self.len() == 0
+        match self {
+            Seqs::Near { mask, .. } => *mask == 0,
+            Seqs::Listed { seqs, next } => *next >= seqs.len(),
+        }
     }
 
     /// The numbers left, in order.
