@@ -39,6 +39,10 @@ BASELINE = sys.argv[sys.argv.index("--baseline") + 1] if "--baseline" in sys.arg
 # to check that a series runs, never for figures).
 if "--proxy" in sys.argv:
     PROXY = os.path.abspath(sys.argv[sys.argv.index("--proxy") + 1])
+# `--keep DIR`: the profilers' output files (callgrind and cachegrind, of `--instructions` and
+# `--cache`) are copied into DIR before the run's temporary directory goes, for a comparison
+# function by function (`callgrind_annotate`, `cg_annotate`).
+KEEP = sys.argv[sys.argv.index("--keep") + 1] if "--keep" in sys.argv else None
 # `--requests N`: every run sends N requests (a quick check of a series, not a measurement).
 if "--requests" in sys.argv:
     N_P1 = N_P16 = int(sys.argv[sys.argv.index("--requests") + 1])
@@ -97,6 +101,11 @@ class Processes:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if KEEP:
+            os.makedirs(KEEP, exist_ok=True)
+            for name in os.listdir(self.dir):
+                if name.startswith(("callgrind-", "cachegrind-")) and not name.endswith(".log"):
+                    shutil.copy2(os.path.join(self.dir, name), KEEP)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

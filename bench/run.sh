@@ -3,6 +3,7 @@
 #
 #   bench/run.sh [--quick] [--reps N] [--syscalls] [--instructions] [--predixy PATH]
 #                [--baseline PATH] [--fleet [--clients N,N...]] [--cache] [--tls] [--cross-slot]
+#                [--keep DIR]
 #
 # Builds the release proxy, starts a 3-master cluster on free loopback ports, and runs
 # redis-benchmark interleaved against (a) the cluster directly (--cluster), (b) the proxy,
@@ -38,7 +39,8 @@
 # emulated cross-slot reads (SUNION, SINTER, ZUNION WITHSCORES, PFCOUNT of two keys on two
 # masters) against the same commands on two keys of one slot, same data, at -c 50 and -c 1;
 # with `--instructions`, the proxy's instructions per request of each (and with `--baseline`,
-# the earlier build's).
+# the earlier build's). `--keep DIR` copies the callgrind and cachegrind output files of
+# `--instructions` and `--cache` into DIR, for a comparison function by function.
 # Loopback only; every run is bounded by its request count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
