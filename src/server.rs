@@ -376,10 +376,10 @@ async fn drain(live: &Live, registry: &Registry) {
 
 /// Tells a client over `maxclients` why, then closes, as Redis does.
 async fn refuse(stream: ClientStream) {
-    let (_, mut writer) = stream.into_split();
+    let mut io = stream.into_io();
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
-        let _ = writer.write_all(crate::reply::text::MAX_CLIENTS).await;
-        let _ = writer.shutdown().await;
+        let _ = io.write_all(crate::reply::text::MAX_CLIENTS).await;
+        let _ = io.shutdown().await;
     })
     .await;
 }

@@ -50,7 +50,7 @@ use super::local::{ConnState, ReplyMode};
 use super::pipeline::{Micros, Pipeline};
 use super::pubsub::PubSub;
 use super::registry::{ClientGuard, Registry, Subscriptions};
-use super::stream::{ClientReader, ClientStream, ClientWriter};
+use super::stream::{ClientIo, ClientStream};
 use super::transaction::{LocalCommands, Transaction};
 
 /// How much one read takes from a client's socket (into the worker's scratch buffer).
@@ -141,12 +141,11 @@ struct Client<'a> {
     blocked: Arc<BlockedOn>,
 }
 
-/// The connection: its two halves, the buffers either side of the decoder, and when the
+/// The connection: the socket (see `ClientIo`), the buffers either side of the decoder, and when the
 /// client was last active.
 struct Conn {
     peer: SocketAddr,
-    reader: ClientReader,
-    writer: ClientWriter,
+    io: ClientIo,
     decoder: RequestDecoder,
     input: BytesMut,
     output: BytesMut,
@@ -242,14 +241,13 @@ impl<'a> Session<'a> {
             registry, guard, ..
         } = client;
         let config = &snapshot.config;
-        let (reader, writer) = stream.into_split();
+        let io = stream.into_io();
         let draining = registry.is_draining();
         Session {
             client,
             conn: Conn {
                 peer,
-                reader,
-                writer,
+                io,
                 decoder: RequestDecoder::new(config.limits.protocol()),
                 // Taken when the client first sends (see `Session::wait`).
                 input: BytesMut::new(),

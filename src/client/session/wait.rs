@@ -19,7 +19,7 @@ use super::super::flow::{Gate, SharedBudget};
 use super::super::pipeline::Pipeline;
 use super::super::pubsub::{PubSub, Relay};
 use super::super::registry::{ClientGuard, Registry, Signal, Signals};
-use super::super::stream::{ClientReader, ClientWriter};
+use super::super::stream::ClientIo;
 use super::{
     Conn, Session, ACTIVITY_GRAIN, CLOSE_LINGER, HELD_INPUT, HELD_OUTPUT, OUTPUT_BACKPRESSURE,
     READ_BUFFER,
@@ -155,11 +155,11 @@ impl<'a> Session<'a> {
         let conn = &mut self.conn;
         match close {
             Close::Shutdown => {
-                let _ = conn.writer.shutdown().await;
+                let _ = conn.io.shutdown().await;
             }
             // Boxed: its discard buffer would otherwise be part of every connected
             // client's session, most of which never get here before their peer closes.
-            Close::Linger => Box::pin(linger_close(&mut conn.reader, &mut conn.writer)).await,
+            Close::Linger => Box::pin(linger_close(&mut conn.io)).await,
             Close::Now => {}
         }
     }
@@ -225,14 +225,10 @@ impl<'a> Session<'a> {
                 return Poll::Ready(Woken::Progress);
             }
             let Conn {
-                reader,
-                writer,
-                input,
-                output,
-                ..
+                io, input, output, ..
             } = &mut *conn;
             if !output.is_empty() && !write_held {
-                if let Poll::Ready(written) = Pin::new(&mut *writer).poll_write(cx, output) {
+                if let Poll::Ready(written) = Pin::new(&mut *io).poll_write(cx, output) {
                     return Poll::Ready(Woken::Wrote(written));
                 }
             }
@@ -245,7 +241,7 @@ impl<'a> Session<'a> {
                 return Poll::Ready(Woken::Monitor(lines));
             }
             if can_read {
-                if let Poll::Ready(read) = poll_read_input(reader, input, cx) {
+                if let Poll::Ready(read) = poll_read_input(io, input, cx) {
                     return Poll::Ready(Woken::Read(read));
                 }
             }
@@ -273,7 +269,7 @@ thread_local! {
 /// buffer does the same). That is most of what a thousand clients at one request each held,
 /// and a large request costs one copy more than a read into `input` would.
 fn poll_read_input(
-    reader: &mut ClientReader,
+    io: &mut ClientIo,
     input: &mut BytesMut,
     cx: &mut Context<'_>,
 ) -> Poll<std::io::Result<usize>> {
@@ -282,7 +278,7 @@ fn poll_read_input(
             scratch.resize(READ_BUFFER, 0);
         }
         let mut buf = ReadBuf::new(scratch);
-        ready!(Pin::new(reader).poll_read(cx, &mut buf))?;
+        ready!(Pin::new(io).poll_read(cx, &mut buf))?;
         input.extend_from_slice(buf.filled());
         Poll::Ready(Ok(buf.filled().len()))
     })
@@ -381,11 +377,11 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 /// Half-closes the connection after the last reply, then discards input for a moment,
 /// so unread client bytes do not turn the close into a reset.
-async fn linger_close(reader: &mut ClientReader, writer: &mut ClientWriter) {
-    let _ = writer.shutdown().await;
+async fn linger_close(io: &mut ClientIo) {
+    let _ = io.shutdown().await;
     let mut sink = [0u8; 4096];
     let _ = tokio::time::timeout(CLOSE_LINGER, async {
-        while let Ok(n) = reader.read(&mut sink).await {
+        while let Ok(n) = io.read(&mut sink).await {
             if n == 0 {
                 break;
             }

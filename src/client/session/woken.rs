@@ -116,7 +116,7 @@ impl Session<'_> {
         // Written at once while the socket takes it: one turn of this loop less per
         // reply than waiting for the write branch of the wait.
         if !conn.output.is_empty() && !waits_for_its_read(in_flight, &conn.output) {
-            match conn.writer.try_write(&conn.output) {
+            match conn.io.try_write(&conn.output) {
                 Ok(n) if n > 0 => wrote(n, conn, client.guard),
                 Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
                 _ => return ControlFlow::Break(()),
@@ -198,7 +198,7 @@ fn write_lone(reply: &Bytes, conn: &mut Conn, guard: &ClientGuard) -> ControlFlo
     if reply.is_empty() {
         return ControlFlow::Continue(());
     }
-    let written = match conn.writer.try_write(reply) {
+    let written = match conn.io.try_write(reply) {
         Ok(n) if n > 0 => n,
         Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => 0,
         _ => return ControlFlow::Break(()),
