@@ -41,12 +41,10 @@ impl Seqs {
                 return;
             }
             // No bit at or above the offset: `seq` is above every number so far.
-            match seq.checked_sub(*first) {
-                Some(offset) if offset < 64 && *mask >> offset == 0 => {
-                    *mask |= 1 << offset;
-                    return;
-                }
-                _ => {}
+            let offset = seq.checked_sub(*first);
+            if let Some(offset) = offset.filter(|&offset| offset < 64 && *mask >> offset == 0) {
+                *mask |= 1 << offset;
+                return;
             }
         }
         self.push_listed(seq);

@@ -141,8 +141,8 @@ struct Client<'a> {
     blocked: Arc<BlockedOn>,
 }
 
-/// The connection: the socket (see `ClientIo`), the buffers either side of the decoder, and when the
-/// client was last active.
+/// The connection: the socket (see `ClientIo`), the buffers either side of the decoder,
+/// and when the client was last active.
 struct Conn {
     peer: SocketAddr,
     io: ClientIo,

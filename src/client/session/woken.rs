@@ -13,6 +13,7 @@ use super::super::local;
 use super::super::pipeline::Micros;
 use super::super::pubsub::Relay;
 use super::super::registry::{ClientGuard, Signal};
+use super::super::stream::ClientIo;
 use super::super::transaction::splice_local_answers;
 use super::wait::{waits_for_its_read, wrote, Woken};
 use super::{Conn, Session, DRAIN_GRACE};
@@ -116,10 +117,9 @@ impl Session<'_> {
         // Written at once while the socket takes it: one turn of this loop less per
         // reply than waiting for the write branch of the wait.
         if !conn.output.is_empty() && !waits_for_its_read(in_flight, &conn.output) {
-            match conn.io.try_write(&conn.output) {
-                Ok(n) if n > 0 => wrote(n, conn, client.guard),
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
-                _ => return ControlFlow::Break(()),
+            let written = try_send(&mut conn.io, &conn.output)?;
+            if written > 0 {
+                wrote(written, conn, client.guard);
             }
         }
         ControlFlow::Continue(())
@@ -198,11 +198,7 @@ fn write_lone(reply: &Bytes, conn: &mut Conn, guard: &ClientGuard) -> ControlFlo
     if reply.is_empty() {
         return ControlFlow::Continue(());
     }
-    let written = match conn.io.try_write(reply) {
-        Ok(n) if n > 0 => n,
-        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => 0,
-        _ => return ControlFlow::Break(()),
-    };
+    let written = try_send(&mut conn.io, reply)?;
     if written > 0 {
         conn.counted.sent(written);
         conn.active(guard);
@@ -212,4 +208,14 @@ fn write_lone(reply: &Bytes, conn: &mut Conn, guard: &ClientGuard) -> ControlFlo
         conn.output_resizer.note(&conn.output);
     }
     ControlFlow::Continue(())
+}
+
+/// What the socket takes of `buf` now, 0 when it takes nothing; `Break` when the connection
+/// failed.
+fn try_send(io: &mut ClientIo, buf: &[u8]) -> ControlFlow<(), usize> {
+    match io.try_write(buf) {
+        Ok(n) if n > 0 => ControlFlow::Continue(n),
+        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => ControlFlow::Continue(0),
+        _ => ControlFlow::Break(()),
+    }
 }
