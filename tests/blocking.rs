@@ -30,11 +30,9 @@ fn connections_running(node: &str, command: &str) -> usize {
 fn blpop_with_timeout_returns_null_after_the_timeout() {
     let mut con = proxy().connect();
     let started = Instant::now();
-    let value: redis::Value = redis::cmd("BLPOP")
-        .arg("block1:{empty}")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    let value: redis::Value =
+        common::query_timed_block(&mut con, redis::cmd("BLPOP").arg("block1:{empty}").arg(1))
+            .unwrap();
     let elapsed = started.elapsed();
     assert_eq!(value, redis::Value::Nil);
     assert!(

@@ -301,11 +301,9 @@ fn a_master_that_stops_answering_fails_its_requests_after_the_read_timeout() {
     }
     // Blocking commands wait on their own connection, which has no read timeout.
     let started = Instant::now();
-    let popped: Option<(String, String)> = redis::cmd("BLPOP")
-        .arg("{stall}:empty")
-        .arg(1)
-        .query(&mut con)
-        .expect("BLPOP times out as in Redis");
+    let popped: Option<(String, String)> =
+        common::query_timed_block(&mut con, redis::cmd("BLPOP").arg("{stall}:empty").arg(1))
+            .expect("BLPOP times out as in Redis");
     assert_eq!(popped, None);
     assert!(started.elapsed() >= Duration::from_secs(1));
 

@@ -45,7 +45,7 @@ pub use http::{http_get, http_raw};
 pub use layout::{
     layout_of, parse_cluster_nodes, ClusterLayout, NodeLine, Role, SlotRange, SLOT_COUNT,
 };
-pub use node::{connect, query, redis_client, scan_all, scan_with, try_connect};
+pub use node::{connect, query, query_timed_block, redis_client, scan_all, scan_with, try_connect};
 pub use ports::{free_cluster_port, free_port};
 pub use process::new_dir;
 pub use process::require_tool;

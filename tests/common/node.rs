@@ -43,6 +43,21 @@ pub fn connect(addr: &str) -> redis::Connection {
     try_connect(addr, IO_TIMEOUT).unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"))
 }
 
+/// Runs a blocking command that carries its own timeout (`BLPOP key 1`) on `con` with the
+/// socket's read timeout off, so the command's timeout bounds the wait. A read with a socket
+/// timeout fails with EINTR when the test process is stopped and resumed (signal(7)), as a
+/// host pausing the machine does; one without is resumed by the kernel. Long waits are where
+/// such a stop lands.
+pub fn query_timed_block<T: redis::FromRedisValue>(
+    con: &mut redis::Connection,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    con.set_read_timeout(None)?;
+    let result = cmd.query(con);
+    con.set_read_timeout(Some(IO_TIMEOUT))?;
+    result
+}
+
 /// Runs `cmd` on `addr` over a fresh blocking connection.
 pub fn query<T: redis::FromRedisValue>(addr: &str, cmd: &redis::Cmd) -> Result<T, String> {
     let mut con = try_connect(addr, IO_TIMEOUT).map_err(|e| format!("connect {addr}: {e}"))?;

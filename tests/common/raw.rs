@@ -3,7 +3,8 @@
 //! what Redis itself sends.
 //!
 //! Invariants: a read waits at most [`READ_TIMEOUT`] for more bytes (a hung proxy fails the test
-//! instead of hanging it); `call` returns exactly one complete reply, never part of one.
+//! instead of hanging it); `call` returns exactly one complete reply, never part of one; a
+//! read interrupted by a stop of the test process is read again (see [`read_some`]).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -72,7 +73,7 @@ impl Raw {
             if reply_complete(&reply) {
                 return String::from_utf8_lossy(&reply).into_owned();
             }
-            let n = self.stream.read(&mut buf).expect("read a reply");
+            let n = read_some(&mut self.stream, &mut buf).expect("read a reply");
             assert!(
                 n > 0,
                 "connection closed; got {:?}",
@@ -96,7 +97,7 @@ impl Raw {
     pub fn reply_within(&mut self, within: Duration) -> Option<String> {
         self.stream.set_read_timeout(Some(within)).unwrap();
         let mut first = [0u8; 1];
-        let got = match self.stream.read(&mut first) {
+        let got = match read_some(&mut self.stream, &mut first) {
             Ok(0) => panic!("the connection was closed"),
             Ok(_) => true,
             Err(_) => false,
@@ -108,7 +109,7 @@ impl Raw {
         let mut reply = vec![first[0]];
         let mut buf = [0u8; 4096];
         while !reply_complete(&reply) {
-            let n = self.stream.read(&mut buf).expect("the rest of the reply");
+            let n = read_some(&mut self.stream, &mut buf).expect("the rest of the reply");
             assert!(n > 0, "the connection was closed mid-reply");
             reply.extend_from_slice(&buf[..n]);
         }
@@ -139,9 +140,7 @@ impl Raw {
             if replies.len() >= count {
                 return replies.into_iter().take(count).collect();
             }
-            let n = self
-                .stream
-                .read(&mut buf)
+            let n = read_some(&mut self.stream, &mut buf)
                 .unwrap_or_else(|e| panic!("reading reply {} of {count}: {e}", replies.len() + 1));
             assert!(
                 n > 0,
@@ -208,6 +207,18 @@ pub fn split_replies(data: &[u8]) -> Vec<Vec<u8>> {
     replies
 }
 
+/// One `read`, again while it fails with `Interrupted`. A socket with a read timeout fails
+/// a waiting read with EINTR when the process is stopped and resumed (signal(7)), which a
+/// host pausing the test machine does; that is no answer from the peer.
+pub fn read_some(stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            result => return result,
+        }
+    }
+}
+
 /// Reads from `stream` until `count` replies are complete, skipping RESP3 push messages
 /// (`>`); bytes after them stay in `pending` for the next call. `Err` says what went wrong:
 /// the peer closed, or no byte came for [`READ_TIMEOUT`].
@@ -234,7 +245,7 @@ pub fn read_replies(
         if replies.len() == count {
             return Ok(replies);
         }
-        match stream.read(&mut buf) {
+        match read_some(stream, &mut buf) {
             Ok(0) => return Err(format!("closed after {} of {count} replies", replies.len())),
             Ok(n) => pending.extend_from_slice(&buf[..n]),
             Err(e) => return Err(format!("{e} after {} of {count} replies", replies.len())),
@@ -251,7 +262,7 @@ pub fn read_until_close(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, 
     let mut out = Vec::new();
     let mut buf = [0u8; 64 * 1024];
     loop {
-        match stream.read(&mut buf) {
+        match read_some(stream, &mut buf) {
             Ok(0) => return (out, true),
             Ok(n) => out.extend_from_slice(&buf[..n]),
             Err(e)

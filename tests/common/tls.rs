@@ -218,6 +218,8 @@ impl TlsClient {
                     ))
                 }
                 Ok(n) => reply.extend_from_slice(&chunk[..n]),
+                // A stop of the test process, not an answer (see `raw::read_some`).
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(format!("read: {e}")),
             }
         }
@@ -244,6 +246,7 @@ impl TlsClient {
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Err("closed before every reply".to_string()),
                 Ok(n) => data.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(format!("read: {e}")),
             }
         }
