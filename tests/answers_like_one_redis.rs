@@ -718,11 +718,10 @@ fn client_kill_and_list_arguments_match_redis() {
 
 /// Reads until the peer closes the connection; fails if it stays open for `limit`.
 fn closed_within(raw: &mut common::Raw, limit: Duration, what: &str) {
-    use std::io::Read;
     raw.stream.set_read_timeout(Some(limit)).unwrap();
     let mut buf = [0u8; 256];
     loop {
-        match raw.stream.read(&mut buf) {
+        match common::read_some(&mut raw.stream, &mut buf) {
             Ok(0) => return,
             Ok(_) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
@@ -1172,7 +1171,7 @@ fn every_command_with_few_arguments_gets_a_reply() {
 /// Sends each of `names` (`a|b` as two words) bare and with `args`, after `first`, on its
 /// own connection, and checks RESET and PING are answered after them.
 fn sweep(addr: &str, names: &[String], first: Option<&str>, args: [&str; 2]) {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let workers: Vec<_> = names
         .chunks(names.len().div_ceil(6))
         .map(|chunk| {
@@ -1199,7 +1198,7 @@ fn sweep(addr: &str, names: &[String], first: Option<&str>, args: [&str; 2]) {
                     let mut seen = Vec::new();
                     let mut buf = [0u8; 65536];
                     while !seen.ends_with(b"+RESET\r\n+PONG\r\n") {
-                        match stream.read(&mut buf) {
+                        match common::read_some(&mut stream, &mut buf) {
                             Ok(0) => panic!(
                                 "{name} {args:?}: connection closed after {:?}",
                                 String::from_utf8_lossy(&seen)

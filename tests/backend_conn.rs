@@ -432,12 +432,12 @@ async fn the_request_that_fills_the_outbox_is_written_by_its_caller() {
     let ping_len = ping.len();
     let (received, arrivals) = std::sync::mpsc::channel::<usize>();
     let fake = std::thread::spawn(move || {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let (mut stream, _) = listener.accept().expect("accept");
         let mut buf = vec![0u8; 64 * 1024];
         let mut total = 0;
         while total < (FULL + 1) * ping_len {
-            let n = stream.read(&mut buf).expect("fake read");
+            let n = common::read_some(&mut stream, &mut buf).expect("fake read");
             assert!(n > 0, "closed early");
             total += n;
             if total == ping_len {

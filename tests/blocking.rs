@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -30,9 +30,11 @@ fn connections_running(node: &str, command: &str) -> usize {
 fn blpop_with_timeout_returns_null_after_the_timeout() {
     let mut con = proxy().connect();
     let started = Instant::now();
-    let value: redis::Value =
-        common::query_timed_block(&mut con, redis::cmd("BLPOP").arg("block1:{empty}").arg(1))
-            .unwrap();
+    let value: redis::Value = redis::cmd("BLPOP")
+        .arg("block1:{empty}")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
     let elapsed = started.elapsed();
     assert_eq!(value, redis::Value::Nil);
     assert!(
@@ -152,7 +154,7 @@ fn blocking_keys_in_different_slots_are_refused() {
         .set_read_timeout(Some(Duration::from_secs(3)))
         .unwrap();
     let mut buf = [0u8; 512];
-    let n = stream.read(&mut buf).unwrap();
+    let n = common::read_some(&mut stream, &mut buf).unwrap();
     let reply = String::from_utf8_lossy(&buf[..n]);
     assert!(
         reply.starts_with("-CROSSSLOT Keys in request don't hash to the same slot"),

@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,7 @@ impl Conn {
             self.stream
                 .set_read_timeout(Some(left.max(Duration::from_millis(1))))
                 .unwrap();
-            match self.stream.read(&mut buf) {
+            match common::read_some(&mut self.stream, &mut buf) {
                 Ok(0) => panic!("the proxy closed the connection"),
                 Ok(n) => self.pending.extend_from_slice(&buf[..n]),
                 Err(_) => return None,

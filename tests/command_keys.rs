@@ -52,7 +52,7 @@ impl Conn {
                 return self.buf.drain(..used).collect();
             }
             let mut chunk = [0u8; 65536];
-            let n = self.stream.read(&mut chunk).expect("read");
+            let n = common::read_some(&mut self.stream, &mut chunk).expect("read");
             assert!(n > 0, "server closed the connection");
             self.buf.extend_from_slice(&chunk[..n]);
         }

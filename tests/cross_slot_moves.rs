@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -81,7 +81,7 @@ impl Conn {
                 return Bytes::from(frame);
             }
             let mut chunk = [0u8; 65536];
-            let n = self.stream.read(&mut chunk).expect("read a reply");
+            let n = common::read_some(&mut self.stream, &mut chunk).expect("read a reply");
             assert!(n > 0, "the server closed the connection");
             self.buf.extend_from_slice(&chunk[..n]);
         }

@@ -6,7 +6,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -205,7 +205,7 @@ fn read_for(stream: &mut TcpStream, window: Duration) -> Vec<u8> {
     let mut out = Vec::new();
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
-        match stream.read(&mut buf) {
+        match common::read_some(stream, &mut buf) {
             Ok(0) => break,
             Ok(n) => out.extend_from_slice(&buf[..n]),
             Err(_) => {}

@@ -238,7 +238,7 @@ fn raw_session(addr: &str, proto: &str) -> RawSession {
 
 impl RawSession {
     fn call(&mut self, args: &[String]) -> Vec<u8> {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let mut out = format!("*{}\r\n", args.len()).into_bytes();
         for arg in args {
             out.extend(format!("${}\r\n{arg}\r\n", arg.len()).bytes());
@@ -249,7 +249,7 @@ impl RawSession {
                 return self.buffer.drain(..len).collect();
             }
             let mut chunk = [0u8; 4096];
-            let n = self.stream.read(&mut chunk).unwrap();
+            let n = common::read_some(&mut self.stream, &mut chunk).unwrap();
             assert!(n > 0, "connection closed");
             self.buffer.extend_from_slice(&chunk[..n]);
         }

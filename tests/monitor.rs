@@ -87,7 +87,7 @@ impl Lines {
                 return String::from_utf8(line).expect("a monitor line is ASCII");
             }
             let mut chunk = [0u8; 4096];
-            let n = self.stream.read(&mut chunk).expect("read a monitor line");
+            let n = common::read_some(&mut self.stream, &mut chunk).expect("read a monitor line");
             assert!(n > 0, "monitor closed; got {:?}", self.buffered);
             self.buffered.extend_from_slice(&chunk[..n]);
         }
@@ -280,7 +280,7 @@ fn a_monitor_that_does_not_read_is_dropped_and_never_slows_the_others() {
         .unwrap();
     let mut sink = vec![0u8; 1 << 20];
     let closed = loop {
-        match stalled.read(&mut sink) {
+        match common::read_some(&mut stalled, &mut sink) {
             Ok(0) => break true,
             Ok(_) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,

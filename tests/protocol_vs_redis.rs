@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ fn exchange(addr: &str, input: &[u8], expected_len: Option<usize>, quiet: Durati
         if expected_len.is_some_and(|len| reply.len() >= len) {
             return reply;
         }
-        match stream.read(&mut chunk) {
+        match common::read_some(&mut stream, &mut chunk) {
             Ok(0) => return reply,
             Ok(read) => reply.extend_from_slice(&chunk[..read]),
             Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {

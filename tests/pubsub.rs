@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ impl Raw {
         let mut out = Vec::new();
         let mut buf = [0u8; 65536];
         loop {
-            match self.stream.read(&mut buf) {
+            match common::read_some(&mut self.stream, &mut buf) {
                 Ok(0) => return out,
                 Ok(n) => out.extend_from_slice(&buf[..n]),
                 Err(_) if out.len() >= expected || Instant::now() >= deadline => return out,
@@ -635,7 +635,7 @@ fn slow_subscriber_is_disconnected_and_others_are_not() {
     let mut drained = 0usize;
     let mut buf = vec![0u8; 1 << 16];
     let closed = loop {
-        match slow.stream.read(&mut buf) {
+        match common::read_some(&mut slow.stream, &mut buf) {
             Ok(0) => break true,
             Ok(n) => drained += n,
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,

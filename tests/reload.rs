@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -303,7 +303,7 @@ fn read_until_seen(stream: &mut TcpStream, needle: &str) -> String {
             "no {needle:?} in {:?}",
             String::from_utf8_lossy(&out)
         );
-        if let Ok(n) = stream.read(&mut buf) {
+        if let Ok(n) = common::read_some(stream, &mut buf) {
             out.extend_from_slice(&buf[..n]);
         }
     }

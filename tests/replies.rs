@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -110,7 +110,7 @@ impl Conn {
             if let Some(len) = frame_len(&self.pending) {
                 return self.pending.drain(..len).collect();
             }
-            match self.stream.read(&mut buf) {
+            match common::read_some(&mut self.stream, &mut buf) {
                 Ok(0) => panic!("closed with {} bytes of a reply", self.pending.len()),
                 Ok(n) => self.pending.extend_from_slice(&buf[..n]),
                 Err(e) => panic!("no whole reply ({} bytes so far): {e}", self.pending.len()),
@@ -124,7 +124,7 @@ impl Conn {
         let mut out = std::mem::take(&mut self.pending);
         let mut buf = vec![0u8; 64 * 1024];
         loop {
-            match self.stream.read(&mut buf) {
+            match common::read_some(&mut self.stream, &mut buf) {
                 Ok(0) => break,
                 Ok(n) => out.extend_from_slice(&buf[..n]),
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,

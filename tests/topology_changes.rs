@@ -301,9 +301,11 @@ fn a_master_that_stops_answering_fails_its_requests_after_the_read_timeout() {
     }
     // Blocking commands wait on their own connection, which has no read timeout.
     let started = Instant::now();
-    let popped: Option<(String, String)> =
-        common::query_timed_block(&mut con, redis::cmd("BLPOP").arg("{stall}:empty").arg(1))
-            .expect("BLPOP times out as in Redis");
+    let popped: Option<(String, String)> = redis::cmd("BLPOP")
+        .arg("{stall}:empty")
+        .arg(1)
+        .query(&mut con)
+        .expect("BLPOP times out as in Redis");
     assert_eq!(popped, None);
     assert!(started.elapsed() >= Duration::from_secs(1));
 
@@ -488,12 +490,11 @@ fn encode(args: &[String]) -> Vec<u8> {
 
 /// Reads what arrives on `stream` within `wait` (nothing: an empty vector).
 fn read_within(stream: &mut std::net::TcpStream, wait: Duration) -> Vec<u8> {
-    use std::io::Read;
     stream
         .set_read_timeout(Some(wait))
         .expect("set a read timeout");
     let mut buf = vec![0u8; 4096];
-    match stream.read(&mut buf) {
+    match common::read_some(stream, &mut buf) {
         Ok(n) => buf[..n].to_vec(),
         Err(e)
             if matches!(

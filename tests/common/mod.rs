@@ -45,15 +45,15 @@ pub use http::{http_get, http_raw};
 pub use layout::{
     layout_of, parse_cluster_nodes, ClusterLayout, NodeLine, Role, SlotRange, SLOT_COUNT,
 };
-pub use node::{connect, query, query_timed_block, redis_client, scan_all, scan_with, try_connect};
+pub use node::{connect, interrupted, query, redis_client, scan_all, scan_with, try_connect};
 pub use ports::{free_cluster_port, free_port};
 pub use process::new_dir;
 pub use process::require_tool;
 pub use prometheus::{repo_path, require_prometheus_tool, url_encode, Prometheus};
 pub use proxy::Proxy;
 pub use raw::{
-    exchange, exchange_on, read_replies, read_until_close, replay_on_both, reply_complete,
-    resp_lines, split_replies, transcript, Raw,
+    exchange, exchange_on, read_replies, read_some, read_until_close, replay_on_both,
+    reply_complete, resp_lines, split_replies, transcript, Raw,
 };
 pub use sentinel::{data_connect, GroupOptions, Sentinel, SentinelGroup};
 pub use standalone::Standalone;

@@ -21,7 +21,7 @@ const START_ATTEMPTS: usize = 5;
 /// Cluster node timeout unless a test asks for another: small, so failure detection and
 /// failover take seconds.
 pub const CLUSTER_NODE_TIMEOUT_MS: u64 = 2000;
-/// Read/write timeout of the harness's own connections.
+/// Connect and write timeout of the harness's own connections.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A `redis::Client` for `addr` ("127.0.0.1:port").
@@ -30,32 +30,28 @@ pub fn redis_client(addr: &str) -> redis::Client {
         .unwrap_or_else(|e| panic!("bad redis address {addr}: {e}"))
 }
 
-/// A blocking connection to `addr` whose reads and writes time out instead of hanging.
+/// A blocking connection to `addr` whose connect and writes time out instead of hanging.
+/// Its reads have no timeout: a read with a socket timeout fails with EINTR when the test
+/// process is stopped and resumed (signal(7)), as a host pausing the machine does, where
+/// one without is resumed by the kernel. A hung read ends the test binary at its hang
+/// limit (see `process`).
 pub fn try_connect(addr: &str, timeout: Duration) -> redis::RedisResult<redis::Connection> {
     let con = redis_client(addr).get_connection_with_timeout(timeout)?;
-    con.set_read_timeout(Some(IO_TIMEOUT))?;
     con.set_write_timeout(Some(IO_TIMEOUT))?;
     Ok(con)
+}
+
+/// Whether `error` is a read or write of this process interrupted by a stop and resume of
+/// the process (EINTR on a socket with a timeout, see [`try_connect`]): nothing the peer did.
+pub fn interrupted(error: &redis::RedisError) -> bool {
+    std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
 }
 
 /// Like [`try_connect`], panicking with the address on failure.
 pub fn connect(addr: &str) -> redis::Connection {
     try_connect(addr, IO_TIMEOUT).unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"))
-}
-
-/// Runs a blocking command that carries its own timeout (`BLPOP key 1`) on `con` with the
-/// socket's read timeout off, so the command's timeout bounds the wait. A read with a socket
-/// timeout fails with EINTR when the test process is stopped and resumed (signal(7)), as a
-/// host pausing the machine does; one without is resumed by the kernel. Long waits are where
-/// such a stop lands.
-pub fn query_timed_block<T: redis::FromRedisValue>(
-    con: &mut redis::Connection,
-    cmd: &redis::Cmd,
-) -> redis::RedisResult<T> {
-    con.set_read_timeout(None)?;
-    let result = cmd.query(con);
-    con.set_read_timeout(Some(IO_TIMEOUT))?;
-    result
 }
 
 /// Runs `cmd` on `addr` over a fresh blocking connection.

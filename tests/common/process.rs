@@ -5,7 +5,9 @@
 //! A `ManagedProcess` is killed (SIGKILL) and reaped on drop, also while unwinding from a panic.
 //! Statics are never dropped, so a watchdog shell started with the run directory waits for the
 //! test process to disappear (normal exit, panic, or SIGKILL) and then kills every pid still
-//! listed and removes the run directory.
+//! listed and removes the run directory. A test binary that runs past [`HANG_LIMIT`] has a
+//! test that hangs: it exits with a message saying so (see `node::try_connect`, whose reads
+//! have no timeout).
 
 use std::fs;
 use std::io;
@@ -26,6 +28,10 @@ for f in "$2"/*/proc.pid; do
 done
 rm -rf "$2"
 "#;
+
+/// How long one test binary may run before it is taken to hang (the longest takes about two
+/// minutes).
+const HANG_LIMIT: Duration = Duration::from_secs(20 * 60);
 
 /// Panics unless `tool` is on PATH, naming the Debian packages that provide it.
 pub fn require_tool(tool: &str) {
@@ -65,8 +71,21 @@ pub fn run_dir() -> &'static Path {
         fs::create_dir_all(&dir)
             .unwrap_or_else(|e| panic!("cannot create test directory {}: {e}", dir.display()));
         start_watchdog(&dir);
+        start_hang_limit();
         dir
     })
+}
+
+fn start_hang_limit() {
+    std::thread::spawn(|| {
+        std::thread::sleep(HANG_LIMIT);
+        eprintln!(
+            "this test binary has run for {} minutes: a test hangs (a read waiting for a reply \
+             that never comes?)",
+            HANG_LIMIT.as_secs() / 60
+        );
+        std::process::exit(101);
+    });
 }
 
 fn start_watchdog(dir: &Path) {

@@ -303,6 +303,12 @@ impl ClientLog {
         }
         match result {
             Ok(value) => Outcome::Reply(value),
+            // The test process was stopped and resumed while it waited (the read timeout
+            // makes that EINTR): not the proxy's error. The outcome is unknown, as after any
+            // failure, and the late reply would put the stream out of step.
+            Err(e) if crate::common::interrupted(&e) => Outcome::Failed {
+                keep_connection: false,
+            },
             Err(e) => {
                 self.error(key, op, started, ended, &e);
                 // After anything but an error reply the stream may be out of step.
