@@ -5,9 +5,10 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
-use common::{connect, query, shared_cluster, Cluster, Proxy, Role, Standalone, SLOT_COUNT};
+use common::{connect, query, shared_cluster, Cluster, Proxy, Raw, Role, Standalone, SLOT_COUNT};
 
 fn set(addr: &str, key: &str, value: &str) {
     let mut con = connect(addr);
@@ -166,6 +167,52 @@ fn standalone_is_not_a_cluster_and_restarts_empty() {
         None,
         "nothing is persisted"
     );
+}
+
+/// Stops this whole test process `after` from now, for `pause`, from a shell of its own.
+fn stop_this_process(after: Duration, pause: Duration) -> Child {
+    let script = format!(
+        "sleep {}; kill -STOP {pid}; sleep {}; kill -CONT {pid}",
+        after.as_secs_f64(),
+        pause.as_secs_f64(),
+        pid = std::process::id()
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .spawn()
+        .expect("start `sh`")
+}
+
+/// A host that pauses the machine stops and resumes the test process; a read waiting on a
+/// socket with a timeout then fails with EINTR. Neither a harness connection nor a raw one
+/// may take that for an answer: each waits for a BLPOP that times out after 800 ms while
+/// the process is stopped for 100 ms in the middle.
+#[test]
+fn a_stop_of_the_test_process_fails_no_waiting_read() {
+    let server = Standalone::start();
+    let mut con = server.connect();
+    let mut raw = Raw::connect(server.addr());
+    let pause = Duration::from_millis(100);
+
+    let mut stopper = stop_this_process(Duration::from_millis(300), pause);
+    let started = Instant::now();
+    let popped: redis::Value = redis::cmd("BLPOP")
+        .arg("stop:empty")
+        .arg(0.8)
+        .query(&mut con)
+        .expect("a harness connection waits through the stop");
+    assert_eq!(popped, redis::Value::Nil);
+    assert!(started.elapsed() >= Duration::from_millis(700));
+    assert!(stopper.wait().unwrap().success());
+
+    let mut stopper = stop_this_process(Duration::from_millis(300), pause);
+    assert_eq!(raw.call(&["BLPOP", "stop:empty", "0.8"]), "*-1\r\n");
+    assert!(stopper.wait().unwrap().success());
+    // Both connections are still in step.
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+    assert_eq!(raw.call(&["PING"]), "+PONG\r\n");
 }
 
 #[test]

@@ -28,7 +28,7 @@ impl Standalone {
         redis_client(self.addr())
     }
 
-    /// A blocking connection with read/write timeouts.
+    /// A blocking connection, as [`connect`] makes it.
     pub fn connect(&self) -> redis::Connection {
         connect(self.addr())
     }
