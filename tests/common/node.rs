@@ -36,7 +36,13 @@ pub fn redis_client(addr: &str) -> redis::Client {
 /// one without is resumed by the kernel. A hung read ends the test binary at its hang
 /// limit (see `process`).
 pub fn try_connect(addr: &str, timeout: Duration) -> redis::RedisResult<redis::Connection> {
-    let con = redis_client(addr).get_connection_with_timeout(timeout)?;
+    // The handshake's reads do have the connect timeout: a stop there is connected again.
+    let con = loop {
+        match redis_client(addr).get_connection_with_timeout(timeout) {
+            Err(e) if interrupted(&e) => continue,
+            connected => break connected?,
+        }
+    };
     con.set_write_timeout(Some(IO_TIMEOUT))?;
     Ok(con)
 }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::node::{NodeMode, RedisNode};
+use super::node::{interrupted, NodeMode, RedisNode};
 use super::ports::free_port;
 use super::process::{new_dir, remove_dir, require_tool, ManagedProcess};
 
@@ -331,12 +331,16 @@ fn client(addr: &str, password: Option<&str>) -> redis::Client {
     redis::Client::open(url).unwrap_or_else(|e| panic!("bad address {addr}: {e}"))
 }
 
-/// A blocking connection to `addr` that authenticates with `password`, with timeouts.
+/// A blocking connection to `addr` that authenticates with `password`; its connect and
+/// writes time out, its reads do not (see `node::try_connect`).
 pub fn data_connect(addr: &str, password: Option<&str>) -> redis::Connection {
-    let con = client(addr, password)
-        .get_connection_with_timeout(IO_TIMEOUT)
-        .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
-    con.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let con = loop {
+        match client(addr, password).get_connection_with_timeout(IO_TIMEOUT) {
+            Err(e) if interrupted(&e) => continue,
+            connected => break connected,
+        }
+    }
+    .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
     con.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
     con
 }

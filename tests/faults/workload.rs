@@ -202,6 +202,8 @@ impl ClientLog {
                 let started = epoch.elapsed();
                 match connect(addr) {
                     Ok(fresh) => con = Some(fresh),
+                    // The handshake's read was interrupted by a stop of this process.
+                    Err(e) if crate::common::interrupted(&e) => {}
                     Err(e) => {
                         self.error("", "connect", started, epoch.elapsed(), &e);
                         thread::sleep(RECONNECT_PAUSE);
