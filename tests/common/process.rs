@@ -29,8 +29,8 @@ done
 rm -rf "$2"
 "#;
 
-/// How long one test binary may run before it is taken to hang (the longest takes about two
-/// minutes).
+/// How long one test binary may run before it is taken to hang (the longest takes about a
+/// minute).
 const HANG_LIMIT: Duration = Duration::from_secs(20 * 60);
 
 /// Panics unless `tool` is on PATH, naming the Debian packages that provide it.
