@@ -45,7 +45,10 @@ pub use http::{http_get, http_raw};
 pub use layout::{
     layout_of, parse_cluster_nodes, ClusterLayout, NodeLine, Role, SlotRange, SLOT_COUNT,
 };
-pub use node::{connect, interrupted, query, redis_client, scan_all, scan_with, try_connect};
+pub use node::{
+    connect, connect_through_stops, interrupted, query, redis_client, scan_all, scan_with,
+    try_connect,
+};
 pub use ports::{free_cluster_port, free_port};
 pub use process::new_dir;
 pub use process::require_tool;

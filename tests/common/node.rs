@@ -36,15 +36,23 @@ pub fn redis_client(addr: &str) -> redis::Client {
 /// one without is resumed by the kernel. A hung read ends the test binary at its hang
 /// limit (see `process`).
 pub fn try_connect(addr: &str, timeout: Duration) -> redis::RedisResult<redis::Connection> {
-    // The handshake's reads do have the connect timeout: a stop there is connected again.
-    let con = loop {
-        match redis_client(addr).get_connection_with_timeout(timeout) {
-            Err(e) if interrupted(&e) => continue,
-            connected => break connected?,
-        }
-    };
+    let con = connect_through_stops(&redis_client(addr), timeout)?;
     con.set_write_timeout(Some(IO_TIMEOUT))?;
     Ok(con)
+}
+
+/// `client`'s connection within `timeout`, connected again when a stop of the test process
+/// interrupted it: the handshake's reads have the connect timeout (see [`try_connect`]).
+pub fn connect_through_stops(
+    client: &redis::Client,
+    timeout: Duration,
+) -> redis::RedisResult<redis::Connection> {
+    loop {
+        match client.get_connection_with_timeout(timeout) {
+            Err(e) if interrupted(&e) => continue,
+            connected => return connected,
+        }
+    }
 }
 
 /// Whether `error` is a read or write of this process interrupted by a stop and resume of

@@ -210,7 +210,7 @@ pub fn split_replies(data: &[u8]) -> Vec<Vec<u8>> {
 /// One `read`, again while it fails with `Interrupted`. A socket with a read timeout fails
 /// a waiting read with EINTR when the process is stopped and resumed (signal(7)), which a
 /// host pausing the test machine does; that is no answer from the peer.
-pub fn read_some(stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+pub fn read_some(stream: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     loop {
         match stream.read(buf) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::node::{interrupted, NodeMode, RedisNode};
+use super::node::{connect_through_stops, NodeMode, RedisNode};
 use super::ports::free_port;
 use super::process::{new_dir, remove_dir, require_tool, ManagedProcess};
 
@@ -334,13 +334,8 @@ fn client(addr: &str, password: Option<&str>) -> redis::Client {
 /// A blocking connection to `addr` that authenticates with `password`; its connect and
 /// writes time out, its reads do not (see `node::try_connect`).
 pub fn data_connect(addr: &str, password: Option<&str>) -> redis::Connection {
-    let con = loop {
-        match client(addr, password).get_connection_with_timeout(IO_TIMEOUT) {
-            Err(e) if interrupted(&e) => continue,
-            connected => break connected,
-        }
-    }
-    .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
+    let con = connect_through_stops(&client(addr, password), IO_TIMEOUT)
+        .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
     con.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
     con
 }

@@ -21,7 +21,7 @@ use tokio_rustls::rustls::{self, ClientConfig, ClientConnection, RootCertStore, 
 use super::cluster::run_redis_cli;
 use super::ports::free_cluster_port;
 use super::process::{new_dir, require_tool, ManagedProcess};
-use super::raw::{reply_complete, split_replies};
+use super::raw::{read_some, reply_complete, split_replies};
 
 /// A CA and the certificates it signed, as PEM files in one directory: `ca`, `server`
 /// (CN `slotbridge-a`, for 127.0.0.1 and localhost, server and client use), `server-b`
@@ -210,7 +210,7 @@ impl TlsClient {
         let mut reply = Vec::new();
         let mut chunk = [0u8; 4096];
         while !reply_complete(&reply) {
-            match self.stream.read(&mut chunk) {
+            match read_some(&mut self.stream, &mut chunk) {
                 Ok(0) => {
                     return Err(format!(
                         "closed after {:?}",
@@ -218,8 +218,6 @@ impl TlsClient {
                     ))
                 }
                 Ok(n) => reply.extend_from_slice(&chunk[..n]),
-                // A stop of the test process, not an answer (see `raw::read_some`).
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(format!("read: {e}")),
             }
         }
@@ -243,10 +241,9 @@ impl TlsClient {
         let mut data = Vec::new();
         let mut chunk = vec![0u8; 64 * 1024];
         while split_replies(&data).len() < commands.len() {
-            match self.stream.read(&mut chunk) {
+            match read_some(&mut self.stream, &mut chunk) {
                 Ok(0) => return Err("closed before every reply".to_string()),
                 Ok(n) => data.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(format!("read: {e}")),
             }
         }

@@ -202,8 +202,6 @@ impl ClientLog {
                 let started = epoch.elapsed();
                 match connect(addr) {
                     Ok(fresh) => con = Some(fresh),
-                    // The handshake's read was interrupted by a stop of this process.
-                    Err(e) if crate::common::interrupted(&e) => {}
                     Err(e) => {
                         self.error("", "connect", started, epoch.elapsed(), &e);
                         thread::sleep(RECONNECT_PAUSE);
@@ -515,8 +513,8 @@ impl KeyModel {
 
 /// A connection to `addr` whose replies time out after [`CLIENT_TIMEOUT`].
 fn connect(addr: &str) -> redis::RedisResult<redis::Connection> {
-    let con =
-        crate::common::redis_client(addr).get_connection_with_timeout(Duration::from_secs(1))?;
+    let client = crate::common::redis_client(addr);
+    let con = crate::common::connect_through_stops(&client, Duration::from_secs(1))?;
     con.set_read_timeout(Some(CLIENT_TIMEOUT))?;
     con.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     Ok(con)
