@@ -35,6 +35,10 @@ PREDIXY = sys.argv[sys.argv.index("--predixy") + 1] if "--predixy" in sys.argv e
 # `--baseline PATH`: another slotbridge binary (an earlier build), measured as one more target
 # in the same series: an A/B of a change on the same host at the same pace.
 BASELINE = sys.argv[sys.argv.index("--baseline") + 1] if "--baseline" in sys.argv else None
+# `--floor` (with `--fleet`): the floor forwarder of bench/floor.rs (built by run.sh as the
+# release example `floor`) as one more target: what a proxy whose own code costs next to
+# nothing reaches on this host, in the same series.
+FLOOR = os.path.abspath("target/release/examples/floor") if "--floor" in sys.argv else None
 # `--proxy PATH`: measure this slotbridge binary instead of the release build (a debug build
 # to check that a series runs, never for figures).
 if "--proxy" in sys.argv:
@@ -614,6 +618,9 @@ def fleet_targets(procs, seeds, ports):
         baseline, baseline_port = start_proxy(
             procs, seeds, [], "proxy-baseline", os.path.abspath(BASELINE))
         targets.append(("proxy, baseline build", baseline_port, False, baseline))
+    if FLOOR:
+        floor, floor_port = start_proxy(procs, seeds, [], "floor", FLOOR)
+        targets.append(("floor (bench/floor.rs)", floor_port, False, floor))
     if PREDIXY:
         predixy, predixy_port = start_predixy(procs, seeds)
         targets.append(("predixy (peer, 1 thread)", predixy_port, False, predixy))

@@ -3,7 +3,7 @@
 #
 #   bench/run.sh [--quick] [--reps N] [--syscalls] [--instructions] [--predixy PATH]
 #                [--baseline PATH] [--fleet [--clients N,N...]] [--cache] [--tls] [--cross-slot]
-#                [--keep DIR]
+#                [--floor] [--keep DIR]
 #
 # Builds the release proxy, starts a 3-master cluster on free loopback ports, and runs
 # redis-benchmark interleaved against (a) the cluster directly (--cluster), (b) the proxy,
@@ -40,10 +40,16 @@
 # masters) against the same commands on two keys of one slot, same data, at -c 50 and -c 1;
 # with `--instructions`, the proxy's instructions per request of each (and with `--baseline`,
 # the earlier build's). `--keep DIR` copies the callgrind and cachegrind output files of
-# `--instructions` and `--cache` into DIR, for a comparison function by function.
+# `--instructions` and `--cache` into DIR, for a comparison function by function. `--floor`
+# (with `--fleet`) adds the floor forwarder of bench/floor.rs as a target: one epoll loop
+# that forwards each request's bytes to its master and each reply back and does nothing
+# else, so the series shows what a proxy whose own code costs next to nothing reaches here.
 # Loopback only; every run is bounded by its request count.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 command -v redis-benchmark >/dev/null || { echo "redis-benchmark missing: apt-get install -y redis-tools" >&2; exit 1; }
 cargo build --release --quiet
+if [[ " $* " == *" --floor "* ]]; then
+  cargo build --release --quiet --example floor
+fi
 exec python3 bench/run.py "$@"
