@@ -1,7 +1,8 @@
 //! The floor: the least a proxy in front of a Redis Cluster can do per request, as a target
 //! of `bench/run.sh --fleet --floor`. One thread, one epoll loop (mio), one connection per
 //! master. Each client request goes, bytes unchanged, to the master of its first key's slot;
-//! replies come back in order per master and go to their clients unchanged. Requests read in
+//! replies come back in order per master and go to their clients unchanged, in the order of
+//! the client's requests (a pipeline spread over masters is answered in order, as by Redis). Requests read in
 //! one pass over the ready clients leave in one write per master, replies in one write per
 //! client: the syscalls any proxy of unpipelined clients makes. No redirects, no errors
 //! translated, no limits, no metrics: not a proxy to run, a bound to measure against (what a
@@ -120,8 +121,9 @@ struct Master {
     output: Vec<u8>,
     input: Vec<u8>,
     scanner: ReplyScanner,
-    /// The clients (index, generation) waiting for this master's next replies, in order.
-    waiting: VecDeque<(usize, u32)>,
+    /// The requests (client index, generation, the client's request number) waiting for
+    /// this master's next replies, in order.
+    waiting: VecDeque<(usize, u32, u64)>,
 }
 
 struct Client {
@@ -129,6 +131,42 @@ struct Client {
     input: Vec<u8>,
     output: Vec<u8>,
     generation: u32,
+    order: ReplyOrder,
+}
+
+/// The order a client's replies leave in: its requests'.
+#[derive(Default)]
+struct ReplyOrder {
+    /// The number of the oldest request not yet answered, and the requests from it on: a
+    /// reply that came in before an earlier request's waits in its place.
+    first_unanswered: u64,
+    unanswered: VecDeque<Option<Vec<u8>>>,
+}
+
+impl ReplyOrder {
+    /// The number of a new request.
+    fn push(&mut self) -> u64 {
+        self.unanswered.push_back(None);
+        self.first_unanswered + self.unanswered.len() as u64 - 1
+    }
+
+    /// Appends the reply to request `number` to `output` if it is next in order, with every
+    /// reply waiting behind it; keeps it in its place otherwise.
+    fn answer(&mut self, number: u64, reply: &[u8], output: &mut Vec<u8>) {
+        let at = (number - self.first_unanswered) as usize;
+        if at > 0 {
+            self.unanswered[at] = Some(reply.to_vec());
+            return;
+        }
+        output.extend_from_slice(reply);
+        self.unanswered.pop_front();
+        self.first_unanswered += 1;
+        while let Some(Some(_)) = self.unanswered.front() {
+            let reply = self.unanswered.pop_front().flatten().unwrap_or_default();
+            output.extend_from_slice(&reply);
+            self.first_unanswered += 1;
+        }
+    }
 }
 
 struct Floor {
@@ -199,6 +237,7 @@ impl Floor {
                 input: Vec::new(),
                 output: Vec::new(),
                 generation: self.generations[index],
+                order: ReplyOrder::default(),
             });
         }
     }
@@ -236,7 +275,8 @@ impl Floor {
             target
                 .output
                 .extend_from_slice(&client.input[start..start + len]);
-            target.waiting.push_back((index, client.generation));
+            let number = client.order.push();
+            target.waiting.push_back((index, client.generation, number));
             self.dirty_masters[master] = true;
             start += len;
         }
@@ -273,7 +313,7 @@ impl Floor {
             .next_frame_len(&master.input[start..])
             .map_err(|e| io::Error::new(ErrorKind::InvalidData, format!("{e:?}")))?
         {
-            let (client, generation) = master
+            let (client, generation, number) = master
                 .waiting
                 .pop_front()
                 .ok_or_else(|| io::Error::new(ErrorKind::InvalidData, "reply to no request"))?;
@@ -282,9 +322,8 @@ impl Floor {
                     if waiter.output.is_empty() {
                         self.dirty_clients.push(client);
                     }
-                    waiter
-                        .output
-                        .extend_from_slice(&master.input[start..start + len]);
+                    let reply = &master.input[start..start + len];
+                    waiter.order.answer(number, reply, &mut waiter.output);
                 }
             }
             start += len;
@@ -367,7 +406,23 @@ fn request(buf: &[u8]) -> Option<(usize, Option<(usize, usize)>)> {
 
 #[cfg(test)]
 mod tests {
-    use super::request;
+    use super::{request, ReplyOrder};
+
+    #[test]
+    fn replies_leave_in_the_order_of_their_requests() {
+        let mut order = ReplyOrder::default();
+        let numbers: Vec<u64> = (0..4).map(|_| order.push()).collect();
+        assert_eq!(numbers, [0, 1, 2, 3]);
+        let mut output = Vec::new();
+        order.answer(2, b"c", &mut output);
+        order.answer(1, b"b", &mut output);
+        assert!(output.is_empty(), "the first reply is not in yet");
+        order.answer(0, b"a", &mut output);
+        assert_eq!(output, b"abc");
+        order.answer(3, b"d", &mut output);
+        assert_eq!(output, b"abcd");
+        assert_eq!(order.push(), 4);
+    }
 
     #[test]
     fn a_request_is_measured_and_its_first_key_found() {
