@@ -247,21 +247,8 @@ impl Floor {
         let Some(client) = self.clients[index].as_mut() else {
             return;
         };
-        let mut open = write_out(&mut client.stream, &mut client.output);
-        while open {
-            match client.stream.read(&mut self.chunk) {
-                Ok(0) => open = false,
-                Ok(n) => {
-                    client.input.extend_from_slice(&self.chunk[..n]);
-                    if n < self.chunk.len() {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(_) => open = false,
-            }
-        }
+        let open = write_out(&mut client.stream, &mut client.output)
+            && read_in(&mut client.stream, &mut self.chunk, &mut client.input).unwrap_or(false);
         let mut start = 0;
         while let Some((len, key)) = request(&client.input[start..]) {
             let master = match key {
@@ -293,19 +280,8 @@ impl Floor {
     fn master_ready(&mut self, index: usize) -> io::Result<()> {
         let master = &mut self.masters[index];
         write_out(&mut master.stream, &mut master.output);
-        loop {
-            match master.stream.read(&mut self.chunk) {
-                Ok(0) => return Err(io::Error::new(ErrorKind::UnexpectedEof, "master closed")),
-                Ok(n) => {
-                    master.input.extend_from_slice(&self.chunk[..n]);
-                    if n < self.chunk.len() {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+        if !read_in(&mut master.stream, &mut self.chunk, &mut master.input)? {
+            return Err(io::Error::new(ErrorKind::UnexpectedEof, "master closed"));
         }
         let mut start = 0;
         while let Some(len) = master
@@ -343,6 +319,25 @@ impl Floor {
             if let Some(client) = self.clients[index].as_mut() {
                 write_out(&mut client.stream, &mut client.output);
             }
+        }
+    }
+}
+
+/// Appends what the socket has to `input`, through `chunk`. False once the peer closed.
+fn read_in(stream: &mut TcpStream, chunk: &mut [u8], input: &mut Vec<u8>) -> io::Result<bool> {
+    loop {
+        match stream.read(chunk) {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                input.extend_from_slice(&chunk[..n]);
+                // A short read took all there was (the next data is a new edge).
+                if n < chunk.len() {
+                    return Ok(true);
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(true),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
 }
