@@ -1,9 +1,9 @@
 //! The floor: the least a proxy in front of a Redis Cluster can do per request, as a target
 //! of `bench/run.sh --fleet --floor`. One thread, one epoll loop (mio), one connection per
 //! master. Each client request goes, bytes unchanged, to the master of its first key's slot;
-//! replies come back in order per master and go to their clients unchanged, in the order of
-//! the client's requests (a pipeline spread over masters is answered in order, as by Redis). Requests read in
-//! one pass over the ready clients leave in one write per master, replies in one write per
+//! its reply comes back unchanged and goes to the client in the order of the client's
+//! requests (a pipeline spread over masters is answered in order, as by Redis). Requests read
+//! in one pass over the ready clients leave in one write per master, replies in one write per
 //! client: the syscalls any proxy of unpipelined clients makes. No redirects, no errors
 //! translated, no limits, no metrics: not a proxy to run, a bound to measure against (what a
 //! proxy whose own code costs next to nothing reaches on the same host).
@@ -40,7 +40,11 @@ fn main() -> io::Result<()> {
     }
     let mut events = Events::with_capacity(1024);
     loop {
-        poll.poll(&mut events, None)?;
+        match poll.poll(&mut events, None) {
+            // A stop and resume of the process (a paused host) interrupts the wait.
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            result => result?,
+        }
         for event in events.iter() {
             match event.token() {
                 LISTENER => floor.accept(&listener, &poll)?,
