@@ -11,22 +11,21 @@
 //! Takes the proxy's arguments (`--listen ADDR --cluster SEED,...`) and ignores the others,
 //! so the bench starts it as it starts the proxy.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::SocketAddr;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use slotbridge::protocol::{Limits, ReplyScanner};
-use slotbridge::route::key_slot;
+use slotbridge::route::{key_slot, SlotMap};
 
 const LISTENER: Token = Token(usize::MAX);
 const READ_CHUNK: usize = 16 * 1024;
 
 fn main() -> io::Result<()> {
     let (listen, seed) = arguments()?;
-    let masters = cluster_masters(&seed)?;
-    let mut floor = Floor::connect(&masters)?;
+    let mut floor = Floor::connect(slot_map(&seed)?)?;
     let mut listener = TcpListener::bind(listen)?;
     let mut poll = Poll::new()?;
     poll.registry()
@@ -72,52 +71,24 @@ fn arguments() -> io::Result<(SocketAddr, String)> {
     Ok((listen, seed.to_string()))
 }
 
-/// A master's address and the slot ranges (first, last) it serves.
-type MasterSlots = (String, Vec<(u16, u16)>);
-
-/// The masters and the slot ranges each serves, from CLUSTER NODES of `seed`.
-fn cluster_masters(seed: &str) -> io::Result<Vec<MasterSlots>> {
+/// Which master serves each slot, from CLUSTER SLOTS of `seed` (the proxy's own reading).
+fn slot_map(seed: &str) -> io::Result<SlotMap> {
     let mut stream = std::net::TcpStream::connect(seed)?;
-    stream.write_all(b"CLUSTER NODES\r\n")?;
+    stream.write_all(b"CLUSTER SLOTS\r\n")?;
     let mut reply = Vec::new();
+    let mut scanner = ReplyScanner::new(Limits::default());
     let mut chunk = [0u8; 4096];
-    let header_end = loop {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(ErrorKind::UnexpectedEof, "CLUSTER NODES"));
+    while scanner.next_frame_len(&reply).map_err(invalid)?.is_none() {
+        match stream.read(&mut chunk)? {
+            0 => return Err(io::Error::new(ErrorKind::UnexpectedEof, "CLUSTER SLOTS")),
+            n => reply.extend_from_slice(&chunk[..n]),
         }
-        reply.extend_from_slice(&chunk[..n]);
-        if let Some(end) = reply.windows(2).position(|w| w == b"\r\n") {
-            let len: usize = std::str::from_utf8(&reply[1..end])
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| io::Error::new(ErrorKind::InvalidData, "CLUSTER NODES"))?;
-            while reply.len() < end + 2 + len {
-                let n = stream.read(&mut chunk)?;
-                reply.extend_from_slice(&chunk[..n]);
-            }
-            break end + 2;
-        }
-    };
-    let text = String::from_utf8_lossy(&reply[header_end..]);
-    let mut masters = Vec::new();
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        if fields.len() < 8 || !fields[2].contains("master") {
-            continue;
-        }
-        let addr = fields[1].split('@').next().unwrap_or_default().to_string();
-        let ranges = fields[8..]
-            .iter()
-            .filter(|range| !range.starts_with('['))
-            .filter_map(|range| {
-                let (first, last) = range.split_once('-').unwrap_or((range, range));
-                Some((first.parse().ok()?, last.parse().ok()?))
-            })
-            .collect();
-        masters.push((addr, ranges));
     }
-    Ok(masters)
+    SlotMap::from_cluster_slots(&reply, seed, &HashMap::new()).map_err(invalid)
+}
+
+fn invalid(error: impl std::fmt::Debug) -> io::Error {
+    io::Error::new(ErrorKind::InvalidData, format!("{error:?}"))
 }
 
 struct Master {
@@ -134,7 +105,6 @@ struct Client {
     stream: TcpStream,
     input: Vec<u8>,
     output: Vec<u8>,
-    generation: u32,
     order: ReplyOrder,
 }
 
@@ -175,26 +145,22 @@ impl ReplyOrder {
 
 struct Floor {
     masters: Vec<Master>,
-    owner: Vec<u8>,
+    slots: SlotMap,
     /// Clients by index; a closed client's place is reused, its generation bumped, so a late
     /// reply to it is dropped.
     clients: Vec<Option<Client>>,
-    free: Vec<usize>,
     generations: Vec<u32>,
+    free: Vec<usize>,
     dirty_masters: Vec<bool>,
     dirty_clients: Vec<usize>,
     chunk: Vec<u8>,
 }
 
 impl Floor {
-    fn connect(masters: &[MasterSlots]) -> io::Result<Floor> {
-        let mut owner = vec![0u8; 16384];
+    fn connect(slots: SlotMap) -> io::Result<Floor> {
         let mut conns = Vec::new();
-        for (index, (addr, ranges)) in masters.iter().enumerate() {
-            for &(first, last) in ranges {
-                owner[first as usize..=last as usize].fill(index as u8);
-            }
-            let stream = std::net::TcpStream::connect(addr)?;
+        for addr in slots.masters() {
+            let stream = std::net::TcpStream::connect(&**addr)?;
             stream.set_nodelay(true)?;
             stream.set_nonblocking(true)?;
             conns.push(Master {
@@ -208,7 +174,7 @@ impl Floor {
         Ok(Floor {
             dirty_masters: vec![false; conns.len()],
             masters: conns,
-            owner,
+            slots,
             clients: Vec::new(),
             free: Vec::new(),
             generations: Vec::new(),
@@ -240,7 +206,6 @@ impl Floor {
                 stream,
                 input: Vec::new(),
                 output: Vec::new(),
-                generation: self.generations[index],
                 order: ReplyOrder::default(),
             });
         }
@@ -258,7 +223,7 @@ impl Floor {
             let master = match key {
                 Some((at, key_len)) => {
                     let key = &client.input[start + at..start + at + key_len];
-                    self.owner[key_slot(key) as usize] as usize
+                    self.slots.master_index(key_slot(key)).unwrap_or(0)
                 }
                 None => 0,
             };
@@ -267,7 +232,9 @@ impl Floor {
                 .output
                 .extend_from_slice(&client.input[start..start + len]);
             let number = client.order.push();
-            target.waiting.push_back((index, client.generation, number));
+            target
+                .waiting
+                .push_back((index, self.generations[index], number));
             self.dirty_masters[master] = true;
             start += len;
         }
@@ -291,20 +258,19 @@ impl Floor {
         while let Some(len) = master
             .scanner
             .next_frame_len(&master.input[start..])
-            .map_err(|e| io::Error::new(ErrorKind::InvalidData, format!("{e:?}")))?
+            .map_err(invalid)?
         {
             let (client, generation, number) = master
                 .waiting
                 .pop_front()
                 .ok_or_else(|| io::Error::new(ErrorKind::InvalidData, "reply to no request"))?;
-            if let Some(waiter) = self.clients[client].as_mut() {
-                if waiter.generation == generation {
-                    if waiter.output.is_empty() {
-                        self.dirty_clients.push(client);
-                    }
-                    let reply = &master.input[start..start + len];
-                    waiter.order.answer(number, reply, &mut waiter.output);
+            let waiter = self.clients[client].as_mut();
+            if let Some(waiter) = waiter.filter(|_| self.generations[client] == generation) {
+                if waiter.output.is_empty() {
+                    self.dirty_clients.push(client);
                 }
+                let reply = &master.input[start..start + len];
+                waiter.order.answer(number, reply, &mut waiter.output);
             }
             start += len;
         }
@@ -368,7 +334,8 @@ fn write_out(stream: &mut TcpStream, output: &mut Vec<u8>) -> bool {
 
 /// The length of the complete request at the front of `buf` and where its first key is
 /// (offset, length), if it has arguments past the command name. Inline requests go whole to
-/// the first master (PING, as the bench's readiness check sends it).
+/// the first master (PING, as the bench's readiness check sends it). Not the proxy's
+/// `RequestDecoder`, which builds the whole request: the floor reads only the key.
 fn request(buf: &[u8]) -> Option<(usize, Option<(usize, usize)>)> {
     let line_end = |from: usize| {
         buf.get(from..)?
