@@ -26,9 +26,10 @@
 # servers read (commands per read, from INFO stats) and how often they went to sleep for
 # want of input (voluntary context switches, from /proc). Stops everything it started.
 # `--fleet` instead measures client counts of a bot fleet (1, 50, 1,000, 5,000 and, where the
-# file-descriptor limit allows, 10,000 clients at -P 1; 1,000 at -P 16) against direct and
-# every target, with p50/p99, CPU per request and peak RSS per run, and the RSS an idle
-# connection costs at 1,000 / 5,000 / 10,000 held connections; a second table splits each
+# file-descriptor limit allows, 10,000 clients at -P 1; 1,000 at -P 16; a connect burst of
+# 5,000 clients sending 3 requests each) against direct and every target, with p50/p99, CPU
+# per request and peak RSS per run, and the RSS an idle connection costs at 1,000 / 5,000 /
+# 10,000 held connections; a second table splits each
 # request's CPU between the servers, redis-benchmark and the target (user and kernel apart)
 # and gives the ratio to predixy that CPU allows. `--clients 1000,5000` runs only the cases
 # of those client counts (and no idle-connection table). `--cache` instead counts, under
