@@ -135,11 +135,14 @@ pub fn run(args: RunArgs) -> ExitCode {
             builder.event_interval(EVENT_INTERVAL);
             builder
         }
-        _ => tokio::runtime::Builder::new_multi_thread(),
+        // 0: one worker per core, Tokio's default.
+        0 => tokio::runtime::Builder::new_multi_thread(),
+        threads => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(threads);
+            builder
+        }
     };
-    if config.threads > 1 {
-        runtime.worker_threads(config.threads);
-    }
     let runtime = match runtime.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
