@@ -7,6 +7,8 @@
 //!   the issue's target case is 1,000; `SLOTBRIDGE_ISOLATION_BINARY` measures another build).
 //! - A client that sends requests and half-closes (`printf ... | nc -N`) gets every reply.
 //! - Requests sent just after SIGTERM get a reply (the shutting-down error), not a silent close.
+//! - Four thousand new clients sending their first request at once, while a thousand others
+//!   are busy, get their first replies within a few of the busy clients' round trips.
 
 mod common;
 
@@ -364,4 +366,150 @@ fn commands_sent_as_the_drain_begins_get_a_reply() {
     assert!(proxy
         .wait_exit(Duration::from_secs(15))
         .is_some_and(|status| status.success()));
+}
+
+/// New clients that connect at once and find every probation place taken get one in turn: a
+/// place that frees goes at once to the client waiting longest, so the clients served
+/// already do not run round after round while the new ones wait for a first reply. The
+/// clients run on one thread, as `redis-benchmark`'s do: the new ones' first requests arrive
+/// together, while the proxy has a thousand busy sessions ready to run.
+/// (`SLOTBRIDGE_ISOLATION_BINARY` measures another build.)
+#[test]
+fn new_clients_waiting_for_a_probation_place_are_not_overtaken() {
+    let _serial = one_at_a_time();
+    const BUSY: usize = 1000;
+    const NEW: usize = 4000;
+    let open_files = open_files_limit();
+    assert!(
+        open_files >= (BUSY + NEW + 1000) as u64,
+        "this test holds {} connections and the proxy as many: the open files limit is \
+         {open_files}; raise it (`ulimit -n 20000`)",
+        BUSY + NEW
+    );
+    let binary = std::env::var("SLOTBRIDGE_ISOLATION_BINARY")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_slotbridge").to_string());
+    let cluster = shared_cluster();
+    let proxy = Proxy::start_program(&binary, &["--cluster", &cluster.seeds_arg()], &[]);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let fleet = runtime.block_on(busy_and_new_clients(proxy.addr(), BUSY, NEW));
+    eprintln!(
+        "new clients answered: {} of {NEW}; the most rounds a busy client ran meanwhile: {}",
+        fleet.answered, fleet.most_rounds
+    );
+    assert_eq!(
+        fleet.answered, NEW,
+        "not every new client had its first reply within 30 s"
+    );
+    // The busy clients' first replies opened the probation window to about a thousand places
+    // before the new ones came: four thousand pass in about four round trips (a busy client
+    // runs one a round trip). Handed on one waiter at a time, they took 37-62.
+    assert!(
+        fleet.most_rounds <= 12,
+        "a busy client ran {} rounds while new clients waited for their first reply",
+        fleet.most_rounds
+    );
+}
+
+/// The soft limit on open files of this process (and of the proxy it starts).
+fn open_files_limit() -> u64 {
+    let limits = std::fs::read_to_string("/proc/self/limits").expect("read /proc/self/limits");
+    let line = limits
+        .lines()
+        .find(|line| line.starts_with("Max open files"))
+        .expect("an open files line in /proc/self/limits");
+    let soft = line.split_whitespace().nth(3).expect("the soft limit");
+    soft.parse().unwrap_or(u64::MAX)
+}
+
+/// What [`busy_and_new_clients`] saw.
+struct Fleet {
+    /// New clients that had their first reply.
+    answered: usize,
+    /// The most rounds a busy client ran from the new clients' first requests to the last
+    /// first reply.
+    most_rounds: u64,
+}
+
+/// `busy` clients SET their key, then GET it in a loop; once all of them had their first
+/// reply, `new` clients send their SET at once. Runs until every new client had its reply
+/// (or 30 s).
+async fn busy_and_new_clients(addr: &str, busy: usize, new: usize) -> Fleet {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use tokio::net::TcpStream;
+
+    let mut streams = Vec::new();
+    for _ in 0..busy + new {
+        streams.push(TcpStream::connect(addr).await.unwrap());
+    }
+    let proven = Rc::new(Cell::new(0));
+    let answered = Rc::new(Cell::new(0));
+    let burst = Rc::new(tokio::sync::Notify::new());
+    let rounds: Rc<Vec<Cell<u64>>> = Rc::new((0..busy).map(|_| Cell::new(0)).collect());
+    let local = tokio::task::LocalSet::new();
+    for (i, mut stream) in streams.drain(..busy).enumerate() {
+        let (proven, answered, rounds) = (proven.clone(), answered.clone(), rounds.clone());
+        local.spawn_local(async move {
+            let key = format!("isolation:busy:{i}");
+            call(&mut stream, &["SET", &key, "1"], b"+OK\r\n").await;
+            proven.set(proven.get() + 1);
+            while answered.get() < new {
+                call(&mut stream, &["GET", &key], b"$1\r\n1\r\n").await;
+                rounds[i].set(rounds[i].get() + 1);
+            }
+        });
+    }
+    for (i, mut stream) in streams.into_iter().enumerate() {
+        let (answered, burst) = (answered.clone(), burst.clone());
+        local.spawn_local(async move {
+            burst.notified().await;
+            call(
+                &mut stream,
+                &["SET", &format!("isolation:new:{i}"), "1"],
+                b"+OK\r\n",
+            )
+            .await;
+            answered.set(answered.get() + 1);
+        });
+    }
+    let run = async {
+        while proven.get() < busy {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let before: Vec<u64> = rounds.iter().map(Cell::get).collect();
+        burst.notify_waiters();
+        while answered.get() < new {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        rounds
+            .iter()
+            .zip(before)
+            .map(|(now, was)| now.get() - was)
+            .max()
+            .unwrap_or(0)
+    };
+    let most_rounds = local
+        .run_until(tokio::time::timeout(Duration::from_secs(30), run))
+        .await
+        .unwrap_or(u64::MAX);
+    Fleet {
+        answered: answered.get(),
+        most_rounds,
+    }
+}
+
+/// Sends `args` on `stream` and reads a reply of exactly `expected`'s length, which it must be.
+async fn call(stream: &mut tokio::net::TcpStream, args: &[&str], expected: &[u8]) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut reply = vec![0u8; expected.len()];
+    stream.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply, expected, "the reply to {args:?}");
 }

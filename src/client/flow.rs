@@ -26,6 +26,9 @@
 //!   small first replies opened the window just before (then up to the window, until the
 //!   first large reply comes back), and a fleet of thousands of bots that connect at once
 //!   passes within a few round trips.
+//! - New clients waiting for a probation place get one in the order they began to wait: a
+//!   freed place is handed to the longest waiting at once ([`SharedBudget::place_freed`]),
+//!   and a client that arrives later takes a place only while none waits.
 //! - Over the process budget, only clients that owe little ([`SMALL`]) and whose requests
 //!   are small go on; the others wait until the total falls below the budget
 //!   ([`SharedBudget::freed`]). The total is the sum of what each session last charged;
@@ -73,6 +76,12 @@ pub struct SharedBudget {
     unproven: AtomicUsize,
     /// How many of those may be in flight now: the probation window.
     places: AtomicUsize,
+    /// New clients waiting for a probation place now.
+    waiting_for_place: AtomicUsize,
+    /// Of those, how many were handed a freed place and have not run since: the places
+    /// kept for them.
+    called: AtomicUsize,
+    place_freed: Notify,
     /// Clients whose gate is closed now.
     paused: AtomicUsize,
     freed: Notify,
@@ -98,6 +107,9 @@ impl Default for SharedBudget {
             limit: AtomicUsize::new(0),
             unproven: AtomicUsize::new(0),
             places: AtomicUsize::new(PROBATION),
+            waiting_for_place: AtomicUsize::new(0),
+            called: AtomicUsize::new(0),
+            place_freed: Notify::new(),
             paused: AtomicUsize::new(0),
             freed: Notify::new(),
             owed_gauge: crate::metrics::buffered_bytes(),
@@ -112,6 +124,7 @@ impl SharedBudget {
         self.limit.store(limit, Ordering::Relaxed);
         crate::metrics::max_buffered_bytes(limit);
         self.freed.notify_waiters();
+        self.call_for_places();
     }
 
     /// What every client owes now, in bytes.
@@ -135,7 +148,12 @@ impl SharedBudget {
 
     /// Whether a client waiting on [`SharedBudget::freed`] should look again.
     pub fn has_room(&self) -> bool {
-        !self.is_spent() && !self.probation_full()
+        !self.is_spent()
+    }
+
+    /// Whether a new client waiting on [`SharedBudget::place_freed`] should look again.
+    pub fn has_place(&self) -> bool {
+        !self.probation_full()
     }
 
     /// How many first requests of new clients may be in flight now (see [`PROBATION`]).
@@ -151,13 +169,23 @@ impl SharedBudget {
         }
     }
 
-    /// Resolves once the total falls below the budget or a probation place frees (it
-    /// counts from its creation, so create it before looking at [`SharedBudget::has_room`]).
+    /// Resolves once the total falls below the budget (it counts from its creation, so
+    /// create it before looking at [`SharedBudget::has_room`]).
     /// Waiters are woken one at a time, in turn: each passes the turn on once it has sent
     /// what it could ([`ClientFlow::woken`]), so a budget that frees a little does not wake
     /// a thousand paused clients to find it spent again.
     pub fn freed(&self) -> Notified<'_> {
         self.freed.notified()
+    }
+
+    /// Resolves once a probation place is handed to this waiter (it counts from its creation,
+    /// so create it before looking at [`SharedBudget::has_place`]). Every place that frees
+    /// is handed on at once, to the waiters in the order they began to wait. Handed on one
+    /// at a time (each waiter passing the turn on once it ran, behind every task ready to
+    /// run), the last few hundred of 5,000 new clients waited until the others had run the
+    /// rest of their benchmark.
+    pub fn place_freed(&self) -> Notified<'_> {
+        self.place_freed.notified()
     }
 
     /// Moves a client's part from `from` to `to` (total owed, and the part of it in flight).
@@ -177,15 +205,29 @@ impl SharedBudget {
         self.unproven.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Whether no place is free for a client that was not handed one: the places kept for
+    /// the waiters called count as taken.
     fn probation_full(&self) -> bool {
-        self.unproven.load(Ordering::Relaxed) >= self.probation_places()
+        let taken = self.unproven.load(Ordering::Relaxed) + self.called.load(Ordering::Relaxed);
+        taken >= self.probation_places()
+    }
+
+    /// Hands each free probation place to a waiter, the longest waiting first.
+    fn call_for_places(&self) {
+        let free = self
+            .probation_places()
+            .saturating_sub(self.unproven.load(Ordering::Relaxed));
+        let want = free.min(self.waiting_for_place.load(Ordering::Relaxed));
+        while self.called.load(Ordering::Relaxed) < want {
+            self.called.fetch_add(1, Ordering::Relaxed);
+            self.place_freed.notify_one();
+        }
     }
 
     /// A first request is done: answered with `first_reply` bytes, or abandoned (`None`,
     /// the client left). A small first reply opens the window by one, a large one closes it
     /// to [`PROBATION`].
     fn end_probation(&self, first_reply: Option<usize>) {
-        let was_full = self.probation_full();
         self.unproven.fetch_sub(1, Ordering::Relaxed);
         match first_reply {
             Some(len) if len <= SMALL => {
@@ -199,27 +241,31 @@ impl SharedBudget {
             Some(_) => self.places.store(PROBATION, Ordering::Relaxed),
             None => {}
         }
-        // A waiter for each place free now (one or two): each woken client also passes the
-        // turn on while room is left, but that turn waits behind every other task ready to
-        // run, and with thousands of new clients one waiter per turn held the last first
-        // requests for seconds.
-        if was_full {
-            let free = self
-                .probation_places()
-                .saturating_sub(self.unproven.load(Ordering::Relaxed));
-            for _ in 0..free {
-                self.freed.notify_one();
-            }
-        }
+        self.call_for_places();
     }
 
-    fn set_paused(&self, paused: bool) {
-        let count = if paused {
-            self.paused.fetch_add(1, Ordering::Relaxed) + 1
-        } else {
-            self.paused.fetch_sub(1, Ordering::Relaxed) - 1
-        };
-        self.paused_gauge.set(count as f64);
+    /// A client's gate changed from `from` to `to`: counts the paused, and the new clients
+    /// waiting for a place.
+    fn gate_changed(&self, from: Gate, to: Gate) {
+        if (from == Gate::Open) != (to == Gate::Open) {
+            let count = if to != Gate::Open {
+                self.paused.fetch_add(1, Ordering::Relaxed) + 1
+            } else {
+                self.paused.fetch_sub(1, Ordering::Relaxed) - 1
+            };
+            self.paused_gauge.set(count as f64);
+        }
+        if to == Gate::Probation {
+            self.waiting_for_place.fetch_add(1, Ordering::Relaxed);
+            // Places may have freed before it counted as waiting.
+            self.call_for_places();
+        } else if from == Gate::Probation
+            && self.waiting_for_place.fetch_sub(1, Ordering::Relaxed) == 1
+        {
+            // No one waits: no place is kept (a call that found no waiter left a permit,
+            // which the next waiter takes as its call).
+            self.called.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -287,9 +333,11 @@ pub enum Gate {
     Open,
     /// It owes its own budget: it goes on as its replies are read.
     Client,
-    /// The process owes its budget, or the probation places are taken: it goes on when
-    /// [`SharedBudget::freed`] fires.
+    /// The process owes its budget: it goes on when [`SharedBudget::freed`] fires.
     Shared,
+    /// A new client, and the probation places are taken: it goes on when
+    /// [`SharedBudget::place_freed`] hands it one.
+    Probation,
 }
 
 /// One client's part in the shared budget; gives it back when dropped.
@@ -301,7 +349,8 @@ pub struct ClientFlow<'a> {
     probing: bool,
     /// Woken by [`SharedBudget::freed`], and not yet passed the turn on.
     woken: bool,
-    paused: bool,
+    /// The gate the shared counts know of.
+    shown: Gate,
 }
 
 impl<'a> ClientFlow<'a> {
@@ -311,7 +360,7 @@ impl<'a> ClientFlow<'a> {
             charged: (0, 0),
             probing: false,
             woken: false,
-            paused: false,
+            shown: Gate::Open,
         }
     }
 
@@ -324,7 +373,7 @@ impl<'a> ClientFlow<'a> {
                 return Gate::Client;
             }
             if !self.probing && self.shared.probation_full() {
-                return Gate::Shared;
+                return Gate::Probation;
             }
             return Gate::Open;
         };
@@ -348,10 +397,8 @@ impl<'a> ClientFlow<'a> {
         // first BLPOP waits on a connection of its own and takes no place).
         let probing = owed.estimate.bytes().is_none() && owed.direct > 0;
         // The usual case, twice per request of an ordinary client: nothing to change.
-        let settled = probing == self.probing
-            && self.charged == (0, 0)
-            && !self.woken
-            && self.paused == (gate != Gate::Open);
+        let settled =
+            probing == self.probing && self.charged == (0, 0) && !self.woken && self.shown == gate;
         if settled && owed.bytes() <= SMALL {
             return;
         }
@@ -384,10 +431,9 @@ impl<'a> ClientFlow<'a> {
         if std::mem::take(&mut self.woken) && self.shared.has_room() {
             self.shared.freed.notify_one();
         }
-        let paused = gate != Gate::Open;
-        if paused != self.paused {
-            self.paused = paused;
-            self.shared.set_paused(paused);
+        if gate != self.shown {
+            self.shared.gate_changed(self.shown, gate);
+            self.shown = gate;
         }
     }
 
@@ -395,6 +441,18 @@ impl<'a> ClientFlow<'a> {
     /// the next waiter is woken if room is left.
     pub fn woken(&mut self) {
         self.woken = true;
+    }
+
+    /// Notes that the client, waiting for a probation place, looks again: `called`, it was
+    /// handed one, no longer kept for it from now on (it takes it at its next request,
+    /// or waits again if the window closed meanwhile).
+    pub fn place_woken(&mut self, called: bool) {
+        if called {
+            let _ = self
+                .shared
+                .called
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
     }
 
     /// The process-wide budget this client counts against.
@@ -408,11 +466,11 @@ impl Drop for ClientFlow<'_> {
         if self.charged != (0, 0) {
             self.shared.recharge(self.charged, (0, 0));
         }
+        if self.shown != Gate::Open {
+            self.shared.gate_changed(self.shown, Gate::Open);
+        }
         if self.probing {
             self.shared.end_probation(None);
-        }
-        if self.paused {
-            self.shared.set_paused(false);
         }
     }
 }
@@ -551,11 +609,14 @@ mod tests {
             assert_eq!(flow.gate(owed(0, 0, None), 0), Gate::Open);
             flow.charge(owed(0, 1, None), Gate::Client);
         }
-        assert_eq!(clients[PROBATION].gate(owed(0, 0, None), 0), Gate::Shared);
-        assert!(!shared.has_room());
+        assert_eq!(
+            clients[PROBATION].gate(owed(0, 0, None), 0),
+            Gate::Probation
+        );
+        assert!(!shared.has_place());
         // One is answered, large: a place frees, and the window stays as narrow.
         clients[0].charge(owed(0, 0, Some(SMALL + 1)), Gate::Open);
-        assert!(shared.has_room());
+        assert!(shared.has_place());
         assert_eq!(shared.probation_places(), PROBATION);
         assert_eq!(clients[PROBATION].gate(owed(0, 0, None), 0), Gate::Open);
         drop(clients);
@@ -593,11 +654,11 @@ mod tests {
             assert_eq!(flow.gate(owed(0, 0, None), 0), Gate::Open);
             flow.charge(owed(0, 1, None), Gate::Client);
         }
-        assert_eq!(clients[widest].gate(owed(0, 0, None), 0), Gate::Shared);
+        assert_eq!(clients[widest].gate(owed(0, 0, None), 0), Gate::Probation);
         // One comes back large: the window is back to its narrowest.
         clients[0].charge(owed(0, 0, Some(1 << 20)), Gate::Open);
         assert_eq!(shared.probation_places(), PROBATION);
-        assert_eq!(clients[widest].gate(owed(0, 0, None), 0), Gate::Shared);
+        assert_eq!(clients[widest].gate(owed(0, 0, None), 0), Gate::Probation);
         drop(clients);
         // Without a process budget the window may open further.
         let unbounded = SharedBudget::default();
@@ -623,7 +684,65 @@ mod tests {
         assert_eq!(next.gate(owed(0, 0, None), 0), Gate::Open);
         // A client that sent half a request holds nothing either.
         next.charge(owed(0, 0, None), Gate::Open);
-        assert!(shared.has_room());
+        assert!(shared.has_place());
+    }
+
+    /// Every place that frees is handed at once to a waiter, the longest waiting first, and
+    /// kept for it: a client that comes later waits behind them.
+    #[test]
+    fn freed_probation_places_go_to_the_longest_waiting_at_once() {
+        let shared = SharedBudget::default();
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut probing: Vec<ClientFlow> =
+            (0..PROBATION).map(|_| ClientFlow::new(&shared)).collect();
+        for flow in &mut probing {
+            assert_eq!(flow.gate(owed(0, 0, None), 0), Gate::Open);
+            flow.charge(owed(0, 1, None), Gate::Client);
+        }
+        // Six new clients wait, in turn.
+        let mut waiting: Vec<ClientFlow> = (0..6).map(|_| ClientFlow::new(&shared)).collect();
+        let mut calls = Vec::new();
+        for flow in &mut waiting {
+            assert_eq!(flow.gate(owed(0, 0, None), 0), Gate::Probation);
+            flow.charge(owed(0, 0, None), Gate::Probation);
+            let mut call = Box::pin(shared.place_freed());
+            assert!(call.as_mut().poll(&mut cx).is_pending());
+            calls.push(call);
+        }
+        // Both first requests come back small: the window opens to four, all free at once.
+        for flow in &mut probing {
+            flow.charge(owed(0, 0, Some(5)), Gate::Open);
+        }
+        assert_eq!(shared.probation_places(), PROBATION + 2);
+        let ready: Vec<bool> = calls
+            .iter_mut()
+            .map(|call| call.as_mut().poll(&mut cx).is_ready())
+            .collect();
+        assert_eq!(ready, [true, true, true, true, false, false]);
+        // The four places are kept for those called: a latecomer waits.
+        let mut late = ClientFlow::new(&shared);
+        assert_eq!(late.gate(owed(0, 0, None), 0), Gate::Probation);
+        // The first called runs and takes its place; the others' are still kept.
+        waiting[0].place_woken(true);
+        assert_eq!(waiting[0].gate(owed(0, 0, None), 0), Gate::Open);
+        waiting[0].charge(owed(0, 1, None), Gate::Client);
+        assert_eq!(late.gate(owed(0, 0, None), 0), Gate::Probation);
+        for flow in &mut waiting[1..4] {
+            flow.place_woken(true);
+            assert_eq!(flow.gate(owed(0, 0, None), 0), Gate::Open);
+            flow.charge(owed(0, 1, None), Gate::Client);
+        }
+        assert_eq!(shared.called.load(Ordering::Relaxed), 0);
+        // A place that frees later goes to the next in line.
+        waiting[0].charge(owed(0, 0, Some(5)), Gate::Open);
+        let mut fifth = calls.remove(4);
+        assert!(fifth.as_mut().poll(&mut cx).is_ready());
+        drop(waiting);
+        drop(calls);
+        drop(probing);
+        assert_eq!(shared.waiting_for_place.load(Ordering::Relaxed), 0);
+        assert_eq!(shared.unproven.load(Ordering::Relaxed), 0);
+        assert_eq!(shared.paused(), 0);
     }
 
     use std::future::Future;

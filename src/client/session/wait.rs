@@ -61,6 +61,8 @@ pub(super) enum Woken {
     PauseChanged,
     /// The process budget the client waited for has room again.
     BudgetFreed,
+    /// A probation place is free for the new client: handed to it (`true`), or found free.
+    PlaceFreed(bool),
     /// The idle timeout, the soft output limit's time or the drain's grace passed.
     Deadline,
 }
@@ -215,9 +217,11 @@ impl<'a> Session<'a> {
         // A paused or closing client's timer: about 500 bytes, a tokio `Sleep` among them.
         let registry = client.registry;
         let mut timer = timed.then(|| Box::pin(timer(registry, paused_until, close_deadline)));
-        // Only a client waiting for the process budget waits for its release.
+        // Only a client waiting for the process budget or a probation place waits for it.
         let budget = flow.budget.shared();
-        let mut freed = (flow.gate == Gate::Shared).then(|| Box::pin(budget_freed(budget)));
+        let gate = flow.gate;
+        let mut freed = matches!(gate, Gate::Shared | Gate::Probation)
+            .then(|| Box::pin(gate_opened(budget, gate)));
         poll_fn(move |cx| {
             // In this order: replies first, so they leave before more requests are
             // read; input last but for the signals and timers.
@@ -320,6 +324,31 @@ async fn budget_freed(budget: &SharedBudget) -> Woken {
             false => Poll::Pending,
         },
     )
+    .await
+}
+
+/// Returns when what a client whose gate is `gate` (shared or probation) waits for is free.
+async fn gate_opened(budget: &SharedBudget, gate: Gate) -> Woken {
+    match gate {
+        Gate::Probation => place_freed(budget).await,
+        _ => budget_freed(budget).await,
+    }
+}
+
+/// Returns when a probation place is handed to a new client waiting for one, or is free
+/// for it when it looks.
+async fn place_freed(budget: &SharedBudget) -> Woken {
+    // Made before the places are looked at, so a place handed on after the look wakes it.
+    let mut called = pin!(budget.place_freed());
+    poll_fn(|cx| {
+        if called.as_mut().poll(cx).is_ready() {
+            Poll::Ready(Woken::PlaceFreed(true))
+        } else if budget.has_place() {
+            Poll::Ready(Woken::PlaceFreed(false))
+        } else {
+            Poll::Pending
+        }
+    })
     .await
 }
 

@@ -68,6 +68,7 @@ impl Session<'_> {
             }
             // The process budget has room again: the loop looks at the gate.
             Woken::BudgetFreed => self.flow.budget.woken(),
+            Woken::PlaceFreed(called) => self.flow.budget.place_woken(called),
             // The pause ended or changed: the held request looks again.
             Woken::PauseChanged => self.order.paused_until = None,
             // The top of the loop tells which deadline passed.
