@@ -18,7 +18,8 @@
 # - Downloads redis-py 5.0.8's source distribution (pinned by SHA-256) for its own test suite,
 #   which tests/redis_py_suite.rs runs through the proxy, into .redis-py-suite, and installs that
 #   release and pytest (tests/python/redis_py_suite_requirements.txt) into .venv-redis-py-suite.
-# - Then runs `cargo test --all-targets` (extra arguments are passed on to it).
+# - Raises the open files limit to its hard limit (a fleet test holds 5,000 connections and the
+#   proxy as many), then runs `cargo test --all-targets` (extra arguments are passed on to it).
 #
 # The tests start their own servers on free loopback ports and kill them when they finish;
 # nothing listens on the default Redis port, and no system service is used.
@@ -114,4 +115,5 @@ fi
 # A fresh checkout gains nothing from incremental state but its disk (gigabytes over 63 test
 # binaries); a developer who reruns this can set CARGO_INCREMENTAL=1.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 cargo test --all-targets "$@"
