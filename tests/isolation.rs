@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{http_get, read_until_close, shared_cluster, Cluster, Proxy, Raw};
+use common::{
+    http_get, read_until_close, resp_command, shared_cluster, wait_until_async, Cluster, Proxy, Raw,
+};
 
 const VALUE: usize = 1024 * 1024;
 /// The tests of this file run one at a time: the latency the first one measures is the
@@ -476,9 +478,13 @@ async fn busy_and_new_clients(addr: &str, busy: usize, new: usize) -> Fleet {
         });
     }
     let run = async {
-        while proven.get() < busy {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let busy_answered = || proven.get() == busy;
+        wait_until_async(
+            "every busy client's first reply",
+            Duration::from_secs(30),
+            busy_answered,
+        )
+        .await;
         let before: Vec<u64> = rounds.iter().map(Cell::get).collect();
         burst.notify_waiters();
         while answered.get() < new {
@@ -504,11 +510,7 @@ async fn busy_and_new_clients(addr: &str, busy: usize, new: usize) -> Fleet {
 /// Sends `args` on `stream` and reads a reply of exactly `expected`'s length, which it must be.
 async fn call(stream: &mut tokio::net::TcpStream, args: &[&str], expected: &[u8]) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut request = format!("*{}\r\n", args.len());
-    for arg in args {
-        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.write_all(&resp_command(args)).await.unwrap();
     let mut reply = vec![0u8; expected.len()];
     stream.read_exact(&mut reply).await.unwrap();
     assert_eq!(reply, expected, "the reply to {args:?}");

@@ -124,7 +124,6 @@ impl SharedBudget {
         self.limit.store(limit, Ordering::Relaxed);
         crate::metrics::max_buffered_bytes(limit);
         self.freed.notify_waiters();
-        self.call_for_places();
     }
 
     /// What every client owes now, in bytes.
@@ -255,10 +254,10 @@ impl SharedBudget {
             };
             self.paused_gauge.set(count as f64);
         }
+        // A place that freed before the client counted as waiting is not handed to it: its
+        // wait finds it free when it looks (`has_place`).
         if to == Gate::Probation {
             self.waiting_for_place.fetch_add(1, Ordering::Relaxed);
-            // Places may have freed before it counted as waiting.
-            self.call_for_places();
         } else if from == Gate::Probation
             && self.waiting_for_place.fetch_sub(1, Ordering::Relaxed) == 1
         {

@@ -56,7 +56,7 @@ pub use prometheus::{repo_path, require_prometheus_tool, url_encode, Prometheus}
 pub use proxy::Proxy;
 pub use raw::{
     exchange, exchange_on, read_replies, read_some, read_until_close, replay_on_both,
-    reply_complete, resp_lines, split_replies, transcript, Raw,
+    reply_complete, resp_command, resp_lines, split_replies, transcript, Raw,
 };
 pub use sentinel::{data_connect, GroupOptions, Sentinel, SentinelGroup};
 pub use standalone::Standalone;

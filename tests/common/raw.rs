@@ -56,12 +56,8 @@ impl Raw {
 
     /// Sends one command without reading its reply (for pipelining or push messages).
     pub fn send(&mut self, args: &[&str]) {
-        let mut out = format!("*{}\r\n", args.len());
-        for arg in args {
-            out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
         self.stream
-            .write_all(out.as_bytes())
+            .write_all(&resp_command(args))
             .expect("send a command");
     }
 
@@ -292,15 +288,21 @@ pub fn exchange_on(stream: &mut TcpStream, input: &[u8], quiet: Duration) -> Vec
     read_until_close(stream, quiet).0
 }
 
+/// One command as a RESP multibulk request.
+pub fn resp_command(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+    }
+    out
+}
+
 /// Inline-style command lines (arguments split on single spaces) as RESP multibulk requests.
 pub fn resp_lines(lines: &[&str]) -> Vec<u8> {
     let mut out = Vec::new();
     for line in lines {
         let args: Vec<&str> = line.split(' ').collect();
-        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for arg in args {
-            out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
-        }
+        out.extend_from_slice(&resp_command(&args));
     }
     out
 }

@@ -313,40 +313,23 @@ async fn timer(
     }
 }
 
-/// Returns when the process budget has room for a client waiting on it: at a release, or
-/// at once when it has room already.
-async fn budget_freed(budget: &SharedBudget) -> Woken {
-    // Made before the budget is looked at, so a release after the look wakes it.
-    let mut freed = pin!(budget.freed());
-    poll_fn(
-        |cx| match freed.as_mut().poll(cx).is_ready() || budget.has_room() {
-            true => Poll::Ready(Woken::BudgetFreed),
-            false => Poll::Pending,
-        },
-    )
-    .await
-}
-
-/// Returns when what a client whose gate is `gate` (shared or probation) waits for is free.
+/// Returns when what a client whose gate is `gate` waits for is free: the process budget's
+/// room (`Gate::Shared`) or a probation place (`Gate::Probation`), at a release or at once
+/// when it is free already.
 async fn gate_opened(budget: &SharedBudget, gate: Gate) -> Woken {
-    match gate {
-        Gate::Probation => place_freed(budget).await,
-        _ => budget_freed(budget).await,
-    }
-}
-
-/// Returns when a probation place is handed to a new client waiting for one, or is free
-/// for it when it looks.
-async fn place_freed(budget: &SharedBudget) -> Woken {
-    // Made before the places are looked at, so a place handed on after the look wakes it.
-    let mut called = pin!(budget.place_freed());
+    let probation = gate == Gate::Probation;
+    // Made before the budget is looked at, so a release after the look wakes it.
+    let mut released = pin!(if probation {
+        budget.place_freed()
+    } else {
+        budget.freed()
+    });
     poll_fn(|cx| {
-        if called.as_mut().poll(cx).is_ready() {
-            Poll::Ready(Woken::PlaceFreed(true))
-        } else if budget.has_place() {
-            Poll::Ready(Woken::PlaceFreed(false))
-        } else {
-            Poll::Pending
+        let called = released.as_mut().poll(cx).is_ready();
+        match probation {
+            true if called || budget.has_place() => Poll::Ready(Woken::PlaceFreed(called)),
+            false if called || budget.has_room() => Poll::Ready(Woken::BudgetFreed),
+            _ => Poll::Pending,
         }
     })
     .await
