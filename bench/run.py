@@ -3,6 +3,7 @@
 
 import csv
 import io
+import math
 import os
 import resource
 import shutil
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 QUICK = "--quick" in sys.argv
 REPS = 1 if QUICK else 3
@@ -137,13 +139,15 @@ def start_proxy(procs, seeds, extra, name, program=PROXY):
     port, admin = free_port(), free_port()
     proc = procs.start([program, "--listen", f"127.0.0.1:{port}", "--admin-listen",
                         f"127.0.0.1:{admin}", "--cluster", ",".join(seeds), *extra], name)
+    proc.admin_port = admin
     wait_port(port)
     return proc, port
 
 
-def start_predixy(procs, seeds, wrap=()):
+def start_predixy(procs, seeds, wrap=(), latency=False):
     """predixy in front of the same cluster, one worker thread like the proxy's default;
-    `wrap`: a command that runs it (valgrind)."""
+    `wrap`: a command that runs it (valgrind); `latency`: with a latency monitor of every
+    command over the proxy's own histogram buckets (see `in_proxy_counts`)."""
     port = free_port()
     servers = "\n".join(f"        + {seed}" for seed in seeds)
     config = os.path.join(procs.dir, "predixy.conf")
@@ -170,6 +174,10 @@ ClusterServerPool {{
     }}
 }}
 """)
+        if latency:
+            spans = "".join(f"        + {bound}\n" for bound in IN_PROXY_BUCKETS_US)
+            f.write(f"LatencyMonitor all {{\n    Commands {{\n        + all\n    }}\n"
+                    f"    TimeSpan {{\n{spans}    }}\n}}\n")
     proc = procs.start([*wrap, PREDIXY, config], "predixy")
     wait_port(port, timeout=120 if wrap else 30)
     return proc, port
@@ -297,7 +305,7 @@ def main():
             targets.append(("proxy, baseline build", baseline_port, False, baseline))
         if PREDIXY:
             predixy, predixy_port = start_predixy(procs, seeds)
-            targets.append(("predixy (peer, 1 thread)", predixy_port, False, predixy))
+            targets.append((PEER_LABEL, predixy_port, False, predixy))
         results = {}
         for rep in range(REPS):
             for label, test, pipeline, n, _ in cases:
@@ -576,6 +584,17 @@ if QUICK:
     FLEET_REQUESTS = {clients: n // 10 for clients, n in FLEET_REQUESTS.items()}
 # Idle connections held open to measure what one costs the proxy (and predixy).
 FLEET_IDLE = [1000, 5000, 10000]
+PEER_LABEL = "predixy (peer, 1 thread)"
+FLOOR_LABEL = "floor (bench/floor.rs)"
+# Time in the proxy: how long each proxy held a request, from its own histogram. redis-benchmark's
+# latency also holds the time a reply waits for its event loop, which at 5,000 clients (its one
+# thread near a whole core) is most of it; this is the proxy's part alone. The proxy's
+# `slotbridge_command_duration_seconds` runs from a request's read to its reply's return from
+# the master; predixy's LatencyMonitor, over the same buckets, from a request's parse to its
+# reply's (a few dozen instructions a request more for predixy in `--fleet`).
+IN_PROXY_BUCKETS_US = [100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000,
+                       500000, 1000000]
+IN_PROXY_SHOWN_US = [100, 250, 1000, 5000, 10000]
 
 
 def fds_allow(clients):
@@ -627,11 +646,55 @@ def fleet_targets(procs, seeds, ports):
         targets.append(("proxy, baseline build", baseline_port, False, baseline))
     if FLOOR:
         floor, floor_port = start_proxy(procs, seeds, [], "floor", FLOOR)
-        targets.append(("floor (bench/floor.rs)", floor_port, False, floor))
+        targets.append((FLOOR_LABEL, floor_port, False, floor))
     if PREDIXY:
-        predixy, predixy_port = start_predixy(procs, seeds)
-        targets.append(("predixy (peer, 1 thread)", predixy_port, False, predixy))
+        predixy, predixy_port = start_predixy(procs, seeds, latency=True)
+        targets.append((PEER_LABEL, predixy_port, False, predixy))
     return targets
+
+
+def in_proxy_counts(target, port, proc, test):
+    """{bucket bound in us, `math.inf` last: `test` requests the target answered within it so
+    far} from its own histogram (see IN_PROXY_BUCKETS_US); None for a target without one."""
+    counts = {}
+    if target == PEER_LABEL:
+        out = subprocess.run(["redis-cli", "-p", str(port), "info", "Latency", "all"],
+                             capture_output=True, text=True, timeout=30).stdout
+        # `<= bound elapsed-sum count percent` for each bucket that has a request, then `T
+        # max elapsed-sum count` (the totals), then the same per master.
+        within = {}
+        for line in out.splitlines():
+            fields = line.split()
+            if fields and fields[0] == "T":
+                counts[math.inf] = int(fields[3])
+                break
+            if len(fields) >= 4 and fields[0] == "<=":
+                within[int(fields[1])] = int(fields[3])
+        for bound in IN_PROXY_BUCKETS_US:
+            counts[bound] = sum(n for b, n in within.items() if b <= bound)
+        return counts
+    if proc is None or target == FLOOR_LABEL:
+        return None
+    url = f"http://127.0.0.1:{proc.admin_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    prefix = f'slotbridge_command_duration_seconds_bucket{{command="{test}",le="'
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            bound = line[len(prefix):].split('"')[0]
+            counts[math.inf if bound == "+Inf" else round(float(bound) * 1e6)] = int(
+                line.split()[-1])
+    return counts
+
+
+def in_proxy_shares(before, after):
+    """{bound in us: the share of the requests between two readings answered within it}."""
+    if not after:
+        return None
+    total = after[math.inf] - before.get(math.inf, 0) if math.inf in after else 0
+    if total <= 0:
+        return None
+    return {bound: (after[bound] - before.get(bound, 0)) / total for bound in after}
 
 
 # `--cache`: the cache lines a request touches, under valgrind's cachegrind, at -c 50 and
@@ -672,7 +735,7 @@ def cache_lines_per_request():
         if BASELINE:
             targets.append(("proxy, baseline build", os.path.abspath(BASELINE)))
         if PREDIXY:
-            targets.append(("predixy (peer, 1 thread)", PREDIXY))
+            targets.append((PEER_LABEL, PREDIXY))
         print("| case | target | requests | instructions per request | D1 misses per request "
               "| LL misses per request (1 MiB LL) |")
         print("|---|---|---|---|---|---|")
@@ -756,6 +819,7 @@ def fleet():
                     for target, port, cluster, proc in (targets if rep % 2 == 0
                                                         else targets[:1] + targets[:0:-1]):
                         runs = n * DIRECT_SCALE if cluster and not each else n
+                        held_before = in_proxy_counts(target, port, proc, test)
                         before = cpu_split(proc.pid) if proc else (0, 0)
                         servers_before = sum(cpu_seconds(pid) for pid in servers)
                         client_before = children_cpu_seconds()
@@ -766,6 +830,9 @@ def fleet():
                         wall = time.monotonic() - started
                         idle_after, total_after = machine_ticks()
                         after = cpu_split(proc.pid) if proc else (0, 0)
+                        if held_before is not None:
+                            r["in_proxy"] = in_proxy_shares(
+                                held_before, in_proxy_counts(target, port, proc, test))
                         r["cpu_us"] = ((sum(after) - sum(before)) / runs * 1e6
                                        if proc else None)
                         r["user_us"] = (after[0] - before[0]) / runs * 1e6
@@ -786,7 +853,7 @@ def fleet():
         print(f"| case | target | req/s (median of {REPS}) | ratio to direct | ratio to predixy |"
               " p50 ms | p99 ms | target CPU us/req | peak RSS MB |")
         print("|---|---|---|---|---|---|---|---|---|")
-        peer_label = "predixy (peer, 1 thread)"
+        peer_label = PEER_LABEL
         for (label, target), rows in results.items():
             rps = median(rows, "rps")
             direct = median(results[(label, labels[0])], "rps")
@@ -800,8 +867,30 @@ def fleet():
                   f"{median(rows, 'p50'):.3f} | {median(rows, 'p99'):.3f} | {cpu} | {peak} |")
         print()
         print_fleet_cpu(results, labels)
+        print()
+        print_in_proxy(results)
     finally:
         procs.stop()
+
+
+def print_in_proxy(results):
+    """The share of requests each proxy answered within each bound, and the bucket its p99
+    falls in (medians over the repetitions): see IN_PROXY_BUCKETS_US."""
+    shown = " / ".join(f"{bound / 1000:g}" for bound in IN_PROXY_SHOWN_US)
+    print(f"| case | target | answered in the proxy within {shown} ms, % | "
+          "p99 in the proxy, ms (its bucket's bound) |")
+    print("|---|---|---|---|")
+    for (label, target), rows in results.items():
+        shares = [r["in_proxy"] for r in rows if r.get("in_proxy")]
+        if not shares:
+            continue
+        within = " / ".join(f"{statistics.median(s[bound] for s in shares) * 100:.1f}"
+                            for bound in IN_PROXY_SHOWN_US)
+        p99 = statistics.median(min(bound for bound, share in s.items() if share >= 0.99)
+                                for s in shares)
+        shown_p99 = f"> {IN_PROXY_BUCKETS_US[-1] / 1000:g}" if p99 == math.inf else (
+            f"{p99 / 1000:g}")
+        print(f"| {label} | {target} | {within} | {shown_p99} |")
 
 
 def print_fleet_cpu(results, labels):
@@ -812,7 +901,7 @@ def print_fleet_cpu(results, labels):
     and receives) and what the servers and redis-benchmark spent beside it: the most a target
     that makes the same system calls could reach against predixy. redis-benchmark runs one
     thread: near 100 % of a core, it is the load generator that sets the pace."""
-    peer_label = "predixy (peer, 1 thread)"
+    peer_label = PEER_LABEL
     print("| case | target | servers us/req | redis-benchmark us/req | redis-benchmark, % of a "
           "core | target user us/req | target kernel us/req | total us/req | machine idle | "
           "ratio to predixy measured | ratio to predixy CPU allows | with the target's code "

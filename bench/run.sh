@@ -31,7 +31,9 @@
 # per request and peak RSS per run, and the RSS an idle connection costs at 1,000 / 5,000 /
 # 10,000 held connections; a second table splits each
 # request's CPU between the servers, redis-benchmark and the target (user and kernel apart)
-# and gives the ratio to predixy that CPU allows. `--clients 1000,5000` runs only the cases
+# and gives the ratio to predixy that CPU allows; a third the share of requests each proxy
+# answered within 0.1 to 10 ms, from its own histogram (predixy's LatencyMonitor), the
+# proxy's part of the latency apart from redis-benchmark's. `--clients 1000,5000` runs only the cases
 # of those client counts (and no idle-connection table). `--cache` instead counts, under
 # valgrind's cachegrind, the instructions and the first- and last-level cache misses per GET at
 # 50 and 1,000 clients (a simulated 1 MiB last level): the memory each client's request
