@@ -8,7 +8,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::{connect, query, shared_cluster, Cluster, Proxy, Raw, Role, Standalone, SLOT_COUNT};
+use common::{
+    connect, new_dir, query, running_tests, shared_cluster, Cluster, Proxy, Raw, Role, Standalone,
+    SLOT_COUNT,
+};
 
 fn set(addr: &str, key: &str, value: &str) {
     let mut con = connect(addr);
@@ -351,4 +354,34 @@ fn proxy_start_failure_reports_the_programs_stderr() {
     );
     assert!(message.contains("--cluster x"), "{message}");
     assert!(message.contains("exit status: 3"), "{message}");
+}
+
+/// A test binary past its hang limit names the tests still running: a test counts once it
+/// starts a process or opens a connection through the harness, until its thread ends.
+#[test]
+fn the_hang_limit_names_the_tests_still_running() {
+    let name = "a_test_that_hangs_here".to_string();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (noted, is_noted) = std::sync::mpsc::channel::<()>();
+    let test = std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            new_dir("hang-limit");
+            noted.send(()).unwrap();
+            released.recv().unwrap();
+        })
+        .unwrap();
+    is_noted.recv().unwrap();
+    assert!(
+        running_tests().contains(&name),
+        "a test that started a process is not listed: {:?}",
+        running_tests()
+    );
+    release.send(()).unwrap();
+    test.join().unwrap();
+    let after = running_tests();
+    assert!(
+        !after.contains(&name),
+        "a finished test is still listed: {after:?}"
+    );
 }

@@ -50,8 +50,8 @@ pub use node::{
     try_connect,
 };
 pub use ports::{free_cluster_port, free_port};
-pub use process::new_dir;
 pub use process::require_tool;
+pub use process::{new_dir, running_tests};
 pub use prometheus::{repo_path, require_prometheus_tool, url_encode, Prometheus};
 pub use proxy::Proxy;
 pub use raw::{

@@ -36,6 +36,7 @@ pub fn redis_client(addr: &str) -> redis::Client {
 /// one without is resumed by the kernel. A hung read ends the test binary at its hang
 /// limit (see `process`).
 pub fn try_connect(addr: &str, timeout: Duration) -> redis::RedisResult<redis::Connection> {
+    super::process::note_test();
     let con = connect_through_stops(&redis_client(addr), timeout)?;
     con.set_write_timeout(Some(IO_TIMEOUT))?;
     Ok(con)

@@ -7,14 +7,17 @@
 //! test process to disappear (normal exit, panic, or SIGKILL) and then kills every pid still
 //! listed and removes the run directory. A test binary that runs past [`HANG_LIMIT`] has a
 //! test that hangs: it exits with a message saying so (see `node::try_connect`, whose reads
-//! have no timeout).
+//! have no timeout), naming the tests still running that started a process or opened a
+//! connection through the harness ([`note_test`]).
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Name of the file that holds the pid of a directory's process while it runs.
@@ -79,13 +82,74 @@ pub fn run_dir() -> &'static Path {
 fn start_hang_limit() {
     std::thread::spawn(|| {
         std::thread::sleep(HANG_LIMIT);
+        let running = running_tests();
+        let named = if running.is_empty() {
+            "no test that started a process or opened a connection through the harness is \
+             still running"
+                .to_string()
+        } else {
+            format!("still running: {}", running.join(", "))
+        };
         eprintln!(
             "this test binary has run for {} minutes: a test hangs (a read waiting for a reply \
-             that never comes?)",
+             that never comes?); {named}",
             HANG_LIMIT.as_secs() / 60
         );
         std::process::exit(101);
     });
+}
+
+/// The tests running now that called [`note_test`], by name.
+fn running() -> &'static Mutex<BTreeSet<String>> {
+    static RUNNING: OnceLock<Mutex<BTreeSet<String>>> = OnceLock::new();
+    RUNNING.get_or_init(Mutex::default)
+}
+
+/// A test counted as running; uncounted when its thread ends.
+struct Running(String);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        running()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.0);
+    }
+}
+
+thread_local! {
+    static THIS_TEST: RefCell<Option<Running>> = const { RefCell::new(None) };
+}
+
+/// Counts the calling test as running until its thread ends, so that the hang limit can name
+/// it: the test harness runs each test on a thread named after it. Called where tests start
+/// processes and open connections; a thread without a name (or `main`) is not a test's.
+pub fn note_test() {
+    let _ = THIS_TEST.try_with(|this| {
+        let mut this = this.borrow_mut();
+        if this.is_some() {
+            return;
+        }
+        let thread = std::thread::current();
+        let Some(name) = thread.name().filter(|name| *name != "main") else {
+            return;
+        };
+        running()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_string());
+        *this = Some(Running(name.to_string()));
+    });
+}
+
+/// The names of the tests counted as running now (see [`note_test`]), in order.
+pub fn running_tests() -> Vec<String> {
+    running()
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect()
 }
 
 fn start_watchdog(dir: &Path) {
@@ -107,6 +171,7 @@ fn start_watchdog(dir: &Path) {
 
 /// A fresh, empty directory under the run directory; `label` makes it recognisable.
 pub fn new_dir(label: &str) -> PathBuf {
+    note_test();
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let dir = run_dir().join(format!("{label}-{seq}"));

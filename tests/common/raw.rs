@@ -22,6 +22,7 @@ pub struct Raw {
 impl Raw {
     /// Connects to `addr` (`host:port`); panics with the address if nothing answers.
     pub fn connect(addr: &str) -> Raw {
+        super::process::note_test();
         let stream =
             TcpStream::connect(addr).unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
         stream
@@ -275,6 +276,7 @@ pub fn read_until_close(stream: &mut TcpStream, timeout: Duration) -> (Vec<u8>, 
 /// Connects to `addr`, sends `input` as is (it may be malformed on purpose), and reads with
 /// [`read_until_close`]: what came back, and whether the peer closed the connection.
 pub fn exchange(addr: &str, input: &[u8], timeout: Duration) -> (Vec<u8>, bool) {
+    super::process::note_test();
     let mut stream =
         TcpStream::connect(addr).unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
     stream.write_all(input).expect("send raw bytes");
