@@ -12,7 +12,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{http_get, shared_cluster, split_replies, Proxy};
+use common::{http_get, resp_command, shared_cluster, split_replies, Proxy};
 
 /// How long a message that must come may take (the master's active expiry included).
 const WAIT: Duration = Duration::from_secs(5);
@@ -40,11 +40,7 @@ impl Conn {
     }
 
     fn send(&mut self, args: &[&str]) {
-        let mut out = format!("*{}\r\n", args.len());
-        for arg in args {
-            out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        self.stream.write_all(out.as_bytes()).expect("send");
+        self.stream.write_all(&resp_command(args)).expect("send");
     }
 
     /// Sends a command and returns its reply; a push met first fails the test.

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, new_dir, query, scan_all, shared_cluster, Cluster, Proxy};
+use common::{free_port, new_dir, query, resp_command, scan_all, shared_cluster, Cluster, Proxy};
 
 const PROFILE: &str = "config/botmesh-cluster-v1.yaml";
 
@@ -239,11 +239,7 @@ fn raw_session(addr: &str, proto: &str) -> RawSession {
 impl RawSession {
     fn call(&mut self, args: &[String]) -> Vec<u8> {
         use std::io::Write;
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for arg in args {
-            out.extend(format!("${}\r\n{arg}\r\n", arg.len()).bytes());
-        }
-        self.stream.write_all(&out).unwrap();
+        self.stream.write_all(&resp_command(args)).unwrap();
         loop {
             if let Some(len) = frame_len(&self.buffer) {
                 return self.buffer.drain(..len).collect();

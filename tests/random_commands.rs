@@ -11,7 +11,7 @@ mod common;
 use std::io::Write;
 use std::net::TcpStream;
 
-use common::{read_replies, shared_cluster, Proxy};
+use common::{read_replies, resp_command, shared_cluster, Proxy};
 
 /// Commands left out: they end or take over the connection by design (QUIT, SUBSCRIBE,
 /// MONITOR, HELLO and RESET change the protocol the checker reads), answer once per
@@ -273,23 +273,13 @@ fn invocation(syntax: &Syntax, keys: &[&str], rng: &mut Rng) -> Vec<String> {
     args
 }
 
-fn encode(args: &[String]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
 /// Sends `batch` in one write and reads one reply per request.
 fn exchange(
     stream: &mut TcpStream,
     pending: &mut Vec<u8>,
     batch: &[Vec<String>],
 ) -> Result<(), String> {
-    let wire: Vec<u8> = batch.iter().flat_map(|args| encode(args)).collect();
+    let wire: Vec<u8> = batch.iter().flat_map(|args| resp_command(args)).collect();
     stream.write_all(&wire).map_err(|e| e.to_string())?;
     read_replies(stream, pending, batch.len()).map(|_| ())
 }
@@ -348,7 +338,7 @@ fn every_master_answers(proxy: &Proxy) {
                 format!("{{after{i}}}k"),
             ]);
         }
-        let wire: Vec<u8> = batch.iter().flat_map(|args| encode(args)).collect();
+        let wire: Vec<u8> = batch.iter().flat_map(|args| resp_command(args)).collect();
         stream.write_all(&wire).unwrap();
         let replies = read_replies(&mut stream, &mut pending, batch.len())
             .unwrap_or_else(|e| panic!("RESP{protocol}: {e}"));

@@ -11,7 +11,7 @@ use std::io::{ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{resp_lines, shared_cluster, Proxy, Standalone};
+use common::{resp_command, resp_lines, shared_cluster, Proxy, Standalone};
 
 /// A Lua table holding itself: Redis converts it until Lua's stack runs out, then ends the
 /// innermost level with `-ERR reached lua stack limit`.
@@ -96,7 +96,7 @@ impl Conn {
     }
 
     fn send(&mut self, args: &[&str]) {
-        self.stream.write_all(&command(args)).expect("send");
+        self.stream.write_all(&resp_command(args)).expect("send");
     }
 
     fn call(&mut self, args: &[&str]) -> Vec<u8> {
@@ -136,14 +136,6 @@ impl Conn {
             .expect("timeout");
         out
     }
-}
-
-fn command(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
-    }
-    out
 }
 
 fn show(bytes: &[u8]) -> String {
@@ -219,8 +211,8 @@ fn a_deep_reply_leaves_other_clients_on_the_same_master_unaffected() {
                 for i in 0..DEPTH {
                     let item = format!("{{deep:shared}}:{i}");
                     let value = format!("{round}-{i}");
-                    wire.extend_from_slice(&command(&["SET", &item, &value]));
-                    wire.extend_from_slice(&command(&["GET", &item]));
+                    wire.extend_from_slice(&resp_command(&["SET", &item, &value]));
+                    wire.extend_from_slice(&resp_command(&["GET", &item]));
                 }
                 conn.stream.write_all(&wire).expect("send a pipeline");
                 for i in 0..DEPTH {

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{reply_complete, Answer, FakeNode, SlotOwner};
+use common::{reply_complete, resp_command, Answer, FakeNode, SlotOwner};
 use futures_util::future::join_all;
 use slotbridge::backend::{BackendError, ConnOptions, NodeConn};
 use slotbridge::config::Config;
@@ -53,17 +53,9 @@ async fn start_proxy(cluster: &FakeNode, extra: &str) -> String {
     addr
 }
 
-fn command(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
-    }
-    out
-}
-
 /// Sends `args` and reads one whole reply.
 async fn call(client: &mut TcpStream, args: &[&str]) -> String {
-    client.write_all(&command(args)).await.expect("write");
+    client.write_all(&resp_command(args)).await.expect("write");
     read_reply(client).await
 }
 
@@ -231,7 +223,7 @@ async fn a_node_connection_fails_what_is_due_after_the_read_timeout() {
         ..ConnOptions::default()
     };
     let conn = NodeConn::spawn(node_addr(&node), opts);
-    let set = conn.call(Bytes::from(command(&["SET", "k", "v"])), false);
+    let set = conn.call(Bytes::from(resp_command(&["SET", "k", "v"])), false);
     assert_eq!(set.await.expect("SET"), Bytes::from_static(b"+OK\r\n"));
     // Quiet with nothing due is not a stall, however long (the scenario: an idle node).
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -239,8 +231,8 @@ async fn a_node_connection_fails_what_is_due_after_the_read_timeout() {
 
     let started = Instant::now();
     let replies = join_all([
-        conn.call(Bytes::from(command(&["GET", "k"])), false),
-        conn.call(Bytes::from(command(&["PING"])), false),
+        conn.call(Bytes::from(resp_command(&["GET", "k"])), false),
+        conn.call(Bytes::from(resp_command(&["PING"])), false),
     ])
     .await;
     let waited = started.elapsed();
@@ -266,7 +258,7 @@ async fn a_node_connection_fails_what_is_due_after_the_read_timeout() {
     .await;
     assert!(!conn.is_connected());
     // The next request gets a new connection.
-    let get = conn.call(Bytes::from(command(&["GET", "k"])), false);
+    let get = conn.call(Bytes::from(resp_command(&["GET", "k"])), false);
     assert_eq!(get.await.expect("GET"), Bytes::from_static(b"$1\r\nv\r\n"));
     assert_eq!(node.seen().connections(), 2);
 }
@@ -276,7 +268,7 @@ async fn a_node_connection_fails_what_is_due_after_the_read_timeout() {
 async fn without_a_read_timeout_a_hung_node_is_waited_for() {
     let node = FakeNode::start(|_| Answer::Hold);
     let conn = NodeConn::spawn(node_addr(&node), ConnOptions::default());
-    let get = conn.call(Bytes::from(command(&["GET", "k"])), false);
+    let get = conn.call(Bytes::from(resp_command(&["GET", "k"])), false);
     // An hour of virtual time: the request is still due, the connection still open.
     let waited = tokio::time::timeout(Duration::from_secs(3600), get).await;
     assert!(waited.is_err(), "answered by a hung node: {waited:?}");
@@ -321,7 +313,10 @@ async fn a_closed_client_lingers_half_a_second_before_its_place_is_free() {
     let linger_started = Instant::now();
     assert!(read_to_close(&mut closed).await.is_empty());
     // Bytes sent during the linger are discarded, not answered with a reset.
-    closed.write_all(&command(&["PING"])).await.expect("write");
+    closed
+        .write_all(&resp_command(&["PING"]))
+        .await
+        .expect("write");
 
     tokio::time::sleep(Duration::from_millis(450)).await;
     let mut refused = TcpStream::connect(&proxy).await.expect("connect");

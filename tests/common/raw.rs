@@ -290,11 +290,14 @@ pub fn exchange_on(stream: &mut TcpStream, input: &[u8], quiet: Duration) -> Vec
     read_until_close(stream, quiet).0
 }
 
-/// One command as a RESP multibulk request.
-pub fn resp_command(args: &[&str]) -> Vec<u8> {
+/// One command as a RESP multibulk request (arguments as `&str`, `String` or bytes).
+pub fn resp_command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
     for arg in args {
-        out.extend_from_slice(format!("${}\r\n{arg}\r\n", arg.len()).as_bytes());
+        let arg = arg.as_ref();
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
     }
     out
 }

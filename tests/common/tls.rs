@@ -199,12 +199,8 @@ impl TlsClient {
 
     /// Sends one command and reads its reply (as raw RESP text).
     pub fn call(&mut self, args: &[&str]) -> Result<String, String> {
-        let mut wire = format!("*{}\r\n", args.len());
-        for arg in args {
-            wire.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
         self.stream
-            .write_all(wire.as_bytes())
+            .write_all(&super::resp_command(args))
             .and_then(|()| self.stream.flush())
             .map_err(|e| format!("write: {e}"))?;
         let mut reply = Vec::new();
@@ -227,15 +223,12 @@ impl TlsClient {
     /// Sends `commands` in one write, then reads their replies: how many bytes of replies
     /// came, in order, each checked to start with `+`, `$` or `:` (no error).
     pub fn pipeline(&mut self, commands: &[Vec<String>]) -> Result<usize, String> {
-        let mut wire = String::new();
-        for args in commands {
-            wire.push_str(&format!("*{}\r\n", args.len()));
-            for arg in args {
-                wire.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-            }
-        }
+        let wire: Vec<u8> = commands
+            .iter()
+            .flat_map(|args| super::resp_command(args))
+            .collect();
         self.stream
-            .write_all(wire.as_bytes())
+            .write_all(&wire)
             .and_then(|()| self.stream.flush())
             .map_err(|e| format!("write: {e}"))?;
         let mut data = Vec::new();
