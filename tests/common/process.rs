@@ -123,7 +123,8 @@ thread_local! {
 
 /// Counts the calling test as running until its thread ends, so that the hang limit can name
 /// it: the test harness runs each test on a thread named after it. Called where tests start
-/// processes and open connections; a thread without a name (or `main`) is not a test's.
+/// processes and open connections; a thread without a name, `main` and a runtime's workers
+/// (`tokio-runtime-worker`) are not a test's.
 pub fn note_test() {
     let _ = THIS_TEST.try_with(|this| {
         let mut this = this.borrow_mut();
@@ -131,7 +132,10 @@ pub fn note_test() {
             return;
         }
         let thread = std::thread::current();
-        let Some(name) = thread.name().filter(|name| *name != "main") else {
+        let Some(name) = thread
+            .name()
+            .filter(|name| *name != "main" && !name.starts_with("tokio-"))
+        else {
             return;
         };
         running()
