@@ -138,11 +138,12 @@ pub fn note_test() {
         else {
             return;
         };
+        let name = name.to_string();
         running()
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.to_string());
-        *this = Some(Running(name.to_string()));
+            .insert(name.clone());
+        *this = Some(Running(name));
     });
 }
 

@@ -290,16 +290,14 @@ pub fn exchange_on(stream: &mut TcpStream, input: &[u8], quiet: Duration) -> Vec
     read_until_close(stream, quiet).0
 }
 
-/// One command as a RESP multibulk request (arguments as `&str`, `String` or bytes).
+/// One command as a RESP multibulk request (arguments as `&str`, `String` or bytes), as the
+/// `redis` crate packs it.
 pub fn resp_command<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    let mut cmd = redis::Cmd::new();
     for arg in args {
-        let arg = arg.as_ref();
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
+        cmd.arg(arg.as_ref());
     }
-    out
+    cmd.get_packed_command()
 }
 
 /// Inline-style command lines (arguments split on single spaces) as RESP multibulk requests.
