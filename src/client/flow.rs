@@ -404,6 +404,14 @@ impl<'a> ClientFlow<'a> {
         self.recharge(owed, gate, probing);
     }
 
+    /// Whether a charge once everything is answered, at the gate open, would change
+    /// nothing: the client charged nothing, is not on probation, and was not woken for
+    /// room. Asked while the client's state is in the cache, so its last reply need not
+    /// read it again.
+    pub fn settled_once_answered(&self) -> bool {
+        !self.probing && self.charged == (0, 0) && !self.woken && self.shown == Gate::Open
+    }
+
     /// The rest of [`ClientFlow::charge`], off its usual path.
     fn recharge(&mut self, owed: Owed, gate: Gate, probing: bool) {
         if probing != self.probing {

@@ -101,7 +101,8 @@ impl Session<'_> {
             if let Some(reply) = in_flight.take_lone_ready() {
                 let over = output_limit > 0 && in_flight.owed(reply.len()).held > output_limit;
                 if !over && !waits_for_its_read(in_flight, &conn.output) {
-                    return write_lone(&reply, conn, client.guard);
+                    write_lone(&reply, conn, client.guard)?;
+                    return ControlFlow::Continue(());
                 }
                 conn.output.extend_from_slice(&reply);
             }
@@ -194,10 +195,15 @@ impl Session<'_> {
 }
 
 /// Writes `reply`, the only one due, as it is; what the socket does not take waits in the
-/// output buffer. `Break` when the connection failed.
-fn write_lone(reply: &Bytes, conn: &mut Conn, guard: &ClientGuard) -> ControlFlow<()> {
+/// output buffer. `Break` when the connection failed; otherwise whether all of it was
+/// written.
+pub(super) fn write_lone(
+    reply: &Bytes,
+    conn: &mut Conn,
+    guard: &ClientGuard,
+) -> ControlFlow<(), bool> {
     if reply.is_empty() {
-        return ControlFlow::Continue(());
+        return ControlFlow::Continue(true);
     }
     let written = try_send(&mut conn.io, reply)?;
     if written > 0 {
@@ -207,8 +213,9 @@ fn write_lone(reply: &Bytes, conn: &mut Conn, guard: &ClientGuard) -> ControlFlo
     if written < reply.len() {
         conn.output.extend_from_slice(&reply[written..]);
         conn.output_resizer.note(&conn.output);
+        return ControlFlow::Continue(false);
     }
-    ControlFlow::Continue(())
+    ControlFlow::Continue(true)
 }
 
 /// What the socket takes of `buf` now, 0 when it takes nothing; `Break` when the connection
