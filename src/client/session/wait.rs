@@ -31,6 +31,8 @@ use super::{
 pub(super) struct Turn {
     can_read: bool,
     subscribed: bool,
+    /// Whether the reply of the last request in flight leaves from within the wait.
+    last_reply: bool,
     pub(super) idle_deadline: Option<Instant>,
     /// The next moment a limit may close the client without any event of its own.
     close_deadline: Option<Instant>,
@@ -146,9 +148,23 @@ impl<'a> Session<'a> {
             .into_iter()
             .flatten()
             .min();
+        // Nothing of this turn changes when the last reply leaves: no timer starts or
+        // moves with it, and no one else waits for it (see `LastReply`).
+        let last_reply = can_read
+            && input == 0
+            && conn.output.is_empty()
+            && close_deadline.is_none()
+            && order.paused_until.is_none()
+            && end.drain_until.is_none()
+            && flow.limits.idle_timeout.is_none()
+            && flow.limits.soft_limit.is_none()
+            && !subs.pubsub.is_used()
+            && self.ident.state.monitor.is_none()
+            && self.tx.exec_locals.is_none();
         Turn {
             can_read,
             subscribed,
+            last_reply,
             idle_deadline,
             close_deadline,
         }
@@ -188,12 +204,13 @@ impl<'a> Session<'a> {
             order,
             end,
             subs,
-            tx,
             ident,
+            ..
         } = self;
         let Turn {
             can_read,
             subscribed,
+            last_reply,
             close_deadline,
             ..
         } = turn;
@@ -208,7 +225,6 @@ impl<'a> Session<'a> {
         // future on each turn, cost 3 % of an unpipelined request's instructions.
         let listening = subscribed || relaying;
         let open = !end.closing && !backpressure;
-        let monitoring = ident.state.monitor.is_some();
         let mut monitor = ident.state.monitor.as_deref_mut().filter(|_| open);
         let pubsub = &mut subs.pubsub;
         // Boxed, as the two below: about 450 bytes that only subscribers use. A subscriber
@@ -222,21 +238,6 @@ impl<'a> Session<'a> {
         let mut timer = timed.then(|| Box::pin(timer(registry, paused_until, close_deadline)));
         // Only a client waiting for the process budget or a probation place waits for it.
         let gate = flow.gate;
-        // Whether the reply of the last request in flight may leave from within this wait
-        // (see `LastReply`): nothing of what the turn decided changes when it does.
-        let last_reply = can_read
-            && !timed
-            && !listening
-            && flow.limits.idle_timeout.is_none()
-            && flow.limits.soft_limit.is_none()
-            && !monitoring
-            && tx.exec_locals.is_none()
-            && order.held.is_none()
-            && !end.closing
-            && !end.peer_closed
-            && end.drain_until.is_none()
-            && conn.input.is_empty()
-            && conn.output.is_empty();
         let output_limit = flow.limits.output_limit;
         let guard = client.guard;
         let (mut freed, mut last_reply) = if matches!(gate, Gate::Shared | Gate::Probation) {
@@ -307,12 +308,12 @@ impl<'a> Session<'a> {
 /// session (the limits, the flags, the buffers' resizers) that no other client's turn left
 /// in the cache, to find nothing else to do.
 ///
-/// Taken only where that turn would find nothing else to do: the wait reads the input and
-/// has no timer that the reply would change (no idle timeout, no pause, no drain), the
-/// client neither listens nor monitors, no transaction's locals wait for the reply, and
-/// nothing is held or closing. What the turn would still have done, it does: count the
-/// bytes, note the activity, and bring the budget up to date (a first request's reply ends
-/// its probation).
+/// Taken only where that turn would find nothing else to do (see `Session::turn`): the wait
+/// reads the input, none is buffered, no timer starts or moves with the reply (no idle
+/// timeout, soft limit, pause or drain), the client neither listens nor monitors, and no
+/// transaction's locals wait for the reply. What the turn would still have done, it does:
+/// count the bytes, note the activity, give back bookkeeping a deep pipeline grew, and bring
+/// the budget up to date (a first request's reply ends its probation).
 struct LastReply<'w, 'a> {
     /// The client's budget, when the reply changes it (see `ClientFlow::settled_once_answered`).
     budget: Option<&'w mut ClientFlow<'a>>,
