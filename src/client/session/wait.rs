@@ -4,7 +4,8 @@
 //! The wait polls the usual sources in place, in a fixed order (replies first, so they
 //! leave before more requests are read; input last but for the signals and timers), and
 //! writes replies with `try_write` as soon as they are in order, which saves a turn of
-//! the loop per reply.
+//! the loop per reply. The reply of the last request in flight, where nothing else changes
+//! with it, leaves from within the wait itself, which goes on waiting (`LastReply`).
 
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
@@ -23,8 +24,8 @@ use super::super::registry::{ClientGuard, Registry, Signal, Signals};
 use super::super::stream::ClientIo;
 use super::woken::write_lone;
 use super::{
-    Conn, Session, ACTIVITY_GRAIN, CLOSE_LINGER, HELD_INPUT, HELD_OUTPUT, OUTPUT_BACKPRESSURE,
-    READ_BUFFER,
+    Conn, Flow, Session, ACTIVITY_GRAIN, CLOSE_LINGER, HELD_INPUT, HELD_OUTPUT,
+    OUTPUT_BACKPRESSURE, READ_BUFFER,
 };
 
 /// What [`Session::settle`] decided for this turn's wait.
@@ -236,25 +237,7 @@ impl<'a> Session<'a> {
         // A paused or closing client's timer: about 500 bytes, a tokio `Sleep` among them.
         let registry = client.registry;
         let mut timer = timed.then(|| Box::pin(timer(registry, paused_until, close_deadline)));
-        // Only a client waiting for the process budget or a probation place waits for it.
-        let gate = flow.gate;
-        let output_limit = flow.limits.output_limit;
-        let guard = client.guard;
-        let (mut freed, mut last_reply) = if matches!(gate, Gate::Shared | Gate::Probation) {
-            (
-                Some(Box::pin(gate_opened(flow.budget.shared(), gate))),
-                None,
-            )
-        } else {
-            let budget = &mut flow.budget;
-            let budget = (!budget.settled_once_answered()).then_some(budget);
-            let last_reply = last_reply.then_some(LastReply {
-                budget,
-                guard,
-                output_limit,
-            });
-            (None, last_reply)
-        };
+        let (mut freed, mut last_reply) = flow.waits(client.guard, last_reply);
         poll_fn(move |cx| {
             // In this order: replies first, so they leave before more requests are
             // read; input last but for the signals and timers.
@@ -298,6 +281,37 @@ impl<'a> Session<'a> {
                 .as_mut()
                 .map_or(Poll::Pending, |timer| timer.as_mut().poll(cx))
         })
+    }
+}
+
+impl<'a> Flow<'a> {
+    /// What the wait holds of the client's flow: for a client waiting for the process
+    /// budget or a probation place, the wait for it; for the others, where the turn said so,
+    /// what the last reply leaves from within the wait with.
+    fn waits<'w>(
+        &'w mut self,
+        guard: &'w ClientGuard,
+        last_reply: bool,
+    ) -> (
+        Option<Pin<Box<impl Future<Output = Woken> + use<'w, 'a>>>>,
+        Option<LastReply<'w, 'a>>,
+    ) {
+        let gate = self.gate;
+        if matches!(gate, Gate::Shared | Gate::Probation) {
+            return (
+                Some(Box::pin(gate_opened(self.budget.shared(), gate))),
+                None,
+            );
+        }
+        let output_limit = self.limits.output_limit;
+        let budget = &mut self.budget;
+        let budget = (!budget.settled_once_answered()).then_some(budget);
+        let last_reply = last_reply.then_some(LastReply {
+            budget,
+            guard,
+            output_limit,
+        });
+        (None, last_reply)
     }
 }
 
