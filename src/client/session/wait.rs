@@ -22,7 +22,7 @@ use super::super::pipeline::Pipeline;
 use super::super::pubsub::{PubSub, Relay};
 use super::super::registry::{ClientGuard, Registry, Signal, Signals};
 use super::super::stream::ClientIo;
-use super::woken::write_lone;
+use super::woken::write_lone_ready;
 use super::{
     Conn, Flow, Session, ACTIVITY_GRAIN, CLOSE_LINGER, HELD_INPUT, HELD_OUTPUT,
     OUTPUT_BACKPRESSURE, READ_BUFFER,
@@ -339,17 +339,13 @@ impl LastReply<'_, '_> {
     /// After replies came in: `None` when the last one in flight was written whole and
     /// the wait goes on; otherwise what ends the wait (`Progress`: the loop's turn writes).
     fn write(&mut self, in_flight: &mut Pipeline, conn: &mut Conn) -> Option<Woken> {
-        let over = self.output_limit > 0 && in_flight.owed(0).held > self.output_limit;
-        if in_flight.len() != 1 || over {
+        if in_flight.len() != 1 {
             return Some(Woken::Progress);
         }
-        let Some(reply) = in_flight.take_lone_ready() else {
-            return Some(Woken::Progress);
-        };
-        match write_lone(&reply, conn, self.guard) {
-            ControlFlow::Continue(true) => {}
-            // The rest waits in the output buffer, for the loop's turn.
-            ControlFlow::Continue(false) => return Some(Woken::Progress),
+        match write_lone_ready(in_flight, conn, self.guard, self.output_limit) {
+            ControlFlow::Continue(Some(true)) => {}
+            // Not written, or not all of it: what is left waits for the loop's turn.
+            ControlFlow::Continue(_) => return Some(Woken::Progress),
             // The socket failed: what a write taking nothing ends in.
             ControlFlow::Break(()) => return Some(Woken::Wrote(Ok(0))),
         }

@@ -10,7 +10,7 @@ use crate::protocol::FoldedName;
 use crate::reply;
 
 use super::super::local;
-use super::super::pipeline::Micros;
+use super::super::pipeline::{Micros, Pipeline};
 use super::super::pubsub::Relay;
 use super::super::registry::{ClientGuard, Signal};
 use super::super::stream::ClientIo;
@@ -95,17 +95,10 @@ impl Session<'_> {
         } = self;
         let in_flight = &mut order.in_flight;
         let output_limit = flow.limits.output_limit;
-        // The one reply of a read leaves from where it was read: the client's output buffer
-        // is a cache line more per request, out of the cache at a thousand clients.
-        if conn.output.is_empty() {
-            if let Some(reply) = in_flight.take_lone_ready() {
-                let over = output_limit > 0 && in_flight.owed(reply.len()).held > output_limit;
-                if !over && !waits_for_its_read(in_flight, &conn.output) {
-                    write_lone(&reply, conn, client.guard)?;
-                    return ControlFlow::Continue(());
-                }
-                conn.output.extend_from_slice(&reply);
-            }
+        if conn.output.is_empty()
+            && write_lone_ready(in_flight, conn, client.guard, output_limit)?.is_some()
+        {
+            return ControlFlow::Continue(());
         }
         // Everything answered, in order, leaves in the same write.
         in_flight.write_ready(&mut conn.output);
@@ -194,14 +187,33 @@ impl Session<'_> {
     }
 }
 
+/// Takes the reply next in order when it is the only one ready, and writes it from where it
+/// was read (the client's output buffer is a cache line more per request, out of the cache at
+/// a thousand clients), unless it must wait in that buffer: over the output limit, or for the
+/// rest of its read. Called with the output buffer empty. `Break` when the connection failed;
+/// otherwise `None` when no reply was written (none was the only one ready, or it waits in the
+/// output buffer), else whether all of it was.
+pub(super) fn write_lone_ready(
+    in_flight: &mut Pipeline,
+    conn: &mut Conn,
+    guard: &ClientGuard,
+    output_limit: usize,
+) -> ControlFlow<(), Option<bool>> {
+    let Some(reply) = in_flight.take_lone_ready() else {
+        return ControlFlow::Continue(None);
+    };
+    let over = output_limit > 0 && in_flight.owed(reply.len()).held > output_limit;
+    if over || waits_for_its_read(in_flight, &conn.output) {
+        conn.output.extend_from_slice(&reply);
+        return ControlFlow::Continue(None);
+    }
+    write_lone(&reply, conn, guard).map_continue(Some)
+}
+
 /// Writes `reply`, the only one due, as it is; what the socket does not take waits in the
 /// output buffer. `Break` when the connection failed; otherwise whether all of it was
 /// written.
-pub(super) fn write_lone(
-    reply: &Bytes,
-    conn: &mut Conn,
-    guard: &ClientGuard,
-) -> ControlFlow<(), bool> {
+fn write_lone(reply: &Bytes, conn: &mut Conn, guard: &ClientGuard) -> ControlFlow<(), bool> {
     if reply.is_empty() {
         return ControlFlow::Continue(true);
     }
