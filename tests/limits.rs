@@ -76,6 +76,30 @@ fn idle_clients_are_closed_after_timeout() {
     assert_eq!(busy.call(&["PING"]), "+PONG\r\n");
 }
 
+/// The same with commands the masters answer: a client idle since its last GET's reply is
+/// closed after `timeout`, and one whose GETs keep coming is served throughout (an
+/// unpipelined client's reply leaves from within its session's wait, which then times the
+/// idle client itself).
+#[test]
+fn idle_clients_are_closed_after_timeout_counted_from_a_forwarded_reply() {
+    let proxy = proxy_with("timeout: 1\n");
+    let mut idle = Raw::connect(proxy.addr());
+    let mut busy = Raw::connect(proxy.addr());
+    assert_eq!(busy.call(&["SET", "limits:idle:key", "v"]), "+OK\r\n");
+    assert_eq!(idle.call(&["GET", "limits:idle:key"]), "$1\r\nv\r\n");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(2500) {
+        assert_eq!(busy.call(&["GET", "limits:idle:key"]), "$1\r\nv\r\n");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (data, closed) = read_until_close(&mut idle.stream, Duration::from_secs(2));
+    assert!(
+        data.is_empty() && closed,
+        "idle client still open ({data:?})"
+    );
+    assert_eq!(busy.call(&["GET", "limits:idle:key"]), "$1\r\nv\r\n");
+}
+
 /// As in Redis, `timeout` spares a client that waits for a reply or is subscribed, and
 /// idle time counts from the last read or write: a subscriber that only receives messages
 /// stays (CLIENT LIST shows it idle=0), a silent one stays too, and a client whose BLPOP

@@ -297,6 +297,47 @@ async fn an_idle_client_is_closed_after_timeout_seconds_of_quiet() {
     );
 }
 
+/// Sound: the slow GET is answered 3 s after the proxy forwarded it (the node's own timer),
+/// the quiet after it starts when the proxy writes that reply, and the idle deadline is the
+/// only timer before the periodic refresh. The timeout counts from the reply, as in Redis,
+/// also where the reply of the client's last request leaves from within its session's wait
+/// (which then starts the clock itself): waiting on a reply longer than the timeout is not
+/// idling, and the quiet after it is closed at the timeout, not before, not much later.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_idle_clock_starts_at_a_slow_reply_not_at_its_request() {
+    let node = FakeNode::cluster_alone(|request| {
+        if request
+            .args
+            .get(1)
+            .is_some_and(|key| key.as_slice() == b"slow")
+        {
+            Answer::Later(Duration::from_secs(3), b"$1\r\ns\r\n".to_vec())
+        } else {
+            Answer::text("$1\r\nv\r\n")
+        }
+    });
+    let proxy = start_proxy(&node, "timeout: 2\n").await;
+    let mut client = client(&proxy).await;
+    assert_eq!(call(&mut client, &["GET", "k"]).await, "$1\r\nv\r\n");
+    let asked = Instant::now();
+    assert_eq!(call(&mut client, &["GET", "slow"]).await, "$1\r\ns\r\n");
+    let answered = Instant::now();
+    assert!(
+        answered - asked >= Duration::from_secs(3),
+        "answered after {:?}",
+        answered - asked
+    );
+    let rest = tokio::time::timeout(Duration::from_secs(5), read_to_close(&mut client))
+        .await
+        .expect("the client idled 5 s after its reply and is still open");
+    let quiet = answered.elapsed();
+    assert!(rest.is_empty(), "sent before closing: {rest:?}");
+    assert!(
+        quiet >= Duration::from_secs(2) && quiet < Duration::from_millis(2100),
+        "closed after {quiet:?} of quiet after the reply, not 2 s"
+    );
+}
+
 /// A client closed by the proxy (here after a protocol error) keeps its connection, and so
 /// its `maxclients` place, for the close linger (500 ms) while the proxy discards what it
 /// still sends, unless it closes first. Sound: the linger starts at the instant the error

@@ -333,9 +333,8 @@ impl<'a> Session<'a> {
                 Ok(turn) => turn,
                 Err(close) => return self.close(close).await,
             };
-            let idle_deadline = turn.idle_deadline;
             let woken = self.wait(turn, signals.as_mut()).await;
-            if self.on_woken(woken, idle_deadline).is_break() {
+            if self.on_woken(woken).is_break() {
                 return;
             }
         }

@@ -34,7 +34,6 @@ pub(super) struct Turn {
     subscribed: bool,
     /// Whether the reply of the last request in flight leaves from within the wait.
     last_reply: bool,
-    pub(super) idle_deadline: Option<Instant>,
     /// The next moment a limit may close the client without any event of its own.
     close_deadline: Option<Instant>,
 }
@@ -135,29 +134,22 @@ impl<'a> Session<'a> {
             && (flow.gate == Gate::Open || input < READ_BUFFER)
             && !(order.sequence_point && input >= HELD_INPUT);
         let subscribed = subs.pubsub.is_used() && subs.pubsub.is_subscribed();
-        // As in Redis, a client waiting for a reply (a blocked one) or subscribed never
-        // idles out.
-        let idle_deadline = flow
-            .limits
-            .idle_timeout
-            .filter(|_| answered && order.paused_until.is_none())
-            .filter(|_| !subscribed && self.ident.state.monitor.is_none())
-            .map(|timeout| conn.last_active + timeout);
+        let idle_deadline = self.idle_deadline(answered, subscribed);
         let soft_deadline = flow.soft_watch.deadline(flow.limits.soft_limit);
         let drain_deadline = end.drain_until.filter(|_| answered);
         let close_deadline = [idle_deadline, soft_deadline, drain_deadline]
             .into_iter()
             .flatten()
             .min();
-        // Nothing of this turn changes when the last reply leaves: no timer starts or
-        // moves with it, and no one else waits for it (see `LastReply`).
+        // Nothing of this turn changes when the last reply leaves but the idle timeout's
+        // clock, which the wait starts itself, and no one else waits for it (see
+        // `LastReply`).
         let last_reply = can_read
             && input == 0
             && conn.output.is_empty()
             && close_deadline.is_none()
             && order.paused_until.is_none()
             && end.drain_until.is_none()
-            && flow.limits.idle_timeout.is_none()
             && flow.limits.soft_limit.is_none()
             && !subs.pubsub.is_used()
             && self.ident.state.monitor.is_none()
@@ -166,9 +158,20 @@ impl<'a> Session<'a> {
             can_read,
             subscribed,
             last_reply,
-            idle_deadline,
             close_deadline,
         }
+    }
+
+    /// When `timeout` closes the client if nothing happens before. As in Redis, a client
+    /// waiting for a reply (a blocked one among them), held by a pause, subscribed or
+    /// monitoring never idles out.
+    pub(super) fn idle_deadline(&self, answered: bool, subscribed: bool) -> Option<Instant> {
+        self.flow
+            .limits
+            .idle_timeout
+            .filter(|_| answered && self.order.paused_until.is_none())
+            .filter(|_| !subscribed && self.ident.state.monitor.is_none())
+            .map(|timeout| self.conn.last_active + timeout)
     }
 
     /// Closes the connection as `close` says.
@@ -236,7 +239,7 @@ impl<'a> Session<'a> {
         let timed = paused_until.is_some() || close_deadline.is_some();
         // A paused or closing client's timer: about 500 bytes, a tokio `Sleep` among them.
         let registry = client.registry;
-        let mut timer = timed.then(|| Box::pin(timer(registry, paused_until, close_deadline)));
+        let mut timed = timed.then(|| Box::pin(timer(registry, paused_until, close_deadline)));
         let (mut freed, mut last_reply) = flow.waits(client.guard, last_reply);
         poll_fn(move |cx| {
             // In this order: replies first, so they leave before more requests are
@@ -248,6 +251,12 @@ impl<'a> Session<'a> {
                 };
                 if let Some(woken) = woken {
                     return Poll::Ready(woken);
+                }
+                // Answered: the client idles from its reply on (as the loop's turn would
+                // have timed it), so the wait now ends at the idle timeout too.
+                if let Some(idle) = last_reply.as_ref().and_then(|last| last.idle_timeout) {
+                    let idle_deadline = Some(conn.last_active + idle);
+                    timed = Some(Box::pin(timer(registry, None, idle_deadline)));
                 }
             }
             let Conn {
@@ -277,7 +286,7 @@ impl<'a> Session<'a> {
             if let Some(Poll::Ready(woken)) = freed.as_mut().map(|freed| freed.as_mut().poll(cx)) {
                 return Poll::Ready(woken);
             }
-            timer
+            timed
                 .as_mut()
                 .map_or(Poll::Pending, |timer| timer.as_mut().poll(cx))
         })
@@ -304,12 +313,14 @@ impl<'a> Flow<'a> {
             );
         }
         let output_limit = self.limits.output_limit;
+        let idle_timeout = self.limits.idle_timeout;
         let budget = &mut self.budget;
         let budget = (!budget.settled_once_answered()).then_some(budget);
         let last_reply = last_reply.then_some(LastReply {
             budget,
             guard,
             output_limit,
+            idle_timeout,
         });
         (None, last_reply)
     }
@@ -323,16 +334,19 @@ impl<'a> Flow<'a> {
 /// in the cache, to find nothing else to do.
 ///
 /// Taken only where that turn would find nothing else to do (see `Session::turn`): the wait
-/// reads the input, none is buffered, no timer starts or moves with the reply (no idle
-/// timeout, soft limit, pause or drain), the client neither listens nor monitors, and no
-/// transaction's locals wait for the reply. What the turn would still have done, it does:
-/// count the bytes, note the activity, give back bookkeeping a deep pipeline grew, and bring
-/// the budget up to date (a first request's reply ends its probation).
+/// reads the input, none is buffered, no timer but the idle timeout's starts or moves with
+/// the reply (no soft limit, pause or drain), the client neither listens nor monitors, and
+/// no transaction's locals wait for the reply. What the turn would still have done, it does:
+/// count the bytes, note the activity, give back bookkeeping a deep pipeline grew, bring
+/// the budget up to date (a first request's reply ends its probation), and with `timeout`
+/// set, time the idle client from its reply on.
 struct LastReply<'w, 'a> {
     /// The client's budget, when the reply changes it (see `ClientFlow::settled_once_answered`).
     budget: Option<&'w mut ClientFlow<'a>>,
     guard: &'w ClientGuard,
     output_limit: usize,
+    /// `timeout`: once the reply is written, the wait also ends this long after it.
+    idle_timeout: Option<std::time::Duration>,
 }
 
 impl LastReply<'_, '_> {

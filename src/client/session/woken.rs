@@ -19,13 +19,8 @@ use super::wait::{waits_for_its_read, wrote, Woken};
 use super::{Conn, Session, DRAIN_GRACE};
 
 impl Session<'_> {
-    /// Handles what ended the wait (`idle_deadline`: the idle timeout's, if the wait
-    /// looked at it); `Break` when the connection closes now.
-    pub(super) fn on_woken(
-        &mut self,
-        woken: Woken,
-        idle_deadline: Option<Instant>,
-    ) -> ControlFlow<()> {
+    /// Handles what ended the wait; `Break` when the connection closes now.
+    pub(super) fn on_woken(&mut self, woken: Woken) -> ControlFlow<()> {
         let conn = &mut self.conn;
         let guard = self.client.guard;
         match woken {
@@ -71,10 +66,15 @@ impl Session<'_> {
             Woken::PlaceFreed(called) => self.flow.budget.place_woken(called),
             // The pause ended or changed: the held request looks again.
             Woken::PauseChanged => self.order.paused_until = None,
-            // The top of the loop tells which deadline passed.
+            // The idle timeout's is told here, from the client as it is now (the wait may
+            // have answered its last request and started the clock); the top of the loop
+            // tells the others.
             Woken::Deadline => {
+                let answered = self.order.in_flight.is_empty() && self.conn.output.is_empty();
+                let subscribed = self.subs.pubsub.is_used() && self.subs.pubsub.is_subscribed();
+                let idle_deadline = self.idle_deadline(answered, subscribed);
                 if idle_deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                    tracing::debug!(client = %conn.peer, "closing idle client");
+                    tracing::debug!(client = %self.conn.peer, "closing idle client");
                     return ControlFlow::Break(());
                 }
             }
