@@ -503,13 +503,20 @@ def instructions_per_request():
         ports = start_cluster(procs)
         seeds = [f"127.0.0.1:{p}" for p in ports]
         layout_args = ["--layout", os.path.abspath(LAYOUT), "--prefix", "mybot"]
+        # An idle `timeout`, as fleets often set: the client's idle clock moves with each
+        # reply.
+        timeout_yaml = os.path.join(procs.dir, "timeout.yaml")
+        with open(timeout_yaml, "w") as f:
+            f.write("timeout: 300\n")
+        timeout_args = ["--config", timeout_yaml]
         value = "x" * VALUE_SIZE
         print("| case | target | requests | proxy instructions per request |")
         print("|---|---|---|---|")
-        targets = [("proxy", PROXY, []), ("proxy + layout", PROXY, layout_args)]
-        if BASELINE:
-            # The same counts of the earlier build, for an A/B of a change.
-            targets += [("baseline", BASELINE, []), ("baseline + layout", BASELINE, layout_args)]
+        builds = [("proxy", PROXY)] + ([("baseline", BASELINE)] if BASELINE else [])
+        # With `--baseline`, the same counts of the earlier build, for an A/B of a change.
+        targets = [(f"{name}{suffix}", binary, extra) for suffix, extra in
+                   (("", []), (" + layout", layout_args), (" + timeout", timeout_args))
+                   for name, binary in builds]
         for target, binary, extra in targets:
             # Every target starts from the same (empty) keyspace: a GET of a missing key
             # takes another path than one of a stored value, and the targets run in turn.
@@ -530,7 +537,10 @@ def instructions_per_request():
                      ("GET -P 16", "get", 16, 100000, None, CLIENTS),
                      ("MSET 10 keys", "mset", 1, 10000, None, CLIENTS),
                      ("PING_INLINE", "ping_inline", 1, 20000, None, CLIENTS)]
-            if extra:
+            if extra == timeout_args:
+                cases = [case for case in cases if case[2] == 1 and case[1] in ("set", "get")]
+                cases += [("GET -P 1 -c 1,000", "get", 1, 50000, None, 1000)]
+            elif extra:
                 cases.append(("SET inside prefix (indexed chat record) -P 16", None, 16, 50000,
                               ["SET", "mybot:chat:__rand_int__", value], CLIENTS))
             else:
