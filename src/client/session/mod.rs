@@ -31,6 +31,7 @@ mod wait;
 mod woken;
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -165,6 +166,9 @@ struct Conn {
     last_active: Instant,
     /// When others are next shown the client's activity (see `ACTIVITY_GRAIN`).
     show_activity_at: Instant,
+    /// Where `timeout` is set, the timer of the client's idle deadline (see
+    /// `Conn::idle_timer_at`).
+    idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     counted: crate::metrics::ClientConnection,
     // Give back what a burst of large requests or replies grew the two buffers to.
     input_resizer: Resizer,
@@ -273,6 +277,7 @@ impl<'a> Session<'a> {
                 counted: crate::metrics::ClientConnection::opened(),
                 last_active: Instant::now(),
                 show_activity_at: Instant::now(),
+                idle_timer: None,
                 pass_started: None,
             },
             flow: Flow {

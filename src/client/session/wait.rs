@@ -34,6 +34,8 @@ pub(super) struct Turn {
     subscribed: bool,
     /// Whether the reply of the last request in flight leaves from within the wait.
     last_reply: bool,
+    /// The idle timeout's deadline, where no other timer runs (see `Conn::idle_timer_at`).
+    idle_alone: Option<Instant>,
     /// The next moment a limit may close the client without any event of its own.
     close_deadline: Option<Instant>,
 }
@@ -137,10 +139,17 @@ impl<'a> Session<'a> {
         let idle_deadline = self.idle_deadline(answered, subscribed);
         let soft_deadline = flow.soft_watch.deadline(flow.limits.soft_limit);
         let drain_deadline = end.drain_until.filter(|_| answered);
+        // The idle timeout alone (where `timeout` is set, every idle client's) is timed by
+        // the client's own idle timer, moved from wait to wait; the other deadlines, and
+        // the idle one among them, by a timer made for the wait.
+        let idle_alone = idle_deadline.filter(|_| {
+            soft_deadline.is_none() && drain_deadline.is_none() && order.paused_until.is_none()
+        });
         let close_deadline = [idle_deadline, soft_deadline, drain_deadline]
             .into_iter()
             .flatten()
-            .min();
+            .min()
+            .filter(|_| idle_alone.is_none());
         // Nothing of this turn changes when the last reply leaves but the idle timeout's
         // clock, which the wait starts itself, and no one else waits for it (see
         // `LastReply`).
@@ -148,6 +157,7 @@ impl<'a> Session<'a> {
             && input == 0
             && conn.output.is_empty()
             && close_deadline.is_none()
+            && idle_alone.is_none()
             && order.paused_until.is_none()
             && end.drain_until.is_none()
             && flow.limits.soft_limit.is_none()
@@ -158,6 +168,7 @@ impl<'a> Session<'a> {
             can_read,
             subscribed,
             last_reply,
+            idle_alone,
             close_deadline,
         }
     }
@@ -215,9 +226,13 @@ impl<'a> Session<'a> {
             can_read,
             subscribed,
             last_reply,
+            idle_alone,
             close_deadline,
-            ..
         } = turn;
+        if let Some(deadline) = idle_alone {
+            conn.idle_timer_at(deadline);
+        }
+        let mut idle_timed = idle_alone.is_some();
         let in_flight = &mut order.in_flight;
         let write_held = waits_for_its_read(in_flight, &conn.output);
         let backpressure = conn.output.len() >= OUTPUT_BACKPRESSURE;
@@ -255,12 +270,16 @@ impl<'a> Session<'a> {
                 // Answered: the client idles from its reply on (as the loop's turn would
                 // have timed it), so the wait now ends at the idle timeout too.
                 if let Some(idle) = last_reply.as_ref().and_then(|last| last.idle_timeout) {
-                    let idle_deadline = Some(conn.last_active + idle);
-                    timed = Some(Box::pin(timer(registry, None, idle_deadline)));
+                    conn.idle_timer_at(conn.last_active + idle);
+                    idle_timed = true;
                 }
             }
             let Conn {
-                io, input, output, ..
+                io,
+                input,
+                output,
+                idle_timer,
+                ..
             } = &mut *conn;
             if !output.is_empty() && !write_held {
                 if let Poll::Ready(written) = Pin::new(&mut *io).poll_write(cx, output) {
@@ -285,6 +304,11 @@ impl<'a> Session<'a> {
             }
             if let Some(Poll::Ready(woken)) = freed.as_mut().map(|freed| freed.as_mut().poll(cx)) {
                 return Poll::Ready(woken);
+            }
+            if let Some(idle) = idle_timer.as_mut().filter(|_| idle_timed) {
+                if idle.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Woken::Deadline);
+                }
             }
             timed
                 .as_mut()
@@ -469,6 +493,18 @@ pub(super) fn wrote(n: usize, conn: &mut Conn, guard: &ClientGuard) {
 }
 
 impl Conn {
+    /// Sets the client's idle timer to `deadline`: made on its first use, then moved, which
+    /// is an atomic store where the deadline moves later (as an idle client's does with
+    /// each reply), where a timer made for each wait was an allocation and a registration
+    /// with the runtime's timers, and their undoing, per request. Between its waits the
+    /// timer stays set: one that fires then wakes the session for nothing.
+    pub(super) fn idle_timer_at(&mut self, deadline: Instant) {
+        match &mut self.idle_timer {
+            Some(timer) => timer.as_mut().reset(deadline),
+            None => self.idle_timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        }
+    }
+
     /// The client was active now (a read or a write): idle time counts from here, and
     /// others see it within `ACTIVITY_GRAIN`.
     pub(super) fn active(&mut self, guard: &ClientGuard) {
