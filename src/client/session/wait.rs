@@ -229,10 +229,9 @@ impl<'a> Session<'a> {
             idle_alone,
             close_deadline,
         } = turn;
-        if let Some(deadline) = idle_alone {
-            conn.idle_timer_at(deadline);
-        }
-        let mut idle_timed = idle_alone.is_some();
+        let mut idle_timed = idle_alone
+            .map(|deadline| conn.idle_timer_at(deadline))
+            .is_some();
         let in_flight = &mut order.in_flight;
         let write_held = waits_for_its_read(in_flight, &conn.output);
         let backpressure = conn.output.len() >= OUTPUT_BACKPRESSURE;
@@ -260,18 +259,10 @@ impl<'a> Session<'a> {
             // In this order: replies first, so they leave before more requests are
             // read; input last but for the signals and timers.
             if !in_flight.is_empty() && in_flight.poll_progress(cx).is_ready() {
-                let woken = match last_reply.as_mut() {
-                    Some(last) => last.write(in_flight, conn),
-                    None => Some(Woken::Progress),
-                };
-                if let Some(woken) = woken {
-                    return Poll::Ready(woken);
-                }
-                // Answered: the client idles from its reply on (as the loop's turn would
-                // have timed it), so the wait now ends at the idle timeout too.
-                if let Some(idle) = last_reply.as_ref().and_then(|last| last.idle_timeout) {
-                    conn.idle_timer_at(conn.last_active + idle);
-                    idle_timed = true;
+                match last_reply.as_mut().map(|last| last.write(in_flight, conn)) {
+                    Some(Ok(timed)) => idle_timed |= timed,
+                    Some(Err(woken)) => return Poll::Ready(woken),
+                    None => return Poll::Ready(Woken::Progress),
                 }
             }
             let Conn {
@@ -374,24 +365,30 @@ struct LastReply<'w, 'a> {
 }
 
 impl LastReply<'_, '_> {
-    /// After replies came in: `None` when the last one in flight was written whole and
-    /// the wait goes on; otherwise what ends the wait (`Progress`: the loop's turn writes).
-    fn write(&mut self, in_flight: &mut Pipeline, conn: &mut Conn) -> Option<Woken> {
+    /// After replies came in: `Ok` when the last one in flight was written whole and the
+    /// wait goes on (`true`: it now ends at the idle timeout too); otherwise what ends the
+    /// wait (`Progress`: the loop's turn writes).
+    fn write(&mut self, in_flight: &mut Pipeline, conn: &mut Conn) -> Result<bool, Woken> {
         if in_flight.len() != 1 {
-            return Some(Woken::Progress);
+            return Err(Woken::Progress);
         }
         match write_lone_ready(in_flight, conn, self.guard, self.output_limit) {
             ControlFlow::Continue(Some(true)) => {}
             // Not written, or not all of it: what is left waits for the loop's turn.
-            ControlFlow::Continue(_) => return Some(Woken::Progress),
+            ControlFlow::Continue(_) => return Err(Woken::Progress),
             // The socket failed: what a write taking nothing ends in.
-            ControlFlow::Break(()) => return Some(Woken::Wrote(Ok(0))),
+            ControlFlow::Break(()) => return Err(Woken::Wrote(Ok(0))),
         }
         in_flight.shrink_if_idle();
         if let Some(budget) = self.budget.as_mut() {
             budget.charge(in_flight.owed(0), Gate::Open);
         }
-        None
+        // Answered: the client idles from its reply on, as the loop's turn would have
+        // timed it.
+        let idle_deadline = self.idle_timeout.map(|idle| conn.last_active + idle);
+        Ok(idle_deadline
+            .map(|deadline| conn.idle_timer_at(deadline))
+            .is_some())
     }
 }
 
