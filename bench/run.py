@@ -741,16 +741,23 @@ def cache_lines_per_request():
             subprocess.run(["redis-cli", "-p", str(port), "config", "set", "maxclients", "15000"],
                            check=True, capture_output=True)
         seeds = [f"127.0.0.1:{p}" for p in ports]
-        targets = [("proxy", PROXY)]
+        # Each build also with an idle `timeout` set, whose clock moves with each reply.
+        timeout_yaml = os.path.join(procs.dir, "timeout.yaml")
+        with open(timeout_yaml, "w") as f:
+            f.write("timeout: 300\n")
+        timeout_args = ["--config", timeout_yaml]
+        builds = [("proxy", PROXY)]
         if BASELINE:
-            targets.append(("proxy, baseline build", os.path.abspath(BASELINE)))
+            builds.append(("proxy, baseline build", os.path.abspath(BASELINE)))
+        targets = [(label, binary, []) for label, binary in builds]
+        targets += [(f"{label} + timeout", binary, timeout_args) for label, binary in builds]
         if PREDIXY:
-            targets.append((PEER_LABEL, PREDIXY))
+            targets.append((PEER_LABEL, PREDIXY, []))
         print("| case | target | requests | instructions per request | D1 misses per request "
               "| LL misses per request (1 MiB LL) |")
         print("|---|---|---|---|---|---|")
         for clients, n in CACHE_CASES:
-            for target, binary in targets:
+            for target, binary, extra in targets:
                 out = os.path.join(procs.dir, f"cachegrind-{clients}-{len(procs.procs)}.out")
                 grind = ["valgrind", "--tool=cachegrind", *CACHE_SIM,
                          f"--cachegrind-out-file={out}"]
@@ -760,7 +767,8 @@ def cache_lines_per_request():
                     port, admin = free_port(), free_port()
                     proc = procs.start([*grind, binary, "--listen", f"127.0.0.1:{port}",
                                         "--admin-listen", f"127.0.0.1:{admin}", "--cluster",
-                                        ",".join(seeds)], f"cachegrind-{clients}-{target}")
+                                        ",".join(seeds), *extra],
+                                       f"cachegrind-{clients}-{target}")
                     wait_port(port, timeout=120)
                 benchmark(port, "set", 1, 2000, clients=min(clients, 50))
                 benchmark(port, "get", 1, n, clients=clients)

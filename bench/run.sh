@@ -38,7 +38,7 @@
 # valgrind's cachegrind, the instructions and the first- and last-level cache misses per GET at
 # 50 and 1,000 clients (a simulated 1 MiB last level): the memory each client's request
 # touches, which sets what a request costs once there are more clients than a core's cache
-# holds (with `--predixy` and `--baseline`, theirs too). `--cross-slot` instead measures
+# holds (with `--predixy` and `--baseline`, theirs too; each build also with an idle `timeout`). `--cross-slot` instead measures
 # emulated cross-slot reads (SUNION, SINTER, ZUNION WITHSCORES, PFCOUNT of two keys on two
 # masters) against the same commands on two keys of one slot, same data, at -c 50 and -c 1;
 # with `--instructions`, the proxy's instructions per request of each (and with `--baseline`,
