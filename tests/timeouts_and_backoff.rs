@@ -288,7 +288,9 @@ async fn an_idle_client_is_closed_after_timeout_seconds_of_quiet() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(call(&mut client, &["GET", "k"]).await, "$1\r\nv\r\n");
     let active = Instant::now();
-    let rest = read_to_close(&mut client).await;
+    let rest = tokio::time::timeout(Duration::from_secs(5), read_to_close(&mut client))
+        .await
+        .expect("the client idled 5 s and is still open");
     let quiet = active.elapsed();
     assert!(rest.is_empty(), "sent before closing: {rest:?}");
     assert!(
