@@ -137,7 +137,7 @@ impl<'a> Session<'a> {
             && (flow.gate == Gate::Open || input < READ_BUFFER)
             && !(order.sequence_point && input >= HELD_INPUT);
         let subscribed = subs.pubsub.is_used() && subs.pubsub.is_subscribed();
-        let idle_deadline = self.idle_deadline(answered, subscribed);
+        let idle_deadline = self.idle_deadline();
         let soft_deadline = flow.soft_watch.deadline(flow.limits.soft_limit);
         let drain_deadline = end.drain_until.filter(|_| answered);
         // The idle timeout alone (where `timeout` is set, every idle client's) is timed by
@@ -176,14 +176,23 @@ impl<'a> Session<'a> {
 
     /// When `timeout` closes the client if nothing happens before. As in Redis, a client
     /// waiting for a reply (a blocked one among them), held by a pause, subscribed or
-    /// monitoring never idles out.
-    pub(super) fn idle_deadline(&self, answered: bool, subscribed: bool) -> Option<Instant> {
-        self.flow
-            .limits
+    /// monitoring never idles out. Without a timeout, one load.
+    pub(super) fn idle_deadline(&self) -> Option<Instant> {
+        let Session {
+            conn,
+            flow,
+            order,
+            subs,
+            ident,
+            ..
+        } = self;
+        let answered = || order.in_flight.is_empty() && conn.output.is_empty();
+        let subscribed = || subs.pubsub.is_used() && subs.pubsub.is_subscribed();
+        flow.limits
             .idle_timeout
-            .filter(|_| answered && self.order.paused_until.is_none())
-            .filter(|_| !subscribed && self.ident.state.monitor.is_none())
-            .map(|timeout| self.conn.last_active + timeout)
+            .filter(|_| answered() && order.paused_until.is_none())
+            .filter(|_| !subscribed() && ident.state.monitor.is_none())
+            .map(|timeout| conn.last_active + timeout)
     }
 
     /// Closes the connection as `close` says.

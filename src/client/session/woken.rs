@@ -70,10 +70,10 @@ impl Session<'_> {
             // have answered its last request and started the clock); the top of the loop
             // tells the others.
             Woken::Deadline => {
-                let answered = self.order.in_flight.is_empty() && self.conn.output.is_empty();
-                let subscribed = self.subs.pubsub.is_used() && self.subs.pubsub.is_subscribed();
-                let idle_deadline = self.idle_deadline(answered, subscribed);
-                if idle_deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                if self
+                    .idle_deadline()
+                    .is_some_and(|deadline| Instant::now() >= deadline)
+                {
                     tracing::debug!(client = %self.conn.peer, "closing idle client");
                     return ControlFlow::Break(());
                 }
