@@ -60,12 +60,19 @@ fn maxclients_refuses_the_next_client() {
 #[test]
 fn idle_clients_are_closed_after_timeout() {
     let proxy = proxy_with("timeout: 1\n");
+    idle_one_is_closed_and_busy_one_served(&proxy, &["PING"], "+PONG\r\n");
+}
+
+/// With `timeout: 1`: one client sends `command` once, then idles; the other sends it every
+/// 300 ms for 2.5 s. The idle one is closed, with nothing sent before the close; the busy
+/// one gets `reply` every time, and after.
+fn idle_one_is_closed_and_busy_one_served(proxy: &Proxy, command: &[&str], reply: &str) {
     let mut idle = Raw::connect(proxy.addr());
     let mut busy = Raw::connect(proxy.addr());
-    assert_eq!(idle.call(&["PING"]), "+PONG\r\n");
+    assert_eq!(idle.call(command), reply);
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(2500) {
-        assert_eq!(busy.call(&["PING"]), "+PONG\r\n");
+        assert_eq!(busy.call(command), reply);
         std::thread::sleep(Duration::from_millis(300));
     }
     let (data, closed) = read_until_close(&mut idle.stream, Duration::from_secs(2));
@@ -73,7 +80,7 @@ fn idle_clients_are_closed_after_timeout() {
         data.is_empty() && closed,
         "idle client still open ({data:?})"
     );
-    assert_eq!(busy.call(&["PING"]), "+PONG\r\n");
+    assert_eq!(busy.call(command), reply);
 }
 
 /// The same with commands the masters answer: a client idle since its last GET's reply is
@@ -83,21 +90,11 @@ fn idle_clients_are_closed_after_timeout() {
 #[test]
 fn idle_clients_are_closed_after_timeout_counted_from_a_forwarded_reply() {
     let proxy = proxy_with("timeout: 1\n");
-    let mut idle = Raw::connect(proxy.addr());
-    let mut busy = Raw::connect(proxy.addr());
-    assert_eq!(busy.call(&["SET", "limits:idle:key", "v"]), "+OK\r\n");
-    assert_eq!(idle.call(&["GET", "limits:idle:key"]), "$1\r\nv\r\n");
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_millis(2500) {
-        assert_eq!(busy.call(&["GET", "limits:idle:key"]), "$1\r\nv\r\n");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    let (data, closed) = read_until_close(&mut idle.stream, Duration::from_secs(2));
-    assert!(
-        data.is_empty() && closed,
-        "idle client still open ({data:?})"
-    );
-    assert_eq!(busy.call(&["GET", "limits:idle:key"]), "$1\r\nv\r\n");
+    let mut setup = Raw::connect(proxy.addr());
+    assert_eq!(setup.call(&["SET", "limits:idle:key", "v"]), "+OK\r\n");
+    drop(setup);
+    let get = ["GET", "limits:idle:key"];
+    idle_one_is_closed_and_busy_one_served(&proxy, &get, "$1\r\nv\r\n");
 }
 
 /// As in Redis, `timeout` spares a client that waits for a reply or is subscribed, and
