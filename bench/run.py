@@ -490,6 +490,15 @@ def syscalls_per_request():
         procs.stop()
 
 
+def idle_timeout_args(procs):
+    """The proxy's arguments for an idle `timeout`, as fleets often set (its clock moves with
+    each reply): a configuration file in the run's directory."""
+    path = os.path.join(procs.dir, "timeout.yaml")
+    with open(path, "w") as f:
+        f.write("timeout: 300\n")
+    return ["--config", path]
+
+
 def instructions_per_request():
     """`bench/run.sh --instructions`: the proxy's user-space instructions per request, counted
     by valgrind's callgrind. Unlike time on shared cores, a count repeats from run to run of
@@ -503,12 +512,7 @@ def instructions_per_request():
         ports = start_cluster(procs)
         seeds = [f"127.0.0.1:{p}" for p in ports]
         layout_args = ["--layout", os.path.abspath(LAYOUT), "--prefix", "mybot"]
-        # An idle `timeout`, as fleets often set: the client's idle clock moves with each
-        # reply.
-        timeout_yaml = os.path.join(procs.dir, "timeout.yaml")
-        with open(timeout_yaml, "w") as f:
-            f.write("timeout: 300\n")
-        timeout_args = ["--config", timeout_yaml]
+        timeout_args = idle_timeout_args(procs)
         value = "x" * VALUE_SIZE
         print("| case | target | requests | proxy instructions per request |")
         print("|---|---|---|---|")
@@ -741,11 +745,8 @@ def cache_lines_per_request():
             subprocess.run(["redis-cli", "-p", str(port), "config", "set", "maxclients", "15000"],
                            check=True, capture_output=True)
         seeds = [f"127.0.0.1:{p}" for p in ports]
-        # Each build also with an idle `timeout` set, whose clock moves with each reply.
-        timeout_yaml = os.path.join(procs.dir, "timeout.yaml")
-        with open(timeout_yaml, "w") as f:
-            f.write("timeout: 300\n")
-        timeout_args = ["--config", timeout_yaml]
+        # Each build also with an idle `timeout` set.
+        timeout_args = idle_timeout_args(procs)
         builds = [("proxy", PROXY)]
         if BASELINE:
             builds.append(("proxy, baseline build", os.path.abspath(BASELINE)))
