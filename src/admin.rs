@@ -295,7 +295,7 @@ async fn respond(route: Route, state: &AdminState) -> Response {
     match route {
         Route::Metrics => match &state.metrics {
             Some(handle) => {
-                crate::metrics::publish_client_bytes();
+                crate::metrics::publish_client_totals();
                 let mut body = handle.render();
                 if let Some(live) = state.readiness.live() {
                     live.render_command_metrics(&mut body);

@@ -24,7 +24,7 @@ mod histogram;
 
 pub use command::{CommandMetrics, Outcome};
 pub use connection::{
-    publish_client_bytes, BackendConnection, BlockedClient, ClientConnection, Subscriber,
+    publish_client_totals, BackendConnection, BlockedClient, ClientConnection, Subscriber,
 };
 
 /// Commands by name and outcome.
