@@ -11,6 +11,7 @@ use futures_util::FutureExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
+use self::accepting::{Accepted, Accepting};
 use crate::admin;
 use crate::client::{self, ClientStream, Registry};
 use crate::command::CommandTable;
@@ -21,6 +22,7 @@ use crate::protocol::Proto;
 use crate::reload::{Live, Loader};
 use crate::topology::Topology;
 
+mod accepting;
 mod error;
 mod tls;
 
@@ -279,39 +281,52 @@ pub async fn serve_listeners(
         }
     }));
     announce(&live, &listeners);
+    // Read before the configuration: a reload in between is followed at once.
+    let mut reloads = live.reloads();
+    let config = &live.proxy().config;
+    let mut plain = listeners.plain.map(|l| Accepting::new(l, config));
+    let mut tls = listeners.tls.map(|l| Accepting::new(l, config));
     tokio::pin!(shutdown);
     let mut accepted = 0u32;
     loop {
-        // Accepts do not yield on their own (see `tls::accept`): as Redis, which accepts at
-        // most 1,000 per event, the connected clients get a turn after that many.
+        // Accepts do not yield on their own (see `Accepting::accept`): as Redis, which
+        // accepts at most 1,000 per event, the connected clients get a turn after that many.
         accepted += 1;
         if accepted % ACCEPTS_PER_TURN == 0 {
             tokio::task::yield_now().await;
         }
-        tokio::select! {
+        let (on_tls, next) = tokio::select! {
             _ = &mut shutdown => break,
-            accepted = tls::accept(listeners.plain.as_ref()) => match accepted {
-                Ok((stream, _)) => serve_plain(stream, &live, &registry),
-                Err(e) => {
-                    // Out of file descriptors and the like: pause instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-            accepted = tls::accept(listeners.tls.as_ref()) => match accepted {
-                // The handshake runs in the client's task, never here.
-                Ok((stream, peer)) => {
-                    tokio::spawn(tls::serve(stream, peer, live.clone(), registry.clone()));
-                }
-                Err(e) => {
-                    // Out of file descriptors and the like: pause instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+            next = accepting::next(plain.as_mut()) => (false, next),
+            next = accepting::next(tls.as_mut()) => (true, next),
+        };
+        let client = match next {
+            Ok(client) => client,
+            Err(e) => {
+                // Out of file descriptors and the like: pause instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // After the accept, which may have waited through a reload: the client connected
+        // under the options the listener had (see `Accepting::follow`).
+        if live.reloads() != reloads {
+            reloads = live.reloads();
+            let config = &live.proxy().config;
+            let listeners = plain.iter_mut().chain(tls.iter_mut());
+            if listeners.fold(false, |changed, l| l.follow(config) | changed) {
+                accepting::give_options(&client.stream, config);
             }
         }
+        if on_tls {
+            // The handshake runs in the client's task, never here.
+            tokio::spawn(tls::serve(client, live.clone(), registry.clone()));
+        } else {
+            serve_plain(client, &live, &registry);
+        }
     }
-    drop(listeners);
+    drop((plain, tls));
     reloader.abort();
     drain(&live, &registry).await;
 }
@@ -334,14 +349,19 @@ fn announce(live: &Live, listeners: &Listeners) {
 }
 
 /// Starts the session of a client of the plain listener, or refuses it past `maxclients`.
-fn serve_plain(stream: tokio::net::TcpStream, live: &Arc<Live>, registry: &Arc<Registry>) {
+fn serve_plain(accepted: Accepted, live: &Arc<Live>, registry: &Arc<Registry>) {
     match live.client_slot() {
         Some(slot) => {
-            tokio::spawn(plain_session(stream, live.clone(), registry.clone(), slot));
+            tokio::spawn(plain_session(
+                accepted,
+                live.clone(),
+                registry.clone(),
+                slot,
+            ));
         }
         None => {
             crate::metrics::client_rejected();
-            tokio::spawn(refuse(ClientStream::Tcp(stream)));
+            tokio::spawn(refuse(ClientStream::Tcp(accepted.stream)));
         }
     }
 }
@@ -351,12 +371,18 @@ fn serve_plain(stream: tokio::net::TcpStream, live: &Arc<Live>, registry: &Arc<R
 /// session's future twice (once as captured, once as awaited), which doubled what every
 /// connected client's task holds.
 fn plain_session(
-    stream: tokio::net::TcpStream,
+    accepted: Accepted,
     live: Arc<Live>,
     registry: Arc<Registry>,
     slot: crate::reload::ClientSlot,
 ) -> impl Future<Output = ()> {
-    client::serve(ClientStream::Tcp(stream), live, registry).map(move |()| drop(slot))
+    let Accepted {
+        stream,
+        peer,
+        local,
+    } = accepted;
+    let ends = client::Ends { peer, local };
+    client::serve(ClientStream::Tcp(stream), ends, live, registry).map(move |()| drop(slot))
 }
 
 /// After the listeners closed: lets the connected clients finish, up to
@@ -386,11 +412,11 @@ async fn refuse(stream: ClientStream) {
 
 #[cfg(test)]
 mod tests {
-    use crate::test_support::{future_size3, future_size4};
+    use crate::test_support::future_size4;
 
     #[test]
     fn a_plain_client_task_holds_its_session_once() {
-        let session = future_size3(crate::client::serve);
+        let session = future_size4(crate::client::serve);
         let task = future_size4(super::plain_session);
         eprintln!("session future: {session} bytes, plain client task: {task} bytes");
         assert!(

@@ -85,11 +85,6 @@ fn free_loopback_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
-/// The size of the future `f` (of three arguments) returns, without making one.
-pub fn future_size3<A, B, C, F>(_: impl Fn(A, B, C) -> F) -> usize {
-    std::mem::size_of::<F>()
-}
-
 /// The size of the future `f` (of four arguments) returns, without making one.
 pub fn future_size4<A, B, C, D, F>(_: impl Fn(A, B, C, D) -> F) -> usize {
     std::mem::size_of::<F>()

@@ -196,6 +196,15 @@ fn local_answers_as_a_single_redis() {
         list.contains(&format!("id={id} ")) && list.contains("name=bot-1"),
         "{list}"
     );
+    // Both ends' addresses as the accept gave them: the client's, and the proxy's it
+    // connected to.
+    let mut raw = common::Raw::connect(proxy().addr());
+    let info = raw.call(&["CLIENT", "INFO"]);
+    let client_addr = raw.stream.local_addr().unwrap();
+    assert!(
+        info.contains(&format!(" addr={client_addr} laddr={} ", proxy().addr())),
+        "{info}"
+    );
     let slot: i64 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
         .arg("foo")

@@ -371,3 +371,61 @@ fn a_reload_to_the_cluster_moves_readiness_and_subscriptions_there() {
         "{seen:?}"
     );
 }
+
+/// The kernel's keepalive timer of the proxy's side of `client`'s connection, in whole
+/// seconds to its first probe (`/proc/net/tcp`), or `None` when keepalive is off.
+fn proxy_side_keepalive(proxy: &Proxy, client: &TcpStream) -> Option<u64> {
+    fn hex(addr: std::net::SocketAddr) -> String {
+        let std::net::SocketAddr::V4(addr) = addr else {
+            panic!("an IPv4 loopback address: {addr}")
+        };
+        let ip = u32::from_le_bytes(addr.ip().octets());
+        format!("{ip:08X}:{:04X}", addr.port())
+    }
+    let local = hex(proxy.addr().parse().unwrap());
+    let remote = hex(client.local_addr().unwrap());
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let line = table
+        .lines()
+        .find(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&local.as_str()) && fields.get(2) == Some(&remote.as_str())
+        })
+        .unwrap_or_else(|| panic!("no {local} -> {remote} in /proc/net/tcp:\n{table}"));
+    // `tr:tm->when`: timer 2 is the keepalive timer, its expiry in clock ticks (100 a second).
+    let timer = line.split_whitespace().nth(5).unwrap();
+    let (kind, when) = timer.split_once(':').unwrap();
+    (kind == "02").then(|| u64::from_str_radix(when, 16).unwrap() / 100)
+}
+
+/// `tcp_keepalive` applies to new connections, as Redis's `tcp-keepalive` does, and a
+/// reload changes it for those that connect after it (the proxy sets it on its listener,
+/// whose clients inherit it).
+#[test]
+fn tcp_keepalive_set_by_a_reload_applies_to_new_connections() {
+    let path = config_file(&format!("{}tcp_keepalive: 300\n", cluster_yaml()));
+    let proxy = Proxy::start(&["--config", path.to_str().unwrap()]);
+    let mut first = Raw::connect(proxy.addr());
+    assert_eq!(first.call(&["PING"]), "+PONG\r\n");
+    let near = |secs: Option<u64>, want: u64| secs.is_some_and(|s| s + 10 >= want && s <= want);
+    let timer = proxy_side_keepalive(&proxy, &first.stream);
+    assert!(near(timer, 300), "keepalive timer {timer:?}, not 300 s");
+    for (reloads, (keepalive, want)) in [(100, Some(100)), (0, None)].into_iter().enumerate() {
+        let text = format!("{}tcp_keepalive: {keepalive}\n", cluster_yaml());
+        std::fs::write(&path, text).unwrap();
+        proxy.send_signal("HUP");
+        wait_log(&proxy, "configuration reloaded", reloads + 1);
+        let mut next = Raw::connect(proxy.addr());
+        assert_eq!(next.call(&["PING"]), "+PONG\r\n");
+        let timer = proxy_side_keepalive(&proxy, &next.stream);
+        match want {
+            Some(want) => assert!(near(timer, want), "keepalive timer {timer:?}, not {want} s"),
+            None => assert_eq!(timer, None, "keepalive on after tcp_keepalive: 0"),
+        }
+    }
+    let timer = proxy_side_keepalive(&proxy, &first.stream);
+    assert!(
+        near(timer, 300),
+        "the first client's keepalive moved: {timer:?}"
+    );
+}

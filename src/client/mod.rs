@@ -27,4 +27,4 @@ mod transaction;
 
 pub use registry::Registry;
 pub use session::serve;
-pub use stream::ClientStream;
+pub use stream::{ClientStream, Ends};

@@ -22,17 +22,17 @@ pub enum ClientStream {
     Tls(Box<ServerTls>),
 }
 
+/// A client connection's two addresses, as its accept found them (asking the socket would
+/// be two system calls more for each client of a connect burst).
+#[derive(Debug, Clone, Copy)]
+pub struct Ends {
+    /// The client's address (CLIENT LIST's `addr=`).
+    pub peer: SocketAddr,
+    /// The proxy's address the client connected to (`laddr=`).
+    pub local: SocketAddr,
+}
+
 impl ClientStream {
-    /// The client's address.
-    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.socket().peer_addr()
-    }
-
-    /// The proxy's address the client connected to.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.socket().local_addr()
-    }
-
     /// The TCP socket underneath (nodelay, keepalive).
     pub fn socket(&self) -> &TcpStream {
         match self {

@@ -5,8 +5,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
+use super::accepting::Accepted;
 use super::{refuse, Listeners, StartError};
 use crate::client::{self, ClientStream, Registry};
 use crate::dispatch::Proxy;
@@ -66,28 +67,15 @@ fn listen_on(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     socket.listen(backlog)
 }
 
-/// The next connection of `listener`; never returns without one.
-pub(super) async fn accept(
-    listener: Option<&TcpListener>,
-) -> std::io::Result<(TcpStream, SocketAddr)> {
-    match listener {
-        // Not held to Tokio's budget of a turn (128 operations), so one turn takes every
-        // connection waiting, as Redis's accept handler does: a fleet reconnecting at once
-        // otherwise fills the backlog while the sessions already in take their turns.
-        Some(listener) => tokio::task::unconstrained(listener.accept()).await,
-        None => std::future::pending().await,
-    }
-}
-
 /// Serves one client of the TLS listener: handshake, then the session (or, past
 /// `maxclients`, Redis's refusal over TLS). A failed handshake closes the connection; the
 /// client sees the TLS alert, if any, then the close.
-pub(super) async fn serve(
-    tcp: TcpStream,
-    peer: SocketAddr,
-    live: Arc<Live>,
-    registry: Arc<Registry>,
-) {
+pub(super) async fn serve(accepted: Accepted, live: Arc<Live>, registry: Arc<Registry>) {
+    let Accepted {
+        stream: tcp,
+        peer,
+        local,
+    } = accepted;
     let slot = live.client_slot();
     let Some(tls) = live.client_tls() else {
         return;
@@ -101,7 +89,7 @@ pub(super) async fn serve(
     };
     match slot {
         Some(slot) => {
-            client::serve(stream, live, registry).await;
+            client::serve(stream, client::Ends { peer, local }, live, registry).await;
             drop(slot);
         }
         None => {
