@@ -548,9 +548,12 @@ def instructions_per_request():
                 cases.append(("SET inside prefix (indexed chat record) -P 16", None, 16, 50000,
                               ["SET", "mybot:chat:__rand_int__", value], CLIENTS))
             else:
-                # A fleet's per-client costs: the same requests from 1,000 connections.
+                # A fleet's per-client costs: the same requests from 1,000 connections, and
+                # what taking a client in costs (1,000 clients connect, each sends one GET
+                # and goes: the count per request is per client).
                 cases += [("SET -P 1 -c 1,000", "set", 1, 50000, None, 1000),
-                          ("GET -P 1 -c 1,000", "get", 1, 50000, None, 1000)]
+                          ("GET -P 1 -c 1,000", "get", 1, 50000, None, 1000),
+                          ("connect, GET once, close -c 1,000", "get", 1, 1000, None, 1000)]
             for label, test, pipeline, n, command, clients in cases:
                 subprocess.run(["callgrind_control", "--zero", str(proxy.pid)], check=True,
                                capture_output=True)
