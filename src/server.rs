@@ -376,12 +376,7 @@ fn plain_session(
     registry: Arc<Registry>,
     slot: crate::reload::ClientSlot,
 ) -> impl Future<Output = ()> {
-    let Accepted {
-        stream,
-        peer,
-        local,
-    } = accepted;
-    let ends = client::Ends { peer, local };
+    let Accepted { stream, ends } = accepted;
     client::serve(ClientStream::Tcp(stream), ends, live, registry).map(move |()| drop(slot))
 }
 

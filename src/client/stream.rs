@@ -33,7 +33,7 @@ pub struct Ends {
 }
 
 impl ClientStream {
-    /// The TCP socket underneath (nodelay, keepalive).
+    /// The TCP socket underneath (its send buffer).
     pub fn socket(&self) -> &TcpStream {
         match self {
             ClientStream::Tcp(stream) => stream,

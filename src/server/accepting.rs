@@ -17,13 +17,13 @@ use std::time::Duration;
 use socket2::{SockRef, TcpKeepalive};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::client::Ends;
 use crate::config::Config;
 
 /// A connection as accepted, with both its ends' addresses.
 pub(super) struct Accepted {
     pub stream: TcpStream,
-    pub peer: SocketAddr,
-    pub local: SocketAddr,
+    pub ends: Ends,
 }
 
 /// A client listener, the options its clients get, and whether it gives them itself.
@@ -118,8 +118,7 @@ impl Accepting {
         };
         Accepted {
             stream,
-            peer,
-            local,
+            ends: Ends { peer, local },
         }
     }
 
@@ -195,8 +194,8 @@ mod tests {
         let client =
             std::net::TcpStream::connect(accepting.listener.local_addr().unwrap()).unwrap();
         let accepted = accepting.accept().await.unwrap();
-        assert_eq!(accepted.peer, client.local_addr().unwrap());
-        assert_eq!(accepted.local, client.peer_addr().unwrap());
+        assert_eq!(accepted.ends.peer, client.local_addr().unwrap());
+        assert_eq!(accepted.ends.local, client.peer_addr().unwrap());
         assert_eq!(
             options(&accepted.stream),
             (true, Some(Duration::from_secs(300)))
@@ -241,8 +240,8 @@ mod tests {
         assert_eq!(accepting.bound, None);
         let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
         let accepted = accepting.accept().await.unwrap();
-        assert_eq!(accepted.local, client.peer_addr().unwrap());
-        assert_eq!(accepted.local.ip().to_string(), "127.0.0.1");
-        assert_eq!(accepted.peer, client.local_addr().unwrap());
+        assert_eq!(accepted.ends.local, client.peer_addr().unwrap());
+        assert_eq!(accepted.ends.local.ip().to_string(), "127.0.0.1");
+        assert_eq!(accepted.ends.peer, client.local_addr().unwrap());
     }
 }

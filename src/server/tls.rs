@@ -71,11 +71,7 @@ fn listen_on(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 /// `maxclients`, Redis's refusal over TLS). A failed handshake closes the connection; the
 /// client sees the TLS alert, if any, then the close.
 pub(super) async fn serve(accepted: Accepted, live: Arc<Live>, registry: Arc<Registry>) {
-    let Accepted {
-        stream: tcp,
-        peer,
-        local,
-    } = accepted;
+    let Accepted { stream: tcp, ends } = accepted;
     let slot = live.client_slot();
     let Some(tls) = live.client_tls() else {
         return;
@@ -83,13 +79,13 @@ pub(super) async fn serve(accepted: Accepted, live: Arc<Live>, registry: Arc<Reg
     let stream = match tls.accept(tcp).await {
         Ok(stream) => ClientStream::Tls(Box::new(stream)),
         Err(error) => {
-            tracing::debug!(client = %peer, %error, "TLS client refused");
+            tracing::debug!(client = %ends.peer, %error, "TLS client refused");
             return;
         }
     };
     match slot {
         Some(slot) => {
-            client::serve(stream, client::Ends { peer, local }, live, registry).await;
+            client::serve(stream, ends, live, registry).await;
             drop(slot);
         }
         None => {
