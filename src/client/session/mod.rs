@@ -211,11 +211,14 @@ struct Identity {
     state: ConnState,
 }
 
-/// The client's subscriptions, and what others see of them.
+/// The client's subscriptions, and what others see of them. What others see comes first,
+/// beside the connection's peer address: both are rarely read, and the subscriptions, which
+/// every request looks at, then begin the run of lines a request reads of the session's last
+/// parts (the transaction, the identity).
 #[repr(C)]
 struct Subscribers<'a> {
-    pubsub: PubSub,
     shown: ShownSubscriptions<'a>,
+    pubsub: PubSub,
 }
 
 /// The client's transaction, and an EXEC in flight whose queued connection commands the
