@@ -313,6 +313,28 @@ fn metrics_move_with_traffic_redirects_retries_and_crossslot() {
         .any(|series| series.to_ascii_lowercase().contains("nosuchcommand")));
 }
 
+/// The open-connections gauge and the connections counter follow clients that come and go
+/// (the process totals, published at each scrape).
+#[test]
+fn client_connection_metrics_follow_clients_that_come_and_go() {
+    let proxy = Proxy::start(&["--cluster", &common::shared_cluster().seeds_arg()]);
+    proxy.wait_no_clients();
+    let total = "slotbridge_client_connections_total";
+    let before = scrape(&proxy);
+    assert!(before.has("slotbridge_client_connections") && before.has(total));
+    let mut clients: Vec<common::Raw> =
+        (0..5).map(|_| common::Raw::connect(proxy.addr())).collect();
+    for client in &mut clients {
+        assert_eq!(client.call(&["PING"]), "+PONG\r\n");
+    }
+    let open = scrape(&proxy);
+    assert_eq!(open.value("slotbridge_client_connections"), 5.0);
+    assert_eq!(open.value(total) - before.value(total), 5.0);
+    drop(clients);
+    proxy.wait_no_clients();
+    assert_eq!(scrape(&proxy).value(total) - before.value(total), 5.0);
+}
+
 #[test]
 fn health_readiness_and_http_edges() {
     let cluster = Cluster::start(3, 0);
