@@ -76,6 +76,16 @@ enum Io {
 }
 
 impl ClientIo {
+    /// Ends the proxy's side after the client closed its own and every reply was written:
+    /// over TLS its close_notify and the TCP shutdown; over plain TCP nothing, as the
+    /// socket's close when the session ends sends the FIN (the client's end of input was
+    /// read, so nothing unread turns it into a reset), one system call less a client.
+    pub async fn close_after_client(&mut self) {
+        if let Io::Tls(..) = self.0 {
+            let _ = tokio::io::AsyncWriteExt::shutdown(self).await;
+        }
+    }
+
     /// Writes what the connection takes now; `WouldBlock` when it takes nothing.
     pub fn try_write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match &mut self.0 {

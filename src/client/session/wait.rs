@@ -44,7 +44,7 @@ pub(super) struct Turn {
 /// How a session that settled to its end closes.
 pub(super) enum Close {
     /// Every complete request the client sent before closing its side is answered, as
-    /// Redis does: half-close.
+    /// Redis does: close (see `ClientIo::close_after_client`).
     Shutdown,
     /// It is done (QUIT, bad input, drained): half-close, then linger.
     Linger,
@@ -199,9 +199,7 @@ impl<'a> Session<'a> {
     pub(super) async fn close(&mut self, close: Close) {
         let conn = &mut self.conn;
         match close {
-            Close::Shutdown => {
-                let _ = conn.io.shutdown().await;
-            }
+            Close::Shutdown => conn.io.close_after_client().await,
             // Boxed: its discard buffer would otherwise be part of every connected
             // client's session, most of which never get here before their peer closes.
             Close::Linger => Box::pin(linger_close(&mut conn.io)).await,
