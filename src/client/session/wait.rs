@@ -237,9 +237,7 @@ impl<'a> Session<'a> {
             idle_alone,
             close_deadline,
         } = turn;
-        let mut idle_timed = idle_alone
-            .map(|deadline| conn.idle_timer_at(deadline))
-            .is_some();
+        let mut idle_timed = conn.idle_timer_at(idle_alone);
         let in_flight = &mut order.in_flight;
         let write_held = waits_for_its_read(in_flight, &conn.output);
         let backpressure = conn.output.len() >= OUTPUT_BACKPRESSURE;
@@ -261,14 +259,14 @@ impl<'a> Session<'a> {
         let timed = paused_until.is_some() || close_deadline.is_some();
         // A paused or closing client's timer: about 500 bytes, a tokio `Sleep` among them.
         let registry = client.registry;
-        let mut timed = timed.then(|| Box::pin(timer(registry, paused_until, close_deadline)));
+        let mut timer = timed.then(|| Box::pin(timer(registry, paused_until, close_deadline)));
         let (mut freed, mut last_reply) = flow.waits(client.guard, last_reply);
         poll_fn(move |cx| {
             // In this order: replies first, so they leave before more requests are
             // read; input last but for the signals and timers.
             if !in_flight.is_empty() && in_flight.poll_progress(cx).is_ready() {
                 match last_reply.as_mut().map(|last| last.write(in_flight, conn)) {
-                    Some(Ok(timed)) => idle_timed |= timed,
+                    Some(Ok(started)) => idle_timed |= started,
                     Some(Err(woken)) => return Poll::Ready(woken),
                     None => return Poll::Ready(Woken::Progress),
                 }
@@ -309,7 +307,7 @@ impl<'a> Session<'a> {
                     return Poll::Ready(Woken::Deadline);
                 }
             }
-            timed
+            timer
                 .as_mut()
                 .map_or(Poll::Pending, |timer| timer.as_mut().poll(cx))
         })
@@ -397,9 +395,7 @@ impl LastReply<'_, '_> {
         // Answered: the client idles from its reply on, as the loop's turn would have
         // timed it.
         let idle_deadline = self.idle_timeout.map(|idle| conn.last_active + idle);
-        Ok(idle_deadline
-            .map(|deadline| conn.idle_timer_at(deadline))
-            .is_some())
+        Ok(conn.idle_timer_at(idle_deadline))
     }
 }
 
@@ -501,16 +497,21 @@ pub(super) fn wrote(n: usize, conn: &mut Conn, guard: &ClientGuard) {
 }
 
 impl Conn {
-    /// Sets the client's idle timer to `deadline`: made on its first use, then moved, which
-    /// is an atomic store where the deadline moves later (as an idle client's does with
-    /// each reply), where a timer made for each wait was an allocation and a registration
-    /// with the runtime's timers, and their undoing, per request. Between its waits the
-    /// timer stays set: one that fires then wakes the session for nothing.
-    pub(super) fn idle_timer_at(&mut self, deadline: Instant) {
+    /// Sets the client's idle timer to `deadline`, if there is one, and tells whether it
+    /// was set. Made on its first use, then moved, which is an atomic store where the
+    /// deadline moves later (as an idle client's does with each reply), where a timer made
+    /// for each wait was an allocation and a registration with the runtime's timers, and
+    /// their undoing, per request. Between its waits the timer stays set: one that fires
+    /// then wakes the session for nothing.
+    pub(super) fn idle_timer_at(&mut self, deadline: Option<Instant>) -> bool {
+        let Some(deadline) = deadline else {
+            return false;
+        };
         match &mut self.idle_timer {
             Some(timer) => timer.as_mut().reset(deadline),
             None => self.idle_timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
         }
+        true
     }
 
     /// The client was active now (a read or a write): idle time counts from here, and
