@@ -316,7 +316,7 @@ pub async fn serve_listeners(
             let config = &live.proxy().config;
             let listeners = plain.iter_mut().chain(tls.iter_mut());
             if listeners.fold(false, |changed, l| l.follow(config) | changed) {
-                accepting::give_options(&client.stream, config);
+                accepting::give_options(&client.stream, config.tcp_keepalive);
             }
         }
         if on_tls {

@@ -100,13 +100,12 @@ impl Accepting {
     /// A connection waiting in the backlog, given the options; `WouldBlock` when none waits.
     fn take_waiting(&self) -> io::Result<Accepted> {
         let (socket, addr) = SockRef::from(&self.listener).accept()?;
-        // Best effort, as for every client the listener does not give them to.
-        let _ = set_options(&SockRef::from(&socket), self.keepalive);
         socket.set_nonblocking(true)?;
         let peer = addr
             .as_socket()
             .ok_or_else(|| io::Error::other("a TCP client without an address"))?;
         let stream = TcpStream::from_std(socket.into())?;
+        give_options(&stream, self.keepalive);
         Ok(self.accepted(stream, peer))
     }
 
@@ -132,9 +131,7 @@ impl Accepting {
         }
         let (stream, peer) = tokio::task::unconstrained(self.listener.accept()).await?;
         if !self.inherited {
-            // Best effort, as before the listener held them: a client without them is
-            // served all the same.
-            let _ = set_options(&SockRef::from(&stream), self.keepalive);
+            give_options(&stream, self.keepalive);
         }
         Ok(self.accepted(stream, peer))
     }
@@ -148,9 +145,11 @@ pub(super) async fn next(accepting: Option<&mut Accepting>) -> io::Result<Accept
     }
 }
 
-/// Gives `stream` the options of `config` itself (see `Accepting::follow`).
-pub(super) fn give_options(stream: &TcpStream, config: &Config) {
-    let _ = set_options(&SockRef::from(stream), config.tcp_keepalive);
+/// Gives `stream` the options itself, where the listener did not (see `Accepting::follow`).
+/// Best effort, as when every client was given them: a client without them is served all
+/// the same.
+pub(super) fn give_options(stream: &TcpStream, keepalive: u64) {
+    let _ = set_options(&SockRef::from(stream), keepalive);
 }
 
 /// `TCP_NODELAY`, as Redis sets on every client, and TCP keepalive probes after
