@@ -503,6 +503,8 @@ impl Conn {
     /// for each wait was an allocation and a registration with the runtime's timers, and
     /// their undoing, per request. Between its waits the timer stays set: one that fires
     /// then wakes the session for nothing.
+    // Inlined: every wait asks, and without a timeout the answer is one compare.
+    #[inline]
     pub(super) fn idle_timer_at(&mut self, deadline: Option<Instant>) -> bool {
         let Some(deadline) = deadline else {
             return false;
