@@ -52,9 +52,11 @@ pub struct ClientEntry {
 /// What the session records per read, write and command, and the kill signal it waits on:
 /// shared with the registry without a lock.
 ///
-/// Laid out in order, on a line of its own: what a session reads or writes on every turn
-/// (the signals, the mail flag, the last command, the activity) comes first and fits in one
-/// cache line, which with a thousand clients is one miss per turn instead of one per field.
+/// Laid out in order, on a line of its own: what a session reads or writes (the signals,
+/// the mail flag, the last command, the activity) comes first and fits in one cache line,
+/// which with a thousand clients is one miss instead of one per field. A session reads it
+/// only when something was posted to a client (see [`Registry::posted`]) or what others see
+/// of it changes.
 #[derive(Debug, Default)]
 #[repr(C, align(64))]
 struct Activity {
@@ -174,18 +176,39 @@ pub struct Registry {
     next_id: AtomicU64,
     /// Set once, when the proxy starts its graceful drain (see [`Registry::start_drain`]).
     draining: AtomicBool,
-    clients: Arc<Mutex<BTreeMap<u64, ClientEntry>>>,
+    clients: Arc<Clients>,
     pause: ClientPause,
     budget: super::flow::SharedBudget,
     monitors: Arc<super::monitor::Monitors>,
     tracking: Arc<super::tracking::Tracking>,
 }
 
+/// The registry's clients, and how many times anything was posted to one of them.
+#[derive(Debug, Default)]
+struct Clients {
+    entries: Mutex<BTreeMap<u64, ClientEntry>>,
+    /// Bumped after each kill, nudge, mail or drain is posted, before the session is woken
+    /// for it: a session looks at its own record only when this moved since it last
+    /// looked, so its turns read a line every session shares instead of one of their own.
+    posted: AtomicU64,
+}
+
+impl Clients {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ClientEntry>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Called after the client's record was changed and before its session is woken.
+    fn bump_posted(&self) {
+        self.posted.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// Where invalidation messages are posted: the registry's clients, shared with the task
 /// that reads the masters' reports.
 #[derive(Clone)]
 pub struct Mailboxes {
-    clients: Arc<Mutex<BTreeMap<u64, ClientEntry>>>,
+    clients: Arc<Clients>,
 }
 
 impl Mailboxes {
@@ -197,7 +220,7 @@ impl Mailboxes {
         id: u64,
         frame: impl FnOnce(&mut ClientEntry) -> Option<Bytes>,
     ) -> Option<bool> {
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let mut clients = self.clients.lock();
         let entry = clients.get_mut(&id)?;
         let frame = frame(entry);
         let posted = frame.is_some();
@@ -210,6 +233,7 @@ impl Mailboxes {
                 .push(frame);
             activity.has_mail.store(true, Ordering::Release);
             activity.nudges.fetch_add(1, Ordering::Release);
+            self.clients.bump_posted();
             activity.signal_waker.wake();
         }
         Some(posted)
@@ -357,6 +381,7 @@ impl Registry {
                     caller_killed = true;
                 } else {
                     entry.activity.killed.store(true, Ordering::Release);
+                    self.clients.bump_posted();
                     entry.activity.signal_waker.wake();
                 }
             }
@@ -368,6 +393,7 @@ impl Registry {
     /// gets [`Signal::Drain`] once.
     pub fn start_drain(&self) {
         self.draining.store(true, Ordering::Release);
+        self.clients.bump_posted();
         for entry in self.lock().values() {
             entry.activity.signal_waker.wake();
         }
@@ -383,12 +409,19 @@ impl Registry {
     pub fn wake_all(&self) {
         for entry in self.lock().values() {
             entry.activity.nudges.fetch_add(1, Ordering::Release);
+            self.clients.bump_posted();
             entry.activity.signal_waker.wake();
         }
     }
 
+    /// How many times a kill, a nudge, mail or the drain was posted to any client: when it
+    /// has not moved, no client has anything new (see [`ClientGuard::signals`]).
+    pub fn posted(&self) -> u64 {
+        self.clients.posted.load(Ordering::Acquire)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, ClientEntry>> {
-        self.clients.lock().unwrap_or_else(|e| e.into_inner())
+        self.clients.lock()
     }
 }
 
@@ -561,6 +594,45 @@ mod tests {
             .await
             .expect("the kill reached the client");
         assert_eq!(signal, Signal::Kill);
+    }
+
+    #[tokio::test]
+    async fn signals_posted_together_are_each_told_once() {
+        let (registry, _a, b) = registry_with_two();
+        let signals = b.signals();
+        tokio::pin!(signals);
+        let brief = std::time::Duration::from_millis(50);
+        assert!(tokio::time::timeout(brief, &mut signals).await.is_err());
+        // Both posted before the session looks again: the look that finds the nudge must
+        // not count the drain as seen.
+        registry.wake_all();
+        registry.start_drain();
+        let second = std::time::Duration::from_secs(5);
+        assert_eq!(
+            tokio::time::timeout(second, &mut signals).await,
+            Ok(Signal::Nudge)
+        );
+        assert_eq!(
+            tokio::time::timeout(second, &mut signals).await,
+            Ok(Signal::Drain)
+        );
+        assert!(tokio::time::timeout(brief, &mut signals).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_signal_for_another_client_leaves_this_one_waiting_but_listening() {
+        let (registry, a, b) = registry_with_two();
+        let signals = b.signals();
+        tokio::pin!(signals);
+        let brief = std::time::Duration::from_millis(50);
+        registry.kill(&only(a.id), 0);
+        assert_eq!(registry.posted(), 1, "the kill is counted");
+        assert!(tokio::time::timeout(brief, &mut signals).await.is_err());
+        registry.kill(&only(b.id), 0);
+        assert_eq!(
+            tokio::time::timeout(std::time::Duration::from_secs(5), &mut signals).await,
+            Ok(Signal::Kill)
+        );
     }
 
     #[tokio::test]

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -71,9 +71,11 @@ impl ClientGuard {
     pub fn signals(&self) -> Signals<'_> {
         Signals {
             activity: &self.activity,
-            draining: &self.registry.draining,
+            registry: &self.registry,
             nudges: self.activity.nudges.load(Ordering::Acquire),
             drain_seen: self.registry.is_draining(),
+            // Unlike any count: the first poll looks at the client's record.
+            posted_seen: self.registry.posted().wrapping_sub(1),
             registered: None,
         }
     }
@@ -92,18 +94,35 @@ pub enum Signal {
 }
 
 /// See [`ClientGuard::signals`]. Polled on every turn of the session's loop, so a poll is
-/// two atomic loads and a waker comparison; the waker is registered again only when it
-/// changes or was used.
+/// one atomic load of a count every session shares (see [`Registry::posted`]) and a waker
+/// comparison while nothing was posted; the waker is registered again only when it changes
+/// or was used.
 pub struct Signals<'a> {
     activity: &'a Activity,
-    draining: &'a AtomicBool,
+    registry: &'a Registry,
     nudges: u64,
     drain_seen: bool,
+    /// The registry's count of posts when a look at the client's record last found
+    /// nothing.
+    posted_seen: u64,
     registered: Option<Waker>,
 }
 
 impl Signals<'_> {
     fn ready(&mut self) -> Option<Signal> {
+        let posted = self.registry.posted();
+        if posted == self.posted_seen {
+            return None;
+        }
+        let signal = self.look();
+        // Found one: the next poll looks again, for another posted with it.
+        if signal.is_none() {
+            self.posted_seen = posted;
+        }
+        signal
+    }
+
+    fn look(&mut self) -> Option<Signal> {
         if self.activity.killed.load(Ordering::Acquire) {
             return Some(Signal::Kill);
         }
@@ -114,7 +133,7 @@ impl Signals<'_> {
             self.registered = None;
             return Some(Signal::Nudge);
         }
-        if !self.drain_seen && self.draining.load(Ordering::Acquire) {
+        if !self.drain_seen && self.registry.is_draining() {
             self.drain_seen = true;
             self.registered = None;
             return Some(Signal::Drain);

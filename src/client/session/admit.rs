@@ -352,7 +352,7 @@ impl Session<'_> {
         };
         match proxy.route(command, request, proto, user, routing) {
             Route::Direct(direct, renamed) => {
-                self.client.guard.ran(usize::from(direct.command));
+                self.client.ran(usize::from(direct.command));
                 if direct.writes {
                     tx.transaction.note_write_slot(direct.slot);
                 }
@@ -367,7 +367,7 @@ impl Session<'_> {
             }
             Route::Planned(command, staged) => {
                 if let Some(command) = command {
-                    self.client.guard.ran(command);
+                    self.client.ran(command);
                 }
                 tx.transaction.note_write(proxy, command, &request.args);
                 let run =
@@ -386,9 +386,9 @@ impl Session<'_> {
 
     /// Records `command` (a table index, `None` for an unknown one) as the client's latest
     /// (CLIENT LIST's `cmd=`), for the paths that do not route it.
-    pub(super) fn note_command(&self, command: Option<usize>) {
+    pub(super) fn note_command(&mut self, command: Option<usize>) {
         if let Some(command) = command {
-            self.client.guard.ran(command);
+            self.client.ran(command);
         }
     }
 }

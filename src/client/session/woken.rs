@@ -155,11 +155,21 @@ impl Session<'_> {
     }
 
     /// Invalidations (client-side caching) posted to the client, behind every reply
-    /// already due. Also taken after each read: a client that keeps sending would
-    /// otherwise leave the nudge that posted them unpolled.
+    /// already due.
     fn take_mail(&mut self) {
         for message in self.client.guard.take_mail() {
             self.order.in_flight.push_ready(message);
+        }
+    }
+
+    /// After a read, the mail posted since the last look: a client that keeps sending would
+    /// otherwise leave the nudge that posted it unpolled. While nothing was posted to any
+    /// client, one load of a count they all share, not of the client's own entry.
+    fn take_mail_if_posted(&mut self) {
+        let posted = self.client.registry.posted();
+        if posted != self.client.mail_seen {
+            self.client.mail_seen = posted;
+            self.take_mail();
         }
     }
 
@@ -178,7 +188,7 @@ impl Session<'_> {
             Err(_) => return ControlFlow::Break(()),
             Ok(n) => conn.counted.received(n),
         }
-        self.take_mail();
+        self.take_mail_if_posted();
         let conn = &mut self.conn;
         conn.active(self.client.guard);
         conn.pass_started = Some(Micros::of(conn.last_active.into_std()));
