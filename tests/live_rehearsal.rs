@@ -30,7 +30,7 @@
 //!   connection `error` events (accepted: connection errors only) and reconnects by itself.
 //!   No acknowledged write may be lost, no stall may last longer than [`MAX_STALL_MS`] plus
 //!   A's restart, and a missed pub/sub message (at-most-once) must have been published
-//!   between the kill and 2 s after A serves again.
+//!   between 1 s before the kill (still on its way through A) and 2 s after A serves again.
 //! - Through A: the Rust writer sees its connection die; the command in flight has an unknown
 //!   outcome (counted as such, as `tests/live_migration.rs` does), and it reconnects. An error
 //!   reply is never accepted.
@@ -610,6 +610,10 @@ fn check_written(run: &Run, con: &mut redis::Connection) {
     }
 }
 
+/// How long before the kill a message may have been published and still be lost with the
+/// proxy killed (it took 56 ms once, with the machine loaded).
+const IN_FLIGHT_MS: u64 = 1000;
+
 /// What the ioredis bot may show of the kill (see the top of the file), and nothing else.
 fn check_ioredis(summary: &common::Summary, kill: &Kill) {
     let out = &summary.output;
@@ -653,8 +657,10 @@ fn check_ioredis(summary: &common::Summary, kill: &Kill) {
             .and_then(|text| text.rsplit_once(" published at "))
             .and_then(|(_, ms)| ms.parse().ok())
             .unwrap_or_else(|| panic!("{message}\n{out}"));
+        // Pub/sub delivers at most once: a message published just before the kill may still
+        // have been on its way through the proxy killed.
         assert!(
-            (kill.at_ms..=kill.serving_ms + 2000).contains(&at),
+            (kill.at_ms.saturating_sub(IN_FLIGHT_MS)..=kill.serving_ms + 2000).contains(&at),
             "a message published at {at} was missed, outside the kill\n{out}"
         );
     }
