@@ -13,30 +13,29 @@ use bytes::BytesMut;
 /// what ordinary traffic grows one to, so the hot path only compares.
 const OVERSIZED: usize = 4;
 
-/// Watches one buffer for growth past its usual size.
-#[derive(Debug)]
-pub struct Resizer {
-    usual: usize,
-    grown: bool,
-    /// The largest capacity noted since the buffer was last replaced.
+/// Watches one buffer for growth past its usual size, `USUAL` bytes. Eight bytes: every
+/// client's session holds two.
+#[derive(Debug, Default)]
+pub struct Resizer<const USUAL: usize> {
+    /// The largest capacity noted since the buffer was last replaced, where it had grown
+    /// past its usual size; 0 while it has not.
     peak: usize,
 }
 
-impl Resizer {
-    /// For a buffer whose usual capacity is `usual`.
-    pub const fn new(usual: usize) -> Resizer {
-        Resizer {
-            usual,
-            grown: false,
-            peak: 0,
-        }
+impl<const USUAL: usize> Resizer<USUAL> {
+    /// For a buffer whose usual capacity is `USUAL`.
+    pub const fn new() -> Resizer<USUAL> {
+        Resizer { peak: 0 }
+    }
+
+    fn grown(&self) -> bool {
+        self.peak > 0
     }
 
     /// Notes how large `buf` is now: called where it may have grown (after a reserve or
     /// after bytes were added).
     pub fn note(&mut self, buf: &BytesMut) {
-        if buf.capacity() > OVERSIZED * self.usual {
-            self.grown = true;
+        if buf.capacity() > OVERSIZED * USUAL {
             self.peak = self.peak.max(buf.capacity());
         }
     }
@@ -45,11 +44,10 @@ impl Resizer {
     /// less than half its allocation is still in use: a client that stopped reading partway
     /// through a large reply would otherwise pin the whole allocation while it waits.
     pub fn compact_if_spent(&mut self, buf: &mut BytesMut) {
-        if self.grown && !buf.is_empty() && buf.len() <= self.peak / 2 {
-            let mut fresh = BytesMut::with_capacity(buf.len().max(self.usual));
+        if self.grown() && !buf.is_empty() && buf.len() <= self.peak / 2 {
+            let mut fresh = BytesMut::with_capacity(buf.len().max(USUAL));
             fresh.extend_from_slice(buf);
             *buf = fresh;
-            self.grown = false;
             self.peak = 0;
             self.note(buf);
         }
@@ -60,7 +58,6 @@ impl Resizer {
     pub fn release_if_empty(&mut self, buf: &mut BytesMut) {
         if buf.is_empty() {
             *buf = BytesMut::new();
-            self.grown = false;
             self.peak = 0;
         }
     }
@@ -70,9 +67,8 @@ impl Resizer {
     // Inlined: a session asks on every pass, and the answer is nearly always "nothing".
     #[inline]
     pub fn shrink_if_idle(&mut self, buf: &mut BytesMut) {
-        if self.grown && buf.is_empty() {
-            *buf = BytesMut::with_capacity(self.usual);
-            self.grown = false;
+        if self.grown() && buf.is_empty() {
+            *buf = BytesMut::with_capacity(USUAL);
             self.peak = 0;
         }
     }
@@ -84,7 +80,7 @@ mod tests {
 
     #[test]
     fn a_grown_buffer_returns_to_its_usual_size_once_empty() {
-        let mut resizer = Resizer::new(16 * 1024);
+        let mut resizer = Resizer::<{ 16 * 1024 }>::new();
         let mut buf = BytesMut::with_capacity(16 * 1024);
         buf.extend_from_slice(&vec![b'x'; 1 << 20]);
         resizer.note(&buf);
@@ -98,7 +94,7 @@ mod tests {
 
     #[test]
     fn a_grown_buffer_mostly_written_keeps_only_what_is_left() {
-        let mut resizer = Resizer::new(16 * 1024);
+        let mut resizer = Resizer::<{ 16 * 1024 }>::new();
         let mut buf = BytesMut::with_capacity(16 * 1024);
         buf.extend_from_slice(&vec![b'x'; 1 << 20]);
         resizer.note(&buf);
@@ -121,7 +117,7 @@ mod tests {
 
     #[test]
     fn an_empty_buffer_is_released_and_one_holding_bytes_kept() {
-        let mut resizer = Resizer::new(16 * 1024);
+        let mut resizer = Resizer::<{ 16 * 1024 }>::new();
         let mut buf = BytesMut::with_capacity(1 << 20);
         resizer.note(&buf);
         buf.extend_from_slice(b"+OK\r\n");
@@ -140,7 +136,7 @@ mod tests {
 
     #[test]
     fn a_buffer_is_kept_while_it_holds_bytes_or_never_grew() {
-        let mut resizer = Resizer::new(16 * 1024);
+        let mut resizer = Resizer::<{ 16 * 1024 }>::new();
         let mut holding = BytesMut::with_capacity(1 << 20);
         holding.extend_from_slice(b"+OK\r\n");
         resizer.note(&holding);
@@ -148,7 +144,7 @@ mod tests {
         assert_eq!(holding.capacity(), 1 << 20);
         assert_eq!(&holding[..], b"+OK\r\n");
 
-        let mut ordinary = Resizer::new(16 * 1024);
+        let mut ordinary = Resizer::<{ 16 * 1024 }>::new();
         let mut buf = BytesMut::with_capacity(64 * 1024);
         ordinary.note(&buf);
         buf.clear();

@@ -33,7 +33,7 @@ use crate::route::NodeAddr;
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// The outbox's usual capacity, to which it returns after a burst of large requests.
-const OUTBOX_CAPACITY: usize = 64 * 1024;
+pub(super) const OUTBOX_CAPACITY: usize = 64 * 1024;
 
 /// A cheap-to-clone handle to one pipelined connection to a node. Dropping every handle
 /// stops the connection's tasks and closes the socket.
@@ -335,7 +335,7 @@ impl Writer {
                     in_flight,
                     reader,
                     unwritten: BytesMut::with_capacity(OUTBOX_CAPACITY),
-                    unwritten_resizer: Resizer::new(OUTBOX_CAPACITY),
+                    unwritten_resizer: Resizer::new(),
                 });
                 Ok(())
             }

@@ -196,7 +196,7 @@ pub(super) struct Link {
     pub(super) reader: JoinHandle<()>,
     pub(super) unwritten: BytesMut,
     /// Gives back what a burst of large requests grew `unwritten` to.
-    pub(super) unwritten_resizer: Resizer,
+    pub(super) unwritten_resizer: Resizer<{ super::conn::OUTBOX_CAPACITY }>,
 }
 
 impl Drop for Link {

@@ -114,7 +114,7 @@ async fn read_loop(
     let mut scanner = ReplyScanner::new(opts.limits);
     let mut watchdog = opts.read_timeout.map(Watchdog::new);
     let mut frames: Vec<Bytes> = Vec::new();
-    let mut buf_resizer = Resizer::new(READ_CHUNK);
+    let mut buf_resizer = Resizer::<READ_CHUNK>::new();
     loop {
         if let Err(error) = take_frames(&mut scanner, &mut buf, &mut frames, addr) {
             return format!("unreadable reply: {error}");

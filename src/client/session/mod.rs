@@ -182,8 +182,8 @@ struct Conn {
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     counted: crate::metrics::ClientConnection,
     // Give back what a burst of large requests or replies grew the two buffers to.
-    input_resizer: Resizer,
-    output_resizer: Resizer,
+    input_resizer: Resizer<USUAL_INPUT>,
+    output_resizer: Resizer<READ_BUFFER>,
     decoder: RequestDecoder,
     peer: SocketAddr,
 }
@@ -286,8 +286,8 @@ impl<'a> Session<'a> {
                 // Taken when the client first sends (see `Session::wait`).
                 input: BytesMut::new(),
                 output: BytesMut::new(),
-                input_resizer: Resizer::new(USUAL_INPUT),
-                output_resizer: Resizer::new(READ_BUFFER),
+                input_resizer: Resizer::new(),
+                output_resizer: Resizer::new(),
                 counted: crate::metrics::ClientConnection::opened(),
                 last_active: Instant::now(),
                 show_activity_at: Instant::now(),
