@@ -27,11 +27,11 @@
 mod access;
 mod admit;
 mod database;
+mod idle;
 mod wait;
 mod woken;
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +45,7 @@ use crate::protocol::{Proto, Request, RequestDecoder};
 use crate::reload::Live;
 use crate::topology::Routing;
 
+use self::idle::IdleTimer;
 use super::flow::{ClientFlow, Gate};
 use super::limits::{ClientLimits, SoftWatch};
 use super::local::{ConnState, ReplyMode};
@@ -177,9 +178,8 @@ struct Conn {
     last_active: Instant,
     /// When others are next shown the client's activity (see `ACTIVITY_GRAIN`).
     show_activity_at: Instant,
-    /// Where `timeout` is set, the timer of the client's idle deadline (see
-    /// `Conn::idle_timer_at`).
-    idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Where `timeout` is set, the timer of the client's idle deadline.
+    idle_timer: IdleTimer,
     counted: crate::metrics::ClientConnection,
     // Give back what a burst of large requests or replies grew the two buffers to.
     input_resizer: Resizer<USUAL_INPUT>,
@@ -291,7 +291,7 @@ impl<'a> Session<'a> {
                 counted: crate::metrics::ClientConnection::opened(),
                 last_active: Instant::now(),
                 show_activity_at: Instant::now(),
-                idle_timer: None,
+                idle_timer: IdleTimer::new(),
                 pass_started: None,
             },
             flow: Flow {

@@ -34,7 +34,7 @@ pub(super) struct Turn {
     subscribed: bool,
     /// Whether the reply of the last request in flight leaves from within the wait.
     last_reply: bool,
-    /// The idle timeout's deadline, where no other timer runs (see `Conn::idle_timer_at`).
+    /// The idle timeout's deadline, where no other timer runs (see `IdleTimer`).
     idle_alone: Option<Instant>,
     /// The next moment a limit may close the client without any event of its own, where
     /// that is not the idle timeout's alone (`idle_alone`).
@@ -237,7 +237,7 @@ impl<'a> Session<'a> {
             idle_alone,
             close_deadline,
         } = turn;
-        let mut idle_timed = conn.idle_timer_at(idle_alone);
+        let mut idle_timed = conn.idle_timer.time(idle_alone);
         let in_flight = &mut order.in_flight;
         let write_held = waits_for_its_read(in_flight, &conn.output);
         let backpressure = conn.output.len() >= OUTPUT_BACKPRESSURE;
@@ -302,10 +302,8 @@ impl<'a> Session<'a> {
             if let Some(Poll::Ready(woken)) = freed.as_mut().map(|freed| freed.as_mut().poll(cx)) {
                 return Poll::Ready(woken);
             }
-            if let Some(idle) = idle_timer.as_mut().filter(|_| idle_timed) {
-                if idle.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Woken::Deadline);
-                }
+            if idle_timed && idle_timer.poll_expired(cx).is_ready() {
+                return Poll::Ready(Woken::Deadline);
             }
             timer
                 .as_mut()
@@ -395,7 +393,7 @@ impl LastReply<'_, '_> {
         // Answered: the client idles from its reply on, as the loop's turn would have
         // timed it.
         let idle_deadline = self.idle_timeout.map(|idle| conn.last_active + idle);
-        Ok(conn.idle_timer_at(idle_deadline))
+        Ok(conn.idle_timer.time(idle_deadline))
     }
 }
 
@@ -497,25 +495,6 @@ pub(super) fn wrote(n: usize, conn: &mut Conn, guard: &ClientGuard) {
 }
 
 impl Conn {
-    /// Sets the client's idle timer to `deadline`, if there is one, and tells whether it
-    /// was set. Made on its first use, then moved, which is an atomic store where the
-    /// deadline moves later (as an idle client's does with each reply), where a timer made
-    /// for each wait was an allocation and a registration with the runtime's timers, and
-    /// their undoing, per request. Between its waits the timer stays set: one that fires
-    /// then wakes the session for nothing.
-    // Inlined: every wait asks, and without a timeout the answer is one compare.
-    #[inline]
-    pub(super) fn idle_timer_at(&mut self, deadline: Option<Instant>) -> bool {
-        let Some(deadline) = deadline else {
-            return false;
-        };
-        match &mut self.idle_timer {
-            Some(timer) => timer.as_mut().reset(deadline),
-            None => self.idle_timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
-        }
-        true
-    }
-
     /// The client was active now (a read or a write): idle time counts from here, and
     /// others see it within `ACTIVITY_GRAIN`.
     pub(super) fn active(&mut self, guard: &ClientGuard) {
