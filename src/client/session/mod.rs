@@ -178,13 +178,14 @@ struct Conn {
     last_active: Instant,
     /// When others are next shown the client's activity (see `ACTIVITY_GRAIN`).
     show_activity_at: Instant,
-    /// Where `timeout` is set, the timer of the client's idle deadline.
-    idle_timer: IdleTimer,
     counted: crate::metrics::ClientConnection,
     // Give back what a burst of large requests or replies grew the two buffers to.
     input_resizer: Resizer<USUAL_INPUT>,
     output_resizer: Resizer<READ_BUFFER>,
     decoder: RequestDecoder,
+    /// Where `timeout` is set, the timer of the client's idle deadline: after what every
+    /// request reads, as a client without a timeout never reads it.
+    idle_timer: IdleTimer,
     peer: SocketAddr,
 }
 
