@@ -17,7 +17,7 @@ use super::pause::ClientPause;
 
 mod guard;
 
-pub use guard::{ClientGuard, Signal, Signals};
+pub use guard::{ClientGuard, PostsSeen, Signal, Signals};
 
 /// What CLIENT LIST shows of one client.
 #[derive(Debug, Clone)]

@@ -74,8 +74,7 @@ impl ClientGuard {
             registry: &self.registry,
             nudges: self.activity.nudges.load(Ordering::Acquire),
             drain_seen: self.registry.is_draining(),
-            // Unlike any count: the first poll looks at the client's record.
-            posted_seen: self.registry.posted().wrapping_sub(1),
+            seen: PostsSeen::none(&self.registry),
             registered: None,
         }
     }
@@ -102,22 +101,18 @@ pub struct Signals<'a> {
     registry: &'a Registry,
     nudges: u64,
     drain_seen: bool,
-    /// The registry's count of posts when a look at the client's record last found
-    /// nothing.
-    posted_seen: u64,
+    /// When a look at the client's record last found nothing.
+    seen: PostsSeen,
     registered: Option<Waker>,
 }
 
 impl Signals<'_> {
     fn ready(&mut self) -> Option<Signal> {
-        let posted = self.registry.posted();
-        if posted == self.posted_seen {
-            return None;
-        }
+        let posted = self.seen.moved(self.registry)?;
         let signal = self.look();
         // Found one: the next poll looks again, for another posted with it.
         if signal.is_none() {
-            self.posted_seen = posted;
+            self.seen.mark(posted);
         }
         signal
     }
@@ -162,6 +157,29 @@ impl Future for Signals<'_> {
             }
         }
         Poll::Pending
+    }
+}
+
+/// The registry's count of posts (see [`Registry::posted`]) as a session last looked at its
+/// entry: whether it needs to look again is one load of a count every session shares.
+#[derive(Debug, Clone, Copy)]
+pub struct PostsSeen(u64);
+
+impl PostsSeen {
+    /// Before the first look, which therefore looks.
+    pub fn none(registry: &Registry) -> PostsSeen {
+        PostsSeen(registry.posted().wrapping_sub(1))
+    }
+
+    /// The count now, where something was posted to a client since the look marked.
+    pub fn moved(self, registry: &Registry) -> Option<u64> {
+        let posted = registry.posted();
+        (posted != self.0).then_some(posted)
+    }
+
+    /// A look at the entry was made at count `posted`.
+    pub fn mark(&mut self, posted: u64) {
+        self.0 = posted;
     }
 }
 

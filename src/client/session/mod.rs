@@ -51,7 +51,7 @@ use super::limits::{ClientLimits, SoftWatch};
 use super::local::{ConnState, ReplyMode};
 use super::pipeline::{Micros, Pipeline};
 use super::pubsub::PubSub;
-use super::registry::{ClientGuard, Registry, Subscriptions};
+use super::registry::{ClientGuard, PostsSeen, Registry, Subscriptions};
 use super::stream::{ClientIo, ClientStream, Ends};
 use super::transaction::{LocalCommands, Transaction};
 
@@ -108,8 +108,7 @@ pub async fn serve(stream: ClientStream, ends: Ends, live: Arc<Live>, registry: 
         guard: &guard,
         blocked,
         shown_command: 0,
-        // Unlike any count: the first read looks for mail.
-        mail_seen: registry.posted().wrapping_sub(1),
+        mail_seen: PostsSeen::none(&registry),
     };
     let mut session = Session::new(stream, ends.peer, client, reloads, snapshot, user);
     session.run(signals).await;
@@ -148,9 +147,8 @@ struct Client<'a> {
     /// plus one: the entry, a line out of the cache at a thousand clients, is written only
     /// when the command changes.
     shown_command: usize,
-    /// The registry's count of posts when the session last looked for mail after a read
-    /// (see `Registry::posted`).
-    mail_seen: u64,
+    /// When the session last looked for mail after a read.
+    mail_seen: PostsSeen,
 }
 
 impl Client<'_> {

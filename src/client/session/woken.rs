@@ -166,9 +166,8 @@ impl Session<'_> {
     /// otherwise leave the nudge that posted it unpolled. While nothing was posted to any
     /// client, one load of a count they all share, not of the client's own entry.
     fn take_mail_if_posted(&mut self) {
-        let posted = self.client.registry.posted();
-        if posted != self.client.mail_seen {
-            self.client.mail_seen = posted;
+        if let Some(posted) = self.client.mail_seen.moved(self.client.registry) {
+            self.client.mail_seen.mark(posted);
             self.take_mail();
         }
     }
