@@ -15,7 +15,7 @@ const OVERSIZED: usize = 4;
 
 /// Watches one buffer for growth past its usual size, `USUAL` bytes. Eight bytes: every
 /// client's session holds two.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Resizer<const USUAL: usize> {
     /// The largest capacity noted since the buffer was last replaced, where it had grown
     /// past its usual size; 0 while it has not.

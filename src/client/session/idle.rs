@@ -23,11 +23,12 @@ pub(super) struct IdleTimer {
 }
 
 impl IdleTimer {
-    pub(super) fn new() -> IdleTimer {
+    /// For a client connected at `now`: no deadline until [`IdleTimer::time`] gives one.
+    pub(super) fn new(now: Instant) -> IdleTimer {
         IdleTimer {
             sleep: None,
             armed: None,
-            deadline: Instant::now(),
+            deadline: now,
         }
     }
 
@@ -90,7 +91,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_deadline_moved_later_is_kept_without_moving_the_timer_until_it_fires() {
         let start = Instant::now();
-        let mut timer = IdleTimer::new();
+        let mut timer = IdleTimer::new(start);
         assert!(timer.time(Some(start + Duration::from_secs(2))));
         assert!(!expired(&mut timer).await);
         // A reply at 1.5 s moves the deadline to 3.5 s: the timer stays at 2 s.
@@ -113,7 +114,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_deadline_moved_earlier_moves_the_timer_at_once() {
         let start = Instant::now();
-        let mut timer = IdleTimer::new();
+        let mut timer = IdleTimer::new(start);
         timer.time(Some(start + Duration::from_secs(300)));
         assert!(!expired(&mut timer).await);
         // A reload lowers `timeout`.
@@ -129,7 +130,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_timer_wakes_the_waiting_task_at_the_deadline() {
         let start = Instant::now();
-        let mut timer = IdleTimer::new();
+        let mut timer = IdleTimer::new(start);
         timer.time(Some(start + Duration::from_secs(1)));
         assert!(!expired(&mut timer).await);
         timer.time(Some(start + Duration::from_secs(3)));

@@ -276,6 +276,7 @@ impl<'a> Session<'a> {
         let config = &snapshot.config;
         let io = stream.into_io();
         let draining = registry.is_draining();
+        let now = Instant::now();
         Session {
             client,
             conn: Conn {
@@ -288,9 +289,9 @@ impl<'a> Session<'a> {
                 input_resizer: Resizer::new(),
                 output_resizer: Resizer::new(),
                 counted: crate::metrics::ClientConnection::opened(),
-                last_active: Instant::now(),
-                show_activity_at: Instant::now(),
-                idle_timer: IdleTimer::new(),
+                last_active: now,
+                show_activity_at: now,
+                idle_timer: IdleTimer::new(now),
                 pass_started: None,
             },
             flow: Flow {
@@ -335,7 +336,7 @@ impl<'a> Session<'a> {
                 closing: false,
                 peer_closed: false,
                 draining,
-                drain_until: draining.then(|| Instant::now() + DRAIN_GRACE),
+                drain_until: draining.then(|| now + DRAIN_GRACE),
             },
         }
     }
